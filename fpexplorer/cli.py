@@ -1,0 +1,96 @@
+"""The `fpexplorer` command line: an argparse front door that imports lazily.
+
+Each sub-command lives in its own module under `fpexplorer.commands` and exposes
+
+    HELP: str                                  one line for `fpexplorer --help`
+    def add_arguments(parser) -> None          declares its options (cheap: no heavy imports)
+    def run(args) -> int                       does the work; imports numpy/torch/Qt here
+
+Building the parser therefore never imports torch or Qt, so `fpexplorer inspect` and
+`fpexplorer formats` answer quickly. With no sub-command the desktop app starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+# Order is the order shown by --help.
+COMMANDS: dict[str, str] = {
+    "gui": "fpexplorer.commands.gui",
+    "inspect": "fpexplorer.commands.inspect",
+    "formats": "fpexplorer.commands.formats",
+    "train": "fpexplorer.commands.train",
+    "runs": "fpexplorer.commands.runs",
+    "screenshot": "fpexplorer.commands.screenshot",
+    "selftest": "fpexplorer.commands.selftest",
+}
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _available_commands() -> dict[str, str]:
+    # A sub-command whose module is not part of this build is simply not offered.
+    return {name: mod for name, mod in COMMANDS.items() if importlib.util.find_spec(mod)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fpexplorer import __version__
+
+    parser = _Parser(
+        prog="fpexplorer",
+        description="Explore floating-point formats and mixed-precision training numerics.",
+    )
+    parser.add_argument("--version", action="version", version=f"fpexplorer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module_name in _available_commands().items():
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit status."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments:
+        arguments = ["gui"]
+    parser = build_parser()
+    args = parser.parse_args(arguments)
+    if getattr(args, "_module", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except UsageError as error:
+        print(f"fpexplorer {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fpexplorer {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `fpexplorer formats | head`: the reader left; not an error worth a traceback.
+        return 0
+
+
+def gui_main() -> int:
+    """Entry point of the `fpexplorer-gui` launcher (no console window on Windows)."""
+    return main(["gui", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

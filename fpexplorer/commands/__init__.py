@@ -1,0 +1,1 @@
+"""Sub-commands of the `fpexplorer` command line; see `fpexplorer.cli` for the contract."""

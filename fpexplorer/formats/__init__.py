@@ -1,0 +1,1 @@
+"""The number science: float formats as data, exact decoding and rounding. No Qt, no torch."""
