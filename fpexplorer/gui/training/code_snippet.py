@@ -1,0 +1,116 @@
+"""The PyTorch training-loop code that does what a TrainConfig's precision mode does. Qt-free.
+
+The text is meant to be copied into one's own loop: it names torch's real APIs
+(torch.autocast, torch.amp.GradScaler) with the scaler settings from the form.
+"""
+
+from __future__ import annotations
+
+from fpexplorer.training.config import TrainConfig
+
+
+def _device_type(config: TrainConfig) -> str:
+    return "cpu" if config.device == "cpu" else "cuda"
+
+
+def _lr(config: TrainConfig) -> str:
+    return "1e-3  # the task's default in fpexplorer" if config.lr is None else f"{config.lr!r}"
+
+
+def _optimizer(config: TrainConfig) -> str:
+    if config.optimizer == "adam":
+        return "torch.optim.Adam(model.parameters(), lr=lr)"
+    return "torch.optim.SGD(model.parameters(), lr=lr)"
+
+
+def pytorch_code(config: TrainConfig) -> str:
+    """A complete, runnable-shaped training loop for `config.precision`."""
+    device = _device_type(config)
+    head = f"import torch\n\ndevice = {device!r}\nlr = {_lr(config)}\nmodel = model.to(device)\n"
+    mode = config.precision
+    if mode == "fp32":
+        return head + (
+            f"optimizer = {_optimizer(config)}\n\n"
+            "# FP32 everywhere: the reference run, no autocast, no scaler.\n"
+            "for inputs, targets in batches:\n"
+            "    optimizer.zero_grad(set_to_none=True)\n"
+            "    loss = loss_fn(model(inputs), targets)\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+        )
+    if mode == "bf16":
+        return head + (
+            f"optimizer = {_optimizer(config)}\n\n"
+            "# BF16 has FP32's exponent range: no loss scaling is needed.\n"
+            "# Weights and optimizer state stay FP32 (master weights).\n"
+            "for inputs, targets in batches:\n"
+            "    optimizer.zero_grad(set_to_none=True)\n"
+            f"    with torch.autocast(device_type={device!r}, dtype=torch.bfloat16):\n"
+            "        loss = loss_fn(model(inputs), targets)\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+        )
+    if mode == "fp16":
+        return head + (
+            f"optimizer = {_optimizer(config)}\n"
+            "# Dynamic loss scaling: skip a step and halve the scale on inf/NaN gradients,\n"
+            "# grow it after growth_interval clean steps.\n"
+            "scaler = torch.amp.GradScaler(\n"
+            f"    {device!r},\n"
+            f"    init_scale={config.init_scale!r},\n"
+            f"    growth_factor={config.growth_factor!r},\n"
+            f"    backoff_factor={config.backoff_factor!r},\n"
+            f"    growth_interval={config.growth_interval!r},\n"
+            ")\n\n"
+            "for inputs, targets in batches:\n"
+            "    optimizer.zero_grad(set_to_none=True)\n"
+            f"    with torch.autocast(device_type={device!r}, dtype=torch.float16):\n"
+            "        loss = loss_fn(model(inputs), targets)\n"
+            "    scaler.scale(loss).backward()   # gradients of loss * scale\n"
+            "    scaler.unscale_(optimizer)       # optional: before clipping or inspecting\n"
+            "    scaler.step(optimizer)           # skipped when a gradient is inf/NaN\n"
+            "    scale_before = scaler.get_scale()\n"
+            "    scaler.update()\n"
+            "    skipped = scaler.get_scale() < scale_before  # GradScaler does not say so itself\n"
+        )
+    if mode == "fp16-static":
+        return head + (
+            f"optimizer = {_optimizer(config)}\n"
+            f"loss_scale = {config.loss_scale!r}  # fixed: never grows, never backs off\n\n"
+            "for inputs, targets in batches:\n"
+            "    optimizer.zero_grad(set_to_none=True)\n"
+            f"    with torch.autocast(device_type={device!r}, dtype=torch.float16):\n"
+            "        loss = loss_fn(model(inputs), targets)\n"
+            "    (loss * loss_scale).backward()\n"
+            "    grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
+            "    finite = all(torch.isfinite(g).all() for g in grads)\n"
+            "    if finite:                        # skip the step on inf/NaN\n"
+            "        for g in grads:\n"
+            "            g.div_(loss_scale)\n"
+            "        optimizer.step()\n"
+        )
+    if mode == "fp16-noscale":
+        return head + (
+            f"optimizer = {_optimizer(config)}\n\n"
+            "# FP16 autocast without loss scaling: gradients below 2**-24 (5.96e-08)\n"
+            "# underflow to zero in the FP16 backward pass.\n"
+            "for inputs, targets in batches:\n"
+            "    optimizer.zero_grad(set_to_none=True)\n"
+            f"    with torch.autocast(device_type={device!r}, dtype=torch.float16):\n"
+            "        loss = loss_fn(model(inputs), targets)\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+        )
+    if mode == "pure-fp16":
+        return head + (
+            "model = model.half()  # weights, gradients and optimizer state all FP16\n"
+            f"optimizer = {_optimizer(config)}\n\n"
+            "# No FP32 master weights: an update smaller than half an FP16 ulp of its weight\n"
+            "# (|w| * 2**-11) rounds away and is lost.\n"
+            "for inputs, targets in batches:\n"
+            "    optimizer.zero_grad(set_to_none=True)\n"
+            "    loss = loss_fn(model(inputs.half()), targets)\n"
+            "    loss.backward()\n"
+            "    optimizer.step()\n"
+        )
+    return head + f"# precision mode {mode!r} is not known to this version of fpexplorer\n"

@@ -1,0 +1,82 @@
+"""Exports: each plot as PNG and SVG (pyqtgraph exporters), a run's per-step scalars as CSV.
+
+The CSV is written from the run file when there is one (every step, nothing decimated),
+streaming record by record; otherwise from the model's (possibly decimated) buffers.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyqtgraph as pg
+import pyqtgraph.exporters
+
+from fpexplorer.gui.training.run_model import SCALAR_FIELDS, RunModel, to_float
+from fpexplorer.training.runlog import RunReader, StepRecord
+
+CSV_COLUMNS: tuple[str, ...] = ("step", *SCALAR_FIELDS)
+
+
+def export_plot(plot: pg.PlotWidget, base: str | os.PathLike[str]) -> list[Path]:
+    """Write `<base>.png` and `<base>.svg` of a plot; returns the paths written."""
+    base = Path(base)
+    item = plot.getPlotItem()
+    png = base.with_suffix(".png")
+    svg = base.with_suffix(".svg")
+    image_exporter = pyqtgraph.exporters.ImageExporter(item)
+    width = max(int(plot.width()), 400)
+    image_exporter.parameters()["width"] = width * 2  # twice the screen size: crisp in a doc
+    image_exporter.export(str(png))
+    pyqtgraph.exporters.SVGExporter(item).export(str(svg))
+    return [png, svg]
+
+
+def _number(value: Any) -> str:
+    number = to_float(value)
+    if math.isnan(number):
+        return "nan"
+    return repr(number) if not number.is_integer() or abs(number) > 2**53 else str(int(number))
+
+
+def _rows_from_file(path: Path, problems: list[str]) -> Iterator[list[str]]:
+    reader = RunReader(path)
+    while True:
+        records = reader.read_new()
+        if not records:
+            break
+        for record in records:
+            if isinstance(record, StepRecord):
+                yield [str(record.step)] + [_number(record.raw.get(f)) for f in SCALAR_FIELDS]
+    for record in reader.finish():
+        if isinstance(record, StepRecord):
+            yield [str(record.step)] + [_number(record.raw.get(f)) for f in SCALAR_FIELDS]
+    problems.extend(reader.problems)
+
+
+def _rows_from_model(model: RunModel) -> Iterator[list[str]]:
+    steps = model.scalars.steps
+    columns = [model.scalars.column(name) for name in SCALAR_FIELDS]
+    for row, step in enumerate(steps):
+        yield [str(int(step))] + [_number(column[row]) for column in columns]
+
+
+def write_scalars_csv(
+    model: RunModel, out: str | os.PathLike[str], run_path: str | os.PathLike[str] | None = None
+) -> tuple[int, list[str]]:
+    """Write per-step scalars; returns (rows written, problems met while reading the run)."""
+    problems: list[str] = []
+    path = Path(run_path) if run_path else None
+    rows = _rows_from_file(path, problems) if path and path.is_file() else _rows_from_model(model)
+    count = 0
+    with open(out, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_COLUMNS)
+        for row in rows:
+            writer.writerow(row)
+            count += 1
+    return count, problems

@@ -1,0 +1,296 @@
+"""The job form: every option of `fpexplorer train`, checked at the field as it is typed.
+
+The form holds no numbers of its own beyond the widgets' text: `config()` parses the
+fields into a TrainConfig and `problems()` says, per field, what is wrong (a parse error
+or TrainConfig.validate()'s message). Each field shows its own message under it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QProcess, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fpexplorer.training.config import OPTIMIZERS, PRECISIONS, TASKS, TrainConfig
+
+_DEFAULTS = TrainConfig()
+
+
+def _parse_float(text: str) -> float:
+    value = float(text.strip())
+    if not math.isfinite(value):
+        raise ValueError("not a finite number")
+    return value
+
+
+def _parse_int(text: str) -> int:
+    return int(text.strip().replace("_", "").replace(",", ""))
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_or_none(text: str) -> Any:
+        return None if not text.strip() else parse(text)
+
+    return parse_or_none
+
+
+class FieldRow(QWidget):
+    """A line edit with its error message under it."""
+
+    def __init__(self, text: str, placeholder: str = "", tooltip: str = "") -> None:
+        super().__init__()
+        self.edit = QLineEdit(text)
+        self.edit.setPlaceholderText(placeholder)
+        self.edit.setToolTip(tooltip)
+        self.error = QLabel("")
+        self.error.setStyleSheet("color: #c00000;")
+        self.error.setWordWrap(True)
+        self.error.hide()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.edit)
+        layout.addWidget(self.error)
+
+    def show_error(self, message: str | None) -> None:
+        self.error.setText(message or "")
+        self.error.setVisible(bool(message))
+        self.edit.setStyleSheet("border: 1px solid #c00000;" if message else "")
+
+
+class DeviceFinder(QProcess):
+    """Asks `nvidia-smi` (a short child process, never torch) which CUDA devices exist."""
+
+    found = Signal(list, str)  # [(device string, name)], a one-line note
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.finished.connect(self._on_finished)
+        self.errorOccurred.connect(self._on_error)
+        self._reported = False
+
+    def look(self) -> None:
+        self.start("nvidia-smi", ["--query-gpu=index,name", "--format=csv,noheader"])
+
+    def _report(self, devices: list[tuple[str, str]], note: str) -> None:
+        if not self._reported:
+            self._reported = True
+            self.found.emit(devices, note)
+
+    def _on_error(self, error: QProcess.ProcessError) -> None:
+        if error == QProcess.ProcessError.FailedToStart:
+            self._report([], "no NVIDIA driver found (nvidia-smi not available): CPU only")
+
+    def _on_finished(self, exit_code: int, _status: QProcess.ExitStatus) -> None:
+        text = bytes(self.readAllStandardOutput().data()).decode("utf-8", "replace")
+        devices = []
+        for line in text.splitlines():
+            index, _, name = line.partition(",")
+            if index.strip().isdigit():
+                devices.append((f"cuda:{index.strip()}", name.strip()))
+        if exit_code != 0 or not devices:
+            self._report([], "nvidia-smi found no usable GPU: CPU only")
+        else:
+            self._report(devices, f"found {len(devices)} CUDA device(s)")
+
+
+class TrainForm(QWidget):
+    """Edits a TrainConfig; `changed` fires on every edit, `valid` says whether Start may go."""
+
+    changed = Signal()
+
+    TEXT_FIELDS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
+        ("steps", "Steps", _parse_int, "training steps"),
+        ("lr", "Learning rate", _optional(_parse_float), "empty: the task's default"),
+        ("batch_size", "Batch size", _optional(_parse_int), "empty: the task's default"),
+        ("seed", "Seed", _parse_int, "random seed"),
+        ("stats_every", "Statistics every", _parse_int, "record histograms every N steps (0: off)"),
+        ("init_scale", "Initial scale", _parse_float, "GradScaler init_scale (65536 = 2^16)"),
+        ("growth_factor", "Growth factor", _parse_float, "GradScaler growth_factor"),
+        ("backoff_factor", "Backoff factor", _parse_float, "GradScaler backoff_factor"),
+        ("growth_interval", "Growth interval", _parse_int, "clean steps before the scale grows"),
+        ("loss_scale", "Fixed loss scale", _parse_float, "the scale of fp16-static"),
+    )
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QFormLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+
+        self.task_combo = QComboBox()
+        self.task_combo.setEditable(True)
+        for name, description in TASKS:
+            self.task_combo.addItem(name)
+            self.task_combo.setItemData(self.task_combo.count() - 1, description, 3)
+        self.task_combo.setToolTip("a built-in task, or path/to/file.py:factory")
+        self.task_browse = QPushButton("File…")
+        self.task_browse.setToolTip("use your own model: a .py file with a factory function")
+        self.task_browse.clicked.connect(self._on_task_browse_clicked)
+        self.task_error = QLabel("")
+        self.task_error.setStyleSheet("color: #c00000;")
+        self.task_error.setWordWrap(True)
+        self.task_error.hide()
+        task_box = QWidget()
+        task_layout = QVBoxLayout(task_box)
+        task_layout.setContentsMargins(0, 0, 0, 0)
+        task_layout.setSpacing(0)
+        task_row = QHBoxLayout()
+        task_row.addWidget(self.task_combo, 1)
+        task_row.addWidget(self.task_browse)
+        task_layout.addLayout(task_row)
+        task_layout.addWidget(self.task_error)
+        layout.addRow("Task", task_box)
+
+        self.precision_combo = QComboBox()
+        for index, (name, description) in enumerate(PRECISIONS):
+            self.precision_combo.addItem(name)
+            self.precision_combo.setItemData(index, description, 3)  # 3: tooltip role
+        self.precision_combo.setCurrentText(_DEFAULTS.precision)
+        self.precision_note = QLabel("")
+        self.precision_note.setWordWrap(True)
+        self.precision_note.setStyleSheet("color: #444;")
+        layout.addRow("Precision", self.precision_combo)
+        layout.addRow("", self.precision_note)
+
+        self.device_combo = QComboBox()
+        self.device_combo.addItem("auto (CUDA when available)", "auto")
+        self.device_combo.addItem("cpu", "cpu")
+        self.device_note = QLabel("looking for CUDA devices…")
+        self.device_note.setWordWrap(True)
+        self.device_note.setStyleSheet("color: #444;")
+        layout.addRow("Device", self.device_combo)
+        layout.addRow("", self.device_note)
+
+        self.optimizer_combo = QComboBox()
+        self.optimizer_combo.addItem("task default", None)
+        for name in OPTIMIZERS:
+            self.optimizer_combo.addItem(name, name)
+        layout.addRow("Optimizer", self.optimizer_combo)
+
+        self.fields: dict[str, FieldRow] = {}
+        self._parsers: dict[str, Callable[[str], Any]] = {}
+        for name, title, parse, tooltip in self.TEXT_FIELDS:
+            default = getattr(_DEFAULTS, name)
+            text = (
+                ""
+                if default is None
+                else (f"{default:g}" if isinstance(default, float) else str(default))
+            )
+            row = FieldRow(
+                text, placeholder="task default" if default is None else "", tooltip=tooltip
+            )
+            row.edit.textChanged.connect(self._on_field_edited)
+            self.fields[name] = row
+            self._parsers[name] = parse
+            layout.addRow(title, row)
+
+        self.task_combo.currentTextChanged.connect(self._on_field_edited)
+        self.precision_combo.currentTextChanged.connect(self._on_field_edited)
+        self.device_combo.currentIndexChanged.connect(self._on_field_edited)
+        self.optimizer_combo.currentIndexChanged.connect(self._on_field_edited)
+
+        self.device_finder = DeviceFinder(self)
+        self.device_finder.found.connect(self._on_devices_found)
+        self.device_finder.look()
+        self._show()
+
+    # ----- slots hand off -------------------------------------------------------------
+
+    def _on_field_edited(self, *_args: object) -> None:
+        self._show()
+        self.changed.emit()
+
+    def _on_devices_found(self, devices: list[tuple[str, str]], note: str) -> None:
+        for device, name in devices:
+            self.device_combo.addItem(f"{device} — {name}", device)
+        self.device_note.setText(note)
+
+    def _on_task_browse_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Task file", "", "Python files (*.py)")
+        if not path:
+            return
+        factory, ok = QInputDialog.getText(
+            self, "Task factory", "Function in the file that returns (model, batches, loss_fn):",
+            text="make_task",
+        )  # fmt: skip
+        if ok and factory.strip():
+            self.task_combo.setCurrentText(f"{path}:{factory.strip()}")
+
+    # ----- the configuration ----------------------------------------------------------
+
+    def _parse(self) -> tuple[dict[str, Any], dict[str, str]]:
+        values: dict[str, Any] = {
+            "task": self.task_combo.currentText().strip(),
+            "precision": self.precision_combo.currentText(),
+            "device": self.device_combo.currentData() or "auto",
+            "optimizer": self.optimizer_combo.currentData(),
+        }
+        errors: dict[str, str] = {}
+        for name, row in self.fields.items():
+            try:
+                values[name] = self._parsers[name](row.edit.text())
+            except ValueError:
+                kind = "a whole number" if self._parsers[name] in (_parse_int,) else "a number"
+                errors[name] = f"“{row.edit.text()}” is not {kind}"
+        return values, errors
+
+    def problems(self) -> dict[str, str]:
+        """Field name -> message, for every field that is wrong now."""
+        values, errors = self._parse()
+        defaults = {k: v for k, v in values.items() if k not in errors}
+        config = TrainConfig(**defaults)
+        for name, message in config.validate().items():
+            errors.setdefault(name, message)
+        return errors
+
+    def config(self) -> TrainConfig:
+        """The configuration in the form. Raises ValueError when a field is wrong."""
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(f"{k}: {v}" for k, v in problems.items()))
+        values, _ = self._parse()
+        return TrainConfig(**values)
+
+    def set_config(self, config: TrainConfig) -> None:
+        """Fill the form from a configuration (e.g. a replayed run's header)."""
+        self.task_combo.setCurrentText(config.task)
+        self.precision_combo.setCurrentText(config.precision)
+        index = self.device_combo.findData(config.device)
+        if index >= 0:
+            self.device_combo.setCurrentIndex(index)
+        index = self.optimizer_combo.findData(config.optimizer)
+        self.optimizer_combo.setCurrentIndex(max(index, 0))
+        for name, row in self.fields.items():
+            value = getattr(config, name)
+            row.edit.setText(
+                "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+            )
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems()
+
+    def _show(self) -> None:
+        problems = self.problems()
+        for name, row in self.fields.items():
+            row.show_error(problems.get(name))
+        task_problem = problems.get("task")
+        self.task_error.setText(task_problem or "")
+        self.task_error.setVisible(bool(task_problem))
+        descriptions = dict(PRECISIONS)
+        self.precision_note.setText(descriptions.get(self.precision_combo.currentText(), ""))

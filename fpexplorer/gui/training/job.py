@@ -1,0 +1,269 @@
+"""Runs `fpexplorer train --stream` in a child process (QProcess) and reports its records.
+
+The GUI process never imports torch: the job is this same program started again
+(`fpexplorer.entry.self_command()`, which is the bundled executable when frozen), and
+everything it says comes back as JSON Lines on stdout (and in the run file).
+
+Pause/Resume send SIGSTOP/SIGCONT on POSIX. Windows has no such signals, so there pause
+is not offered (`PAUSE_SUPPORTED` is False) and Stop is the only way to end a job early.
+Stop sends SIGTERM (the job finishes its step and writes its `end` record); if the
+process is still there after `stop_timeout_ms` it is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
+
+from fpexplorer.entry import self_command
+from fpexplorer.gui.training.job_state import JobState, JobStateError, JobStateMachine
+from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.runlog import parse_record
+
+PAUSE_SUPPORTED = hasattr(signal, "SIGSTOP") and sys.platform != "win32"
+MAX_STDERR_LINES = 200
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+def job_argv(config: TrainConfig, run_path: str | os.PathLike[str]) -> list[str]:
+    """The full command line of a job: this program, `train --stream`, the options, `--out`."""
+    options = config.replace(out=None, stream=False).to_argv()
+    return [*self_command(), "train", "--stream", *options, "--out", str(run_path)]
+
+
+class TrainingJob(QObject):
+    """One child process at a time; its state in a JobStateMachine.
+
+    Signals:
+        records_received(list): raw record dicts, in order, as lines arrive on stdout.
+        state_changed(JobState)
+        problem(str): a line of stdout that was not a record, or a failure explanation.
+        finished(str): one line saying how the job ended (also after failures).
+    """
+
+    records_received = Signal(list)
+    state_changed = Signal(object)
+    problem = Signal(str)
+    finished = Signal(str)
+
+    def __init__(self, parent: QObject | None = None, stop_timeout_ms: int = 10_000) -> None:
+        super().__init__(parent)
+        self._machine = JobStateMachine()
+        self._process: QProcess | None = None
+        self._stdout_pending = b""
+        self._stderr_pending = b""
+        self.stderr_tail: deque[str] = deque(maxlen=MAX_STDERR_LINES)
+        self.end_record: dict[str, Any] | None = None
+        self.run_path: Path | None = None
+        self.stop_timeout_ms = stop_timeout_ms
+        self.exit_summary = ""
+        self._kill_timer = QTimer(self)
+        self._kill_timer.setSingleShot(True)
+        self._kill_timer.timeout.connect(self._on_kill_timer_timeout)
+        self._killed_by_us = False
+
+    # ----- state ----------------------------------------------------------------------
+
+    @property
+    def state(self) -> JobState:
+        return self._machine.state
+
+    @property
+    def active(self) -> bool:
+        return self._machine.active
+
+    def can(self, action: str) -> bool:
+        if action == "pause" and not PAUSE_SUPPORTED:
+            return False
+        return self._machine.allowed(action)
+
+    def _move(self, action: str) -> None:
+        self._machine.move(action)
+        self.state_changed.emit(self._machine.state)
+
+    @property
+    def pid(self) -> int | None:
+        if self._process is None:
+            return None
+        pid = int(self._process.processId())
+        return pid or None
+
+    # ----- actions --------------------------------------------------------------------
+
+    def start(self, config: TrainConfig, run_path: str | os.PathLike[str]) -> None:
+        """Start a job writing to `run_path`. Raises JobStateError while one is active."""
+        if not self._machine.allowed("start"):
+            raise JobStateError(f"cannot start a job while one is {self.state.value}")
+        problems = config.validate()
+        if problems:
+            raise ValueError("; ".join(f"{k}: {v}" for k, v in problems.items()))
+        argv = job_argv(config, run_path)
+        self.run_path = Path(run_path)
+        self.end_record = None
+        self.stderr_tail.clear()
+        self._stdout_pending = self._stderr_pending = b""
+        self._killed_by_us = False
+        self.exit_summary = ""
+        process = QProcess(self)
+        environment = QProcessEnvironment.systemEnvironment()
+        # Unbuffered: records reach the panel when written, not when a buffer fills.
+        environment.insert("PYTHONUNBUFFERED", "1")
+        process.setProcessEnvironment(environment)
+        process.readyReadStandardOutput.connect(self._on_process_stdout)
+        process.readyReadStandardError.connect(self._on_process_stderr)
+        process.finished.connect(self._on_process_finished)
+        process.errorOccurred.connect(self._on_process_error)
+        self._process = process
+        self._move("start")
+        process.start(argv[0], argv[1:])
+
+    def pause(self) -> None:
+        if not PAUSE_SUPPORTED:
+            raise JobStateError("pausing a job needs POSIX signals (SIGSTOP); not on this system")
+        self._machine.move("pause")  # raises on misuse before any signal is sent
+        self._signal(signal.SIGSTOP)
+        self.state_changed.emit(self.state)
+
+    def resume(self) -> None:
+        self._machine.move("resume")
+        self._signal(signal.SIGCONT)
+        self.state_changed.emit(self.state)
+
+    def stop(self) -> None:
+        """Ask the job to finish its step and write `end`; kill it after the timeout."""
+        was_paused = self.state is JobState.PAUSED
+        self._move("stop")
+        if was_paused:
+            self._signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+        if self._process is not None:
+            self._process.terminate()  # SIGTERM on POSIX
+        self._kill_timer.start(self.stop_timeout_ms)
+
+    def kill(self) -> None:
+        """End the process now (no `end` record)."""
+        if self._process is not None and self.active:
+            self._killed_by_us = True
+            if self.state is JobState.PAUSED:
+                self._signal(signal.SIGCONT)
+            self._process.kill()
+
+    def shutdown(self, wait_ms: int = 5000) -> None:
+        """Stop an active job and wait (bounded) for it to go; used when the window closes."""
+        if not self.active or self._process is None:
+            return
+        if self.state is not JobState.STOPPING:
+            self.stop()
+        if not self._process.waitForFinished(wait_ms):
+            self._process.kill()
+            self._process.waitForFinished(2000)
+
+    def _signal(self, signum: int) -> None:
+        pid = self.pid
+        if pid is not None:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass  # it has just exited; finished() will follow
+
+    # ----- process output -------------------------------------------------------------
+
+    def _on_process_stdout(self) -> None:
+        if self._process is None:
+            return
+        data = self._stdout_pending + bytes(self._process.readAllStandardOutput().data())
+        lines = data.split(b"\n")
+        self._stdout_pending = lines.pop()
+        if len(self._stdout_pending) > MAX_LINE_BYTES:
+            self.problem.emit("a line of the job's output was too long and was dropped")
+            self._stdout_pending = b""
+        self._emit_lines(lines)
+
+    def _emit_lines(self, lines: list[bytes]) -> None:
+        records: list[dict[str, Any]] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = parse_record(line)
+            except ValueError as error:
+                text = line[:200].decode("utf-8", "replace")
+                self.problem.emit(f"job output that is not a record ({error}): {text}")
+                continue
+            if record is None:
+                continue
+            if record.raw.get("type") == "end":
+                self.end_record = record.raw
+            records.append(record.raw)
+        if records:
+            self.records_received.emit(records)
+
+    def _on_process_stderr(self) -> None:
+        if self._process is None:
+            return
+        data = self._stderr_pending + bytes(self._process.readAllStandardError().data())
+        lines = data.split(b"\n")
+        self._stderr_pending = lines.pop()[-4096:]
+        for line in lines:
+            text = line.decode("utf-8", "replace").rstrip()
+            if text:
+                self.stderr_tail.append(text)
+
+    def _on_process_error(self, error: QProcess.ProcessError) -> None:
+        if error == QProcess.ProcessError.FailedToStart and self.active:
+            message = "the training job could not be started: " + (
+                self._process.errorString() if self._process else "unknown reason"
+            )
+            self.exit_summary = message
+            self._kill_timer.stop()
+            self._move("fail")
+            self.finished.emit(message)
+
+    def _on_kill_timer_timeout(self) -> None:
+        if self._process is not None and self.active:
+            self.problem.emit(
+                f"the job did not stop within {self.stop_timeout_ms / 1000:g} s: killed"
+            )
+            self.kill()
+
+    def _on_process_finished(self, exit_code: int, exit_status: QProcess.ExitStatus) -> None:
+        self._kill_timer.stop()
+        if self._process is not None:
+            # Drain whatever is left, including a last line without its newline.
+            self._on_process_stdout()
+            self._on_process_stderr()
+            if self._stdout_pending.strip():
+                tail, self._stdout_pending = self._stdout_pending, b""
+                try:
+                    parse_record(tail)
+                except ValueError:
+                    self.problem.emit("the job's last output line was torn; ignored")
+                else:
+                    self._emit_lines([tail])
+        if not self.active:
+            return  # already failed (e.g. never started)
+        crashed = exit_status == QProcess.ExitStatus.CrashExit
+        end = self.end_record
+        if end is not None and end.get("status") in ("completed", "stopped"):
+            summary = f"job {end.get('status')} after {end.get('steps', '?')} steps"
+            self._move("finish")
+        else:
+            if end is not None and end.get("status") == "failed":
+                summary = f"job failed: {end.get('error') or 'no reason given'}"
+            elif self._killed_by_us:
+                summary = "job killed (it did not stop in time)"
+            elif crashed:
+                summary = "job killed from outside or crashed (no end record)"
+            else:
+                summary = f"job exited with status {exit_code} without an end record"
+            last = [line for line in self.stderr_tail if line.strip()][-3:]
+            if last and (end is None or not end.get("error")):
+                summary += " — " + " | ".join(last)
+            self._move("fail")
+        self.exit_summary = summary
+        self.finished.emit(summary)

@@ -1,0 +1,539 @@
+"""The training panel: configure an AMP job, run it in a child process, watch its numerics.
+
+Data flow (DESIGN.md): form -> TrainConfig -> TrainingJob (QProcess running
+`fpexplorer train --stream ... --out RUN.jsonl`) -> records -> RunModel (numpy buffers,
+bounded) -> one QTimer (<= 30 fps) -> plots updated in place. Replayed run files go
+through the same RunModel. The GUI process never imports torch.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fpexplorer.gui.training.code_snippet import pytorch_code
+from fpexplorer.gui.training.export import export_plot, write_scalars_csv
+from fpexplorer.gui.training.form import TrainForm
+from fpexplorer.gui.training.job import PAUSE_SUPPORTED, TrainingJob
+from fpexplorer.gui.training.job_state import JobState
+from fpexplorer.gui.training.plots import (
+    Card,
+    GradientHistogramPlot,
+    HeatmapPlot,
+    LayerTable,
+    LossPlot,
+    LossScalePlot,
+    MemoryReadout,
+    run_colour,
+)
+from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.paths import run_directory
+from fpexplorer.training.runlog import RunReader
+
+REFRESH_INTERVAL_MS = 33  # at most ~30 redraws a second, never one per record
+
+EXPLAIN_LOSS = (
+    "Training loss per step, one curve per run. FP16 without scaling often stalls (small "
+    "gradients vanish); a run that diverges or turns NaN shows here first."
+)
+EXPLAIN_SCALE = (
+    "The loss scale (log2 axis). Dynamic scaling halves it on a step with inf/NaN gradients "
+    "(× = skipped step, the weights were not updated) and doubles it after a run of clean "
+    "steps. A saw-tooth is healthy; a collapse towards 1 means overflow on every step."
+)
+EXPLAIN_HIST = (
+    "Exponents of the latest statistics step's gradients (scaled, as the backward pass saw "
+    "them). Under the bars: each format's range, dashed = subnormal, solid = normal. Bars "
+    "left of FP16's range underflow to zero, right of it overflow. Drag the shaded FP16 "
+    "window or set a what-if scale to read off what would be lost."
+)
+EXPLAIN_HEAT = (
+    "The same histograms over time (colour: share of values in each binade, log scale). "
+    "Watch the mass drift towards the dashed FP16 limits as training goes on."
+)
+EXPLAIN_LAYERS = (
+    "Per layer on the latest statistics step: largest scaled gradient, headroom to FP16's "
+    "65504, share below FP16's smallest subnormal. The first layer that produced inf/NaN on "
+    "a skipped step (backward order) is where an overflow starts."
+)
+EXPLAIN_MEMORY = (
+    "Memory by dtype of parameters, gradients, optimizer state and saved activations, and "
+    "throughput. In pure-fp16 the share of updates lost to FP16 rounding (no master weights)."
+)
+
+
+@dataclass(slots=True)
+class RunEntry:
+    """A run shown by the panel: its model, colour, run file and whether its curves show."""
+
+    key: int
+    model: RunModel
+    colour: str
+    path: Path | None
+    visible: bool = True
+    live: bool = False
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60].strip("_") or "run"
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class TrainingPanel(QWidget):
+    """The second tab of the main window. See the module docstring for the data flow."""
+
+    run_added = Signal(object)  # RunEntry
+    job_state_changed = Signal(object)  # JobState
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._runs: list[RunEntry] = []
+        self._next_key = 0
+        self._current: RunEntry | None = None
+        self._shown: dict[int, int] = {}  # run key -> revision last drawn
+        self._layout_dirty = True
+        self.job = TrainingJob(self)
+        self.job.records_received.connect(self._on_job_records)
+        self.job.state_changed.connect(self._on_job_state_changed)
+        self.job.problem.connect(self._on_job_problem)
+        self.job.finished.connect(self._on_job_finished)
+        self._live: RunEntry | None = None
+
+        # ----- left: the job ------------------------------------------------------------
+        self.form = TrainForm()
+        self.form.changed.connect(self._on_form_changed)
+        form_scroll = QScrollArea()
+        form_scroll.setWidget(self.form)
+        form_scroll.setWidgetResizable(True)
+        form_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+        self.start_button = QPushButton("Start")
+        self.pause_button = QPushButton("Pause")
+        self.stop_button = QPushButton("Stop")
+        self.start_button.clicked.connect(self._on_start_clicked)
+        self.pause_button.clicked.connect(self._on_pause_clicked)
+        self.stop_button.clicked.connect(self._on_stop_clicked)
+        if not PAUSE_SUPPORTED:
+            self.pause_button.setToolTip("Pausing needs POSIX signals; use Stop on this system")
+        buttons = QHBoxLayout()
+        for button in (self.start_button, self.pause_button, self.stop_button):
+            buttons.addWidget(button)
+
+        self.progress = QProgressBar()
+        self.progress.setFormat("idle")
+        self.progress.setValue(0)
+        self.status_label = QLabel("No run yet: start a job or open a run file (File ▸ Open Run…).")
+        self.status_label.setWordWrap(True)
+        self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.run_list = QListWidget()
+        self.run_list.setToolTip("Runs shown; tick to overlay, select to inspect histograms")
+        self.run_list.itemChanged.connect(self._on_run_item_changed)
+        self.run_list.currentRowChanged.connect(self._on_run_row_changed)
+        self.run_list.setMaximumHeight(110)
+        self.remove_button = QPushButton("Remove run")
+        self.remove_button.clicked.connect(self._on_remove_clicked)
+
+        job_tab = QWidget()
+        job_layout = QVBoxLayout(job_tab)
+        job_layout.setContentsMargins(2, 2, 2, 2)
+        job_layout.addWidget(form_scroll, 1)
+        job_layout.addLayout(buttons)
+        job_layout.addWidget(self.progress)
+        job_layout.addWidget(self.status_label)
+        job_layout.addWidget(QLabel("<b>Runs</b> (tick to overlay)"))
+        job_layout.addWidget(self.run_list)
+        job_layout.addWidget(self.remove_button)
+
+        self.code_view = QPlainTextEdit()
+        self.code_view.setReadOnly(True)
+        mono = QFont("DejaVu Sans Mono")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.code_view.setFont(mono)
+        self.code_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.copy_button = QPushButton("Copy code")
+        self.copy_button.clicked.connect(self._on_copy_clicked)
+        code_tab = QWidget()
+        code_layout = QVBoxLayout(code_tab)
+        code_layout.setContentsMargins(2, 2, 2, 2)
+        code_layout.addWidget(
+            QLabel("PyTorch code doing what this configuration does — copy it into your loop:")
+        )
+        code_layout.addWidget(self.code_view, 1)
+        code_layout.addWidget(self.copy_button)
+
+        self.left_tabs = QTabWidget()
+        self.left_tabs.addTab(job_tab, "Job")
+        self.left_tabs.addTab(code_tab, "PyTorch code")
+
+        # ----- right: the plots ---------------------------------------------------------
+        self.loss_plot = LossPlot()
+        self.scale_plot = LossScalePlot()
+        self.hist_plot = GradientHistogramPlot()
+        self.hist_plot.act_button.toggled.connect(self._on_hist_source_toggled)
+        self.heatmap = HeatmapPlot()
+        self.layer_table = LayerTable()
+        self.memory = MemoryReadout()
+        self.cards = {
+            "loss": Card("Loss", EXPLAIN_LOSS, self.loss_plot),
+            "scale": Card("Loss scale", EXPLAIN_SCALE, self.scale_plot),
+            "histogram": Card("Gradient exponents", EXPLAIN_HIST, self.hist_plot),
+            "heatmap": Card("Exponents over time", EXPLAIN_HEAT, self.heatmap),
+            "layers": Card("Layers", EXPLAIN_LAYERS, self.layer_table),
+            "memory": Card("Memory and throughput", EXPLAIN_MEMORY, self.memory),
+        }
+        plots = QWidget()
+        grid = QGridLayout(plots)
+        grid.setContentsMargins(2, 2, 2, 2)
+        grid.setSpacing(4)
+        for index, name in enumerate(("loss", "scale", "histogram", "heatmap", "layers", "memory")):
+            grid.addWidget(self.cards[name], index // 2, index % 2)
+        for row, stretch in enumerate((3, 4, 3)):
+            grid.setRowStretch(row, stretch)
+
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.left_tabs)
+        splitter.addWidget(plots)
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([330, 1100])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+        # ----- actions for the File menu ------------------------------------------------
+        self.open_action = QAction("Open Run…", self)
+        self.open_action.setShortcut(QKeySequence.StandardKey.Open)
+        self.open_action.triggered.connect(self._on_open_triggered)
+        self.export_action = QAction("Export Plots and CSV…", self)
+        self.export_action.triggered.connect(self._on_export_triggered)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(REFRESH_INTERVAL_MS)
+        self.timer.timeout.connect(self._on_timer_timeout)
+        self.timer.start()
+        self._update_buttons()
+        self._on_form_changed()
+
+    # ----- the contract with the main window -----------------------------------------
+
+    def file_actions(self) -> list[QAction]:
+        """Actions for the File menu: Open Run…, Export…"""
+        return [self.open_action, self.export_action]
+
+    def load_run(self, path: str | Path) -> None:
+        """Replay a saved run file into the plots. Never raises: problems show in the panel."""
+        try:
+            reader = RunReader(path)
+            records = reader.read_new()
+            records += reader.finish()
+            model = RunModel()
+            model.source = Path(path).name
+            model.add_records(records)
+            for problem in reader.problems:
+                model.add_problem(problem)
+            if model.header is None and not model.steps_seen:
+                self._show_status(f"{path}: no run records found. " + "; ".join(model.problems[:3]))
+                return
+            entry = self._add_run(model, Path(path))
+            self._select(entry)
+            note = f"Opened {Path(path).name}: {model.steps_seen} steps, {model.status}."
+            if model.problems:
+                note += " Problems: " + "; ".join(model.problems[:3])
+            self._show_status(note)
+            self.refresh()
+        except Exception as error:  # the contract: a bad file never takes the window down
+            self._show_status(f"Could not open {path}: {error}")
+
+    def shutdown(self) -> None:
+        """Stop a running job (graceful, then kill) and the redraw timer."""
+        self.timer.stop()
+        self.job.shutdown()
+
+    # ----- runs --------------------------------------------------------------------
+
+    @property
+    def runs(self) -> list[RunEntry]:
+        return list(self._runs)
+
+    @property
+    def current_run(self) -> RunEntry | None:
+        return self._current
+
+    def _add_run(self, model: RunModel, path: Path | None, live: bool = False) -> RunEntry:
+        entry = RunEntry(self._next_key, model, run_colour(self._next_key), path, live=live)
+        self._next_key += 1
+        self._runs.append(entry)
+        item = QListWidgetItem(self._run_title(entry))
+        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+        item.setCheckState(Qt.CheckState.Checked)
+        item.setForeground(Qt.GlobalColor.black)
+        item.setData(Qt.ItemDataRole.DecorationRole, _swatch(entry.colour))
+        self.run_list.blockSignals(True)
+        self.run_list.addItem(item)
+        self.run_list.blockSignals(False)
+        self._layout_dirty = True
+        self.run_added.emit(entry)
+        return entry
+
+    @staticmethod
+    def _run_title(entry: RunEntry) -> str:
+        model = entry.model
+        return f"{model.label} — {model.status}" + (" (live)" if entry.live else "")
+
+    def _select(self, entry: RunEntry) -> None:
+        self._current = entry
+        row = self._runs.index(entry)
+        self.run_list.blockSignals(True)
+        self.run_list.setCurrentRow(row)
+        self.run_list.blockSignals(False)
+        self._layout_dirty = True
+
+    def _on_run_item_changed(self, item: QListWidgetItem) -> None:
+        row = self.run_list.row(item)
+        if 0 <= row < len(self._runs):
+            self._runs[row].visible = item.checkState() == Qt.CheckState.Checked
+            self._layout_dirty = True
+
+    def _on_run_row_changed(self, row: int) -> None:
+        if 0 <= row < len(self._runs):
+            self._current = self._runs[row]
+            self._layout_dirty = True
+
+    def _on_remove_clicked(self) -> None:
+        row = self.run_list.currentRow()
+        if not 0 <= row < len(self._runs) or (self._runs[row] is self._live and self.job.active):
+            return
+        entry = self._runs.pop(row)
+        self.run_list.takeItem(row)
+        if self._current is entry:
+            self._current = self._runs[-1] if self._runs else None
+        self._layout_dirty = True
+
+    # ----- the job -----------------------------------------------------------------
+
+    def start_job(self) -> bool:
+        """Start a job from the form; returns False (and says why) when it cannot start."""
+        try:
+            config = self.form.config()
+        except ValueError as error:
+            self._show_status(f"Cannot start: {error}")
+            return False
+        folder = run_directory()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        task = _safe_name(
+            Path(config.task.split(":")[0]).stem if ":" in config.task else config.task
+        )
+        path = folder.path / f"run-{task}-{config.precision}-{stamp}.jsonl"
+        counter = 1
+        while path.exists():
+            counter += 1
+            path = folder.path / f"run-{task}-{config.precision}-{stamp}-{counter}.jsonl"
+        model = RunModel()
+        model.source = path.name
+        model.header = {"type": "header", "config": config.to_dict()}  # until the real one
+        entry = self._add_run(model, path, live=True)
+        self._live = entry
+        self._select(entry)
+        try:
+            self.job.start(config, path)
+        except (ValueError, RuntimeError) as error:
+            self._show_status(f"Cannot start: {error}")
+            return False
+        note = f"Running; the run is saved to {path}"
+        if folder.problem:
+            note += f" ({folder.problem})"
+        self._show_status(note)
+        return True
+
+    def _on_start_clicked(self) -> None:
+        self.start_job()
+
+    def _on_pause_clicked(self) -> None:
+        if self.job.state is JobState.PAUSED:
+            self.job.resume()
+        elif self.job.can("pause"):
+            self.job.pause()
+
+    def _on_stop_clicked(self) -> None:
+        if self.job.can("stop"):
+            self.job.stop()
+
+    def _on_job_records(self, records: list[dict]) -> None:
+        if self._live is not None:
+            self._live.model.add_records(records)
+
+    def _on_job_problem(self, message: str) -> None:
+        if self._live is not None:
+            self._live.model.add_problem(message)
+
+    def _on_job_state_changed(self, state: JobState) -> None:
+        self._update_buttons()
+        self._layout_dirty = True
+        self.job_state_changed.emit(state)
+
+    def _on_job_finished(self, summary: str) -> None:
+        live = self._live
+        text = summary[:1].upper() + summary[1:] + "."
+        if live is not None:
+            if live.model.end is None:
+                live.model.add_problem(summary)
+            if live.path is not None and live.path.is_file():
+                text += f" Run file: {live.path}"
+        self._show_status(text, error=self.job.state is JobState.FAILED)
+        self._layout_dirty = True
+        self.refresh()
+
+    def _update_buttons(self) -> None:
+        state = self.job.state
+        self.start_button.setEnabled(not self.job.active and self.form.valid)
+        self.pause_button.setEnabled(
+            PAUSE_SUPPORTED and state in (JobState.RUNNING, JobState.PAUSED)
+        )
+        self.pause_button.setText("Resume" if state is JobState.PAUSED else "Pause")
+        self.stop_button.setEnabled(state in (JobState.RUNNING, JobState.PAUSED))
+        self.form.setEnabled(not self.job.active)
+
+    def _on_form_changed(self) -> None:
+        self._update_buttons()
+        try:
+            config = self.form.config()
+        except ValueError:
+            return  # the fields show what is wrong; the code keeps the last valid config
+        self.code_view.setPlainText(pytorch_code(config))
+
+    def _on_copy_clicked(self) -> None:
+        QGuiApplication.clipboard().setText(self.code_view.toPlainText())
+
+    def _on_hist_source_toggled(self, _checked: bool) -> None:
+        self._layout_dirty = True
+
+    # ----- drawing -----------------------------------------------------------------
+
+    def _on_timer_timeout(self) -> None:
+        if self._layout_dirty or any(
+            self._shown.get(e.key) != e.model.revision for e in self._runs
+        ):
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Redraw every view from the models (the timer calls this when something moved)."""
+        runs = [(e.key, e.model, e.colour, e.visible) for e in self._runs]
+        current = self._current.model if self._current is not None else None
+        self.loss_plot.refresh(runs)
+        self.scale_plot.refresh(runs, current)
+        self.hist_plot.refresh(current)
+        self.heatmap.refresh(current, self.hist_plot.showing_activations)
+        self.layer_table.refresh(current)
+        self.memory.refresh(current)
+        self._refresh_progress()
+        for row, entry in enumerate(self._runs):
+            item = self.run_list.item(row)
+            title = self._run_title(entry)
+            if item is not None and item.text() != title:
+                self.run_list.blockSignals(True)
+                item.setText(title)
+                self.run_list.blockSignals(False)
+        self._shown = {e.key: e.model.revision for e in self._runs}
+        self._layout_dirty = False
+
+    def _refresh_progress(self) -> None:
+        live = self._live
+        if live is None:
+            return
+        done, planned = live.model.progress()
+        rate = live.model.steps_per_second()
+        left = live.model.seconds_left()
+        self.progress.setRange(0, planned or max(done, 1))
+        self.progress.setValue(min(done, planned or done))
+        text = f"{done}/{planned or '?'} steps"
+        if rate is not None:
+            text += f" · {rate:.1f} steps/s"
+        if left is not None and self.job.active:
+            text += f" · {_duration(left)} left"
+        state = self.job.state
+        if state not in (JobState.RUNNING, JobState.IDLE):
+            text += f" · {state.value}"
+        self.progress.setFormat(text)
+
+    def _show_status(self, text: str, error: bool = False) -> None:
+        self.status_label.setText(text)
+        self.status_label.setStyleSheet("color: #c00000;" if error else "")
+
+    # ----- files -------------------------------------------------------------------
+
+    def _on_open_triggered(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Open run", str(run_directory().path), "Run logs (*.jsonl);;All files (*)"
+        )
+        for path in paths:
+            self.load_run(path)
+
+    def export_to(self, folder: str | Path) -> list[Path]:
+        """Write every plot as PNG and SVG and the current run's scalars as CSV into `folder`."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.refresh()
+        written: list[Path] = []
+        plots = {
+            "loss": self.loss_plot.plot,
+            "loss_scale": self.scale_plot.plot,
+            "gradient_histogram": self.hist_plot.plot,
+            "exponent_heatmap": self.heatmap.plot,
+        }
+        for name, plot in plots.items():
+            written += export_plot(plot, folder / name)
+        entry = self._current
+        if entry is not None:
+            csv_path = folder / f"{_safe_name(entry.model.label)}-steps.csv"
+            count, problems = write_scalars_csv(entry.model, csv_path, entry.path)
+            written.append(csv_path)
+            if problems:
+                self._show_status(f"CSV written ({count} rows); " + "; ".join(problems[:3]))
+        return written
+
+    def _on_export_triggered(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Export plots and CSV into")
+        if not folder:
+            return
+        try:
+            written = self.export_to(folder)
+        except OSError as error:
+            self._show_status(f"Export failed: {error.strerror or error}", error=True)
+            return
+        self._show_status(f"Exported {len(written)} files to {folder}.")
+
+
+def _swatch(colour: str) -> object:
+    from PySide6.QtGui import QColor, QPixmap
+
+    pixmap = QPixmap(12, 12)
+    pixmap.fill(QColor(colour))
+    return pixmap

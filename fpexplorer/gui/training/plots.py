@@ -1,0 +1,610 @@
+"""The training panel's plots. Each view creates its items once and redraws from RunModels.
+
+Views never keep numbers of their own: `refresh(...)` reads the models and pushes the
+arrays into existing items with setData / setOpts / setImage. The panel calls refresh from
+one QTimer (at most ~30 times a second) and only when a model's revision moved.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QRadioButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fpexplorer.gui.training.run_model import (
+    FORMAT_LABELS,
+    HEAT_BINS,
+    HEAT_HI,
+    HEAT_LO,
+    Histogram,
+    RunModel,
+    WhatIf,
+    to_float,
+    what_if,
+)
+
+pg.setConfigOptions(antialias=False, background="w", foreground="k")
+
+# Distinct colours for overlaid runs (colour-blind friendly, Okabe-Ito).
+RUN_COLOURS: tuple[str, ...] = (
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#E69F00",
+    "#56B4E9",
+    "#000000",
+    "#F0E442",
+)
+FORMAT_COLOURS: dict[str, str] = {
+    "float16": "#D55E00",
+    "bfloat16": "#0072B2",
+    "float8_e4m3fn": "#009E73",
+    "float8_e5m2": "#CC79A7",
+}
+
+
+def run_colour(index: int) -> str:
+    return RUN_COLOURS[index % len(RUN_COLOURS)]
+
+
+class PowerOfTwoAxis(pg.AxisItem):
+    """An axis over log2(value) whose ticks read 2^k."""
+
+    def tickStrings(self, values: Sequence[float], scale: float, spacing: float) -> list[str]:
+        return [f"2^{round(v):d}" if abs(v - round(v)) < 1e-6 else "" for v in values]
+
+
+class CountAxis(pg.AxisItem):
+    """An axis over log10(1 + count) whose ticks read counts."""
+
+    def tickStrings(self, values: Sequence[float], scale: float, spacing: float) -> list[str]:
+        out = []
+        for v in values:
+            if v < 0 or abs(v - round(v)) > 1e-6:
+                out.append("")
+            else:
+                out.append(
+                    "0" if v == 0 else f"1e{round(v):d}" if v >= 4 else f"{10 ** round(v):d}"
+                )
+        return out
+
+
+class Card(QFrame):
+    """A titled box: the title, a one-paragraph explanation, and the content under them."""
+
+    def __init__(self, title: str, explanation: str, content: QWidget) -> None:
+        super().__init__()
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setSpacing(2)
+        self.title_label = QLabel(f"<b>{title}</b>")
+        self.explanation_label = QLabel(explanation)
+        self.explanation_label.setWordWrap(True)
+        font = self.explanation_label.font()
+        font.setPointSizeF(max(font.pointSizeF() - 1.0, 7.0))
+        self.explanation_label.setFont(font)
+        self.explanation_label.setStyleSheet("color: #444;")
+        layout.addWidget(self.title_label)
+        layout.addWidget(self.explanation_label)
+        layout.addWidget(content, 1)
+        self.content = content
+
+
+def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
+    axis_items = {"left": left_axis} if left_axis is not None else None
+    widget = pg.PlotWidget(axisItems=axis_items)
+    widget.setMinimumSize(200, 140)
+    widget.showGrid(x=True, y=True, alpha=0.2)
+    item = widget.getPlotItem()
+    item.setMenuEnabled(False)
+    return widget
+
+
+class RunCurves:
+    """One curve per run in a plot; curves are created when a run appears and kept."""
+
+    def __init__(self, plot: pg.PlotWidget, legend: bool = True) -> None:
+        self.plot = plot
+        self.curves: dict[int, pg.PlotDataItem] = {}
+        self.legend = plot.getPlotItem().addLegend(offset=(-10, 10)) if legend else None
+
+    def curve_for(self, key: int, name: str, colour: str) -> pg.PlotDataItem:
+        curve = self.curves.get(key)
+        if curve is None:
+            curve = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5), name=name)
+            curve.setDownsampling(auto=True, method="peak")
+            curve.setClipToView(True)
+            self.plot.addItem(curve)
+            self.curves[key] = curve
+        return curve
+
+    def drop_missing(self, keys: set[int]) -> None:
+        for key in list(self.curves):
+            if key not in keys:
+                curve = self.curves.pop(key)
+                if self.legend is not None:
+                    self.legend.removeItem(curve)
+                self.plot.removeItem(curve)
+
+
+class LossPlot(QWidget):
+    """Loss per step, one curve per run, with a log-axis switch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plot = _plot_widget()
+        self.plot.setLabel("bottom", "step")
+        self.plot.setLabel("left", "loss")
+        self.curves = RunCurves(self.plot)
+        self.log_box = QCheckBox("log axis")
+        self.log_box.toggled.connect(self._on_log_toggled)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(self.log_box)
+        layout.addLayout(row)
+        layout.addWidget(self.plot, 1)
+
+    def _on_log_toggled(self, checked: bool) -> None:
+        self.plot.getPlotItem().setLogMode(x=False, y=checked)
+
+    def refresh(self, runs: Sequence[tuple[int, RunModel, str, bool]]) -> None:
+        for key, model, colour, visible in runs:
+            curve = self.curves.curve_for(key, model.label, colour)
+            curve.setVisible(visible)
+            steps = model.scalars.steps
+            loss = model.scalars.column("loss")
+            # Non-finite losses (an overflowed forward) would break the line; they are
+            # left out of the curve and show up as skipped steps in the scale plot.
+            finite = np.isfinite(loss)
+            curve.setData(steps[finite], loss[finite])
+        self.curves.drop_missing({key for key, *_ in runs})
+
+
+class LossScalePlot(QWidget):
+    """log2(loss scale) per step, skipped steps marked, growth tracker vs growth interval."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plot = _plot_widget(PowerOfTwoAxis("left"))
+        self.plot.setLabel("bottom", "step")
+        self.plot.setLabel("left", "loss scale")
+        self.curves = RunCurves(self.plot)
+        self.skips = pg.ScatterPlotItem(
+            symbol="x", size=9, pen=pg.mkPen("#c00000", width=2), brush=None, name="skipped step"
+        )
+        self.plot.addItem(self.skips)
+        if self.curves.legend is not None:
+            self.curves.legend.addItem(self.skips, "skipped step")
+        self.growth_bar = QProgressBar()
+        self.growth_bar.setTextVisible(True)
+        self.growth_bar.setMaximumHeight(18)
+        self.growth_label = QLabel("growth tracker: –")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.growth_label)
+        row.addWidget(self.growth_bar, 1)
+        layout.addLayout(row)
+
+    def refresh(
+        self, runs: Sequence[tuple[int, RunModel, str, bool]], current: RunModel | None
+    ) -> None:
+        for key, model, colour, visible in runs:
+            curve = self.curves.curve_for(key, model.label, colour)
+            curve.setVisible(visible)
+            scale = model.scalars.column("scale")
+            with np.errstate(divide="ignore", invalid="ignore"):
+                log_scale = np.log2(scale)
+            finite = np.isfinite(log_scale)
+            curve.setData(model.scalars.steps[finite], log_scale[finite])
+        self.curves.drop_missing({key for key, *_ in runs})
+        events = current.skip_events if current is not None else []
+        if events:
+            xs = np.fromiter((e.step for e in events), dtype=np.float64, count=len(events))
+            ys = np.fromiter((e.scale for e in events), dtype=np.float64, count=len(events))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ys = np.log2(ys)
+            keep = np.isfinite(ys)
+            self.skips.setData(xs[keep], ys[keep])
+        else:
+            self.skips.setData([], [])
+        growth = current.growth() if current is not None else None
+        dynamic = current is not None and current.precision == "fp16"
+        if growth is None or not dynamic:
+            self.growth_bar.setRange(0, 1)
+            self.growth_bar.setValue(0)
+            self.growth_bar.setFormat("no dynamic scaling")
+            self.growth_label.setText("growth tracker:")
+        else:
+            tracker, interval = growth
+            self.growth_bar.setRange(0, max(interval, 1))
+            self.growth_bar.setValue(min(tracker, interval))
+            self.growth_bar.setFormat(f"{tracker} / {interval} clean steps until ×growth")
+            skipped = current.skipped_count if current is not None else 0
+            self.growth_label.setText(f"skipped: {skipped} · growth tracker:")
+
+
+class GradientHistogramPlot(QWidget):
+    """The latest statistics step's gradient exponents on a log2|g| axis, against formats.
+
+    Parameter gradients or activation gradients (switchable). Under the bars each format's
+    range is drawn as a ruler: thin from the smallest subnormal to the smallest normal,
+    thick from there to the largest finite value. The shaded window is what FP16 can hold
+    at the what-if loss scale 2**k; it can be dragged sideways or set with the spin box.
+    """
+
+    what_if_changed = Signal(int)
+
+    FORMAT_ORDER = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plot = _plot_widget(CountAxis("left"))
+        self.plot.setLabel("bottom", "log2 |g|  (binade)")
+        self.plot.setLabel("left", "count")
+        self.bars = pg.BarGraphItem(x=[], height=[], width=0.9, brush="#4a7fb5", pen=None)
+        self.plot.addItem(self.bars)
+        self._rulers: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem, pg.TextItem]] = {}
+        for row, name in enumerate(self.FORMAT_ORDER):
+            colour = FORMAT_COLOURS[name]
+            y = -0.45 * (row + 1)
+            thin = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
+            thick = pg.PlotDataItem(pen=pg.mkPen(colour, width=5))
+            label = pg.TextItem(FORMAT_LABELS[name], color=colour, anchor=(1.0, 0.5))
+            label.setFont(QFont("DejaVu Sans", 8))
+            for item in (thin, thick, label):
+                self.plot.addItem(item)
+            self._rulers[name] = (thin, thick, label)
+            thin.setData([0, 0], [y, y])
+        self.window = pg.LinearRegionItem(
+            values=(-24, 16), brush=pg.mkBrush(255, 170, 0, 40), pen=pg.mkPen("#e69f00")
+        )
+        self.window.setMovable(True)
+        for line in self.window.lines:
+            line.setMovable(False)  # the window keeps FP16's width; it only slides
+        self.window.setZValue(-10)
+        self.plot.addItem(self.window)
+        self.window.sigRegionChangeFinished.connect(self._on_window_dragged)
+
+        self.param_button = QRadioButton("parameter gradients")
+        self.act_button = QRadioButton("activation gradients")
+        self.param_button.setChecked(True)
+        self.param_button.toggled.connect(self._on_source_toggled)
+        self.scale_spin = QSpinBox()
+        self.scale_spin.setRange(-40, 60)
+        self.scale_spin.setPrefix("what-if scale 2^")
+        self.scale_spin.setToolTip("A loss scale to try on the recorded counts")
+        self.scale_spin.valueChanged.connect(self._on_scale_changed)
+        self.counts_label = QLabel("zero: –  inf: –  NaN: –")
+        self.what_if_label = QLabel("")
+        self.what_if_label.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(self.param_button)
+        row.addWidget(self.act_button)
+        row.addStretch(1)
+        row.addWidget(self.scale_spin)
+        layout.addLayout(row)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.counts_label)
+        layout.addWidget(self.what_if_label)
+        self._model: RunModel | None = None
+        self._shown_revision = -1
+        self._scale_set_by_user = False
+        self.last_what_if: WhatIf | None = None
+
+    # ----- slots hand off -------------------------------------------------------------
+
+    def _on_source_toggled(self, _checked: bool) -> None:
+        self.refresh(self._model, force=True)
+
+    def _on_scale_changed(self, value: int) -> None:
+        self._scale_set_by_user = True
+        self._show_what_if()
+        self.what_if_changed.emit(value)
+
+    def _on_window_dragged(self, _region: object) -> None:
+        lo, _hi = self.window.getRegion()
+        self.scale_spin.setValue(round(self._recorded_log2_scale() - 24 - lo))
+
+    # ----- drawing --------------------------------------------------------------------
+
+    @property
+    def showing_activations(self) -> bool:
+        return self.act_button.isChecked()
+
+    def current_histogram(self) -> Histogram | None:
+        stats = self._model.latest_stats if self._model is not None else None
+        if stats is None:
+            return None
+        return stats.act_hist if self.showing_activations else stats.grad_hist
+
+    def _recorded_log2_scale(self) -> float:
+        """log2 of the scale the shown histogram was recorded at (both are recorded scaled)."""
+        stats = self._model.latest_stats if self._model is not None else None
+        if stats is None or not (stats.scale > 0 and math.isfinite(stats.scale)):
+            return 0.0
+        return math.log2(stats.scale)
+
+    def refresh(self, model: RunModel | None, force: bool = False) -> None:
+        if model is self._model and not force and model is not None:
+            if model.revision == self._shown_revision:
+                return
+        if model is not self._model:
+            self._scale_set_by_user = False
+        self._model = model
+        self._shown_revision = model.revision if model is not None else -1
+        ranges = model.ranges if model is not None else {}
+        for name, (thin, thick, label) in self._rulers.items():
+            y = -0.45 * (self.FORMAT_ORDER.index(name) + 1)
+            if name in ranges:
+                sub, normal, top = ranges[name]
+                thin.setData([sub, normal], [y, y])
+                thick.setData([normal, top], [y, y])
+                label.setPos(sub - 0.5, y)
+        hist = self.current_histogram()
+        if hist is None or not len(hist.counts):
+            self.bars.setOpts(x=[], height=[])
+            self.counts_label.setText("no statistics step yet")
+        else:
+            x = hist.exponents.astype(np.float64) + 0.5
+            self.bars.setOpts(x=x, height=np.log10(1.0 + hist.counts), width=0.9)
+            stats = model.latest_stats if model is not None else None
+            dtype = f" ({hist.dtype})" if hist.dtype else ""
+            self.counts_label.setText(
+                f"step {stats.step if stats else '?'}{dtype}: {hist.total:,} values · "
+                f"zero {hist.zero:,} · inf {hist.inf:,} · NaN {hist.nan:,}"
+            )
+        if not self._scale_set_by_user and model is not None and model.latest_stats is not None:
+            scale = model.latest_stats.scale
+            if scale > 0 and math.isfinite(scale):
+                self.scale_spin.blockSignals(True)
+                self.scale_spin.setValue(round(math.log2(scale)))
+                self.scale_spin.blockSignals(False)
+        self._show_what_if()
+
+    def _show_what_if(self) -> None:
+        k = self.scale_spin.value()
+        recorded = self._recorded_log2_scale()
+        # FP16's window [2**-24, 2**16) in the units the histogram was recorded in.
+        lo = -24 - (k - recorded)
+        self.window.blockSignals(True)
+        self.window.setRegion((lo, lo + 40))
+        self.window.blockSignals(False)
+        hist = self.current_histogram()
+        if hist is None:
+            self.what_if_label.setText("What-if: waiting for a statistics step.")
+            self.last_what_if = None
+            return
+        result = what_if(hist, k, recorded)
+        self.last_what_if = result
+        self.what_if_label.setText(
+            f"What-if at loss scale 2^{k} in FP16: "
+            f"<b>{100 * result.share(result.underflow):.3g}%</b> underflow "
+            f"({result.underflow:,}), {100 * result.share(result.subnormal):.3g}% subnormal, "
+            f"<b>{100 * result.share(result.overflow):.3g}%</b> overflow ({result.overflow:,}); "
+            f"already zero {result.zero:,}, non-finite {result.nonfinite:,}."
+        )
+
+
+class HeatmapPlot(QWidget):
+    """Gradient exponent histograms over time: step x binade, colour = log10 share."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plot = _plot_widget(PowerOfTwoAxis("left"))
+        self.plot.setLabel("bottom", "step")
+        self.plot.setLabel("left", "|g|")
+        self.image = pg.ImageItem(axisOrder="row-major")
+        self.image.setColorMap(pg.colormap.get("viridis"))
+        self.image.setLevels((-8.0, 0.0))  # fixed: a share of 1e-8 .. 1, never auto
+        self.plot.addItem(self.image)
+        for y, colour in ((-24, "#D55E00"), (math.log2(65504.0), "#D55E00")):
+            line = pg.InfiniteLine(
+                pos=y, angle=0, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine)
+            )
+            self.plot.addItem(line)
+        self.note = QLabel("dashed: FP16 smallest subnormal and largest value")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot, 1)
+        layout.addWidget(self.note)
+        self._key: tuple[int, int, bool] | None = None
+
+    def refresh(self, model: RunModel | None, activations: bool) -> None:
+        key = (id(model), model.revision if model else -1, activations)
+        if key == self._key:
+            return
+        self._key = key
+        heat = None if model is None else (model.act_heat if activations else model.grad_heat)
+        if heat is None or not len(heat):
+            self.image.clear()
+            return
+        img = heat.image()  # (columns, bins): transpose so rows are binades
+        self.image.setImage(img.T, autoLevels=False, levels=(-8.0, 0.0))
+        first, last = heat.step_span
+        width = max(last - first, 1.0)
+        columns = img.shape[0]
+        per_column = width / max(columns - 1, 1) if columns > 1 else 1.0
+        self.image.setRect(QRectF(first, HEAT_LO, width + per_column, HEAT_BINS))
+        occupied = np.nonzero(img.max(axis=0) > -8.0)[0]
+        if len(occupied):
+            lo = HEAT_LO + int(occupied[0]) - 4
+            hi = HEAT_LO + int(occupied[-1]) + 5
+            lo, hi = min(lo, -28), max(hi, 18)
+            self.plot.getPlotItem().setRange(
+                xRange=(first, last + per_column),
+                yRange=(max(lo, HEAT_LO), min(hi, HEAT_HI)),
+                padding=0,
+            )
+
+
+class LayerTable(QWidget):
+    """Each layer's gradients on the latest statistics step; the first non-finite marked."""
+
+    COLUMNS = (
+        "layer",
+        "grad norm",
+        "max |g| (scaled)",
+        "headroom to 65504",
+        "FP16 underflow",
+        "non-finite",
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = QTableWidget(0, len(self.COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(self.COLUMNS))
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.first_label = QLabel("")
+        self.first_label.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.first_label)
+        layout.addWidget(self.table, 1)
+        self._key: tuple[int, int] | None = None
+
+    def refresh(self, model: RunModel | None) -> None:
+        key = (id(model), model.revision if model else -1)
+        if key == self._key:
+            return
+        self._key = key
+        stats = model.latest_stats if model is not None else None
+        layers = stats.layers if stats is not None else []
+        event = model.first_nonfinite_event if model is not None else None
+        if event is not None:
+            self.first_label.setText(
+                f"<span style='color:#c00000'><b>First non-finite layer: {event.first_nonfinite}"
+                f"</b> (step {event.step} skipped at scale {event.scale:g}; "
+                "first in backward order)</span>"
+            )
+        elif model is not None and model.skipped_count:
+            self.first_label.setText(f"{model.skipped_count} skipped steps; no layer named.")
+        else:
+            self.first_label.setText("No non-finite gradients so far.")
+        marked = stats.first_nonfinite if stats is not None else None
+        if marked is None and event is not None:
+            marked = event.first_nonfinite
+        self.table.setRowCount(len(layers))
+        for row, layer in enumerate(layers):
+            name = str(layer.get("name", "?"))
+            headroom = layer.get("headroom_log2")
+            cells = (
+                name + ("  ◀ first non-finite" if name == marked else ""),
+                f"{to_float(layer.get('grad_norm')):.3g}",
+                f"{to_float(layer.get('amax')):.3g}",
+                "–" if headroom is None else f"2^{to_float(headroom):.1f}",
+                f"{100 * to_float(layer.get('underflow_share')):.3g}%",
+                "yes" if layer.get("nonfinite") else "",
+            )
+            for column, text in enumerate(cells):
+                item = self.table.item(row, column)
+                if item is None:
+                    item = QTableWidgetItem()
+                    self.table.setItem(row, column, item)
+                item.setText(text)
+                bad = bool(layer.get("nonfinite")) or name == marked
+                item.setBackground(QColor("#ffd6d6") if bad else QColor(Qt.GlobalColor.white))
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class MemoryReadout(QWidget):
+    """Memory by dtype, throughput and (pure-fp16) the share of updates lost to rounding."""
+
+    PARTS = (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer state"),
+             ("activations", "saved activations"))  # fmt: skip
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = QTableWidget(0, 3)
+        self.table.setHorizontalHeaderLabels(["what", "dtype", "bytes"])
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.throughput = QLabel("")
+        self.lost = QLabel("")
+        self.lost.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.throughput)
+        layout.addWidget(self.lost)
+        layout.addWidget(self.table, 1)
+        self._key: tuple[int, int] | None = None
+
+    def refresh(self, model: RunModel | None) -> None:
+        key = (id(model), model.revision if model else -1)
+        if key == self._key:
+            return
+        self._key = key
+        rate = model.steps_per_second() if model is not None else None
+        done, planned = model.progress() if model is not None else (0, None)
+        self.throughput.setText(
+            f"throughput: {rate:.1f} steps/s · step {done}" + (f" of {planned}" if planned else "")
+            if rate is not None
+            else "throughput: –"
+        )
+        stats = model.latest_stats if model is not None else None
+        lost = stats.lost_updates if stats is not None else None
+        if lost:
+            share = to_float(lost.get("share"))
+            if lost.get("kind") == "actual":
+                text = f"<b>{100 * share:.3g}%</b> of weight updates lost to FP16 rounding."
+            else:
+                text = f"FP16 weights would lose {100 * share:.3g}% of these updates to rounding."
+            self.lost.setText(text)
+        else:
+            self.lost.setText("lost updates: –")
+        rows: list[tuple[str, str, str]] = []
+        memory = stats.memory if stats is not None else None
+        if memory:
+            for key_name, title in self.PARTS:
+                by_dtype = memory.get(key_name) or {}
+                for dtype, nbytes in sorted(by_dtype.items()):
+                    rows.append((title, str(dtype), _human_bytes(to_float(nbytes))))
+            peak = memory.get("peak_device")
+            if peak is not None:
+                rows.append(("device peak", "", _human_bytes(to_float(peak))))
+        self.table.setRowCount(len(rows))
+        for row, cells in enumerate(rows):
+            for column, text in enumerate(cells):
+                item = self.table.item(row, column)
+                if item is None:
+                    item = QTableWidgetItem()
+                    self.table.setItem(row, column, item)
+                item.setText(text)

@@ -1,0 +1,516 @@
+"""The numbers behind the training panel: one run's records in bounded numpy buffers.
+
+Qt-free on purpose (tested without a GUI). Records arrive as dicts (the run log's `.raw`)
+from a live job or a replayed file; the model keeps
+
+- per-step scalars (loss, scale, growth tracker, ...) in a decimating buffer: when the
+  buffer is full every other point is dropped and only every 2nd, 4th, ... step is kept
+  from then on, so memory stays bounded however long the run (the run file keeps all);
+- the latest statistics step in full (histograms, layers, memory, format shares);
+- the gradient exponent histograms over time as a (columns x binades) image, also
+  decimating (pairs of columns are merged when full).
+
+`what_if` answers "how much of this histogram would underflow / overflow in FP16 at loss
+scale 2**k" from the recorded counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Fallback format ranges (log2 of smallest subnormal, smallest normal, largest finite),
+# used when a header does not carry them. The exact values beside them.
+FORMAT_RANGES_LOG2: dict[str, tuple[float, float, float]] = {
+    # 2**-24 = 5.96e-08, 2**-14 = 6.10e-05, 65504 = 0x1.ffcp15
+    "float16": (-24.0, -14.0, math.log2(65504.0)),
+    # 2**-133 = 9.18e-41, 2**-126 = 1.18e-38, 0x1.fep127 = 3.39e38
+    "bfloat16": (-133.0, -126.0, math.log2(float.fromhex("0x1.fep127"))),
+    # 2**-9 = 0.00195, 2**-6 = 0.0156, 448 = 0x1.cp8
+    "float8_e4m3fn": (-9.0, -6.0, math.log2(448.0)),
+    # 2**-16 = 1.53e-05, 2**-14 = 6.10e-05, 57344 = 0x1.cp15
+    "float8_e5m2": (-16.0, -14.0, math.log2(57344.0)),
+}
+FORMAT_LABELS: dict[str, str] = {
+    "float16": "FP16",
+    "bfloat16": "BF16",
+    "float8_e4m3fn": "E4M3",
+    "float8_e5m2": "E5M2",
+}
+
+# The binade axis of the heatmap: fixed, so the image never reshapes. It covers FP32's
+# subnormals (2**-149) up to FP32's largest binade (2**127).
+HEAT_LO = -150
+HEAT_HI = 128
+HEAT_BINS = HEAT_HI - HEAT_LO
+
+SCALAR_FIELDS: tuple[str, ...] = (
+    "loss",
+    "scale",
+    "skipped",
+    "growth_tracker",
+    "lr",
+    "grad_norm",
+    "steps_per_s",
+    "time",
+)
+
+
+def to_float(value: Any) -> float:
+    """A JSON number or one of the strings "NaN", "Infinity", "-Infinity" as a float."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)  # float() reads "NaN", "Infinity", "-Infinity"
+        except ValueError:
+            return math.nan
+    return math.nan
+
+
+def raw_of(record: Any) -> dict[str, Any] | None:
+    """The raw dict of a record object (`.raw`) or the dict itself; None for anything else."""
+    if isinstance(record, Mapping):
+        return dict(record)
+    raw = getattr(record, "raw", None)
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    return None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Histogram:
+    """Counts of values by binade: counts[i] values with floor(log2|g|) == lo + i."""
+
+    lo: int
+    counts: np.ndarray
+    zero: int
+    inf: int
+    nan: int
+    dtype: str | None = None
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum()) + self.zero + self.inf + self.nan
+
+    @property
+    def exponents(self) -> np.ndarray:
+        return np.arange(self.lo, self.lo + len(self.counts), dtype=np.int64)
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> Histogram | None:
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            counts = np.asarray([int(c) for c in raw.get("counts", [])], dtype=np.int64)
+            return cls(
+                lo=int(raw.get("lo", 0)),
+                counts=counts,
+                zero=int(raw.get("zero", 0) or 0),
+                inf=int(raw.get("inf", 0) or 0),
+                nan=int(raw.get("nan", 0) or 0),
+                dtype=raw.get("dtype") if isinstance(raw.get("dtype"), str) else None,
+            )
+        except (TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """What a histogram would become in FP16 at loss scale 2**log2_scale."""
+
+    log2_scale: int
+    total: int
+    zero: int  # already exactly zero: stays zero at any scale
+    underflow: int  # would fall below FP16's smallest subnormal (2**-24): flushed or mangled
+    subnormal: int  # would land in FP16's subnormal range: loses precision
+    overflow: int  # would exceed FP16's largest finite value (65504): becomes inf
+    nonfinite: int  # already inf or NaN
+
+    def share(self, count: int) -> float:
+        return count / self.total if self.total else 0.0
+
+
+def what_if(hist: Histogram, log2_scale: int, recorded_log2_scale: float = 0.0) -> WhatIf:
+    """Classify a recorded histogram as if its values were multiplied by 2**log2_scale.
+
+    A histogram recorded at scale 2**r (e.g. activation gradients, which are recorded
+    scaled) is shifted by log2_scale - r. Power-of-two scales move whole binades, so the
+    counts are exact: binade e lands on [2**(e+s), 2**(e+s+1)); it underflows when
+    e + s < -24 (below 2**-24 = 5.96e-08), is subnormal when -24 <= e + s < -14, and
+    overflows when e + s >= 16 (2**16 > 65504; the binade [2**15, 2**16) holds 65504 and
+    rounds to at most 65504 except its last 16 units, which the counts cannot resolve).
+    """
+    shift = log2_scale - recorded_log2_scale
+    shifted = hist.exponents.astype(np.float64) + shift
+    counts = hist.counts
+    underflow = int(counts[shifted < -24].sum())
+    subnormal = int(counts[(shifted >= -24) & (shifted < -14)].sum())
+    overflow = int(counts[shifted >= 16].sum())
+    return WhatIf(
+        log2_scale=log2_scale,
+        total=hist.total,
+        zero=hist.zero,
+        underflow=underflow,
+        subnormal=subnormal,
+        overflow=overflow,
+        nonfinite=hist.inf + hist.nan,
+    )
+
+
+class DecimatingSeries:
+    """Columns of floats over steps, bounded: halves itself (keeps every other row) when full.
+
+    After k halvings only every 2**k-th offered row is kept, so the rows stay evenly spread
+    over the whole run and memory never exceeds `capacity` rows.
+    """
+
+    def __init__(self, names: Iterable[str], capacity: int = 4096) -> None:
+        if capacity < 4 or capacity % 2:
+            raise ValueError("capacity must be an even number >= 4")
+        self.names = tuple(names)
+        self.capacity = capacity
+        self._data = np.full((capacity, len(self.names) + 1), np.nan, dtype=np.float64)
+        self._size = 0
+        self._stride = 1
+        self._offered = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def stride(self) -> int:
+        return self._stride
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._data.nbytes)
+
+    def append(self, step: float, values: Iterable[float]) -> None:
+        offered = self._offered
+        self._offered += 1
+        if offered % self._stride:
+            return
+        if self._size == self.capacity:
+            kept = self._data[0 : self._size : 2].copy()
+            self._data[: len(kept)] = kept
+            self._data[len(kept) :] = np.nan
+            self._size = len(kept)
+            self._stride *= 2
+            if offered % self._stride:
+                return
+        row = self._data[self._size]
+        row[0] = step
+        row[1:] = list(values)
+        self._size += 1
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self._data[: self._size, 0]
+
+    def column(self, name: str) -> np.ndarray:
+        return self._data[: self._size, 1 + self.names.index(name)]
+
+
+class HeatmapBuffer:
+    """Histograms over time as an image of (columns, HEAT_BINS) shares, bounded.
+
+    Each column is one statistics step; the value is log10 of the share of elements in
+    each binade (-inf for none, clipped at -8 for display). When full, neighbouring
+    columns are merged (their counts summed), so the image covers the whole run.
+    """
+
+    def __init__(self, capacity: int = 512) -> None:
+        if capacity < 4 or capacity % 2:
+            raise ValueError("capacity must be an even number >= 4")
+        self.capacity = capacity
+        self._counts = np.zeros((capacity, HEAT_BINS), dtype=np.float64)
+        self._first_step = np.zeros(capacity, dtype=np.float64)
+        self._last_step = np.zeros(capacity, dtype=np.float64)
+        self._size = 0
+        self._per_column = 1  # statistics steps merged into one column
+        self._pending = 0  # statistics steps already merged into the open last column
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, step: int, hist: Histogram) -> None:
+        binned = np.zeros(HEAT_BINS, dtype=np.float64)
+        idx = hist.exponents - HEAT_LO
+        inside = (idx >= 0) & (idx < HEAT_BINS)
+        np.add.at(binned, idx[inside], hist.counts[inside])
+        # Values outside the fixed axis are piled onto its edges rather than dropped.
+        binned[0] += hist.counts[idx < 0].sum()
+        binned[-1] += hist.counts[idx >= HEAT_BINS].sum()
+        if self._pending and self._pending < self._per_column:
+            self._counts[self._size - 1] += binned
+            self._last_step[self._size - 1] = step
+            self._pending += 1
+            return
+        if self._size == self.capacity:
+            merged = self._counts[0::2] + self._counts[1::2]
+            half = self.capacity // 2
+            self._counts[:half] = merged
+            self._counts[half:] = 0
+            self._first_step[:half] = self._first_step[0::2]
+            self._last_step[:half] = self._last_step[1::2]
+            self._size = half
+            self._per_column *= 2
+        self._counts[self._size] = binned
+        self._first_step[self._size] = step
+        self._last_step[self._size] = step
+        self._size += 1
+        self._pending = 1
+
+    def image(self) -> np.ndarray:
+        """log10(share) per (column, binade), float32, -8 where empty."""
+        counts = self._counts[: self._size]
+        totals = counts.sum(axis=1, keepdims=True)
+        totals[totals == 0] = 1.0
+        with np.errstate(divide="ignore"):
+            shares = np.log10(counts / totals)
+        return np.clip(shares, -8.0, 0.0).astype(np.float32)
+
+    @property
+    def step_span(self) -> tuple[float, float]:
+        if not self._size:
+            return (0.0, 1.0)
+        return (float(self._first_step[0]), float(self._last_step[self._size - 1]))
+
+
+def format_ranges(header: Mapping[str, Any] | None) -> dict[str, tuple[float, float, float]]:
+    """log2 (min subnormal, min normal, max) per format, from the header or the fallback."""
+    ranges = dict(FORMAT_RANGES_LOG2)
+    formats = (header or {}).get("formats")
+    if isinstance(formats, Mapping):
+        for name, info in formats.items():
+            if not isinstance(info, Mapping):
+                continue
+            try:
+                values = [to_float(info[k]) for k in ("min_subnormal", "min_normal", "max")]
+            except KeyError:
+                continue
+            if all(v > 0 and math.isfinite(v) for v in values):
+                ranges[str(name)] = (
+                    math.log2(values[0]),
+                    math.log2(values[1]),
+                    math.log2(values[2]),
+                )
+    return ranges
+
+
+def run_label(config: Mapping[str, Any] | None, fallback: str = "run") -> str:
+    """A short name for a run made of its settings, e.g. 'mlp fp16 lr=0.001 seed=0'."""
+    if not config:
+        return fallback
+    parts = [str(config.get("task", "?")), str(config.get("precision", "?"))]
+    if config.get("loss_scale") not in (None, "dynamic"):
+        parts.append(f"scale={config.get('loss_scale')}")
+    elif config.get("init_scale") not in (None, 65536.0, 65536, 2.0**16):
+        parts.append(f"init={config.get('init_scale'):g}")
+    if "lr" in config:
+        parts.append(f"lr={to_float(config['lr']):g}")
+    if "seed" in config:
+        parts.append(f"seed={config['seed']}")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SkipEvent:
+    """A skipped step and, where the job found it, the first layer that went non-finite."""
+
+    step: int
+    scale: float
+    first_nonfinite: str | None
+
+
+@dataclass(slots=True)
+class StatsSnapshot:
+    """Everything a statistics step carried (the latest one is kept in full)."""
+
+    step: int
+    scale: float
+    grad_hist: Histogram | None = None
+    act_hist: Histogram | None = None
+    act_zero_share: float | None = None
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    first_nonfinite: str | None = None
+    format_shares: dict[str, dict[str, float]] = field(default_factory=dict)
+    lost_updates: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+
+
+class RunModel:
+    """One run (live or replayed): header, bounded per-step scalars, latest statistics."""
+
+    MAX_SKIP_EVENTS = 2000
+    MAX_PROBLEMS = 100
+
+    def __init__(self, scalar_capacity: int = 4096, heat_capacity: int = 512) -> None:
+        self.header: dict[str, Any] | None = None
+        self.end: dict[str, Any] | None = None
+        self.scalars = DecimatingSeries(SCALAR_FIELDS, scalar_capacity)
+        self.grad_heat = HeatmapBuffer(heat_capacity)
+        self.act_heat = HeatmapBuffer(heat_capacity)
+        self.latest_step: dict[str, Any] | None = None
+        self.latest_stats: StatsSnapshot | None = None
+        # Skips: the first MAX_SKIP_EVENTS are kept (a collapse usually starts there),
+        # later ones only counted, so memory stays bounded.
+        self.skip_events: list[SkipEvent] = []
+        self.skipped_count = 0
+        self.first_nonfinite_event: SkipEvent | None = None
+        self.steps_seen = 0
+        self.problems: list[str] = []
+        self.source: str | None = None
+        self.revision = 0  # bumped on every change; views redraw when it moved
+
+    # ----- identity -------------------------------------------------------------------
+
+    @property
+    def config(self) -> dict[str, Any]:
+        config = (self.header or {}).get("config")
+        return dict(config) if isinstance(config, Mapping) else {}
+
+    @property
+    def label(self) -> str:
+        return run_label(self.config, fallback=self.source or "run")
+
+    @property
+    def planned_steps(self) -> int | None:
+        steps = self.config.get("steps")
+        return int(steps) if isinstance(steps, (int, float)) and steps > 0 else None
+
+    @property
+    def precision(self) -> str:
+        return str(self.config.get("precision", ""))
+
+    @property
+    def ranges(self) -> dict[str, tuple[float, float, float]]:
+        return format_ranges(self.header)
+
+    @property
+    def status(self) -> str:
+        if self.end is not None:
+            return str(self.end.get("status", "ended"))
+        return "running" if self.header is not None else "empty"
+
+    # ----- input ----------------------------------------------------------------------
+
+    def add_problem(self, message: str) -> None:
+        if len(self.problems) < self.MAX_PROBLEMS:
+            self.problems.append(message)
+        self.revision += 1
+
+    def add_records(self, records: Iterable[Any]) -> int:
+        """Append records (dicts or objects with `.raw`); returns how many were used."""
+        used = 0
+        for record in records:
+            raw = raw_of(record)
+            if raw is None:
+                self.add_problem(f"not a record: {record!r:.80}")
+                continue
+            kind = raw.get("type")
+            if kind == "header":
+                self.header = raw
+            elif kind == "step":
+                self._add_step(raw)
+            elif kind == "end":
+                self.end = raw
+            else:
+                continue  # unknown record types are allowed by the contract
+            used += 1
+        if used:
+            self.revision += 1
+        return used
+
+    def _add_step(self, raw: dict[str, Any]) -> None:
+        try:
+            step = int(raw["step"])
+        except (KeyError, TypeError, ValueError):
+            self.add_problem(f"step record without a step number: {str(raw)[:80]}")
+            return
+        self.steps_seen += 1
+        scale = to_float(raw.get("scale", 1.0))
+        skipped = bool(raw.get("skipped", False))
+        self.scalars.append(step, (to_float(raw.get(name)) for name in SCALAR_FIELDS))
+        first_nonfinite = raw.get("first_nonfinite")
+        first_nonfinite = first_nonfinite if isinstance(first_nonfinite, str) else None
+        if skipped:
+            self.skipped_count += 1
+            event = SkipEvent(step, scale, first_nonfinite)
+            if len(self.skip_events) < self.MAX_SKIP_EVENTS:
+                self.skip_events.append(event)
+            if first_nonfinite and self.first_nonfinite_event is None:
+                self.first_nonfinite_event = event
+        self.latest_step = raw
+        if any(key in raw for key in ("grad_hist", "act_hist", "layers", "memory")):
+            self._add_stats(step, scale, raw, first_nonfinite)
+
+    def _add_stats(
+        self, step: int, scale: float, raw: dict[str, Any], first_nonfinite: str | None
+    ) -> None:
+        grad_hist = Histogram.from_raw(raw.get("grad_hist"))
+        act_hist = Histogram.from_raw(raw.get("act_hist"))
+        layers = [dict(layer) for layer in raw.get("layers") or [] if isinstance(layer, Mapping)]
+        shares = raw.get("format_shares")
+        lost = raw.get("lost_updates")
+        memory = raw.get("memory")
+        act_zero = raw.get("act_zero_share")
+        self.latest_stats = StatsSnapshot(
+            step=step,
+            scale=scale,
+            grad_hist=grad_hist,
+            act_hist=act_hist,
+            act_zero_share=to_float(act_zero) if act_zero is not None else None,
+            layers=layers,
+            first_nonfinite=first_nonfinite,
+            format_shares=dict(shares) if isinstance(shares, Mapping) else {},
+            lost_updates=dict(lost) if isinstance(lost, Mapping) else None,
+            memory=dict(memory) if isinstance(memory, Mapping) else None,
+        )
+        if grad_hist is not None:
+            self.grad_heat.add(step, grad_hist)
+        if act_hist is not None:
+            self.act_heat.add(step, act_hist)
+
+    # ----- read-outs ------------------------------------------------------------------
+
+    def progress(self) -> tuple[int, int | None]:
+        """(steps done, steps planned or None)."""
+        done = int(self.latest_step["step"]) + 1 if self.latest_step else 0
+        return done, self.planned_steps
+
+    def steps_per_second(self) -> float | None:
+        if not self.latest_step:
+            return None
+        value = to_float(self.latest_step.get("steps_per_s"))
+        return value if math.isfinite(value) and value > 0 else None
+
+    def seconds_left(self) -> float | None:
+        done, planned = self.progress()
+        rate = self.steps_per_second()
+        if planned is None or rate is None:
+            return None
+        return max(planned - done, 0) / rate
+
+    def growth(self) -> tuple[int, int] | None:
+        """(growth tracker now, growth interval) for dynamic scaling, else None."""
+        if not self.latest_step:
+            return None
+        interval = self.config.get("growth_interval")
+        tracker = self.latest_step.get("growth_tracker")
+        if not isinstance(interval, (int, float)) or not isinstance(tracker, (int, float)):
+            return None
+        return int(tracker), int(interval)
+
+    def memory_nbytes(self) -> int:
+        """Bytes held by this model's numpy buffers (for the bounded-memory check)."""
+        return self.scalars.nbytes + self.grad_heat._counts.nbytes + self.act_heat._counts.nbytes
