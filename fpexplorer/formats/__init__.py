@@ -1,1 +1,41 @@
-"""The number science: float formats as data, exact decoding and rounding. No Qt, no torch."""
+"""The number science: float formats as data, exact decoding and rounding. No Qt, no torch.
+
+>>> from fpexplorer.formats import get_format
+>>> fp16 = get_format("fp16")
+>>> fp16.max
+Fraction(65504, 1)
+>>> hex(fp16.from_value("0.1"))
+'0x2e66'
+"""
+
+from .exact import ExactValue, exact_decimal
+from .format import (
+    CLASSES,
+    ENCODINGS,
+    OVERFLOW_POLICIES,
+    ROUNDING_MODES,
+    Fields,
+    FloatFormat,
+    Rounded,
+    make_format,
+    to_exact_value,
+)
+from .parse import parse_value
+from .registry import get_format, list_formats
+
+__all__ = [
+    "CLASSES",
+    "ENCODINGS",
+    "OVERFLOW_POLICIES",
+    "ROUNDING_MODES",
+    "ExactValue",
+    "Fields",
+    "FloatFormat",
+    "Rounded",
+    "exact_decimal",
+    "get_format",
+    "list_formats",
+    "make_format",
+    "parse_value",
+    "to_exact_value",
+]

@@ -1,0 +1,199 @@
+"""Exact values with a sign (so -0, ±inf and NaN exist) and their exact decimal expansions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+KINDS = ("finite", "inf", "nan")
+
+# Python refuses int <-> str conversions of more than 4300 digits by default (a guard against
+# quadratic-time attacks). Exact values of wide custom formats have far more digits, so the
+# conversions below work in chunks instead of changing that interpreter-wide setting.
+_CHUNK_DIGITS = 4000
+
+
+def int_to_decimal_str(value: int) -> str:
+    """`str(value)` for non-negative ints of any length."""
+    if value < 0:
+        raise ValueError("int_to_decimal_str takes a non-negative int")
+    if value.bit_length() < 13000:  # fewer than ~3900 digits: the fast builtin is allowed
+        return str(value)
+    split_digits = _CHUNK_DIGITS
+    while 10 ** (2 * split_digits) <= value:
+        split_digits *= 2
+    high, low = divmod(value, 10**split_digits)
+    return int_to_decimal_str(high) + int_to_decimal_str(low).rjust(split_digits, "0")
+
+
+def decimal_str_to_int(digits: str) -> int:
+    """`int(digits)` for strings of ASCII digits of any length."""
+    if not digits or not digits.isascii() or not digits.isdigit():
+        raise ValueError(f"not a string of decimal digits: {digits[:40]!r}")
+    if len(digits) <= _CHUNK_DIGITS:
+        return int(digits, 10)
+    middle = len(digits) // 2
+    tail = len(digits) - middle
+    scale: int = 10**tail
+    return decimal_str_to_int(digits[:middle]) * scale + decimal_str_to_int(digits[middle:])
+
+
+@dataclass(frozen=True, slots=True)
+class ExactValue:
+    """A real value with its sign kept apart, so that -0, ±inf and NaN are representable."""
+
+    kind: str  # "finite" | "inf" | "nan"
+    negative: bool
+    magnitude: Fraction  # |value| when finite, else 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, not {self.kind!r}")
+        if self.magnitude < 0:
+            raise ValueError("magnitude must be non-negative")
+        if self.kind != "finite" and self.magnitude != 0:
+            raise ValueError("inf and NaN carry no magnitude")
+
+    @staticmethod
+    def of(value: Fraction | int) -> ExactValue:
+        """The finite value `value` (zero is +0)."""
+        fraction = Fraction(value)
+        return ExactValue("finite", fraction < 0, abs(fraction))
+
+    @staticmethod
+    def infinity(negative: bool = False) -> ExactValue:
+        return ExactValue("inf", negative, Fraction(0))
+
+    @staticmethod
+    def nan(negative: bool = False) -> ExactValue:
+        return ExactValue("nan", negative, Fraction(0))
+
+    @property
+    def is_finite(self) -> bool:
+        return self.kind == "finite"
+
+    @property
+    def is_zero(self) -> bool:
+        return self.kind == "finite" and self.magnitude == 0
+
+    @property
+    def is_nan(self) -> bool:
+        return self.kind == "nan"
+
+    @property
+    def is_inf(self) -> bool:
+        return self.kind == "inf"
+
+    @property
+    def fraction(self) -> Fraction:
+        """The signed value; ValueError for inf and NaN."""
+        if self.kind != "finite":
+            raise ValueError(f"{self} has no exact rational value")
+        return -self.magnitude if self.negative else self.magnitude
+
+    def to_float(self) -> float:
+        """The nearest Python float (±inf beyond float64's range, signed zero kept)."""
+        sign = -1.0 if self.negative else 1.0
+        if self.kind == "nan":
+            return math.copysign(math.nan, sign)
+        if self.kind == "inf":
+            return math.copysign(math.inf, sign)
+        try:
+            return math.copysign(float(self.magnitude), sign)
+        except OverflowError:
+            return math.copysign(math.inf, sign)
+
+    def __str__(self) -> str:
+        sign = "-" if self.negative else ""
+        if self.kind == "nan":
+            return f"{sign}nan"
+        if self.kind == "inf":
+            return f"{sign}inf"
+        magnitude = self.magnitude
+        if magnitude.denominator == 1:
+            return f"{sign}{int_to_decimal_str(magnitude.numerator)}"
+        if _is_terminating(magnitude):
+            return sign + exact_decimal(magnitude)
+        return f"{sign}{magnitude.numerator}/{magnitude.denominator}"
+
+
+def _is_terminating(value: Fraction) -> bool:
+    denominator = value.denominator
+    for prime in (2, 5):
+        while denominator % prime == 0:
+            denominator //= prime
+    return denominator == 1
+
+
+def exact_decimal(x: Fraction | ExactValue | int, max_digits: int | None = None) -> str:
+    """The decimal expansion of `x`, every digit.
+
+    Dyadic values (every float) terminate and are printed in full, positionally (the smallest
+    float64 subnormal has 1074 decimals). A value that does not terminate, such as 1/3, is cut
+    after `max_digits` significant digits (60 by default) and marked with "…"; so is a
+    terminating one longer than an explicit `max_digits`.
+    """
+    if isinstance(x, ExactValue):
+        if not x.is_finite:
+            return str(x)
+        sign = "-" if x.negative else ""
+        magnitude = x.magnitude
+    else:
+        value = Fraction(x)
+        sign = "-" if value < 0 else ""
+        magnitude = abs(value)
+    if max_digits is not None and max_digits < 1:
+        raise ValueError("max_digits must be at least 1")
+    if magnitude == 0:
+        return f"{sign}0"
+    numerator, denominator = magnitude.numerator, magnitude.denominator
+    if _is_terminating(magnitude):
+        twos = fives = 0
+        rest = denominator
+        while rest % 2 == 0:
+            rest //= 2
+            twos += 1
+        while rest % 5 == 0:
+            rest //= 5
+            fives += 1
+        places = max(twos, fives)
+        scaled = numerator * 2 ** (places - twos) * 5 ** (places - fives)  # value * 10**places
+        digits = int_to_decimal_str(scaled)
+        text = _place_point(digits, places)
+        if max_digits is None or _significant_count(digits) <= max_digits:
+            return sign + text
+    # Cut to max_digits significant digits (truncated, never rounded, then "…").
+    wanted = 60 if max_digits is None else max_digits
+    exponent10 = len(int_to_decimal_str(numerator)) - len(int_to_decimal_str(denominator))
+    # Find k with 10**(wanted-1) <= value * 10**k < 10**wanted.
+    shift = wanted - 1 - exponent10
+    while True:
+        scaled_value = magnitude * Fraction(10) ** shift
+        integer = scaled_value.numerator // scaled_value.denominator
+        if integer >= 10**wanted:
+            shift -= 1
+        elif integer < 10 ** (wanted - 1):
+            shift += 1
+        else:
+            break
+    digits = int_to_decimal_str(integer)
+    if shift >= 0:
+        text = _place_point(digits, shift)
+    else:
+        text = digits + "0" * (-shift)
+    return sign + text + "…"
+
+
+def _significant_count(digits: str) -> int:
+    return len(digits.lstrip("0").rstrip("0")) or 1
+
+
+def _place_point(digits: str, places: int) -> str:
+    """Put a decimal point `places` digits from the right of the integer `digits`."""
+    if places <= 0:
+        return digits + "0" * (-places)
+    if len(digits) <= places:
+        digits = "0" * (places - len(digits) + 1) + digits
+    whole, decimals = digits[:-places], digits[-places:].rstrip("0")
+    return f"{whole}.{decimals}" if decimals else whole
