@@ -15,6 +15,9 @@ from typing import Any
 
 import pyqtgraph as pg
 import pyqtgraph.exporters
+from PySide6.QtGui import QPainter
+from PySide6.QtSvg import QSvgGenerator
+from PySide6.QtWidgets import QWidget
 
 from fpexplorer.gui.training.run_model import SCALAR_FIELDS, RunModel, to_float
 from fpexplorer.training.runlog import RunReader, StepRecord
@@ -32,8 +35,26 @@ def export_plot(plot: pg.PlotWidget, base: str | os.PathLike[str]) -> list[Path]
     width = max(int(plot.width()), 400)
     image_exporter.parameters()["width"] = width * 2  # twice the screen size: crisp in a doc
     image_exporter.export(str(png))
-    pyqtgraph.exporters.SVGExporter(item).export(str(svg))
+    try:
+        pyqtgraph.exporters.SVGExporter(item).export(str(svg))
+    except ValueError:
+        # pyqtgraph 0.14's SVG clean-up cannot parse the path syntax newer Qt (6.12)
+        # writes ("M10 20" rather than "M10,20"); Qt's own generator writes valid SVG.
+        _render_svg(plot, svg)
     return [png, svg]
+
+
+def _render_svg(widget: QWidget, path: Path) -> None:
+    generator = QSvgGenerator()
+    generator.setFileName(str(path))
+    generator.setSize(widget.size())
+    generator.setViewBox(widget.rect())
+    generator.setTitle(widget.windowTitle() or path.stem)
+    painter = QPainter(generator)
+    try:
+        widget.render(painter)
+    finally:
+        painter.end()
 
 
 def _number(value: Any) -> str:

@@ -103,7 +103,13 @@ class TrainingJob(QObject):
         problems = config.validate()
         if problems:
             raise ValueError("; ".join(f"{k}: {v}" for k, v in problems.items()))
-        argv = job_argv(config, run_path)
+        self.start_command(job_argv(config, run_path), run_path)
+
+    def start_command(self, argv: list[str], run_path: str | os.PathLike[str]) -> None:
+        """Start any command that writes run-log records to stdout (benchmarks use a
+        synthetic job through this same path). Raises JobStateError while one is active."""
+        if not self._machine.allowed("start"):
+            raise JobStateError(f"cannot start a job while one is {self.state.value}")
         self.run_path = Path(run_path)
         self.end_record = None
         self.stderr_tail.clear()

@@ -124,10 +124,15 @@ def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
 class RunCurves:
     """One curve per run in a plot; curves are created when a run appears and kept."""
 
-    def __init__(self, plot: pg.PlotWidget, legend: bool = True) -> None:
+    def __init__(
+        self, plot: pg.PlotWidget, legend_offset: tuple[int, int] | None = (-10, 10)
+    ) -> None:
         self.plot = plot
         self.curves: dict[int, pg.PlotDataItem] = {}
-        self.legend = plot.getPlotItem().addLegend(offset=(-10, 10)) if legend else None
+        self.legend = None
+        if legend_offset is not None:
+            self.legend = plot.getPlotItem().addLegend(offset=legend_offset)
+            self.legend.setBrush(pg.mkBrush(255, 255, 255, 200))
 
     def curve_for(self, key: int, name: str, colour: str) -> pg.PlotDataItem:
         curve = self.curves.get(key)
@@ -191,13 +196,11 @@ class LossScalePlot(QWidget):
         self.plot = _plot_widget(PowerOfTwoAxis("left"))
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "loss scale")
-        self.curves = RunCurves(self.plot)
+        self.curves = RunCurves(self.plot, legend_offset=(-10, -10))
         self.skips = pg.ScatterPlotItem(
             symbol="x", size=9, pen=pg.mkPen("#c00000", width=2), brush=None, name="skipped step"
         )
         self.plot.addItem(self.skips)
-        if self.curves.legend is not None:
-            self.curves.legend.addItem(self.skips, "skipped step")
         self.growth_bar = QProgressBar()
         self.growth_bar.setTextVisible(True)
         self.growth_bar.setMaximumHeight(18)
@@ -259,6 +262,7 @@ class GradientHistogramPlot(QWidget):
 
     what_if_changed = Signal(int)
 
+    RULER_STEP = 0.6  # vertical distance between format rulers, in log10(count) units
     FORMAT_ORDER = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 
     def __init__(self) -> None:
@@ -271,11 +275,13 @@ class GradientHistogramPlot(QWidget):
         self._rulers: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem, pg.TextItem]] = {}
         for row, name in enumerate(self.FORMAT_ORDER):
             colour = FORMAT_COLOURS[name]
-            y = -0.45 * (row + 1)
+            y = -self.RULER_STEP * (row + 1)
             thin = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
             thick = pg.PlotDataItem(pen=pg.mkPen(colour, width=5))
-            label = pg.TextItem(FORMAT_LABELS[name], color=colour, anchor=(1.0, 0.5))
-            label.setFont(QFont("DejaVu Sans", 8))
+            label = pg.TextItem(
+                FORMAT_LABELS[name], color=colour, anchor=(0.0, 0.5)
+            )
+            label.setFont(QFont("DejaVu Sans", 7))
             for item in (thin, thick, label):
                 self.plot.addItem(item)
             self._rulers[name] = (thin, thick, label)
@@ -361,17 +367,21 @@ class GradientHistogramPlot(QWidget):
         self._shown_revision = model.revision if model is not None else -1
         ranges = model.ranges if model is not None else {}
         for name, (thin, thick, label) in self._rulers.items():
-            y = -0.45 * (self.FORMAT_ORDER.index(name) + 1)
+            y = -self.RULER_STEP * (self.FORMAT_ORDER.index(name) + 1)
             if name in ranges:
                 sub, normal, top = ranges[name]
                 thin.setData([sub, normal], [y, y])
                 thick.setData([normal, top], [y, y])
-                label.setPos(sub - 0.5, y)
         hist = self.current_histogram()
+        x_lo, x_hi, y_hi = -30.0, 20.0, 1.0
         if hist is None or not len(hist.counts):
             self.bars.setOpts(x=[], height=[])
             self.counts_label.setText("no statistics step yet")
         else:
+            # The view holds the bars and FP16's window at the scale the step ran with.
+            x_lo = min(float(hist.lo), -24.0) - 2
+            x_hi = max(float(hist.lo + len(hist.counts)), 16.0) + 2
+            y_hi = max(float(np.log10(1.0 + hist.counts.max())), 1.0)
             x = hist.exponents.astype(np.float64) + 0.5
             self.bars.setOpts(x=x, height=np.log10(1.0 + hist.counts), width=0.9)
             stats = model.latest_stats if model is not None else None
@@ -380,6 +390,14 @@ class GradientHistogramPlot(QWidget):
                 f"step {stats.step if stats else '?'}{dtype}: {hist.total:,} values · "
                 f"zero {hist.zero:,} · inf {hist.inf:,} · NaN {hist.nan:,}"
             )
+        # Fixed by the data, not auto-ranged: BF16's ruler would stretch the view to ±130.
+        x_lo -= 0.12 * (x_hi - x_lo)  # room for the format names on the left
+        self.plot.getPlotItem().setRange(
+            xRange=(x_lo, x_hi), yRange=(-self.RULER_STEP * len(self.FORMAT_ORDER) - 0.3, y_hi * 1.08),
+            padding=0,
+        )  # fmt: skip
+        for name, (_thin, _thick, label) in self._rulers.items():
+            label.setPos(x_lo, -self.RULER_STEP * (self.FORMAT_ORDER.index(name) + 1))
         if not self._scale_set_by_user and model is not None and model.latest_stats is not None:
             scale = model.latest_stats.scale
             if scale > 0 and math.isfinite(scale):
@@ -424,6 +442,11 @@ class HeatmapPlot(QWidget):
         self.image.setColorMap(pg.colormap.get("viridis"))
         self.image.setLevels((-8.0, 0.0))  # fixed: a share of 1e-8 .. 1, never auto
         self.plot.addItem(self.image)
+        self.colour_bar = pg.ColorBarItem(
+            values=(-8.0, 0.0), colorMap=pg.colormap.get("viridis"), interactive=False,
+            width=12, label="log10 share",
+        )  # fmt: skip
+        self.colour_bar.setImageItem(self.image, insert_in=self.plot.getPlotItem())
         for y, colour in ((-24, "#D55E00"), (math.log2(65504.0), "#D55E00")):
             line = pg.InfiniteLine(
                 pos=y, angle=0, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine)
@@ -467,19 +490,25 @@ class HeatmapPlot(QWidget):
 class LayerTable(QWidget):
     """Each layer's gradients on the latest statistics step; the first non-finite marked."""
 
-    COLUMNS = (
-        "layer",
-        "grad norm",
-        "max |g| (scaled)",
-        "headroom to 65504",
-        "FP16 underflow",
-        "non-finite",
+    COLUMNS = ("layer", "‖g‖", "max |g|", "headroom", "< 2^-24", "inf/NaN")
+    TOOLTIPS = (
+        "module name",
+        "L2 norm of the layer's unscaled gradient",
+        "largest scaled gradient magnitude",
+        "log2(65504 / max |g|): how many doublings of the scale before FP16 overflows",
+        "share of the layer's scaled gradients below FP16's smallest subnormal",
+        "the layer's gradient held inf or NaN",
     )
 
     def __init__(self) -> None:
         super().__init__()
         self.table = QTableWidget(0, len(self.COLUMNS))
         self.table.setHorizontalHeaderLabels(list(self.COLUMNS))
+        for column, tip in enumerate(self.TOOLTIPS):
+            header_item = self.table.horizontalHeaderItem(column)
+            if header_item is not None:
+                header_item.setToolTip(tip)
+        self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
@@ -504,7 +533,7 @@ class LayerTable(QWidget):
         if event is not None:
             self.first_label.setText(
                 f"<span style='color:#c00000'><b>First non-finite layer: {event.first_nonfinite}"
-                f"</b> (step {event.step} skipped at scale {event.scale:g}; "
+                f"</b> (step {event.step} skipped at scale {_scale_text(event.scale)}; "
                 "first in backward order)</span>"
             )
         elif model is not None and model.skipped_count:
@@ -534,6 +563,12 @@ class LayerTable(QWidget):
                 item.setText(text)
                 bad = bool(layer.get("nonfinite")) or name == marked
                 item.setBackground(QColor("#ffd6d6") if bad else QColor(Qt.GlobalColor.white))
+
+
+def _scale_text(scale: float) -> str:
+    if scale > 0 and math.isfinite(scale) and math.log2(scale).is_integer():
+        return f"2^{int(math.log2(scale))}"
+    return f"{scale:g}"
 
 
 def _human_bytes(n: float) -> str:

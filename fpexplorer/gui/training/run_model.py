@@ -311,11 +311,15 @@ def run_label(config: Mapping[str, Any] | None, fallback: str = "run") -> str:
     """A short name for a run made of its settings, e.g. 'mlp fp16 lr=0.001 seed=0'."""
     if not config:
         return fallback
-    parts = [str(config.get("task", "?")), str(config.get("precision", "?"))]
-    if config.get("loss_scale") not in (None, "dynamic"):
-        parts.append(f"scale={config.get('loss_scale')}")
-    elif config.get("init_scale") not in (None, 65536.0, 65536, 2.0**16):
-        parts.append(f"init={config.get('init_scale'):g}")
+    task = str(config.get("task", "?"))
+    if ":" in task:  # a user's file: its file name says enough
+        task = task.replace("\\", "/").rsplit("/", 1)[-1]
+    precision = str(config.get("precision", "?"))
+    parts = [task, precision]
+    if precision == "fp16-static" and config.get("loss_scale") is not None:
+        parts.append(f"scale={to_float(config['loss_scale']):g}")
+    elif precision == "fp16" and to_float(config.get("init_scale", 65536.0)) != 65536.0:
+        parts.append(f"init={to_float(config['init_scale']):g}")
     if "lr" in config:
         parts.append(f"lr={to_float(config['lr']):g}")
     if "seed" in config:

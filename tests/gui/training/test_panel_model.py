@@ -1,0 +1,216 @@
+"""The panel's Qt-free parts: RunModel, what-if, the job state machine, the code snippets."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fpexplorer.gui.training.code_snippet import pytorch_code
+from fpexplorer.gui.training.job_state import JobState, JobStateError, JobStateMachine
+from fpexplorer.gui.training.run_model import (
+    DecimatingSeries,
+    HeatmapBuffer,
+    Histogram,
+    RunModel,
+    format_ranges,
+    run_label,
+    what_if,
+)
+from fpexplorer.gui.training.synthetic import synthetic_records
+from fpexplorer.training.config import PRECISION_NAMES, TrainConfig
+
+# ----- what-if against numpy's float16 as the oracle -------------------------------------
+
+
+def _histogram_of(values: np.ndarray) -> Histogram:
+    magnitudes = np.abs(values.astype(np.float64))
+    finite = np.isfinite(magnitudes) & (magnitudes > 0)
+    exponents = np.floor(np.log2(magnitudes[finite])).astype(np.int64)
+    lo = int(exponents.min())
+    counts = np.bincount(exponents - lo)
+    return Histogram(
+        lo=lo,
+        counts=counts.astype(np.int64),
+        zero=int((magnitudes == 0).sum()),
+        inf=int(np.isinf(magnitudes).sum()),
+        nan=int(np.isnan(magnitudes).sum()),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    centre=st.integers(-60, 30),
+    log2_scale=st.integers(-20, 40),
+)
+def test_what_if_matches_float16_casts(seed: int, centre: int, log2_scale: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = np.exp2(rng.normal(centre, 12, size=4000)) * rng.choice([-1.0, 1.0], size=4000)
+    values[:7] = 0.0
+    values[7:9] = np.inf
+    values[9] = np.nan
+    scaled = values * 2.0**log2_scale  # exact: a power of two
+    # The binade [2**15, 2**16) holds both 65504 and values that round to inf; the counts
+    # cannot split it, so the oracle leaves that narrow band out.
+    scaled_finite = np.where(np.isfinite(scaled), np.abs(scaled), 0.0)
+    keep = ~((scaled_finite >= 65520.0) & (scaled_finite < 65536.0))
+    values, scaled = values[keep], scaled[keep]
+    hist = _histogram_of(values)
+    result = what_if(hist, log2_scale)
+    magnitude = np.abs(scaled)
+    finite_nonzero = np.isfinite(magnitude) & (magnitude > 0)
+    with np.errstate(over="ignore"):
+        as_fp16 = scaled.astype(np.float16)
+    assert result.overflow == int((np.isinf(as_fp16) & np.isfinite(scaled)).sum())
+    assert result.underflow == int((finite_nonzero & (magnitude < 2.0**-24)).sum())
+    # Everything below half the smallest subnormal really is flushed to zero by FP16.
+    flushed = finite_nonzero & (magnitude < 2.0**-25)
+    assert np.all(as_fp16[flushed] == 0)
+    assert result.subnormal == int(
+        (finite_nonzero & (magnitude >= 2.0**-24) & (magnitude < 2.0**-14)).sum()
+    )
+    assert result.zero == int((values == 0).sum())
+    assert result.nonfinite == 3
+    assert result.total == len(values)
+
+
+def test_what_if_shifts_a_histogram_recorded_at_a_scale() -> None:
+    hist = Histogram(lo=-30, counts=np.array([5, 0, 0, 7]), zero=1, inf=0, nan=0)
+    # Recorded at 2**10: binade -30 holds unscaled values of 2**-40. At scale 2**20 they
+    # land at 2**-20 (normal), the binade -27 at 2**-17 (normal) too.
+    at_20 = what_if(hist, 20, recorded_log2_scale=10)
+    assert (at_20.underflow, at_20.subnormal) == (0, 12)
+    at_0 = what_if(hist, 0, recorded_log2_scale=10)
+    assert at_0.underflow == 12
+    assert at_0.share(at_0.underflow) == pytest.approx(12 / 13)
+
+
+# ----- bounded buffers ------------------------------------------------------------------
+
+
+def test_decimating_series_stays_bounded_and_spans_the_run() -> None:
+    series = DecimatingSeries(("loss",), capacity=64)
+    for step in range(10_000):
+        series.append(step, [float(step)])
+    assert len(series) <= 64
+    assert series.steps[0] == 0
+    assert series.steps[-1] >= 10_000 - 2 * series.stride
+    assert np.all(np.diff(series.steps) == series.stride)
+    assert np.array_equal(series.column("loss"), series.steps)
+
+
+def test_heatmap_merges_columns_and_keeps_counts() -> None:
+    heat = HeatmapBuffer(capacity=8)
+    hist = Histogram(lo=-3, counts=np.array([1, 2, 3]), zero=0, inf=0, nan=0)
+    for step in range(100):
+        heat.add(step, hist)
+    assert len(heat) <= 8
+    assert heat.step_span == (0.0, 99.0)
+    image = heat.image()
+    assert image.shape[0] == len(heat)
+    # Shares do not change by merging identical histograms: 3/6 in binade -1.
+    assert image[0, -1 - (-150)] == pytest.approx(math.log10(0.5), abs=1e-6)
+
+
+def test_run_model_memory_is_bounded() -> None:
+    small, large = RunModel(), RunModel()
+    small.add_records(synthetic_records(1_000, stats_every=5))
+    large.add_records(synthetic_records(20_000, stats_every=5))
+    assert large.steps_seen == 20_000
+    assert large.memory_nbytes() == small.memory_nbytes()
+    assert len(large.scalars) <= large.scalars.capacity
+
+
+# ----- records into the model -----------------------------------------------------------
+
+
+def test_run_model_reads_a_synthetic_run() -> None:
+    model = RunModel()
+    model.add_records(synthetic_records(300, overflow_every=97, stats_every=1))
+    assert model.status == "completed"
+    assert model.steps_seen == 300
+    assert model.skipped_count == 3
+    assert model.first_nonfinite_event is not None
+    assert model.first_nonfinite_event.step == 96
+    assert model.first_nonfinite_event.first_nonfinite == "head"
+    assert model.latest_stats is not None and model.latest_stats.grad_hist is not None
+    assert model.progress() == (300, 300)
+    assert model.growth() is not None
+    # Non-finite floats arrive as JSON strings and are read back as floats.
+    model.add_records([{"type": "step", "step": 300, "loss": "NaN", "scale": "Infinity"}])
+    assert math.isnan(model.scalars.column("loss")[-1])
+    assert math.isinf(model.scalars.column("scale")[-1])
+
+
+def test_run_model_reports_bad_records_without_raising() -> None:
+    model = RunModel()
+    model.add_records(["not a dict", {"type": "step"}, {"type": "future-kind"}])
+    assert len(model.problems) == 2
+    assert model.steps_seen == 0
+
+
+def test_run_label_names_settings() -> None:
+    assert run_label({"task": "mlp", "precision": "fp16", "lr": 0.01, "seed": 3}) == (
+        "mlp fp16 lr=0.01 seed=3"
+    )
+    assert "scale=128" in run_label({"task": "mlp", "precision": "fp16-static", "loss_scale": 128})
+    assert run_label({"task": "/x/y/own.py:make", "precision": "bf16"}) == "own.py:make bf16"
+    assert run_label(None, fallback="file.jsonl") == "file.jsonl"
+
+
+def test_format_ranges_from_header_are_log2_of_the_values() -> None:
+    ranges = format_ranges(
+        {"formats": {"float16": {"max": 65504.0, "min_normal": 2**-14, "min_subnormal": 2**-24}}}
+    )
+    assert ranges["float16"][:2] == (-24.0, -14.0)
+    assert ranges["float16"][2] == pytest.approx(math.log2(65504.0))
+    assert ranges["bfloat16"][0] == -133.0  # the fallback fills in the rest
+
+
+# ----- the job state machine ------------------------------------------------------------
+
+
+def test_job_state_machine_moves_and_refuses_misuse() -> None:
+    machine = JobStateMachine()
+    assert machine.state is JobState.IDLE
+    with pytest.raises(JobStateError, match="cannot pause a job that is idle"):
+        machine.move("pause")
+    assert machine.move("start") is JobState.RUNNING
+    with pytest.raises(JobStateError, match="cannot start"):
+        machine.move("start")
+    assert machine.move("pause") is JobState.PAUSED
+    assert machine.move("resume") is JobState.RUNNING
+    assert machine.move("stop") is JobState.STOPPING
+    with pytest.raises(JobStateError):
+        machine.move("resume")
+    assert machine.move("finish") is JobState.DONE
+    assert not machine.active
+    assert machine.move("start") is JobState.RUNNING
+    assert machine.move("fail") is JobState.FAILED
+    with pytest.raises(JobStateError, match="unknown job action"):
+        machine.move("explode")
+
+
+# ----- the code view --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", PRECISION_NAMES)
+def test_pytorch_code_compiles_for_every_precision(precision: str) -> None:
+    code = pytorch_code(TrainConfig(precision=precision, device="cpu", growth_interval=123))
+    compile(code, f"<{precision}>", "exec")
+    expected = {
+        "fp16": ["torch.amp.GradScaler", "growth_interval=123", "torch.float16"],
+        "bf16": ["torch.bfloat16"],
+        "fp16-static": ["loss_scale = 1024.0"],
+        "pure-fp16": ["model.half()"],
+        "fp16-noscale": ["torch.float16"],
+        "fp32": ["loss.backward()"],
+    }[precision]
+    for text in expected:
+        assert text in code
+    if precision != "fp16":
+        assert "GradScaler(" not in code
