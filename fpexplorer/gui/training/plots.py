@@ -366,7 +366,7 @@ class GradientHistogramPlot(QWidget):
         self._model = model
         self._shown_revision = model.revision if model is not None else -1
         ranges = model.ranges if model is not None else {}
-        for name, (thin, thick, label) in self._rulers.items():
+        for name, (thin, thick, _label) in self._rulers.items():
             y = -self.RULER_STEP * (self.FORMAT_ORDER.index(name) + 1)
             if name in ranges:
                 sub, normal, top = ranges[name]
@@ -393,9 +393,10 @@ class GradientHistogramPlot(QWidget):
         # Fixed by the data, not auto-ranged: BF16's ruler would stretch the view to ±130.
         x_lo -= 0.12 * (x_hi - x_lo)  # room for the format names on the left
         self.plot.getPlotItem().setRange(
-            xRange=(x_lo, x_hi), yRange=(-self.RULER_STEP * len(self.FORMAT_ORDER) - 0.3, y_hi * 1.08),
+            xRange=(x_lo, x_hi),
+            yRange=(-self.RULER_STEP * len(self.FORMAT_ORDER) - 0.3, y_hi * 1.08),
             padding=0,
-        )  # fmt: skip
+        )
         for name, (_thin, _thick, label) in self._rulers.items():
             label.setPos(x_lo, -self.RULER_STEP * (self.FORMAT_ORDER.index(name) + 1))
         if not self._scale_set_by_user and model is not None and model.latest_stats is not None:

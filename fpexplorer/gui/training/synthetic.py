@@ -40,7 +40,8 @@ def _histogram(rng: random.Random, centre: float, spread: float, total: int) -> 
     weights = [math.exp(-(((lo + i + 0.5) - centre) ** 2) / (2 * spread**2)) for i in range(width)]
     norm = sum(weights)
     counts = [int(total * w / norm * rng.uniform(0.9, 1.1)) for w in weights]
-    return {"lo": lo, "counts": counts, "zero": rng.randrange(0, total // 100 + 1), "inf": 0, "nan": 0}
+    zero = rng.randrange(0, total // 100 + 1)
+    return {"lo": lo, "counts": counts, "zero": zero, "inf": 0, "nan": 0}
 
 
 def synthetic_records(

@@ -108,7 +108,8 @@ def test_export_writes_png_svg_and_csv(panel, synthetic_run: Path, tmp_path: Pat
     assert suffixes.count(".png") == 4 and suffixes.count(".svg") == 4
     for path in written:
         assert path.stat().st_size > 500, path
-    assert all(path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for path in written if path.suffix == ".png")
+    pngs = [path for path in written if path.suffix == ".png"]
+    assert all(path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for path in pngs)
     assert all(b"<svg" in path.read_bytes()[:2000] for path in written if path.suffix == ".svg")
     (csv_path,) = [path for path in written if path.suffix == ".csv"]
     with open(csv_path, newline="") as handle:
