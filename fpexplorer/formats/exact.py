@@ -12,13 +12,14 @@ KINDS = ("finite", "inf", "nan")
 # quadratic-time attacks). Exact values of wide custom formats have far more digits, so the
 # conversions below work in chunks instead of changing that interpreter-wide setting.
 _CHUNK_DIGITS = 4000
+_CHUNK_LIMIT = 10**_CHUNK_DIGITS
 
 
 def int_to_decimal_str(value: int) -> str:
     """`str(value)` for non-negative ints of any length."""
     if value < 0:
         raise ValueError("int_to_decimal_str takes a non-negative int")
-    if value.bit_length() < 13000:  # fewer than ~3900 digits: the fast builtin is allowed
+    if value < _CHUNK_LIMIT:  # few enough digits for the builtin
         return str(value)
     split_digits = _CHUNK_DIGITS
     while 10 ** (2 * split_digits) <= value:

@@ -37,7 +37,7 @@ def parse_value(text: str, fmt: FloatFormat | None = None) -> ExactValue:
         raise ValueError(f"expected text, got {type(text).__name__}")
     if len(text) > MAX_TEXT_LENGTH:
         raise ValueError(f"value text too long ({len(text)} characters, at most {MAX_TEXT_LENGTH})")
-    stripped = text.strip().replace("_", "")
+    stripped = text.strip()
     if not stripped:
         raise ValueError("empty value")
     negative = False
@@ -56,6 +56,7 @@ def parse_value(text: str, fmt: FloatFormat | None = None) -> ExactValue:
         return _constant(lowered, negative, fmt)
     if body[0] in "+-":
         raise ValueError(f"{text.strip()!r}: more than one sign")
+    body = body.replace("_", "")  # digit grouping, as in Python literals: 1_000
     if "/" in body:
         numerator_text, _, denominator_text = body.partition("/")
         numerator = _unsigned_number(numerator_text.strip(), text)

@@ -1,0 +1,305 @@
+"""The public API promised in formats_api.md: names, specs, errors, records, decimals."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from fpexplorer.formats import (
+    OVERFLOW_POLICIES,
+    ROUNDING_MODES,
+    ExactValue,
+    Fields,
+    FloatFormat,
+    exact_decimal,
+    get_format,
+    list_formats,
+    make_format,
+    parse_value,
+)
+
+
+def test_named_formats_widest_first_with_aliases() -> None:
+    names = [f.name for f in list_formats()]
+    assert names[:5] == ["float64", "float32", "tfloat32", "float16", "bfloat16"]
+    widths = [f.width for f in list_formats()]
+    assert widths == sorted(widths, reverse=True)
+    for alias, name in [
+        ("fp64", "float64"), ("fp32", "float32"), ("tf32", "tfloat32"), ("fp16", "float16"),
+        ("half", "float16"), ("bf16", "bfloat16"), ("e4m3", "float8_e4m3fn"),
+        ("e5m2", "float8_e5m2"), ("e8m0", "float8_e8m0fnu"), ("fp6_e2m3", "float6_e2m3fn"),
+        ("fp6_e3m2", "float6_e3m2fn"), ("fp4", "float4_e2m1fn"), ("FP16", "float16"),
+    ]:
+        assert get_format(alias).name == name
+        assert alias.lower() in get_format(alias).aliases
+    assert get_format("tf32").width == 19
+    assert {f.name for f in list_formats()} >= {
+        "float8_e4m3fnuz", "float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4",
+        "float8_e5m2fnuz",
+    }
+
+
+def test_unknown_name_lists_close_ones() -> None:
+    with pytest.raises(ValueError, match="did you mean.*float16"):
+        get_format("flaot16")
+    with pytest.raises(ValueError, match="unknown format"):
+        get_format("")
+
+
+@pytest.mark.parametrize("fmt", list_formats(), ids=lambda f: f.name)
+def test_spec_round_trips(fmt: FloatFormat) -> None:
+    again = get_format(fmt.spec)
+    assert (again.exponent_bits, again.mantissa_bits, again.bias, again.encoding) == (
+        fmt.exponent_bits, fmt.mantissa_bits, fmt.bias, fmt.encoding,
+    )
+    assert (again.subnormals, again.signed) == (fmt.subnormals, fmt.signed)
+    assert fmt.description
+
+
+def test_custom_specs() -> None:
+    e6m9 = get_format("e6m9")
+    assert (e6m9.width, e6m9.bias, e6m9.encoding) == (16, 31, "ieee")
+    custom = get_format("e4m3:bias=11:encoding=fnuz:subnormals=off")
+    assert (custom.bias, custom.encoding, custom.subnormals) == (11, "fnuz", False)
+    assert get_format(custom.spec) == custom
+    assert make_format(4, 3, encoding="fn") .max == 448
+    assert get_format("e5m2:unsigned").signed is False
+    assert get_format("e4m3:encoding=ieee").name == "e4m3:encoding=ieee"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("e0m3", "exponent bits"),
+        ("e20m3", "exponent bits"),
+        ("e11m60", "at most 64 bits"),
+        ("e1m3", "at least 2 exponent bits"),
+        ("e4m3:encoding=nope", "encoding"),
+        ("e4m3:bias=x", "bias must be an integer"),
+        ("e4m3:frob=1", "unknown option"),
+        ("e4m3:subnormals=maybe", "on or off"),
+        ("e8m0:encoding=fnu:subnormals=on", "no subnormals"),
+        ("e4m3:encoding=fnuz:unsigned", "sign bit"),
+    ],
+)
+def test_impossible_formats_are_clear_value_errors(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        get_format(spec)
+
+
+def test_fields_classify_bits() -> None:
+    fp16 = get_format("fp16")
+    assert fp16.fields(0x3C00) == Fields(0, 15, 0, 0, Fraction(1), False)
+    assert fp16.fields(0x0001) == Fields(0, 0, -14, 1, Fraction(1, 1024), True)
+    assert fp16.code_to_bits(0x3C00) == "0|01111|0000000000"
+    assert fp16.code_to_hex(0x3C00) == "0x3c00"
+    assert [fp16.classify(c) for c in (0, 0x8000, 1, 0x3C00, 0x7C00, 0x7E00)] == [
+        "zero", "zero", "subnormal", "normal", "inf", "nan",
+    ]
+    assert get_format("e8m0").code_to_bits(127) == "01111111"
+    with pytest.raises(ValueError, match="out of range"):
+        fp16.classify(1 << 16)
+    with pytest.raises(ValueError, match="not a finite number"):
+        fp16.to_fraction(0x7C00)
+    assert math.isinf(fp16.to_float(0xFC00)) and fp16.to_float(0xFC00) < 0
+    assert str(fp16.to_exact(0x8000)) == "-0"
+
+
+def test_every_input_type() -> None:
+    fp32 = get_format("fp32")
+    one = 0x3F800000
+    for x in (1, 1.0, Fraction(1), Decimal("1"), "1", "1.000", "0x1p0", "2/2", ExactValue.of(1)):
+        assert fp32.from_value(x) == one
+    assert fp32.from_value(Decimal("-0")) == 0x80000000
+    assert fp32.from_value(Decimal("-Infinity")) == 0xFF800000
+    assert fp32.classify(fp32.from_value(Decimal("NaN"))) == "nan"
+    assert fp32.from_value("max") == 0x7F7FFFFF
+    assert fp32.from_value("-min_subnormal") == 0x80000001
+    with pytest.raises(ValueError):
+        fp32.from_value(True)
+    with pytest.raises(ValueError, match="rounding mode"):
+        fp32.from_value(1, rounding="up")
+    with pytest.raises(ValueError, match="overflow policy"):
+        fp32.from_value(1, overflow="wrap")
+    assert set(ROUNDING_MODES) == {
+        "nearest_even", "nearest_away", "toward_zero", "toward_positive", "toward_negative",
+        "stochastic",
+    }
+    assert OVERFLOW_POLICIES == ("ieee", "saturate", "nan")
+
+
+def test_overflow_policies_and_directed_overflow() -> None:
+    fp16 = get_format("fp16")
+    assert fp16.from_value(1e6) == 0x7C00
+    assert fp16.from_value(1e6, overflow="saturate") == 0x7BFF
+    assert fp16.classify(fp16.from_value(1e6, overflow="nan")) == "nan"
+    assert fp16.from_value(1e6, "toward_zero") == 0x7BFF  # IEEE: no overflow to inf
+    assert fp16.from_value(-1e6, "toward_positive") == 0xFBFF
+    assert fp16.from_value(-1e6, "toward_negative") == 0xFC00
+    assert fp16.from_value(65519) == 0x7BFF  # below max + half ulp
+    assert fp16.from_value(65520) == 0x7C00  # the tie goes to "even" infinity
+    e4m3 = get_format("e4m3")
+    assert e4m3.from_value(464) == 0x7E  # tie between 448 (even) and 480 (NaN's slot)
+    assert e4m3.classify(e4m3.from_value(465)) == "nan"  # ml_dtypes: fn overflow is NaN
+    assert e4m3.from_value(465, overflow="saturate") == 0x7E
+    assert e4m3.classify(e4m3.from_value(math.inf)) == "nan"
+    assert e4m3.from_value(math.inf, overflow="saturate") == 0x7E
+    fp4 = get_format("fp4")
+    assert fp4.from_value(100) == 0x7 and fp4.from_value(-math.inf) == 0xF  # saturate
+    e8m0 = get_format("e8m0")
+    assert e8m0.classify(e8m0.from_value(0)) == "nan"
+    assert e8m0.classify(e8m0.from_value(-1)) == "nan"
+    assert e8m0.from_value(2.0**-140) == 0  # nothing below 2**-127
+    rounded = e8m0.round(-1)
+    assert rounded.invalid and rounded.error_abs is None
+
+
+def test_rounded_record_errors_and_flags() -> None:
+    fp16 = get_format("fp16")
+    r = fp16.round("0.1")
+    assert r.code == 0x2E66
+    assert r.value.fraction == Fraction(819, 8192)
+    assert r.error_abs == abs(Fraction(819, 8192) - Fraction(1, 10))
+    assert r.error_rel == r.error_abs / Fraction(1, 10)
+    assert r.error_ulps == r.error_abs / fp16.ulp(r.code)
+    assert r.inexact and not r.overflow and not r.underflow
+    assert r.rounding == "nearest_even" and r.overflow_policy == "ieee"
+    tiny = fp16.round("1e-6")
+    assert tiny.underflow and tiny.inexact
+    exact = fp16.round(0.5)
+    assert not exact.inexact and exact.error_abs == 0 and exact.error_ulps == 0
+    big = fp16.round(1e9)
+    assert big.overflow and big.error_abs is None and big.value.is_inf
+    zero = fp16.round(0)
+    assert zero.error_rel is None and zero.error_abs == 0
+
+
+def test_neighbours_and_gaps_at_a_power_of_two() -> None:
+    fp16 = get_format("fp16")
+    one = 0x3C00
+    assert fp16.next_up(one) == 0x3C01 and fp16.next_down(one) == 0x3BFF
+    assert fp16.gap_up(one) == Fraction(1, 1024)
+    assert fp16.gap_down(one) == Fraction(1, 2048)
+    assert fp16.ulp(one) == Fraction(1, 1024)
+    assert fp16.next_up(0x8000) == 0x0001 and fp16.next_down(0x0000) == 0x8001
+    assert fp16.next_up(0x8001) == 0x8000
+    assert fp16.next_up(0x7BFF) == 0x7C00 and fp16.next_up(0x7C00) == 0x7C00
+    assert fp16.next_down(0x7C00) == 0x7BFF and fp16.next_up(0xFC00) == 0xFBFF
+    assert fp16.gap_up(0x7BFF) is None and fp16.ulp(0x7C00) is None
+    e4m3 = get_format("e4m3")
+    assert e4m3.next_up(0x7E) == 0x7E  # no inf: max has no larger neighbour
+    fnuz = get_format("e4m3fnuz")
+    assert fnuz.next_up(0x81) == 0x00  # no -0: -min_subnormal steps up to +0
+    flush = get_format("e4m3:subnormals=off")
+    assert flush.next_up(0) == 0x08 and flush.classify(0x03) == "zero"
+    assert flush.from_value(float(flush.min_normal) * 0.6) == 0x08
+    assert flush.from_value(float(flush.min_normal) * 0.4) == 0x00
+    assert flush.from_value(float(flush.min_normal) * 0.5) == 0x00  # tie: both even, to 0
+    assert flush.min_subnormal is None
+
+
+def test_exact_decimal() -> None:
+    assert exact_decimal(Fraction(1, 3)) == "0." + "3" * 60 + "…"
+    assert exact_decimal(Fraction(1, 3), max_digits=5) == "0.33333…"
+    assert exact_decimal(Fraction(-5, 4)) == "-1.25"
+    assert exact_decimal(10**30) == "1" + "0" * 30
+    fp64 = get_format("fp64")
+    smallest = exact_decimal(fp64.to_exact(1))
+    assert smallest.startswith("0." + "0" * 323 + "4940656458412465441765687928682213")
+    assert len(smallest) == 2 + 1074 and smallest.endswith("625")
+    assert exact_decimal(get_format("fp16").to_exact(0x2E66)) == "0.0999755859375"
+    assert exact_decimal(ExactValue.infinity(True)) == "-inf"
+    assert exact_decimal(ExactValue("finite", True, Fraction(0))) == "-0"
+    # Wider than Python's 4300-digit int/str limit.
+    huge = get_format("e16m3").max
+    assert exact_decimal(huge) == str(ExactValue.of(huge))
+    assert len(exact_decimal(huge)) > 9000
+    assert parse_value(exact_decimal(huge)).fraction == huge
+
+
+def test_shortest_decimal() -> None:
+    fp16 = get_format("fp16")
+    assert fp16.shortest_decimal(0x2E66) == "0.1"
+    assert fp16.shortest_decimal(0x7BFF) == "65500.0"
+    assert fp16.shortest_decimal(0x0001) == "6e-08"
+    assert fp16.shortest_decimal(0x8000) == "-0.0"
+    assert fp16.shortest_decimal(0x7C00) == "inf"
+    assert fp16.shortest_decimal(0xFE00) == "nan"
+    bf16 = get_format("bf16")
+    assert bf16.shortest_decimal(bf16.from_value("3.14159")) == "3.14"
+    assert get_format("e4m3").shortest_decimal(0x7E) == "450.0"  # 450 rounds to 448
+
+
+def test_exact_value_strings() -> None:
+    assert str(ExactValue.of(Fraction(1, 3))) == "1/3"
+    assert str(ExactValue.of(Fraction(1, 2))) == "0.5"
+    assert str(ExactValue.nan()) == "nan" and str(ExactValue.infinity()) == "inf"
+    assert ExactValue("finite", True, Fraction(0)).is_zero
+    with pytest.raises(ValueError):
+        ExactValue.nan().fraction  # noqa: B018
+    with pytest.raises(ValueError):
+        ExactValue("finite", False, Fraction(-1))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.1", Fraction(1, 10)),
+        ("  -12.5e-3 ", Fraction(-125, 10000)),
+        ("1/3", Fraction(1, 3)),
+        ("-2.5/5", Fraction(-1, 2)),
+        ("0x1.8p3", Fraction(12)),
+        ("-0x.8", Fraction(-1, 2)),
+        ("0x10", Fraction(16)),
+        ("1_000", Fraction(1000)),
+        ("." + "0" * 5000 + "1", Fraction(1, 10**5001)),
+        ("1" * 10000, Fraction((10**10000 - 1) // 9)),
+        ("+5", Fraction(5)),
+        ("1E3", Fraction(1000)),
+    ],
+)
+def test_parse_value_numbers(text: str, expected: Fraction) -> None:
+    assert parse_value(text).fraction == expected
+
+
+def test_parse_value_specials_and_constants() -> None:
+    assert parse_value("inf").is_inf and not parse_value("+inf").negative
+    assert parse_value("-inf").negative and parse_value("-Infinity").is_inf
+    assert parse_value("nan").is_nan
+    minus_zero = parse_value("-0")
+    assert minus_zero.is_zero and minus_zero.negative
+    fp16 = get_format("fp16")
+    assert parse_value("max", fp16).fraction == 65504
+    assert parse_value("-max", fp16).fraction == -65504
+    assert parse_value("eps", fp16).fraction == Fraction(1, 1024)
+    assert parse_value("min_normal", fp16).fraction == Fraction(1, 2**14)
+    assert parse_value("min_subnormal", fp16).fraction == Fraction(1, 2**24)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("abc", "not a number"),
+        ("1..2", "not a number"),
+        ("1/0", "division by zero"),
+        ("max", "needs a format"),
+        ("--1", "more than one sign"),
+        ("-", "a sign with no number"),
+        ("1e999999999", "exponent out of range"),
+        ("0x1p99999999", "exponent out of range"),
+        ("0xg", "hex float"),
+        ("1/", "missing"),
+        ("1e", "not a number"),
+        ("١٢", "not a number"),
+    ],
+)
+def test_parse_value_errors_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_value(text)
+    with pytest.raises(ValueError, match="no min subnormal"):
+        parse_value("min_subnormal", get_format("e8m0"))
