@@ -1,0 +1,134 @@
+"""`fpexplorer screenshot`: render the real window offscreen to a PNG."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+HELP = "render the app window (formats or training panel) offscreen to a PNG"
+VIEWS = ("number-line", "table", "range", "codes", "properties")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--panel",
+        choices=("formats", "training"),
+        default="formats",
+        help="which tab to show (default: formats)",
+    )
+    parser.add_argument("--out", required=True, metavar="FILE.png", help="PNG file to write")
+    parser.add_argument(
+        "--format",
+        dest="formats",
+        metavar="NAME",
+        action="extend",
+        nargs="+",
+        default=None,
+        help="formats to stack in the bit editor (default: float32 float16 bfloat16)",
+    )
+    parser.add_argument(
+        "--value", metavar="TEXT", default=None, help="value or raw code to type into the editor"
+    )
+    parser.add_argument(
+        "--size",
+        metavar="WxH",
+        default="1280x800",
+        help="window size in pixels (default: 1280x800)",
+    )
+    parser.add_argument(
+        "--view",
+        choices=VIEWS,
+        default="number-line",
+        help="which view to show under the editors (default: number-line)",
+    )
+    parser.add_argument(
+        "--theme",
+        choices=("light", "dark"),
+        default="light",
+        help="colour theme of the picture (default: light)",
+    )
+    parser.add_argument(
+        "--run",
+        metavar="FILE.jsonl",
+        default=None,
+        help="training panel: replay this run file before rendering",
+    )
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    from fpexplorer.cli import UsageError
+
+    width_text, _, height_text = text.lower().partition("x")
+    try:
+        width, height = int(width_text), int(height_text)
+    except ValueError:
+        raise UsageError(f"--size {text!r}: expected WIDTHxHEIGHT, e.g. 1280x800") from None
+    if not (320 <= width <= 8000 and 240 <= height <= 8000):
+        raise UsageError(f"--size {text!r}: width 320..8000 and height 240..8000 pixels")
+    return width, height
+
+
+def run(args: argparse.Namespace) -> int:
+    from fpexplorer.cli import UsageError
+
+    width, height = parse_size(args.size)
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        raise UsageError(f"--out {args.out!r}: the file name must end in .png")
+    if not out.parent.exists():
+        raise UsageError(f"--out {args.out!r}: folder {out.parent} does not exist")
+    if args.run is not None and not Path(args.run).is_file():
+        raise UsageError(f"--run {args.run!r}: no such file")
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    from fpexplorer.commands.gui import _formats, apply_start_state
+
+    formats = _formats(args.formats)
+
+    from fpexplorer.gui.app import create_application
+
+    app = create_application(theme=args.theme)
+
+    from fpexplorer.gui.main_window import MainWindow
+    from fpexplorer.gui.settings import SettingsStore
+
+    window = MainWindow(SettingsStore(persistent=False), restore=False)
+    apply_start_state(window, formats, args.value)
+    window.formats_panel.show_view(args.view)
+    if args.panel == "training":
+        window.tabs.setCurrentIndex(1)
+        if args.run is not None:
+            load_run = getattr(window.training_panel, "load_run", None)
+            if not callable(load_run):
+                raise UsageError(f"training panel unavailable: {window.training_problem}")
+            load_run(args.run)
+    image = render(window, width, height)
+    app.processEvents()
+    if not image.save(str(out), "PNG"):
+        raise UsageError(f"--out {args.out!r}: could not write the PNG")
+    window.close()
+    print(f"wrote {out} ({image.width()}x{image.height()})")
+    return 0
+
+
+def render(window: object, width: int, height: int) -> object:
+    """Show the window at exactly width x height and paint it into a QImage."""
+    from PySide6.QtCore import QSize, QTimer
+    from PySide6.QtGui import QImage
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    assert isinstance(window, QWidget)
+    window.setMinimumSize(QSize(0, 0))
+    window.resize(width, height)
+    window.show()
+    # Let layouts settle and plots lay themselves out (they size on the first paints).
+    for _ in range(3):
+        QApplication.processEvents()
+        QTimer.singleShot(0, lambda: None)
+    window.resize(width, height)
+    QApplication.processEvents()
+    image = QImage(width, height, QImage.Format.Format_ARGB32)
+    image.fill(window.palette().window().color())
+    window.render(image)
+    return image

@@ -1,0 +1,1 @@
+"""The Formats panel: bit editors and the views that explain a code."""

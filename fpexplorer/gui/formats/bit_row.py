@@ -1,0 +1,320 @@
+"""The bits of one code as a row of cells, grouped and coloured by field.
+
+Mouse: a click toggles a bit; pressing and dragging paints every cell passed over with
+the value the first cell got. Keyboard: Left/Right move the cursor, Space or Enter
+toggles, 0/1 set the bit and move right, Up/Down step to the next value up/down,
+Home/End jump to the ends. The widget holds no number: it shows the code it is given
+and reports what the user did through signals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
+from PySide6.QtGui import (
+    QFocusEvent,
+    QFont,
+    QFontMetrics,
+    QHelpEvent,
+    QKeyEvent,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+)
+from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+
+from fpexplorer.formats import FloatFormat
+from fpexplorer.gui.theme import field_colors
+
+FIELD_HELP = {
+    "sign": "Sign bit: 0 for positive, 1 for negative. Flipping it negates the value "
+    "(also for zero, infinity and NaN).",
+    "exponent": "Exponent field E, stored with a bias: the power of two is E − bias, so "
+    "that small and large magnitudes both fit in an unsigned field. E = 0 means zero or a "
+    "subnormal; all ones usually means infinity or NaN.",
+    "fraction": "Fraction (mantissa) bits f: the significand is 1.f for normal numbers and "
+    "0.f for subnormals. More fraction bits = more precision (smaller relative gaps).",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    bit: int  # bit index in the code (0 = least significant)
+    field: str
+    rect: QRect
+
+
+class BitRow(QWidget):
+    """Cells for every bit of a code; MSB on the left, indices above, field names below."""
+
+    bit_toggled = Signal(int)
+    bit_painted = Signal(int, bool)
+    step_requested = Signal(str)  # "up" | "down"
+    activated = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMouseTracking(False)
+        self.setAccessibleName("bits")
+        self._format: FloatFormat | None = None
+        self._code = 0
+        self._cursor = 0  # bit index under the keyboard cursor
+        self._paint_value: bool | None = None
+        self._painted: set[int] = set()
+        self._cells: list[_Cell] = []
+        self._groups: list[tuple[str, QRect]] = []
+
+    # -- model side ----------------------------------------------------------------------
+    def set_format(self, fmt: FloatFormat) -> None:
+        if fmt != self._format:
+            self._format = fmt
+            self._cursor = min(self._cursor, fmt.width - 1)
+            self._relayout()
+            self.updateGeometry()
+        self.update()
+
+    def set_code(self, code: int) -> None:
+        self._code = code
+        self.update()
+
+    @property
+    def cursor_bit(self) -> int:
+        return self._cursor
+
+    def cell_rect(self, bit: int) -> QRect:
+        """Where a bit's cell is drawn (tests click there)."""
+        for cell in self._cells:
+            if cell.bit == bit:
+                return cell.rect
+        raise IndexError(bit)
+
+    # -- geometry ------------------------------------------------------------------------
+    def _fields(self) -> list[tuple[str, list[int]]]:
+        fmt = self._format
+        if fmt is None:
+            return []
+        m, e = fmt.mantissa_bits, fmt.exponent_bits
+        fields: list[tuple[str, list[int]]] = []
+        if fmt.signed:
+            fields.append(("sign", [fmt.width - 1]))
+        fields.append(("exponent", list(range(m + e - 1, m - 1, -1))))
+        if m:
+            fields.append(("fraction", list(range(m - 1, -1, -1))))
+        return fields
+
+    def _metrics(self) -> tuple[int, int, int, int]:
+        """Cell width, cell height, index-row height and label-row height for this font."""
+        metrics = QFontMetrics(self.font())
+        preferred = max(metrics.horizontalAdvance("00") + 10, 22)
+        height = metrics.height() + 6
+        small = QFontMetrics(self._small_font())
+        return preferred, height, small.height(), small.height()
+
+    def _small_font(self) -> QFont:
+        font = QFont(self.font())
+        size = font.pointSizeF()
+        if size > 0:
+            font.setPointSizeF(max(size * 0.8, 6.5))
+        return font
+
+    def sizeHint(self) -> QSize:
+        width, height, index_h, label_h = self._metrics()
+        bits = self._format.width if self._format else 32
+        groups = len(self._fields()) or 3
+        return QSize(bits * width + groups * width // 2 + 4, index_h + height + label_h + 2)
+
+    def minimumSizeHint(self) -> QSize:
+        _, height, index_h, label_h = self._metrics()
+        bits = self._format.width if self._format else 32
+        return QSize(min(bits * 9 + 20, 600), index_h + height + label_h + 2)
+
+    def resizeEvent(self, event: QEvent) -> None:  # type: ignore[override]
+        self._relayout()
+        super().resizeEvent(event)  # type: ignore[arg-type]
+
+    def _relayout(self) -> None:
+        fields = self._fields()
+        if not fields:
+            self._cells, self._groups = [], []
+            return
+        preferred, height, index_h, _ = self._metrics()
+        bits = sum(len(b) for _, b in fields)
+        gaps = len(fields) - 1
+        available = max(self.width() - 4, 40)
+        # Cells shrink (down to a few pixels) rather than overflow a narrow window.
+        width = max(min(preferred, int(available / (bits + gaps * 0.5))), 6)
+        gap = width // 2
+        x = 2 + max(0, (available - (bits * width + gaps * gap)) // 2)
+        cells: list[_Cell] = []
+        groups: list[tuple[str, QRect]] = []
+        top = index_h
+        for name, field_bits in fields:
+            start = x
+            for bit in field_bits:
+                cells.append(_Cell(bit, name, QRect(x, top, width, height)))
+                x += width
+            groups.append((name, QRect(start, top, x - start, height)))
+            x += gap
+        self._cells, self._groups = cells, groups
+
+    def _cell_at(self, point: QPoint) -> _Cell | None:
+        for cell in self._cells:
+            if cell.rect.adjusted(0, -200, 0, 200).contains(point):
+                return cell
+        return None
+
+    # -- painting ------------------------------------------------------------------------
+    def paintEvent(self, event: QPaintEvent) -> None:
+        if not self._cells:
+            return
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        palette = self.palette()
+        text_color = palette.color(QPalette.ColorRole.WindowText)
+        small = self._small_font()
+        small_metrics = QFontMetrics(small)
+        cell_width = self._cells[0].rect.width()
+        index_every = 1 if small_metrics.horizontalAdvance("63") + 2 <= cell_width else 4
+        colors = {name: field_colors(name) for name, _ in self._groups}
+        bold = QFont(self.font())
+        bold.setBold(True)
+        show_digits = QFontMetrics(bold).horizontalAdvance("0") + 2 <= cell_width
+        for cell in self._cells:
+            is_one = bool((self._code >> cell.bit) & 1)
+            field = colors[cell.field]
+            rect = cell.rect.adjusted(1, 1, -1, -1)
+            painter.setPen(QPen(field.one.darker(130), 1))
+            painter.setBrush(field.one if is_one else field.zero)
+            painter.drawRoundedRect(rect, 3, 3)
+            if show_digits:
+                painter.setFont(bold)
+                painter.setPen(field.text_one if is_one else field.text_zero)
+                painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, "1" if is_one else "0")
+            if self.hasFocus() and cell.bit == self._cursor:
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+                painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 2))
+                painter.drawRoundedRect(cell.rect.adjusted(0, 0, -1, -1), 4, 4)
+            group = self._group_rect(cell.field)
+            at_edge = cell.rect.left() == group.left() or cell.rect.right() == group.right()
+            if cell.bit % index_every == 0 or at_edge:
+                painter.setFont(small)
+                painter.setPen(text_color)
+                index_rect = QRect(cell.rect.left() - 6, 0, cell.rect.width() + 12,
+                                   cell.rect.top())
+                painter.drawText(index_rect, Qt.AlignmentFlag.AlignCenter, str(cell.bit))
+        painter.setFont(small)
+        painter.setPen(text_color)
+        for name, rect in self._groups:
+            label_rect = QRect(rect.left() - 10, rect.bottom() + 1, rect.width() + 20,
+                               small_metrics.height())
+            label = name if name != "exponent" or rect.width() > 60 else "exp"
+            width = len(self._group_bits(name))
+            text = f"{label} ({width})" if name != "sign" else label
+            if small_metrics.horizontalAdvance(text) > rect.width() + 8:
+                text = label if small_metrics.horizontalAdvance(label) <= rect.width() + 8 else ""
+            painter.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, text)
+        painter.end()
+
+    def _group_rect(self, name: str) -> QRect:
+        for group, rect in self._groups:
+            if group == name:
+                return rect
+        return QRect()
+
+    def _group_bits(self, name: str) -> list[int]:
+        for field, bits in self._fields():
+            if field == name:
+                return bits
+        return []
+
+    # -- mouse ---------------------------------------------------------------------------
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        self.activated.emit()
+        if event.button() != Qt.MouseButton.LeftButton:
+            return
+        cell = self._cell_at(event.position().toPoint())
+        if cell is None:
+            return
+        self._cursor = cell.bit
+        self._paint_value = not bool((self._code >> cell.bit) & 1)
+        self._painted = {cell.bit}
+        self.bit_toggled.emit(cell.bit)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        if self._paint_value is None:
+            return
+        cell = self._cell_at(event.position().toPoint())
+        if cell is None or cell.bit in self._painted:
+            return
+        self._painted.add(cell.bit)
+        self._cursor = cell.bit
+        if bool((self._code >> cell.bit) & 1) != self._paint_value:
+            self.bit_painted.emit(cell.bit, self._paint_value)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        self._paint_value = None
+        self._painted = set()
+
+    # -- keyboard ------------------------------------------------------------------------
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if self._format is None:
+            return
+        key = event.key()
+        top = self._format.width - 1
+        if key == Qt.Key.Key_Left:
+            self._cursor = min(self._cursor + 1, top)
+        elif key == Qt.Key.Key_Right:
+            self._cursor = max(self._cursor - 1, 0)
+        elif key == Qt.Key.Key_Home:
+            self._cursor = top
+        elif key == Qt.Key.Key_End:
+            self._cursor = 0
+        elif key in (Qt.Key.Key_Space, Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            self.bit_toggled.emit(self._cursor)
+        elif key in (Qt.Key.Key_0, Qt.Key.Key_1):
+            value = key == Qt.Key.Key_1
+            if bool((self._code >> self._cursor) & 1) != value:
+                self.bit_painted.emit(self._cursor, value)
+            self._cursor = max(self._cursor - 1, 0)
+        elif key == Qt.Key.Key_Up:
+            self.step_requested.emit("up")
+        elif key == Qt.Key.Key_Down:
+            self.step_requested.emit("down")
+        else:
+            super().keyPressEvent(event)
+            return
+        self.update()
+
+    def focusInEvent(self, event: QFocusEvent) -> None:
+        self.activated.emit()
+        self.update()
+        super().focusInEvent(event)
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:
+        self.update()
+        super().focusOutEvent(event)
+
+    # -- help ----------------------------------------------------------------------------
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            cell = self._cell_at(event.pos())
+            fmt = self._format
+            if cell is None or fmt is None:
+                QToolTip.hideText()
+                event.ignore()
+                return True
+            bits = self._group_bits(cell.field)
+            position = len(bits) - 1 - bits.index(cell.bit)
+            text = f"<b>bit {cell.bit}</b>: {cell.field} bit {position}"
+            if cell.field == "exponent":
+                text += f" (bias {fmt.bias})"
+            text += f"<br>{FIELD_HELP[cell.field]}<br><i>Click toggles, drag paints, "
+            text += "arrows move, space toggles, Up/Down step.</i>"
+            QToolTip.showText(event.globalPos(), text, self)
+            return True
+        return super().event(event)

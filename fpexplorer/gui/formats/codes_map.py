@@ -1,0 +1,185 @@
+"""Every code of a format of 16 bits or fewer as a coloured cell; a click loads the code.
+
+Rows hold the high half of the code, columns the low half (FP16: 256 × 256, FP8:
+16 × 16). Colour says the class (zero grey, subnormal purple, inf red, NaN gold) and,
+for normal numbers, sign and magnitude (blue positive, orange negative, brighter =
+larger). The picture is computed once per format (engine array calls) and cached.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from fpexplorer.formats import CLASSES, FloatFormat
+from fpexplorer.gui.formats.plotting import LazyView, style_plot
+from fpexplorer.gui.formats.state import FormatsSession, hex_code
+from fpexplorer.gui.theme import plot_colors
+
+MAX_MAP_BITS = 16
+_CLASS_RGB = {
+    "zero": (140, 140, 140),
+    "inf": (217, 70, 59),
+    "nan": (201, 162, 39),
+}
+_POSITIVE = (np.array([25, 50, 110]), np.array([140, 215, 255]))
+_NEGATIVE = (np.array([95, 45, 10]), np.array([255, 190, 110]))
+_SUBNORMAL = (np.array([70, 30, 95]), np.array([190, 130, 225]))
+
+
+def map_shape(fmt: FloatFormat) -> tuple[int, int]:
+    """(rows, columns) of the map: columns take the low half of the bits."""
+    column_bits = (fmt.width + 1) // 2
+    return 1 << (fmt.width - column_bits), 1 << column_bits
+
+
+@lru_cache(maxsize=16)
+def code_image(fmt: FloatFormat) -> np.ndarray:
+    """RGBA image (rows, columns, 4) of every code of a small format."""
+    rows, columns = map_shape(fmt)
+    dtype = np.uint8 if fmt.width <= 8 else np.uint16
+    codes = np.arange(rows * columns, dtype=np.uint32).astype(dtype)
+    kinds = fmt.classify_array(codes)
+    values = fmt.to_float_array(codes)
+    rgb = np.zeros((codes.size, 3), dtype=float)
+    finite = np.isfinite(values) & (values != 0)
+    magnitude = np.zeros(codes.size)
+    magnitude[finite] = np.log2(np.abs(values[finite]))
+    if finite.any():
+        low, high = magnitude[finite].min(), magnitude[finite].max()
+        span = high - low if high > low else 1.0
+        level = np.clip((magnitude - low) / span, 0.0, 1.0)[:, None]
+    else:
+        level = np.zeros((codes.size, 1))
+    negative = np.signbit(values)
+    normal_index = CLASSES.index("normal")
+    subnormal_index = CLASSES.index("subnormal")
+    for ramp, mask in (
+        (_POSITIVE, (kinds == normal_index) & ~negative),
+        (_NEGATIVE, (kinds == normal_index) & negative),
+        (_SUBNORMAL, kinds == subnormal_index),
+    ):
+        dark, bright = ramp
+        rgb[mask] = (dark + (bright - dark) * level)[mask]
+    for name, color in _CLASS_RGB.items():
+        rgb[kinds == CLASSES.index(name)] = color
+    rgba = np.empty((codes.size, 4), dtype=np.uint8)
+    rgba[:, :3] = rgb.round().astype(np.uint8)
+    rgba[:, 3] = 255
+    return rgba.reshape(rows, columns, 4)
+
+
+class CodesMap(LazyView):
+    """All codes of the active editor's format (≤ 16 bits); hover reads, click loads."""
+
+    def __init__(self, session: FormatsSession, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        self.hover = QLabel(" ")
+        self.hover.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.plot_widget = pg.PlotWidget()
+        self.plot_widget.setMenuEnabled(False)
+        self.plot_widget.setMinimumHeight(160)
+        plot = self.plot_widget.getPlotItem()
+        plot.hideButtons()
+        plot.invertY(True)
+        plot.setAspectLocked(True)
+        plot.setLabel("bottom", "low bits of the code")
+        plot.setLabel("left", "high bits")
+        self.plot = plot
+        self.image = pg.ImageItem(axisOrder="row-major")
+        plot.addItem(self.image)
+        colors = plot_colors()
+        # A ring of fixed screen size finds the code in a 256 x 256 map; a square outlines
+        # the cell itself when cells are large.
+        self.marker = pg.ScatterPlotItem(
+            symbol="s", size=1.0, pxMode=False, brush=None,
+            pen=pg.mkPen(colors.foreground, width=3),
+        )
+        self.ring = pg.ScatterPlotItem(
+            symbol="o", size=18, brush=None, pen=pg.mkPen(colors.accent, width=3),
+        )
+        plot.addItem(self.marker)
+        plot.addItem(self.ring)
+        self.message = pg.TextItem(anchor=(0.5, 0.5), color=colors.foreground)
+        plot.addItem(self.message)
+        self._shown: FloatFormat | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.caption)
+        layout.addWidget(self.plot_widget, 1)
+        layout.addWidget(self.hover)
+        self.plot_widget.scene().sigMouseClicked.connect(self._on_scene_clicked)
+        self.plot_widget.scene().sigMouseMoved.connect(self._on_scene_moved)
+        session.changed.connect(self.mark_stale)
+        self.restyle()
+
+    def restyle(self) -> None:
+        colors = plot_colors()
+        self.plot_widget.setBackground(colors.background)
+        style_plot(self.plot)
+        self.marker.setPen(pg.mkPen(colors.foreground, width=3))
+
+    def render_view(self) -> None:
+        editor = self.session.active
+        fmt = editor.format
+        if fmt.width > MAX_MAP_BITS:
+            self._shown = None
+            self.image.clear()
+            self.marker.setData([], [])
+            self.ring.setData([], [])
+            self.message.setText(
+                f"{fmt.name} has {fmt.width} bits: {1 << fmt.width:,} codes are too many "
+                f"to draw. Pick a format of {MAX_MAP_BITS} bits or fewer (FP16, BF16, FP8 …)."
+            )
+            self.message.setPos(0, 0)
+            self.plot.setRange(xRange=(-1, 1), yRange=(-1, 1), padding=0)
+            self.caption.setText("The all-codes map shows formats of up to 16 bits.")
+            return
+        rows, columns = map_shape(fmt)
+        if fmt != self._shown:
+            self._shown = fmt
+            self.message.setText("")
+            self.image.setImage(code_image(fmt), autoLevels=False, levels=(0, 255))
+            self.image.setRect(0, 0, columns, rows)
+            self.plot.setRange(xRange=(0, columns), yRange=(0, rows), padding=0.02)
+            self.caption.setText(
+                f"All {1 << fmt.width:,} codes of {fmt.name} ({rows} rows × {columns} "
+                "columns; code = row × columns + column). Blue: positive, orange: negative "
+                "(brighter = larger), purple: subnormal, grey: zero, red: inf, gold: NaN. "
+                "Click a cell to load it."
+            )
+        row, column = divmod(editor.code, columns)
+        self.marker.setData([column + 0.5], [row + 0.5])
+        self.ring.setData([column + 0.5], [row + 0.5])
+
+    def _code_at(self, scene_pos: QPointF) -> int | None:
+        fmt = self._shown
+        if fmt is None or not self.plot.sceneBoundingRect().contains(scene_pos):
+            return None
+        point = self.plot.vb.mapSceneToView(scene_pos)
+        rows, columns = map_shape(fmt)
+        column, row = int(np.floor(point.x())), int(np.floor(point.y()))
+        if 0 <= column < columns and 0 <= row < rows:
+            return row * columns + column
+        return None
+
+    def _on_scene_clicked(self, event: object) -> None:
+        code = self._code_at(event.scenePos())  # type: ignore[attr-defined]
+        if code is not None and self._shown is not None:
+            self.session.load(self._shown, code)
+
+    def _on_scene_moved(self, scene_pos: QPointF) -> None:
+        code = self._code_at(scene_pos)
+        fmt = self._shown
+        if code is None or fmt is None:
+            return
+        self.hover.setText(
+            f"{hex_code(fmt, code)} = {fmt.shortest_decimal(code)} ({fmt.classify(code)})"
+        )

@@ -1,0 +1,123 @@
+"""The value entry line with its rounding-mode and overflow-policy pickers."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fpexplorer.formats import OVERFLOW_POLICIES, ROUNDING_MODES
+from fpexplorer.gui.formats.state import DEFAULT_OVERFLOW_LABEL, FormatsSession
+
+ENTRY_HELP = (
+    "Type a number and press Enter: 0.1, -2.5e-8, 1/3, 0x1.8p3 (hex float), inf, -inf, nan, "
+    "-0, max, min_normal, min_subnormal, eps — or a raw code: 0x3C00, 0b0011110000000000."
+)
+ROUNDING_HELP = {
+    "nearest_even": "Round to the nearest value; ties go to the even code (IEEE default).",
+    "nearest_away": "Round to the nearest value; ties go away from zero.",
+    "toward_zero": "Truncate: always the neighbour nearer to zero.",
+    "toward_positive": "Always the neighbour above (ceiling).",
+    "toward_negative": "Always the neighbour below (floor).",
+    "stochastic": "Up or down at random with probability proportional to closeness "
+    "(a fixed seed here, so the picture is repeatable).",
+}
+OVERFLOW_HELP = {
+    DEFAULT_OVERFLOW_LABEL: "What ml_dtypes does for this format (IEEE for formats with "
+    "infinity; NaN or saturation for FP8/FP6/FP4 flavours).",
+    "ieee": "Too large becomes ±infinity (or NaN when the format has no infinity).",
+    "saturate": "Too large is clamped to ±max.",
+    "nan": "Too large becomes NaN.",
+}
+
+
+class EntryBar(QWidget):
+    """Entry field, error message beside it, rounding/overflow pickers, stack controls."""
+
+    def __init__(self, session: FormatsSession, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.field = QLineEdit()
+        self.field.setPlaceholderText("value or code, e.g. 0.1, 1/3, 65504, max, 0x3C00")
+        self.field.setToolTip(ENTRY_HELP)
+        self.field.setClearButtonEnabled(True)
+        self.field.setMinimumWidth(220)
+        self.field.setAccessibleName("value entry")
+        self.message = QLabel()
+        self.message.setObjectName("entryError")
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.message.setStyleSheet("QLabel#entryError { color: #d9463b; }")
+        self.rounding = QComboBox()
+        for mode in ROUNDING_MODES:
+            self.rounding.addItem(mode, mode)
+            self.rounding.setItemData(self.rounding.count() - 1, ROUNDING_HELP.get(mode, ""),
+                                      Qt.ItemDataRole.ToolTipRole)
+        self.rounding.setToolTip("Rounding mode used for typed values")
+        self.overflow = QComboBox()
+        self.overflow.addItem(DEFAULT_OVERFLOW_LABEL, "")
+        for policy in OVERFLOW_POLICIES:
+            self.overflow.addItem(policy, policy)
+        for index in range(self.overflow.count()):
+            label = self.overflow.itemText(index)
+            self.overflow.setItemData(index, OVERFLOW_HELP.get(label, ""),
+                                      Qt.ItemDataRole.ToolTipRole)
+        self.overflow.setToolTip("What happens to values beyond the format's max")
+        self.linked = QCheckBox("linked")
+        self.linked.setToolTip(
+            "When on, a value typed or clicked in one editor is shown rounded in every "
+            "stacked editor."
+        )
+        self.add_button = QPushButton("+ Add format")
+        self.add_button.setToolTip("Stack another editor to compare formats")
+
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(QLabel("Value"))
+        row.addWidget(self.field, 2)
+        row.addWidget(QLabel("Rounding"))
+        row.addWidget(self.rounding)
+        row.addWidget(QLabel("Overflow"))
+        row.addWidget(self.overflow)
+        row.addWidget(self.linked)
+        row.addWidget(self.add_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 0)
+        layout.setSpacing(2)
+        layout.addLayout(row)
+        layout.addWidget(self.message)
+
+        self.field.returnPressed.connect(lambda: self.session.enter_text(self.field.text()))
+        self.rounding.activated.connect(
+            lambda _: self.session.set_rounding(self.rounding.currentData())
+        )
+        self.overflow.activated.connect(
+            lambda _: self.session.set_overflow(self.overflow.currentData() or None)
+        )
+        self.linked.toggled.connect(self.session.set_linked)
+        session.entry_changed.connect(self.refresh)
+        session.changed.connect(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        session = self.session
+        if self.field.text() != session.entry_text and not self.field.hasFocus():
+            self.field.setText(session.entry_text)
+        self.message.setText(session.entry_error or "")
+        self.message.setVisible(bool(session.entry_error))
+        self.rounding.setCurrentIndex(max(self.rounding.findData(session.rounding), 0))
+        self.overflow.setCurrentIndex(max(self.overflow.findData(session.overflow or ""), 0))
+        if self.linked.isChecked() != session.linked:
+            self.linked.blockSignals(True)
+            self.linked.setChecked(session.linked)
+            self.linked.blockSignals(False)

@@ -1,0 +1,221 @@
+"""The number line around the current value: neighbours, midpoints, input, result, modes.
+
+The x axis counts gaps (ulps) from the rounded value, computed exactly and only then
+turned into floats, so FP64 neighbours 2^-52 apart plot as clearly as FP4 ones. Every
+plot item is created once and updated with setData.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from itertools import pairwise
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from fpexplorer.formats import ExactValue, FloatFormat
+from fpexplorer.gui.formats.plotting import LazyView, style_plot
+from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession
+from fpexplorer.gui.formats.text import short
+from fpexplorer.gui.theme import plot_colors
+
+DETERMINISTIC_MODES = (
+    "nearest_even",
+    "nearest_away",
+    "toward_zero",
+    "toward_positive",
+    "toward_negative",
+)
+NEIGHBOURS_EACH_SIDE = 3
+FINITE = ("zero", "subnormal", "normal")
+
+
+class NumberLineView(LazyView):
+    """Representable neighbours and how each rounding mode maps the typed value."""
+
+    def __init__(self, session: FormatsSession, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        self.plot_widget = pg.PlotWidget()
+        self.plot_widget.setMenuEnabled(False)
+        self.plot_widget.setMinimumHeight(120)
+        plot = self.plot_widget.getPlotItem()
+        plot.hideButtons()
+        plot.setMouseEnabled(x=True, y=False)
+        plot.setLabel("bottom", "distance from the rounded value, in gaps (ulps)")
+        plot.getAxis("left").setTicks(
+            [[(0, "values")] + [(i + 1, mode) for i, mode in enumerate(DETERMINISTIC_MODES)]]
+        )
+        plot.getAxis("left").setWidth(110)
+        self.plot = plot
+        colors = plot_colors()
+        self.axis_line = pg.PlotDataItem(pen=pg.mkPen(colors.foreground, width=2))
+        self.midpoints = pg.PlotDataItem(
+            pen=pg.mkPen(colors.muted, width=1, style=Qt.PenStyle.DashLine), connect="pairs"
+        )
+        self.neighbours = pg.ScatterPlotItem(
+            symbol="s", size=9, pen=pg.mkPen(colors.foreground), brush=pg.mkBrush(colors.muted)
+        )
+        self.result = pg.ScatterPlotItem(
+            symbol="o", size=15, pen=pg.mkPen(colors.foreground), brush=pg.mkBrush(colors.accent)
+        )
+        self.input_line = pg.InfiniteLine(
+            angle=90, pen=pg.mkPen(colors.input, width=2, style=Qt.PenStyle.DashLine)
+        )
+        self.mode_arrows = pg.PlotDataItem(pen=pg.mkPen(colors.input, width=1.5),
+                                           connect="pairs")
+        self.mode_picks = pg.ScatterPlotItem(
+            symbol="t2", size=12, pen=pg.mkPen(colors.foreground), brush=pg.mkBrush(colors.accent)
+        )
+        for item in (self.axis_line, self.midpoints, self.input_line, self.mode_arrows,
+                     self.neighbours, self.mode_picks, self.result):
+            plot.addItem(item)
+        small = QFont()
+        small.setPointSizeF(max(small.pointSizeF() * 0.85, 7.0))
+        self.value_labels: list[pg.TextItem] = []
+        for _ in range(2 * NEIGHBOURS_EACH_SIDE + 1):
+            label = pg.TextItem(anchor=(0.5, 0.0), color=colors.foreground)
+            label.setFont(small)
+            plot.addItem(label)
+            self.value_labels.append(label)
+        self.input_label = pg.TextItem(anchor=(0.0, 0.5), color=colors.input)
+        self.input_label.setFont(small)
+        plot.addItem(self.input_label)
+        self.message = pg.TextItem(anchor=(0.5, 0.5), color=colors.foreground)
+        plot.addItem(self.message)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.caption)
+        layout.addWidget(self.plot_widget, 1)
+        style_plot(plot)
+        self.restyle()
+        session.changed.connect(self.mark_stale)
+
+    def restyle(self) -> None:
+        colors = plot_colors()
+        self.plot_widget.setBackground(colors.background)
+        style_plot(self.plot)
+
+    # -- rendering -----------------------------------------------------------------------
+    def render_view(self) -> None:
+        editor = self.session.active
+        fmt = editor.format
+        readout = editor.readout()
+        typed = editor.input
+        anchor_code = readout.code
+        if readout.kind not in FINITE:
+            if typed is None or typed.kind != "finite":
+                self._show_message(f"{readout.shortest} has no place on the number line")
+                return
+            # Overflow: look at the top of the range, the typed value lies beyond it.
+            anchor_code = fmt.from_value(-fmt.max if typed.negative else fmt.max)
+        codes = self._neighbour_codes(fmt, anchor_code)
+        values = [fmt.to_fraction(code) for code in codes]
+        center = fmt.to_fraction(anchor_code)
+        gaps = [b - a for a, b in pairwise(values) if b != a]
+        unit = min(gaps) if gaps else Fraction(1)
+
+        def x_of(value: Fraction) -> float:
+            return float((value - center) / unit)
+
+        xs = np.array([x_of(v) for v in values])
+        self.message.setText("")
+        self.neighbours.setData(xs, np.zeros_like(xs))
+        mids = [(a + b) / 2 for a, b in pairwise(values)]
+        mid_x = np.repeat([x_of(m) for m in mids], 2)
+        mid_y = np.tile([-0.25, 0.25], len(mids))
+        self.midpoints.setData(mid_x, mid_y)
+        for label, code, x in zip(self.value_labels, codes, xs, strict=False):
+            label.setText(fmt.shortest_decimal(code))
+            label.setPos(x, -0.35)
+        for label in self.value_labels[len(codes):]:
+            label.setText("")
+        left, right = float(xs.min()) - 0.6, float(xs.max()) + 0.6
+        result_x = x_of(center) if readout.kind in FINITE else right - 0.1
+        self.result.setData([result_x], [0.0])
+        arrows_x: list[float] = []
+        arrows_y: list[float] = []
+        picks_x: list[float] = []
+        picks_y: list[float] = []
+        if typed is not None and typed.kind == "finite":
+            input_x = x_of(typed.fraction)
+            left, right = min(left, input_x - 0.3), max(right, input_x + 0.3)
+            self.input_line.setValue(input_x)
+            self.input_line.show()
+            self.input_label.setText(f" typed {short(typed, 12)}")
+            self.input_label.setPos(input_x, len(DETERMINISTIC_MODES) + 0.55)
+            for row, mode in enumerate(DETERMINISTIC_MODES, start=1):
+                pick_x = self._pick_x(fmt, typed, mode, x_of, right)
+                arrows_x += [input_x, pick_x]
+                arrows_y += [row, row]
+                picks_x.append(pick_x)
+                picks_y.append(row)
+            self.caption.setText(
+                f"{fmt.name}: typed value (dashed line) between its neighbours; dashed ticks "
+                "are midpoints (where round-to-nearest changes its mind); each row shows the "
+                "neighbour a rounding mode picks."
+            )
+        else:
+            self.input_line.hide()
+            self.input_label.setText("")
+            self.caption.setText(
+                f"{fmt.name}: the current value (red) and its representable neighbours; "
+                "dashed ticks are midpoints. Type a value above to see where each rounding "
+                "mode sends it."
+            )
+        self.mode_arrows.setData(arrows_x, arrows_y)
+        self.mode_picks.setData(picks_x, picks_y)
+        self.axis_line.setData([left, right], [0, 0])
+        self.plot.setXRange(left, right, padding=0)
+        self.plot.setYRange(-1.1, len(DETERMINISTIC_MODES) + 0.9, padding=0)
+
+    def _pick_x(self, fmt: FloatFormat, typed: ExactValue, mode: str, x_of: object,
+                right: float) -> float:
+        rounded = fmt.round(typed, mode, self.session.overflow, seed=STOCHASTIC_SEED)
+        if rounded.value.kind != "finite":
+            return right - 0.1 if not rounded.value.negative else -right
+        assert callable(x_of)
+        return float(x_of(rounded.value.fraction))
+
+    @staticmethod
+    def _neighbour_codes(fmt: FloatFormat, code: int) -> list[int]:
+        below: list[int] = []
+        current = code
+        for _ in range(NEIGHBOURS_EACH_SIDE):
+            step = fmt.next_down(current)
+            if step == current or fmt.classify(step) not in FINITE:
+                break
+            below.append(step)
+            current = step
+        above: list[int] = []
+        current = code
+        for _ in range(NEIGHBOURS_EACH_SIDE):
+            step = fmt.next_up(current)
+            if step == current or fmt.classify(step) not in FINITE:
+                break
+            above.append(step)
+            current = step
+        return [*reversed(below), code, *above]
+
+    def _show_message(self, text: str) -> None:
+        for item in (self.neighbours, self.result, self.mode_picks):
+            item.setData([], [])
+        self.midpoints.setData([], [])
+        self.mode_arrows.setData([], [])
+        self.axis_line.setData([], [])
+        self.input_line.hide()
+        self.input_label.setText("")
+        for label in self.value_labels:
+            label.setText("")
+        self.plot.setXRange(-1, 1, padding=0)
+        self.plot.setYRange(-1.1, len(DETERMINISTIC_MODES) + 0.9, padding=0)
+        self.message.setText(text)
+        self.message.setPos(0, 2.5)
+        self.caption.setText(
+            "NaN and infinity are codes without a position among the finite values."
+        )

@@ -1,0 +1,200 @@
+"""The Formats panel: entry line, stacked bit editors, read-outs and the explaining views."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import (
+    QFrame,
+    QScrollArea,
+    QSizePolicy,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fpexplorer.formats import FloatFormat, get_format
+from fpexplorer.gui.formats.codes_map import CodesMap
+from fpexplorer.gui.formats.custom_format import CustomFormatDialog
+from fpexplorer.gui.formats.editor_row import EditorRow
+from fpexplorer.gui.formats.entry_bar import EntryBar
+from fpexplorer.gui.formats.number_line import NumberLineView
+from fpexplorer.gui.formats.plotting import LazyView
+from fpexplorer.gui.formats.range_chart import RangeChart
+from fpexplorer.gui.formats.readouts import ReadoutPanel
+from fpexplorer.gui.formats.state import EditorState, FormatsSession
+from fpexplorer.gui.formats.tables import CrossFormatTable, PropertiesTable
+
+# Suggested formats for "+ Add format", in order, skipping those already stacked.
+ADD_ORDER = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float64", "float32",
+             "float6_e2m3fn", "float4_e2m1fn")
+VIEWS_MIN_HEIGHT = 230  # number line, tables and charts stay readable
+VIEW_NAMES = ("number-line", "table", "range", "codes", "properties")
+
+ROW_STYLE = """
+QFrame#EditorRow { border: 1px solid palette(mid); border-radius: 6px; }
+QFrame#EditorRow[active="true"] { border: 2px solid palette(highlight); }
+QTextBrowser#sideNote { border-left: 3px solid palette(highlight); padding-left: 6px;
+                        background: transparent; }
+"""
+
+
+class FormatsPanel(QWidget):
+    """Everything of the bit editor; the session is its one model."""
+
+    def __init__(self, session: FormatsSession | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session or FormatsSession(
+            [get_format("float32"), get_format("float16"), get_format("bfloat16")]
+        )
+        self.setStyleSheet(ROW_STYLE)
+        self.entry = EntryBar(self.session)
+        self.rows: list[EditorRow] = []
+        self.stack = QWidget()
+        self.stack_layout = QVBoxLayout(self.stack)
+        self.stack_layout.setContentsMargins(4, 2, 4, 2)
+        self.stack_layout.setSpacing(4)
+        self.readouts = ReadoutPanel(self.session)
+        self.readouts.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
+
+        self.number_line = NumberLineView(self.session)
+        self.cross_table = CrossFormatTable(self.session)
+        self.range_chart = RangeChart(self.session)
+        self.codes_map = CodesMap(self.session)
+        self.properties = PropertiesTable(self.session)
+        self.views = QTabWidget()
+        self.views.setDocumentMode(True)
+        self.views_by_name: dict[str, LazyView] = {}
+        for name, view, title, tip in (
+            ("number-line", self.number_line, "Number line",
+             "Neighbours, midpoints and where each rounding mode sends the typed value"),
+            ("table", self.cross_table, "All formats",
+             "The value rounded into every format; click a row to load it"),
+            ("range", self.range_chart, "Range && precision",
+             "Subnormal/normal range, overflow and relative spacing on a log2 axis"),
+            ("codes", self.codes_map, "All codes",
+             "Every code of a format of ≤ 16 bits; click a cell to load it"),
+            ("properties", self.properties, "Properties",
+             "Max, min normal, min subnormal, eps, digits, finite-value count"),
+        ):
+            index = self.views.addTab(view, title)
+            self.views.setTabToolTip(index, tip)
+            self.views_by_name[name] = view
+
+        # Editors and read-outs scroll together when a small window cannot hold them:
+        # never squeezed into each other.
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.setSpacing(2)
+        top_layout.addWidget(self.stack)
+        top_layout.addWidget(self.readouts)
+        top_layout.addStretch(1)
+        self.top_scroll = QScrollArea()
+        self.top_scroll.setWidgetResizable(True)
+        self.top_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.top_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.top_scroll.setWidget(top)
+        self.top_content = top
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(self.top_scroll)
+        self.splitter.addWidget(self.views)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setChildrenCollapsible(False)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.entry)
+        layout.addWidget(self.splitter, 1)
+
+        self.entry.add_button.clicked.connect(self._on_add_clicked)
+        self.session.editors_changed.connect(self._rebuild_rows)
+        self.session.changed.connect(self._on_session_changed)
+        self._rebuild_rows()
+
+    # -- public --------------------------------------------------------------------------
+    def show_view(self, name: str) -> None:
+        self.views.setCurrentWidget(self.views_by_name[name])
+
+    def refresh_all_views(self) -> None:
+        """Render every view now, visible or not (the benchmark times this)."""
+        for view in self.views_by_name.values():
+            view.refresh_now()
+
+    def use_custom_format(self, editor: EditorState, fmt: FloatFormat) -> None:
+        self.session.add_custom_format(fmt)
+        self.session.set_format(editor, fmt)
+
+    def open_custom_format_dialog(self, editor: EditorState) -> None:
+        dialog = CustomFormatDialog(self, start=editor.format)
+        if dialog.exec() == CustomFormatDialog.DialogCode.Accepted:
+            fmt = dialog.chosen_format()
+            if fmt is not None:
+                self.use_custom_format(editor, fmt)
+        else:
+            self.rows[self.session.editors.index(editor)].refresh()
+
+    def row_of(self, editor: EditorState) -> EditorRow:
+        return self.rows[self.session.editors.index(editor)]
+
+    # -- slots ---------------------------------------------------------------------------
+    def _on_add_clicked(self) -> None:
+        stacked = {editor.format for editor in self.session.editors}
+        for name in ADD_ORDER:
+            try:
+                fmt = get_format(name)
+            except ValueError:
+                continue
+            if fmt not in stacked:
+                break
+        else:
+            fmt = self.session.active.format
+        self.session.add_editor(fmt)
+
+    def _on_session_changed(self) -> None:
+        active = self.session.active
+        for row in self.rows:
+            row.set_active(row.editor is active)
+        sizes = self.splitter.sizes()
+        if sizes and self.top_content.sizeHint().height() + 2 > sizes[0]:
+            self._fit_stack()  # e.g. a long exact value needs another line
+
+    def _rebuild_rows(self) -> None:
+        wanted = self.session.editors
+        if [row.editor for row in self.rows] == wanted:
+            return
+        kept = {row.editor: row for row in self.rows}
+        for row in self.rows:
+            if row.editor not in wanted:
+                row.detach()
+                row.setParent(None)
+                row.deleteLater()
+        self.rows = []
+        for index, editor in enumerate(wanted):
+            row = kept.get(editor)
+            if row is None:
+                row = EditorRow(self.session, editor)
+                row.custom_requested.connect(self.open_custom_format_dialog)
+            self.stack_layout.insertWidget(index, row)
+            self.rows.append(row)
+        for row in self.rows:
+            row.set_removable(len(self.rows) > 1)
+        self._fit_stack()
+        self._on_session_changed()
+
+    def _fit_stack(self) -> None:
+        """Give the editors and read-outs the height they need, the views the rest."""
+        total = sum(self.splitter.sizes()) or self.splitter.height()
+        if total <= 0:
+            return
+        wanted = self.top_content.sizeHint().height() + 2
+        top = max(min(wanted, total - VIEWS_MIN_HEIGHT), 120)
+        self.splitter.setSizes([top, max(total - top, 0)])
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_stack()

@@ -1,0 +1,191 @@
+"""Read-outs of the active editor's code, and the side note that explains what is shown."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFontDatabase, QTextOption
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QSizePolicy,
+    QTextBrowser,
+    QWidget,
+)
+
+from fpexplorer.gui.formats.notes import side_note
+from fpexplorer.gui.formats.state import CodeReadout, FormatsSession
+from fpexplorer.gui.formats.text import short
+
+
+def _read_only_line(tip: str) -> QLineEdit:
+    line = QLineEdit()
+    line.setReadOnly(True)
+    line.setToolTip(tip)
+    line.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+    line.setMinimumWidth(80)
+    return line
+
+
+class ExactValueBox(QPlainTextEdit):
+    """Every digit of the exact value: wraps anywhere, selectable, grows to 3 lines."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAnywhere)
+        self.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.setToolTip(
+            "The exact value of this code, every digit (a binary fraction always has a "
+            "finite decimal expansion). Select and copy freely."
+        )
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setFixedHeight(self._height_for(1))
+
+    def _height_for(self, lines: int) -> int:
+        margins = self.contentsMargins()
+        line = self.fontMetrics().lineSpacing()
+        return lines * line + margins.top() + margins.bottom() + 2 * int(
+            self.document().documentMargin()
+        ) + 2
+
+    def show_text(self, text: str) -> None:
+        if text != self.toPlainText():
+            self.setPlainText(text)
+        self._fit()
+
+    def resizeEvent(self, event: object) -> None:  # type: ignore[override]
+        super().resizeEvent(event)  # type: ignore[arg-type]
+        self._fit()
+
+    def _fit(self) -> None:
+        width = max(self.viewport().width() - 2 * int(self.document().documentMargin()), 40)
+        per_line = max(width // max(self.fontMetrics().horizontalAdvance("0"), 1), 1)
+        lines = min(max(-(-len(self.toPlainText()) // per_line), 1), 3)
+        height = self._height_for(lines)
+        if height != self.height():
+            self.setFixedHeight(height)
+
+
+class ReadoutPanel(QFrame):
+    """Exact decimal, shortest, scientific, hex, binary, formula, gaps, rounding error."""
+
+    def __init__(self, session: FormatsSession, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.title = QLabel()
+        self.exact = ExactValueBox()
+        self.shortest = _read_only_line(
+            "Shortest decimal that converts back to exactly this code (what print() shows)."
+        )
+        self.scientific = _read_only_line("The exact value in scientific notation.")
+        self.hex_code = _read_only_line("The code as an unsigned integer, in hexadecimal.")
+        self.binary_code = _read_only_line("The code in binary: sign | exponent | fraction.")
+        self.formula = QLabel()
+        self.formula.setWordWrap(True)
+        self.formula.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.formula.setToolTip(
+            "value = (−1)^sign × 2^(E − bias) × 1.f for normals; subnormals use 0.f and "
+            "the power 2^(1 − bias)."
+        )
+        self.gaps = QLabel()
+        self.gaps.setTextFormat(Qt.TextFormat.RichText)
+        self.gaps.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.gaps.setWordWrap(True)
+        self.gaps.setToolTip(
+            "Distance to the next representable value below and above: nothing in between "
+            "can be stored in this format."
+        )
+        self.error = QLabel()
+        self.error.setTextFormat(Qt.TextFormat.RichText)
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error.setWordWrap(True)
+        # The side note scrolls when it is longer than the read-outs are tall.
+        self.note = QTextBrowser()
+        self.note.setObjectName("sideNote")
+        self.note.setOpenExternalLinks(False)
+        self.note.setFrameShape(QFrame.Shape.NoFrame)
+        self.note.viewport().setAutoFillBackground(False)
+        self.note.setFixedWidth(380)
+        self.note.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Ignored)
+
+        grid = QGridLayout()
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(6)
+        grid.setVerticalSpacing(2)
+        grid.addWidget(self.title, 0, 0, 1, 8)
+        grid.addWidget(QLabel("Exact"), 1, 0, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(self.exact, 1, 1, 1, 7)
+        for column, (name, widget) in enumerate(
+            (("Shortest", self.shortest), ("Scientific", self.scientific),
+             ("Hex", self.hex_code), ("Binary", self.binary_code))
+        ):
+            grid.addWidget(QLabel(name), 2, 2 * column)
+            grid.addWidget(widget, 2, 2 * column + 1)
+        grid.addWidget(QLabel("Formula"), 3, 0, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(self.formula, 3, 1, 1, 7)
+        grid.addWidget(QLabel("Gaps"), 4, 0, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(self.gaps, 4, 1, 1, 7)
+        grid.addWidget(QLabel("Rounding"), 5, 0, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(self.error, 5, 1, 1, 7)
+        for column, stretch in ((1, 2), (3, 3), (5, 1), (7, 3)):
+            grid.setColumnStretch(column, stretch)
+
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.addLayout(grid, 1)
+        layout.addWidget(self.note)
+        session.changed.connect(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        editor = self.session.active
+        readout = editor.readout()
+        fmt = readout.format
+        self.title.setText(
+            f"<b>{fmt.name}</b> — {fmt.description} &nbsp; <span style='color:gray'>"
+            f"spec {fmt.spec}, bias {fmt.bias}</span>"
+        )
+        self.exact.show_text(readout.exact)
+        self.shortest.setText(readout.shortest)
+        self.shortest.setCursorPosition(0)
+        self.scientific.setText(readout.scientific)
+        self.scientific.setCursorPosition(0)
+        self.hex_code.setText(readout.hex_code)
+        self.hex_code.setCursorPosition(0)
+        self.binary_code.setText(readout.binary_code)
+        self.binary_code.setCursorPosition(0)
+        self.formula.setText(readout.formula)
+        self.gaps.setText(self._gaps_text(readout))
+        self.error.setText(self._error_text(readout, editor.input is not None))
+        self.note.setHtml(side_note(fmt, readout.kind))
+
+    @staticmethod
+    def _gaps_text(readout: CodeReadout) -> str:
+        if readout.gap_down is None and readout.gap_up is None:
+            return "— (not a finite value)"
+        return f"↓ {short(readout.gap_down, 8)} &nbsp;&nbsp; ↑ {short(readout.gap_up, 8)}"
+
+    @staticmethod
+    def _error_text(readout: CodeReadout, typed: bool) -> str:
+        rounded = readout.rounded
+        if rounded is None or not typed:
+            return "<span style='color:gray'>type a value above to see how it rounds</span>"
+        parts = [
+            f"input {short(rounded.input, 12)} → {readout.shortest} ({rounded.rounding}"
+            f", overflow: {rounded.overflow_policy}) &nbsp; error abs "
+            f"{short(rounded.error_abs, 6)}, rel {short(rounded.error_rel, 6)}, "
+            f"{short(rounded.error_ulps, 6)} ulp",
+        ]
+        flags = []
+        for name in ("inexact", "overflow", "underflow"):
+            on = bool(getattr(rounded, name))
+            color = "#d9463b" if on and name != "inexact" else ("#c08000" if on else "gray")
+            mark = "●" if on else "○"
+            flags.append(f"<span style='color:{color}'>{mark} {name}</span>")
+        if not rounded.inexact:
+            flags.insert(0, "<b>exact</b>")
+        return "<br>".join(parts) + "<br>" + " &nbsp; ".join(flags)

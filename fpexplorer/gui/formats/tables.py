@@ -1,0 +1,200 @@
+"""The cross-format table (one value rounded into every format) and the properties table."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fpexplorer.formats import FloatFormat, Rounded
+from fpexplorer.gui.formats.plotting import LazyView
+from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession, hex_code
+from fpexplorer.gui.formats.text import short
+from fpexplorer.gui.theme import class_hex
+
+COMPARE_COLUMNS = ("Format", "Code", "Value", "Class", "Abs. error", "Rel. error", "Error (ulp)",
+                   "Flags")
+PROPERTY_COLUMNS = ("Format", "Bits s/e/m", "Bias", "Max", "Min normal", "Min subnormal",
+                    "Epsilon", "Decimal digits", "Finite values", "Inf", "NaN", "−0")
+PROPERTY_TIPS = {
+    "Max": "Largest finite value. Above it values overflow (to inf, NaN or max by policy).",
+    "Min normal": "Smallest value with full precision (exponent field 1).",
+    "Min subnormal": "Smallest non-zero value; below half of it everything rounds to 0.",
+    "Epsilon": "Gap between 1 and the next value up: the relative precision.",
+    "Decimal digits": "(fraction bits + 1) × log10(2): significant decimal digits held.",
+    "Bias": "Stored exponent E means the power E − bias.",
+    "Finite values": "Number of codes holding finite values (+0 and −0 counted apart).",
+}
+
+
+def _item(text: str, tip: str | None = None) -> QTableWidgetItem:
+    item = QTableWidgetItem(text)
+    item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
+    if tip:
+        item.setToolTip(tip)
+    return item
+
+
+class CrossFormatTable(LazyView):
+    """The active editor's input rounded into every known format; a click loads a row."""
+
+    def __init__(self, session: FormatsSession, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.caption = QLabel()
+        self.caption.setWordWrap(True)
+        self.table = QTableWidget(0, len(COMPARE_COLUMNS))
+        self.table.setHorizontalHeaderLabels(COMPARE_COLUMNS)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setAlternatingRowColors(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        self.table.setToolTip("Click a row to load that format and code into the editor.")
+        self.rows: list[tuple[FloatFormat, int]] = []
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.caption)
+        layout.addWidget(self.table, 1)
+        self.table.cellClicked.connect(self._on_table_cell_clicked)
+        session.changed.connect(self.mark_stale)
+        session.custom_formats_changed.connect(self.mark_stale)
+
+    def _on_table_cell_clicked(self, row: int, _column: int) -> None:
+        if 0 <= row < len(self.rows):
+            self.session.load(*self.rows[row])
+
+    def render_view(self) -> None:
+        session = self.session
+        value = session.comparison_input()
+        formats = session.known_formats()
+        self.caption.setText(
+            f"<b>{short(value, 17)}</b> rounded into "
+            f"every format ({session.rounding}, overflow: {session.overflow or 'format default'}"
+            "). Click a row to load it into the active editor."
+        )
+        self.table.setRowCount(len(formats))
+        self.rows = []
+        for row, fmt in enumerate(formats):
+            try:
+                rounded = fmt.round(value, session.rounding, session.overflow,
+                                    seed=STOCHASTIC_SEED)
+            except ValueError as error:
+                self.rows.append((fmt, 0))
+                self._fill(row, [fmt.name, "—", str(error), "", "", "", "", ""], None)
+                continue
+            self.rows.append((fmt, rounded.code))
+            self._fill(row, self._cells(fmt, rounded), rounded)
+        active = session.active
+        for row, (fmt, code) in enumerate(self.rows):
+            if fmt == active.format and code == active.code:
+                self.table.selectRow(row)
+                break
+        else:
+            self.table.clearSelection()
+
+    @staticmethod
+    def _cells(fmt: FloatFormat, rounded: Rounded) -> list[str]:
+        kind = fmt.classify(rounded.code)
+        flags = [name for name in ("overflow", "underflow", "inexact") if getattr(rounded, name)]
+        return [
+            fmt.name,
+            hex_code(fmt, rounded.code),
+            fmt.shortest_decimal(rounded.code),
+            kind,
+            short(rounded.error_abs, 6),
+            short(rounded.error_rel, 6),
+            short(rounded.error_ulps, 6),
+            ", ".join(flags) if flags else "exact",
+        ]
+
+    def _fill(self, row: int, texts: list[str], rounded: Rounded | None) -> None:
+        for column, text in enumerate(texts):
+            item = _item(text)
+            if column == 3 and text:
+                item.setForeground(QBrush(QColor(class_hex(text))))
+            if column == 7 and rounded is not None and (rounded.overflow or rounded.underflow):
+                item.setForeground(QBrush(QColor("#d9463b")))
+            if column == 0:
+                item.setToolTip(rounded.format.description if rounded else text)
+            self.table.setItem(row, column, item)
+
+
+def chosen_formats(session: FormatsSession, include_common: bool) -> list[FloatFormat]:
+    """The stacked editors' formats, then (optionally) the common ML formats."""
+    chosen: list[FloatFormat] = []
+    for editor in session.editors:
+        if editor.format not in chosen:
+            chosen.append(editor.format)
+    if include_common:
+        for fmt in session.known_formats():
+            names = {fmt.name, *fmt.aliases}
+            if names & COMMON_NAMES and fmt not in chosen:
+                chosen.append(fmt)
+    return chosen
+
+
+COMMON_NAMES = {"float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
+
+
+class PropertiesTable(LazyView):
+    """Max, min normal, min subnormal, eps, digits, finite-value count of chosen formats."""
+
+    def __init__(self, session: FormatsSession, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.include_common = QCheckBox("also show FP32, FP16, BF16 and FP8 (E4M3, E5M2)")
+        self.include_common.setChecked(True)
+        self.table = QTableWidget(0, len(PROPERTY_COLUMNS))
+        self.table.setHorizontalHeaderLabels(PROPERTY_COLUMNS)
+        for column, name in enumerate(PROPERTY_COLUMNS):
+            header_item = self.table.horizontalHeaderItem(column)
+            if header_item is not None and name in PROPERTY_TIPS:
+                header_item.setToolTip(PROPERTY_TIPS[name])
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setAlternatingRowColors(True)
+        self.table.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents
+        )
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.include_common)
+        layout.addWidget(self.table, 1)
+        self.include_common.toggled.connect(lambda _: self.mark_stale())
+        session.changed.connect(self.mark_stale)
+
+    def render_view(self) -> None:
+        formats = chosen_formats(self.session, self.include_common.isChecked())
+        self.table.setRowCount(len(formats))
+        for row, fmt in enumerate(formats):
+            sign_bits = 1 if fmt.signed else 0
+            texts = [
+                fmt.name,
+                f"{sign_bits}/{fmt.exponent_bits}/{fmt.mantissa_bits}",
+                str(fmt.bias),
+                short(fmt.max),
+                short(fmt.min_normal),
+                short(fmt.min_subnormal) if fmt.min_subnormal is not None else "none",
+                short(fmt.eps),
+                f"{fmt.decimal_digits:.2f}",
+                f"{fmt.finite_count:,}",
+                "yes" if fmt.has_inf else "no",
+                "yes" if fmt.has_nan else "no",
+                "yes" if fmt.has_negative_zero else "no",
+            ]
+            for column, text in enumerate(texts):
+                tip = fmt.description if column == 0 else None
+                self.table.setItem(row, column, _item(text, tip))

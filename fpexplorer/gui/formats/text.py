@@ -1,0 +1,77 @@
+"""How numbers are written on screen. Pure string work on the engine's exact decimals.
+
+No arithmetic happens here: the engine prints every digit (`exact_decimal`), and these
+helpers only move the decimal point to write it in scientific notation or cut it short
+for a table cell. A cut is always marked with "…", never rounded silently.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from fpexplorer.formats import ExactValue, exact_decimal
+
+ELLIPSIS = "…"
+SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def scientific(decimal_text: str, max_digits: int = 17) -> str:
+    """Rewrite a plain decimal ("-0.000123", "65504", "0.333…") as "-1.23e-4".
+
+    Keeps at most `max_digits` significant digits; when digits are dropped (or the input
+    was already cut, ending in "…") the mantissa ends with "…".
+    """
+    text = decimal_text.strip()
+    if not text or not (text[0].isdigit() or text[0] in "+-"):
+        return text  # inf, nan and other words pass through
+    negative = text.startswith("-")
+    body = text.lstrip("+-")
+    truncated = body.endswith(ELLIPSIS)
+    body = body.rstrip(ELLIPSIS)
+    if "e" in body.lower() or not body.replace(".", "", 1).isdigit():
+        return decimal_text
+    integer_part, _, fraction_part = body.partition(".")
+    digits = (integer_part + fraction_part).lstrip("0")
+    if not digits:
+        return ("-" if negative else "") + "0"
+    # Position of the first significant digit relative to the decimal point.
+    all_digits = integer_part + fraction_part
+    first = len(all_digits) - len(all_digits.lstrip("0"))
+    exponent = len(integer_part) - first - 1
+    significant = digits.rstrip("0") if not truncated else digits
+    if len(significant) > max_digits:
+        significant = significant[:max_digits]
+        truncated = True
+    mantissa = significant[0]
+    if len(significant) > 1:
+        mantissa += "." + significant[1:]
+    if truncated:
+        mantissa += ELLIPSIS
+    return f"{'-' if negative else ''}{mantissa}e{exponent}"
+
+
+def short(x: Fraction | ExactValue | int | None, max_digits: int = 7) -> str:
+    """A compact exact-or-marked rendering for tables: "65504", "6.1035156…e-5", "—"."""
+    if x is None:
+        return "—"
+    if isinstance(x, ExactValue) and x.kind != "finite":
+        return str(x)
+    text = exact_decimal(x)
+    sign = "-" if text.startswith("-") else ""
+    body = text.lstrip("-")
+    integer_part, _, fraction_part = body.rstrip(ELLIPSIS).partition(".")
+    significant = (integer_part + fraction_part).strip("0")
+    plain_ok = (
+        not body.endswith(ELLIPSIS)
+        and len(significant) <= max_digits
+        and len(integer_part) <= max_digits
+        and (integer_part != "0" or len(fraction_part) <= max_digits)
+    )
+    if plain_ok:
+        return sign + body
+    return scientific(text, max_digits)
+
+
+def power_of_two(exponent: int) -> str:
+    """2 raised to an integer, written with superscripts: 2⁻¹⁴."""
+    return "2" + str(exponent).translate(SUPERSCRIPT)

@@ -1,0 +1,241 @@
+"""The main window: Formats and Training tabs, menus, status bar, kept geometry and state."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fpexplorer import __version__
+from fpexplorer.gui.formats.panel import FormatsPanel
+from fpexplorer.gui.formats.state import FormatsSession
+from fpexplorer.gui.settings import SettingsStore
+
+STATE_PREFIX = "formats/"
+SHORTCUTS_HELP = """<table>
+<tr><td><b>Click / drag</b></td><td>toggle a bit / paint several bits</td></tr>
+<tr><td><b>← →</b></td><td>move between bits (click the bit row first)</td></tr>
+<tr><td><b>Space, Enter</b></td><td>toggle the bit under the cursor</td></tr>
+<tr><td><b>0, 1</b></td><td>set the bit and move right</td></tr>
+<tr><td><b>↑ ↓</b></td><td>next value up / down</td></tr>
+<tr><td><b>Ctrl+L</b></td><td>type a value or a code</td></tr>
+<tr><td><b>Ctrl+C</b></td><td>copy the exact value</td></tr>
+<tr><td><b>Ctrl+Shift+C</b></td><td>copy the code (hex)</td></tr>
+<tr><td><b>Ctrl+1, Ctrl+2</b></td><td>Formats / Training tab</td></tr>
+<tr><td><b>Ctrl+Q</b></td><td>quit</td></tr>
+</table>"""
+
+
+def _training_panel() -> tuple[QWidget, str | None]:
+    """The Training panel, or an explanation of why it is not available."""
+    try:
+        from fpexplorer.gui.training.panel import TrainingPanel
+    except ImportError as error:
+        placeholder = QWidget()
+        layout = QVBoxLayout(placeholder)
+        label = QLabel(
+            "<h3>Training panel not available</h3>"
+            "<p>This panel runs a mixed-precision training job and shows its loss scale, "
+            "skipped steps and gradient ranges live. It could not be loaded:</p>"
+            f"<pre>{error}</pre>"
+        )
+        label.setWordWrap(True)
+        label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        layout.addWidget(label)
+        return placeholder, str(error)
+    return TrainingPanel(), None
+
+
+class MainWindow(QMainWindow):
+    """fpexplorer's window. `settings` keeps geometry and the Formats state between runs."""
+
+    def __init__(self, settings: SettingsStore | None = None, *, restore: bool = True,
+                 session: FormatsSession | None = None) -> None:
+        super().__init__()
+        self.settings = settings or SettingsStore(persistent=False)
+        self.setWindowTitle("fpexplorer")
+        self.setObjectName("MainWindow")
+        self.formats_panel = FormatsPanel(session)
+        self.training_panel, self.training_problem = _training_panel()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.formats_panel, "Formats")
+        self.tabs.addTab(self.training_panel, "Training")
+        self.tabs.setTabToolTip(0, "Bit editor: any format, exact values, rounding")
+        self.tabs.setTabToolTip(1, "Mixed-precision training numerics, live or replayed")
+        self.setCentralWidget(self.tabs)
+        self.resize(1280, 800)
+        self._build_menus()
+        self.status = self.statusBar()
+        self.session.changed.connect(self._on_session_changed)
+        self.session.entry_changed.connect(self._on_session_changed)
+        restore_problems = self._restore() if restore else []
+        problem = self.settings.problem()
+        if problem:
+            self.status.showMessage(problem)
+        elif restore_problems:
+            self.status.showMessage("Could not restore: " + "; ".join(restore_problems))
+        elif self.training_problem:
+            self.status.showMessage(f"Training panel unavailable: {self.training_problem}")
+        else:
+            self.status.showMessage("Click bits, or type a value above (Ctrl+L).", 8000)
+
+    @property
+    def session(self) -> FormatsSession:
+        return self.formats_panel.session
+
+    # -- menus ---------------------------------------------------------------------------
+    def _action(self, text: str, slot: object, shortcut: QKeySequence | str | None = None,
+                tip: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        if tip:
+            action.setStatusTip(tip)
+        action.triggered.connect(slot)
+        return action
+
+    def _build_menus(self) -> None:
+        menu_bar = self.menuBar()
+        file_menu = menu_bar.addMenu("&File")
+        file_actions = getattr(self.training_panel, "file_actions", None)
+        if callable(file_actions):
+            for action in file_actions():
+                file_menu.addAction(action)
+            file_menu.addSeparator()
+        self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.quit_action.setShortcut(QKeySequence("Ctrl+Q"))
+        file_menu.addAction(self.quit_action)
+
+        edit_menu = menu_bar.addMenu("&Edit")
+        self.copy_value_action = self._action(
+            "&Copy Value", self.copy_value, QKeySequence.StandardKey.Copy,
+            "Copy the exact decimal value of the active editor's code",
+        )
+        self.copy_code_action = self._action(
+            "Copy C&ode", self.copy_code, "Ctrl+Shift+C", "Copy the code in hexadecimal",
+        )
+        self.copy_shortest_action = self._action(
+            "Copy &Shortest Decimal", self.copy_shortest, "Ctrl+Alt+C",
+            "Copy the shortest decimal that reads back to this code",
+        )
+        self.focus_entry_action = self._action(
+            "&Type a Value…", self._on_focus_entry, "Ctrl+L", "Type a value or a code",
+        )
+        for action in (self.copy_value_action, self.copy_code_action,
+                       self.copy_shortest_action, self.focus_entry_action):
+            edit_menu.addAction(action)
+
+        view_menu = menu_bar.addMenu("&View")
+        view_menu.addAction(self._action("&Formats", lambda: self.tabs.setCurrentIndex(0),
+                                         "Ctrl+1"))
+        view_menu.addAction(self._action("&Training", lambda: self.tabs.setCurrentIndex(1),
+                                         "Ctrl+2"))
+        view_menu.addSeparator()
+        view_menu.addAction(self._action("&Add Format to Stack",
+                                         self.formats_panel._on_add_clicked, "Ctrl+Shift+A"))
+        view_menu.addAction(self._action(
+            "&Custom Format…",
+            lambda: self.formats_panel.open_custom_format_dialog(self.session.active),
+            "Ctrl+Shift+F",
+        ))
+        view_menu.addSeparator()
+        for name, title in (("number-line", "Number Line"), ("table", "All Formats Table"),
+                            ("range", "Range && Precision"), ("codes", "All Codes Map"),
+                            ("properties", "Properties")):
+            view_menu.addAction(self._action(title, lambda _=False, n=name: self._show_view(n)))
+
+        help_menu = menu_bar.addMenu("&Help")
+        help_menu.addAction(self._action("&Keyboard Shortcuts", self._on_shortcuts_help, "F1"))
+        help_menu.addAction(self._action("&About fpexplorer", self._on_about))
+
+    # -- actions -------------------------------------------------------------------------
+    def _copy(self, text: str, what: str) -> None:
+        QGuiApplication.clipboard().setText(text)
+        shown = text if len(text) <= 60 else text[:57] + "…"
+        self.status.showMessage(f"Copied {what}: {shown}", 5000)
+
+    def copy_value(self) -> None:
+        self._copy(self.session.active.readout().exact, "exact value")
+
+    def copy_code(self) -> None:
+        self._copy(self.session.active.readout().hex_code, "code")
+
+    def copy_shortest(self) -> None:
+        self._copy(self.session.active.readout().shortest, "shortest decimal")
+
+    def _on_focus_entry(self) -> None:
+        self.tabs.setCurrentIndex(0)
+        self.formats_panel.entry.field.setFocus()
+        self.formats_panel.entry.field.selectAll()
+
+    def _show_view(self, name: str) -> None:
+        self.tabs.setCurrentIndex(0)
+        self.formats_panel.show_view(name)
+
+    def _on_shortcuts_help(self) -> None:
+        QMessageBox.information(self, "Keyboard shortcuts", SHORTCUTS_HELP)
+
+    def _on_about(self) -> None:
+        QMessageBox.about(
+            self,
+            "About fpexplorer",
+            f"<h3>fpexplorer {__version__}</h3><p>Explore floating-point formats bit by bit "
+            "(FP64 to FP4, E8M0, custom eXmY) with exact values and every rounding mode, and "
+            "watch mixed-precision training numerics live.</p>",
+        )
+
+    def _on_session_changed(self) -> None:
+        problem = self.session.active.problem
+        if problem:
+            self.status.showMessage(problem, 5000)
+
+    # -- state kept between runs ---------------------------------------------------------
+    def _restore(self) -> list[str]:
+        geometry = self.settings.value("window/geometry")
+        if isinstance(geometry, QByteArray | bytes):
+            self.restoreGeometry(QByteArray(geometry))
+        tab = self.settings.text("window/tab", "0")
+        if tab in ("0", "1"):
+            self.tabs.setCurrentIndex(int(tab))
+        view = self.settings.text("formats/view", "")
+        if view in self.formats_panel.views_by_name:
+            self.formats_panel.show_view(view)
+        saved: dict[str, object] = {}
+        for key in ("formats", "codes", "custom"):
+            values = self.settings.text_list(STATE_PREFIX + key)
+            if values:
+                saved[key] = values
+        for key in ("active", "entry", "typed", "rounding", "overflow", "linked"):
+            value = self.settings.value(STATE_PREFIX + key)
+            if value is not None:
+                saved[key] = value
+        if not saved.get("formats"):
+            return []
+        return self.session.restore(saved)
+
+    def save_state(self) -> str | None:
+        """Write geometry and the Formats state; returns a problem sentence or None."""
+        self.settings.set_value("window/geometry", self.saveGeometry())
+        self.settings.set_value("window/tab", str(self.tabs.currentIndex()))
+        for name, view in self.formats_panel.views_by_name.items():
+            if self.formats_panel.views.currentWidget() is view:
+                self.settings.set_value("formats/view", name)
+        for key, value in self.session.snapshot().items():
+            self.settings.set_value(STATE_PREFIX + key, value)
+        return self.settings.sync()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        problem = self.save_state()
+        if problem:
+            self.status.showMessage(problem)
+        shutdown = getattr(self.training_panel, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        super().closeEvent(event)
