@@ -537,11 +537,10 @@ class FloatFormat:
         """The code for a magnitude beyond max, under an overflow policy."""
         d = _derived(self)
         infinity = self._signed_code(negative, d.exponent_all_ones << self.mantissa_bits)
-        if policy == "saturate":
-            return self._signed_code(negative, d.max_magnitude_code)
-        if d.has_inf and (policy == "ieee" or from_infinity):
+        kind = _too_large_kind(d, policy, from_infinity)
+        if kind == "inf":
             return infinity
-        if d.has_nan:
+        if kind == "nan":
             return self._nan_with_sign(negative)
         return self._signed_code(negative, d.max_magnitude_code)
 
@@ -650,6 +649,23 @@ def _round_up(
     # stochastic: up with probability `remainder` (to 2**-64).
     draw = random.Random(seed).getrandbits(64)
     return int(draw < remainder * (1 << 64))
+
+
+def _too_large_kind(d: _Derived, policy: str, from_infinity: bool) -> str:
+    """What stands for a magnitude beyond max: "inf", "nan" or "max".
+
+    saturate: max. ieee: inf, else NaN, else max. nan: NaN, else inf, else max. An infinite
+    input stays infinite where the format has inf (unless saturating): it is exact.
+    """
+    if policy == "saturate":
+        return "max"
+    if from_infinity and d.has_inf:
+        return "inf"
+    preference = ("inf", "nan") if policy == "ieee" else ("nan", "inf")
+    for kind in preference:
+        if (kind == "inf" and d.has_inf) or (kind == "nan" and d.has_nan):
+            return kind
+    return "max"
 
 
 def _rounds_toward_max(rounding: str, negative: bool) -> bool:

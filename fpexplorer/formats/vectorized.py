@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .format import CLASSES, OVERFLOW_POLICIES, ROUNDING_MODES, _derived
+from .format import CLASSES, OVERFLOW_POLICIES, ROUNDING_MODES, _derived, _too_large_kind
 
 if TYPE_CHECKING:
     from .format import FloatFormat
@@ -162,6 +162,7 @@ def _round_block(
     beyond = exponent > top_exponent
     quantum_exponent = np.clip(exponent, d.emin, top_exponent) - m
     scaled = np.ldexp(safe, (-quantum_exponent).astype(np.int32))
+    scaled[beyond] = 0.0  # overflows anyway; keeps the integer conversion in range
     integer = np.floor(scaled)
     remainder = scaled - integer
     field_part = quantum_exponent + m + fmt.bias - (1 if d.first_exponent_field else 0)
@@ -271,12 +272,13 @@ def _too_large_codes(
     from_infinity: bool,
 ) -> CodeArray:
     d = _derived(fmt)
-    if policy == "saturate" or not (d.has_inf or d.has_nan):
-        magnitude = d.max_magnitude_code
-    elif d.has_inf and (policy == "ieee" or from_infinity):
+    kind = _too_large_kind(d, policy, from_infinity)
+    if kind == "nan":
+        return _nan_codes(fmt, negative)
+    if kind == "inf":
         magnitude = d.exponent_all_ones << fmt.mantissa_bits
     else:
-        return _nan_codes(fmt, negative)
+        magnitude = d.max_magnitude_code
     return _with_sign(fmt, np.full(negative.shape, np.uint64(magnitude)), negative)
 
 

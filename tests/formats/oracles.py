@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 from typing import Any
 
@@ -15,11 +16,7 @@ DTYPES: dict[str, Any] = {
     "float64": np.float64,
     "float32": np.float32,
     "float16": np.float16,
-    **{
-        f.name: getattr(ml_dtypes, f.name)
-        for f in list_formats()
-        if hasattr(ml_dtypes, f.name)
-    },
+    **{f.name: getattr(ml_dtypes, f.name) for f in list_formats() if hasattr(ml_dtypes, f.name)},
 }
 SMALL_FORMATS = [f for f in list_formats() if f.width <= 16]
 ORACLE_SMALL_FORMATS = [f for f in SMALL_FORMATS if f.name in DTYPES]
@@ -61,7 +58,7 @@ def midpoints(fmt: FloatFormat) -> list[Fraction]:
     """Every midpoint between neighbouring values, plus the one above max (where the overflow
     threshold of round-to-nearest lies), both signs."""
     values = [v for v in finite_values(fmt) if v >= 0]
-    points = [(a + b) / 2 for a, b in zip(values, values[1:])]
+    points = [(a + b) / 2 for a, b in itertools.pairwise(values)]
     if fmt.mantissa_bits:
         points.append(fmt.max + (fmt.max - values[-2]) / 2)
     else:

@@ -28,22 +28,34 @@ def test_named_formats_widest_first_with_aliases() -> None:
     widths = [f.width for f in list_formats()]
     assert widths == sorted(widths, reverse=True)
     for alias, name in [
-        ("fp64", "float64"), ("fp32", "float32"), ("tf32", "tfloat32"), ("fp16", "float16"),
-        ("half", "float16"), ("bf16", "bfloat16"), ("e4m3", "float8_e4m3fn"),
-        ("e5m2", "float8_e5m2"), ("e8m0", "float8_e8m0fnu"), ("fp6_e2m3", "float6_e2m3fn"),
-        ("fp6_e3m2", "float6_e3m2fn"), ("fp4", "float4_e2m1fn"), ("FP16", "float16"),
+        ("fp64", "float64"),
+        ("fp32", "float32"),
+        ("tf32", "tfloat32"),
+        ("fp16", "float16"),
+        ("half", "float16"),
+        ("bf16", "bfloat16"),
+        ("e4m3", "float8_e4m3fn"),
+        ("e5m2", "float8_e5m2"),
+        ("e8m0", "float8_e8m0fnu"),
+        ("fp6_e2m3", "float6_e2m3fn"),
+        ("fp6_e3m2", "float6_e3m2fn"),
+        ("fp4", "float4_e2m1fn"),
+        ("FP16", "float16"),
     ]:
         assert get_format(alias).name == name
         assert alias.lower() in get_format(alias).aliases
     assert get_format("tf32").width == 19
     assert {f.name for f in list_formats()} >= {
-        "float8_e4m3fnuz", "float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4",
+        "float8_e4m3fnuz",
+        "float8_e4m3b11fnuz",
+        "float8_e4m3",
+        "float8_e3m4",
         "float8_e5m2fnuz",
     }
 
 
 def test_unknown_name_lists_close_ones() -> None:
-    with pytest.raises(ValueError, match="did you mean.*float16"):
+    with pytest.raises(ValueError, match=r"did you mean.*float16"):
         get_format("flaot16")
     with pytest.raises(ValueError, match="unknown format"):
         get_format("")
@@ -53,7 +65,10 @@ def test_unknown_name_lists_close_ones() -> None:
 def test_spec_round_trips(fmt: FloatFormat) -> None:
     again = get_format(fmt.spec)
     assert (again.exponent_bits, again.mantissa_bits, again.bias, again.encoding) == (
-        fmt.exponent_bits, fmt.mantissa_bits, fmt.bias, fmt.encoding,
+        fmt.exponent_bits,
+        fmt.mantissa_bits,
+        fmt.bias,
+        fmt.encoding,
     )
     assert (again.subnormals, again.signed) == (fmt.subnormals, fmt.signed)
     assert fmt.description
@@ -65,7 +80,7 @@ def test_custom_specs() -> None:
     custom = get_format("e4m3:bias=11:encoding=fnuz:subnormals=off")
     assert (custom.bias, custom.encoding, custom.subnormals) == (11, "fnuz", False)
     assert get_format(custom.spec) == custom
-    assert make_format(4, 3, encoding="fn") .max == 448
+    assert make_format(4, 3, encoding="fn").max == 448
     assert get_format("e5m2:unsigned").signed is False
     assert get_format("e4m3:encoding=ieee").name == "e4m3:encoding=ieee"
 
@@ -97,7 +112,12 @@ def test_fields_classify_bits() -> None:
     assert fp16.code_to_bits(0x3C00) == "0|01111|0000000000"
     assert fp16.code_to_hex(0x3C00) == "0x3c00"
     assert [fp16.classify(c) for c in (0, 0x8000, 1, 0x3C00, 0x7C00, 0x7E00)] == [
-        "zero", "zero", "subnormal", "normal", "inf", "nan",
+        "zero",
+        "zero",
+        "subnormal",
+        "normal",
+        "inf",
+        "nan",
     ]
     assert get_format("e8m0").code_to_bits(127) == "01111111"
     with pytest.raises(ValueError, match="out of range"):
@@ -125,7 +145,11 @@ def test_every_input_type() -> None:
     with pytest.raises(ValueError, match="overflow policy"):
         fp32.from_value(1, overflow="wrap")
     assert set(ROUNDING_MODES) == {
-        "nearest_even", "nearest_away", "toward_zero", "toward_positive", "toward_negative",
+        "nearest_even",
+        "nearest_away",
+        "toward_zero",
+        "toward_positive",
+        "toward_negative",
         "stochastic",
     }
     assert OVERFLOW_POLICIES == ("ieee", "saturate", "nan")

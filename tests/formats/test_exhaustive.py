@@ -40,11 +40,8 @@ def _assert_same_codes(
     fmt: FloatFormat, inputs: np.ndarray[Any, Any], ours: np.ndarray, oracle: np.ndarray
 ) -> None:
     bad = np.nonzero(ours.astype(np.uint64) != oracle.astype(np.uint64))[0]
-    assert bad.size == 0, (
-        f"{fmt.name}: {bad.size} of {inputs.size} differ, e.g. "
-        + ", ".join(
-            f"{inputs[i]!r} -> ours {int(ours[i]):#x}, oracle {int(oracle[i]):#x}" for i in bad[:5]
-        )
+    assert bad.size == 0, f"{fmt.name}: {bad.size} of {inputs.size} differ, e.g. " + ", ".join(
+        f"{inputs[i]!r} -> ours {int(ours[i]):#x}, oracle {int(oracle[i]):#x}" for i in bad[:5]
     )
 
 
@@ -100,7 +97,9 @@ def test_every_value_encodes_like_the_oracle(fmt: FloatFormat) -> None:
 def _steps(points: list[Fraction], dtype: Any) -> np.ndarray[Any, Any]:
     """The points (exact in dtype) and one step of dtype either side of each."""
     exact = np.array([float(p) for p in points], dtype=dtype)
-    assert all(Fraction(float(e)) == p for e, p in zip(exact, points)), "midpoint not exact"
+    assert all(Fraction(float(e)) == p for e, p in zip(exact, points, strict=True)), (
+        "midpoint not exact"
+    )
     up = np.nextafter(exact, dtype(np.inf))
     down = np.nextafter(exact, dtype(-np.inf))
     return np.concatenate([exact, up, down])
@@ -164,7 +163,7 @@ def test_ml_dtypes_double_rounds_float64() -> None:
     assert via_ml_dtypes == 0x3F80  # through float32 the step is lost and the tie goes even
 
 
-def _E8M0_ML_DTYPES_ROUNDS_UP(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:  # noqa: N802
+def _E8M0_ML_DTYPES_ROUNDS_UP(x: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """float32 subnormals in (2**-127, 2**-126): ml_dtypes rounds every one of them up."""
     magnitude = np.abs(x.astype(np.float64))
     return (magnitude > 2.0**-127) & (magnitude < 2.0**-126)

@@ -1,0 +1,124 @@
+"""The array paths agree exactly with the scalar (exact) path: every format, mode, policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fpexplorer.formats import (
+    CLASSES,
+    OVERFLOW_POLICIES,
+    ROUNDING_MODES,
+    FloatFormat,
+    get_format,
+    list_formats,
+)
+
+CUSTOM = [
+    get_format(spec)
+    for spec in (
+        "e6m9",
+        "e4m3:subnormals=off",
+        "e3m2:encoding=fnuz",
+        "e5m3:bias=3",
+        "e2m2:encoding=fn",
+        "e5m0",
+        "e4m2:encoding=finite:subnormals=off",
+        "e5m2:unsigned",
+        "e3m3:encoding=fnu",
+        "e11m20",
+    )
+]
+FORMATS = list_formats() + CUSTOM
+MODES = [m for m in ROUNDING_MODES if m != "stochastic"]
+
+
+def _inputs(fmt: FloatFormat, count: int = 160) -> np.ndarray:
+    """Values across the format's whole range and beyond, specials, and exact codes."""
+    rng = np.random.default_rng(fmt.width * 1000 + fmt.mantissa_bits)
+    low = int(np.log2(float(fmt.min_subnormal or fmt.min_normal))) - 3
+    high = min(int(np.log2(float(fmt.max))) + 3, 1023)
+    low = max(low, -1074)
+    exponents = rng.integers(low, high, count)
+    values = rng.uniform(1, 2, count) * 2.0 ** exponents.astype(np.float64)
+    values *= rng.choice([-1.0, 1.0], count)
+    codes = rng.integers(0, 1 << min(fmt.width, 63), 60, dtype=np.uint64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact = fmt.to_float_array(codes)
+    specials = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            float(fmt.max),
+            -float(fmt.max),
+            float(fmt.min_normal),
+            float(fmt.min_normal) / 2,
+            1.0,
+            -1.5,
+        ]
+    )
+    return np.concatenate([values, exact, specials])
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_from_float_array_matches_from_value(fmt: FloatFormat) -> None:
+    x = _inputs(fmt)
+    for rounding in MODES:
+        for policy in (None, *OVERFLOW_POLICIES):
+            vector = fmt.from_float_array(x, rounding, policy)
+            scalar = [fmt.from_value(float(v), rounding, policy) for v in x]
+            bad = np.nonzero(vector != np.array(scalar, dtype=np.uint64))[0]
+            assert bad.size == 0, f"{fmt.name} {rounding} {policy}: " + ", ".join(
+                f"{x[i]!r}: {int(vector[i]):#x} vs {scalar[i]:#x}" for i in bad[:4]
+            )
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+def test_decode_and_classify_arrays_match_scalar(fmt: FloatFormat) -> None:
+    rng = np.random.default_rng(fmt.width)
+    codes = rng.integers(0, 1 << min(fmt.width, 63), 400, dtype=np.uint64)
+    edge = np.arange(min(1 << fmt.width, 64), dtype=np.uint64)
+    codes = np.concatenate([codes, edge, np.uint64((1 << fmt.width) - 1) - edge])
+    values = fmt.to_float_array(codes)
+    scalar = np.array([fmt.to_float(int(c)) for c in codes])
+    np.testing.assert_array_equal(values, scalar)
+    np.testing.assert_array_equal(np.signbit(values), np.signbit(scalar))
+    classes = fmt.classify_array(codes)
+    np.testing.assert_array_equal(classes, [CLASSES.index(fmt.classify(int(c))) for c in codes])
+
+
+def test_array_dtypes_shapes_and_inputs() -> None:
+    fp16 = get_format("fp16")
+    x = np.linspace(-3, 3, 12, dtype=np.float32).reshape(3, 4)
+    codes = fp16.from_float_array(x)
+    assert codes.dtype == np.uint16 and codes.shape == (3, 4)
+    np.testing.assert_array_equal(codes, x.astype(np.float16).view(np.uint16))
+    assert get_format("fp4").from_float_array(x).dtype == np.uint8
+    assert get_format("tf32").from_float_array(x).dtype == np.uint32
+    assert get_format("fp64").from_float_array(x).dtype == np.uint64
+    np.testing.assert_array_equal(fp16.to_float_array(codes), x.astype(np.float16))
+    half_input = fp16.from_float_array(x.astype(np.float16))
+    np.testing.assert_array_equal(half_input, codes)
+    assert fp16.from_float_array(np.array([], dtype=np.float64)).size == 0
+    with pytest.raises(ValueError, match="floats"):
+        fp16.from_float_array(np.arange(3))
+    with pytest.raises(ValueError, match="out of range"):
+        fp16.to_float_array(np.array([1 << 16]))
+    with pytest.raises(ValueError, match="integer array"):
+        fp16.to_float_array(np.array([1.0]))
+    with pytest.raises(ValueError, match="rounding mode"):
+        fp16.from_float_array(x, "up")
+
+
+def test_stochastic_arrays_are_seeded_and_unbiased() -> None:
+    bf16 = get_format("bf16")
+    x = np.full(40000, 1 + 2.0**-9)  # a quarter of the way from 1 to 1 + 2**-7
+    first = bf16.from_float_array(x, "stochastic", seed=7)
+    np.testing.assert_array_equal(first, bf16.from_float_array(x, "stochastic", seed=7))
+    assert set(np.unique(first)) == {0x3F80, 0x3F81}
+    mean = bf16.to_float_array(first).mean()
+    sigma = 2.0**-7 * np.sqrt(0.25 * 0.75 / x.size)
+    assert abs(mean - x[0]) < 5 * sigma
