@@ -333,9 +333,9 @@ class EditorState:
         self.changed.emit()
 
 
-def format_by_name(name: str) -> FloatFormat:
-    """Look a format up by name, alias or eXmY spec (ValueError with close names)."""
-    return get_format(name)
+def format_key(fmt: FloatFormat) -> str:
+    """What to save to find this format again: its name when named, else its spec."""
+    return fmt.name if fmt in list_formats() else fmt.spec
 
 
 class FormatsSession:
@@ -492,7 +492,7 @@ class FormatsSession:
     def snapshot(self) -> dict[str, object]:
         """Plain values for QSettings: formats (specs), codes, active editor, entry, modes."""
         return {
-            "formats": [editor.format.spec for editor in self.editors],
+            "formats": [format_key(editor.format) for editor in self.editors],
             "codes": [hex_code(editor.format, editor.code) for editor in self.editors],
             "active": self._active,
             "entry": self.entry_text,

@@ -1,0 +1,244 @@
+"""The Formats panel driven like a user would (pytest-qt, offscreen)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtWidgets import QDialogButtonBox
+from pytestqt.qtbot import QtBot
+
+from fpexplorer.formats import get_format
+from fpexplorer.gui.formats.custom_format import CustomFormatDialog
+from fpexplorer.gui.formats.panel import FormatsPanel
+from fpexplorer.gui.formats.state import FormatsSession
+
+
+def oracle_code(value: float, dtype: object) -> int:
+    array = np.array(value, dtype=np.float64).astype(dtype)
+    return int(array.view(f"uint{np.dtype(dtype).itemsize * 8}"))
+
+
+@pytest.fixture
+def panel(qtbot: QtBot) -> FormatsPanel:
+    session = FormatsSession([get_format("fp32"), get_format("fp16")])
+    widget = FormatsPanel(session)
+    qtbot.addWidget(widget)
+    widget.resize(1280, 760)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def type_value(qtbot: QtBot, panel: FormatsPanel, text: str) -> None:
+    field = panel.entry.field
+    field.clear()
+    qtbot.keyClicks(field, text)
+    qtbot.keyClick(field, Qt.Key.Key_Return)
+
+
+def test_clicking_a_bit_changes_the_value_and_the_readouts(qtbot: QtBot,
+                                                          panel: FormatsPanel) -> None:
+    row = panel.rows[1]  # fp16
+    type_value(qtbot, panel, "1")
+    assert row.editor.code == 0x3C00
+    qtbot.mouseClick(row.bits, Qt.MouseButton.LeftButton, pos=row.bits.cell_rect(9).center())
+    assert row.editor.code == 0x3E00
+    assert panel.session.active is row.editor
+    assert panel.readouts.exact.toPlainText() == "1.5"
+    assert panel.readouts.hex_code.text() == "0x3E00"
+    assert panel.readouts.binary_code.text() == "0|01111|1000000000"
+    assert "1.5" in row.summary.text()
+    # Linked: FP32 shows the same value.
+    assert panel.session.editors[0].code == oracle_code(1.5, np.float32)
+
+
+def test_dragging_paints_several_bits(qtbot: QtBot, panel: FormatsPanel) -> None:
+    row = panel.rows[1]
+    panel.session.set_code(row.editor, 0)
+    start = row.bits.cell_rect(14).center()
+    qtbot.mousePress(row.bits, Qt.MouseButton.LeftButton, pos=start)
+    for bit in (13, 12, 11):
+        qtbot.mouseMove(row.bits, pos=row.bits.cell_rect(bit).center())
+    qtbot.mouseRelease(row.bits, Qt.MouseButton.LeftButton, pos=row.bits.cell_rect(11).center())
+    assert row.editor.code == 0x7800
+
+
+def test_keyboard_moves_and_toggles(qtbot: QtBot, panel: FormatsPanel) -> None:
+    row = panel.rows[1]
+    panel.session.set_code(row.editor, 0x3C00)
+    row.bits.setFocus()
+    qtbot.keyClick(row.bits, Qt.Key.Key_Home)  # sign bit
+    qtbot.keyClick(row.bits, Qt.Key.Key_Space)
+    assert row.editor.code == 0xBC00
+    qtbot.keyClick(row.bits, Qt.Key.Key_Right)
+    qtbot.keyClick(row.bits, Qt.Key.Key_1)  # set bit 14, cursor moves to bit 13
+    assert row.editor.code == 0xFC00
+    assert row.bits.cursor_bit == 13
+    qtbot.keyClick(row.bits, Qt.Key.Key_Down)  # next value down from -inf: refused
+    assert row.editor.code == 0xFC00
+    qtbot.keyClick(row.bits, Qt.Key.Key_Up)  # next up from -inf: -max
+    assert row.editor.code == 0xFBFF
+
+
+@pytest.mark.parametrize(
+    ("text", "fp16_code"),
+    [
+        ("0.1", oracle_code(0.1, np.float16)),
+        ("1/3", oracle_code(1 / 3, np.float16)),
+        ("0x1.8p3", oracle_code(12.0, np.float16)),
+        ("-inf", 0xFC00),
+        ("-0", 0x8000),
+        ("max", 0x7BFF),
+        ("0x3555", 0x3555),
+        ("0b0011110000000000", 0x3C00),
+    ],
+)
+def test_typing_each_kind_of_value(qtbot: QtBot, panel: FormatsPanel, text: str,
+                                   fp16_code: int) -> None:
+    panel.session.set_active(panel.session.editors[1])
+    type_value(qtbot, panel, text)
+    assert panel.session.editors[1].code == fp16_code
+    assert not panel.entry.message.isVisible()
+
+
+def test_bad_input_shows_a_message_and_keeps_the_state(qtbot: QtBot,
+                                                       panel: FormatsPanel) -> None:
+    type_value(qtbot, panel, "0.1")
+    codes = [editor.code for editor in panel.session.editors]
+    exact = panel.readouts.exact.toPlainText()
+    type_value(qtbot, panel, "0.1.2")
+    assert panel.entry.message.isVisible()
+    assert "0.1.2" in panel.entry.message.text()
+    assert [editor.code for editor in panel.session.editors] == codes
+    assert panel.readouts.exact.toPlainText() == exact
+    type_value(qtbot, panel, "2")  # a good value clears the message
+    assert not panel.entry.message.isVisible()
+
+
+def test_step_buttons(qtbot: QtBot, panel: FormatsPanel) -> None:
+    row = panel.rows[1]
+    panel.session.set_code(row.editor, 0x3C00)
+    qtbot.mouseClick(row.step_buttons["up"], Qt.MouseButton.LeftButton)
+    assert row.editor.code == 0x3C01
+    qtbot.mouseClick(row.step_buttons["down"], Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(row.step_buttons["exponent+"], Qt.MouseButton.LeftButton)
+    assert row.editor.readout().exact == "2"
+    qtbot.mouseClick(row.step_buttons["fraction+"], Qt.MouseButton.LeftButton)
+    assert row.editor.code == 0x4001
+    assert "↑" in panel.readouts.gaps.text()
+
+
+def test_table_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None:
+    panel.show_view("table")
+    type_value(qtbot, panel, "0.1")
+    table = panel.cross_table.table
+    row = next(i for i, (fmt, _) in enumerate(panel.cross_table.rows)
+               if fmt == get_format("bfloat16"))
+    rect = table.visualRect(table.model().index(row, 0))
+    qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    active = panel.session.active
+    assert active.format == get_format("bfloat16")
+    assert active.code == oracle_code(0.1, ml_dtypes.bfloat16)
+    assert panel.rows[panel.session.active_index].picker.currentText() == "bfloat16"
+
+
+def test_codes_map_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None:
+    panel.session.set_active(panel.session.editors[1])
+    panel.session.set_format(panel.session.active, get_format("float8_e4m3fn"))
+    panel.show_view("codes")
+    codes_map = panel.codes_map
+    qtbot.waitUntil(lambda: codes_map.image.image is not None)
+    # Cell of code 0x38 (1.0): row 3, column 8 of the 16 x 16 map.
+    scene_point = codes_map.plot.vb.mapViewToScene(QPointF(8.5, 3.5))
+    widget_point = codes_map.plot_widget.mapFromScene(scene_point)
+    qtbot.mouseClick(codes_map.plot_widget.viewport(), Qt.MouseButton.LeftButton,
+                     pos=widget_point)
+    assert panel.session.active.code == 0x38
+    assert panel.session.active.readout().exact == "1"
+
+
+def test_format_switch_from_the_picker(qtbot: QtBot, panel: FormatsPanel) -> None:
+    type_value(qtbot, panel, "3.25")
+    row = panel.rows[0]
+    index = row.picker.findText("float8_e5m2")
+    row.picker.setCurrentIndex(index)
+    row.picker.activated.emit(index)
+    assert row.editor.format == get_format("float8_e5m2")
+    assert row.editor.code == oracle_code(3.25, ml_dtypes.float8_e5m2)
+    assert row.bits.sizeHint().width() < panel.rows[1].bits.sizeHint().width()
+    assert "float8_e5m2" in panel.readouts.title.text()
+
+
+def test_custom_format_builder(qtbot: QtBot, panel: FormatsPanel) -> None:
+    dialog = CustomFormatDialog(panel)
+    qtbot.addWidget(dialog)
+    dialog.exponent_bits.setValue(6)
+    dialog.mantissa_bits.setValue(9)
+    fmt = dialog.chosen_format()
+    assert fmt is not None and fmt.spec == "e6m9"
+    assert "e6m9" in dialog.preview.text()
+    ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+    assert ok.isEnabled()
+    dialog.mantissa_bits.setValue(62)  # 1 + 6 + 62 bits > 64: the engine refuses
+    assert dialog.chosen_format() is None
+    assert not ok.isEnabled()
+    dialog.mantissa_bits.setValue(9)
+    editor = panel.session.active
+    panel.use_custom_format(editor, dialog.chosen_format())
+    assert editor.format.spec == "e6m9"
+    type_value(qtbot, panel, "1")
+    assert editor.code == 31 << 9
+    assert panel.row_of(editor).picker.findText(editor.format.name) >= 0
+    # The other editor's picker offers the custom format too.
+    other = [row for row in panel.rows if row.editor is not editor][0]
+    assert other.picker.findData(editor.format.spec) >= 0
+
+
+def test_number_line_shows_neighbours_midpoints_and_mode_picks(qtbot: QtBot,
+                                                               panel: FormatsPanel) -> None:
+    panel.show_view("number-line")
+    panel.session.set_active(panel.session.editors[1])
+    type_value(qtbot, panel, "0.1")
+    line = panel.number_line
+    neighbours_x, _ = line.neighbours.getData()
+    assert len(neighbours_x) == 7
+    picks_x, picks_y = line.mode_picks.getData()
+    assert len(picks_x) == 5
+    # nearest_even and toward_negative pick the value below 0.1 (x = 0, the result);
+    # toward_positive picks the one above (x = 1 gap).
+    assert sorted(set(np.round(picks_x, 6))) == [0.0, 1.0]
+    assert line.input_line.isVisible()
+    mids_x, _ = line.midpoints.getData()
+    assert len(mids_x) == 2 * 6
+
+
+def test_number_line_explains_nan(qtbot: QtBot, panel: FormatsPanel) -> None:
+    panel.show_view("number-line")
+    type_value(qtbot, panel, "nan")
+    assert "no place" in panel.number_line.message.textItem.toPlainText()
+
+
+def test_range_chart_and_properties_show_the_chosen_formats(qtbot: QtBot,
+                                                            panel: FormatsPanel) -> None:
+    panel.show_view("range")
+    chart = panel.range_chart
+    qtbot.waitUntil(lambda: len(chart.curves) >= 2)
+    xs, ys = chart.curves[1].getData()  # fp16: relative spacing 2^-10 .. 2^-11 in range
+    assert xs is not None and len(xs) > 20
+    assert min(ys) == pytest.approx(-11, abs=0.01)
+    panel.show_view("properties")
+    table = panel.properties.table
+    names = [table.item(row, 0).text() for row in range(table.rowCount())]
+    assert names[:2] == ["float32", "float16"]
+    fp16_row = names.index("float16")
+    assert table.item(fp16_row, 3).text() == "65504"
+
+
+def test_add_and_remove_editors(qtbot: QtBot, panel: FormatsPanel) -> None:
+    qtbot.mouseClick(panel.entry.add_button, Qt.MouseButton.LeftButton)
+    assert len(panel.rows) == 3
+    assert panel.rows[2].editor.format == get_format("bfloat16")
+    qtbot.mouseClick(panel.rows[0].remove_button, Qt.MouseButton.LeftButton)
+    assert [row.editor.format.name for row in panel.rows] == ["float16", "bfloat16"]

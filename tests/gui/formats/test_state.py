@@ -1,0 +1,222 @@
+"""The bit editors' state model, without any widget (no Qt needed).
+
+Expected codes come from numpy / ml_dtypes conversions (the oracles), not from the engine.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fpexplorer.formats import get_format
+from fpexplorer.gui.formats.state import EditorState, FormatsSession, parse_code
+
+
+def oracle_code(value: float, dtype: object) -> int:
+    array = np.array(value, dtype=np.float64).astype(dtype)
+    width = np.dtype(dtype).itemsize * 8
+    return int(array.view(f"uint{width}"))
+
+
+def session_of(*names: str, linked: bool = True) -> FormatsSession:
+    return FormatsSession([get_format(name) for name in names], linked=linked)
+
+
+def test_toggle_bit_changes_code_value_and_readout() -> None:
+    editor = EditorState(get_format("fp16"), 0x3C00)  # 1.0
+    seen: list[int] = []
+    editor.changed.connect(lambda: seen.append(editor.code))
+    editor.toggle_bit(9)  # top fraction bit: 1.0 -> 1.5
+    assert editor.code == 0x3E00 == oracle_code(1.5, np.float16)
+    readout = editor.readout()
+    assert readout.exact == "1.5"
+    assert readout.hex_code == "0x3E00"
+    assert readout.binary_code == "0|01111|1000000000"
+    assert readout.kind == "normal"
+    assert "2^(15 − 15)" in readout.formula and "1.1000000000₂" in readout.formula
+    assert seen == [0x3E00]  # exactly one change signal
+
+
+def test_paint_bits_sets_each_bit_to_the_painted_value() -> None:
+    editor = EditorState(get_format("fp16"), 0)
+    editor.paint_bits([14, 13, 12, 11], True)
+    assert editor.code == 0x7800
+    editor.paint_bits([14, 13], False)
+    assert editor.code == 0x1800
+
+
+@pytest.mark.parametrize(
+    ("text", "expected_code"),
+    [
+        ("0.1", oracle_code(0.1, np.float32)),
+        ("1/3", oracle_code(1 / 3, np.float32)),
+        ("0x1.8p3", oracle_code(12.0, np.float32)),
+        ("-2.5e-3", oracle_code(-2.5e-3, np.float32)),
+        ("inf", 0x7F800000),
+        ("-inf", 0xFF800000),
+        ("-0", 0x80000000),
+        ("max", oracle_code(float(np.finfo(np.float32).max), np.float32)),
+        ("eps", oracle_code(float(np.finfo(np.float32).eps), np.float32)),
+        ("0x3F800000", 0x3F800000),  # raw code
+        ("0b0_01111111_00000000000000000000000", 0x3F800000),  # raw code in binary
+    ],
+)
+def test_typed_values_of_each_kind(text: str, expected_code: int) -> None:
+    session = session_of("fp32")
+    assert session.enter_text(text), session.entry_error
+    assert session.active.code == expected_code
+    assert session.entry_error is None
+
+
+def test_typed_nan_gives_a_nan_code() -> None:
+    session = session_of("fp32")
+    assert session.enter_text("nan")
+    assert session.active.readout().kind == "nan"
+
+
+def test_typed_value_reports_rounding_error_and_flags() -> None:
+    session = session_of("fp16")
+    session.enter_text("0.1")
+    rounded = session.active.readout().rounded
+    assert rounded is not None
+    assert rounded.inexact and not rounded.overflow
+    exact_fp16 = Fraction(float(np.float16(0.1)))
+    assert rounded.error_abs == abs(exact_fp16 - Fraction(1, 10))
+    session.enter_text("70000")
+    rounded = session.active.readout().rounded
+    assert rounded is not None and rounded.overflow
+    assert session.active.readout().kind == "inf"
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "1.2.3", "0x1G", "max!", "0x1FFFF", "1/0"])
+def test_bad_text_gives_a_message_and_keeps_the_state(bad: str) -> None:
+    session = session_of("fp16", "bf16")
+    session.enter_text("0.1")
+    before = [(editor.format, editor.code, editor.input) for editor in session.editors]
+    changes: list[int] = []
+    session.changed.connect(lambda: changes.append(1))
+    assert not session.enter_text(bad)
+    assert session.entry_error  # a message to show next to the field
+    assert [(e.format, e.code, e.input) for e in session.editors] == before
+    assert changes == []
+
+
+def test_raw_code_too_wide_for_the_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="16 bits"):
+        parse_code("0x12345", get_format("fp16"))
+    assert parse_code("0x1.8p3", get_format("fp16")) is None  # a hex float, not a code
+
+
+def test_stepping_up_down_exponent_fraction() -> None:
+    session = session_of("fp16")
+    editor = session.active
+    session.set_code(editor, 0x3C00)  # 1.0
+    session.step(editor, "up")
+    assert editor.code == 0x3C01
+    session.step(editor, "down")
+    session.step(editor, "down")
+    assert editor.code == 0x3BFF
+    session.set_code(editor, 0x3C00)
+    session.step(editor, "exponent+")
+    assert editor.readout().exact == "2"
+    session.step(editor, "exponent-")
+    session.step(editor, "exponent-")
+    assert editor.readout().exact == "0.5"
+    session.step(editor, "fraction+")
+    assert editor.code == 0x3801
+    session.step(editor, "fraction-")
+    session.step(editor, "fraction-")  # fraction already all zeros: refused, said so
+    assert editor.code == 0x3800
+    assert editor.problem and "zeros" in editor.problem
+
+
+def test_stepping_past_the_top_is_refused_with_a_reason() -> None:
+    session = session_of("fp16")
+    editor = session.active
+    session.set_code(editor, 0x7C00)  # +inf
+    session.step(editor, "up")
+    assert editor.code == 0x7C00
+    assert editor.problem
+
+
+def test_gaps_are_the_distances_to_both_neighbours() -> None:
+    editor = EditorState(get_format("fp16"), 0x3C00)
+    readout = editor.readout()
+    assert readout.gap_up == Fraction(1, 1024)
+    assert readout.gap_down == Fraction(1, 2048)
+
+
+def test_linked_editors_show_the_typed_value_rounded_into_each_format() -> None:
+    session = session_of("fp32", "fp16", "bf16")
+    session.enter_text("0.1")
+    codes = [editor.code for editor in session.editors]
+    assert codes == [
+        oracle_code(0.1, np.float32),
+        oracle_code(0.1, np.float16),
+        oracle_code(0.1, ml_dtypes.bfloat16),
+    ]
+    # A bit clicked in FP16 carries FP16's exact value over to the others.
+    session.toggle_bit(session.editors[1], 15)
+    assert session.active is session.editors[1]
+    assert session.editors[0].code == oracle_code(-float(np.float16(0.1)), np.float32)
+
+
+def test_unlinked_editors_stay_put() -> None:
+    session = session_of("fp32", "fp16", linked=False)
+    session.enter_text("0.1")
+    assert session.editors[1].code == 0
+
+
+def test_format_switch_keeps_the_value() -> None:
+    session = session_of("fp32")
+    session.enter_text("3.25")
+    session.set_format(session.active, get_format("float8_e4m3fn"))
+    assert session.active.readout().exact == "3.25"
+    assert session.active.code == oracle_code(3.25, ml_dtypes.float8_e4m3fn)
+
+
+def test_rounding_mode_change_rerounds_the_typed_value() -> None:
+    session = session_of("fp16")
+    session.enter_text("0.1")
+    nearest = session.active.code
+    assert Fraction(float(np.float16(0.1))) < Fraction(1, 10)  # nearest is the one below
+    session.set_rounding("toward_positive")
+    assert session.active.code == nearest + 1
+    session.set_overflow("saturate")
+    session.enter_text("1e6")
+    assert session.active.readout().exact == "65504"
+
+
+def test_custom_format_is_offered_and_usable() -> None:
+    session = session_of("fp32")
+    custom = get_format("e6m9")
+    session.add_custom_format(custom)
+    assert custom in session.known_formats()
+    session.set_format(session.active, custom)
+    session.enter_text("1")
+    assert session.active.code == 31 << 9  # bias 31: exponent field 31, fraction 0
+
+
+def test_snapshot_restore_round_trip() -> None:
+    session = session_of("fp32", "fp16")
+    session.add_custom_format(get_format("e6m9"))
+    session.set_rounding("toward_positive")
+    session.enter_text("0.1")
+    saved = session.snapshot()
+    restored = FormatsSession()
+    assert restored.restore(saved) == []
+    assert [e.format for e in restored.editors] == [e.format for e in session.editors]
+    assert [e.code for e in restored.editors] == [e.code for e in session.editors]
+    assert restored.rounding == "toward_positive"
+    assert restored.active.input == session.active.input
+    assert get_format("e6m9") in restored.custom_formats
+
+
+def test_restore_skips_what_it_cannot_use() -> None:
+    restored = FormatsSession()
+    problems = restored.restore({"formats": ["fp16", "nonsense_format"], "codes": ["0xZZ"]})
+    assert [e.format for e in restored.editors] == [get_format("fp16")]
+    assert any("nonsense_format" in p for p in problems)

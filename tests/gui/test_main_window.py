@@ -1,0 +1,142 @@
+"""The main window: tabs, menus and shortcuts, clipboard, settings kept between runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication, QKeySequence
+from pytestqt.qtbot import QtBot
+
+from fpexplorer.formats import get_format
+from fpexplorer.gui.main_window import MainWindow
+from fpexplorer.gui.settings import SettingsStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def window(qtbot: QtBot) -> MainWindow:
+    main = MainWindow(SettingsStore(persistent=False), restore=False)
+    qtbot.addWidget(main)
+    main.show()
+    qtbot.waitExposed(main)
+    yield main
+    main.close()
+
+
+def test_tests_never_use_the_users_settings() -> None:
+    store = SettingsStore()
+    assert os.environ["FPEXPLORER_SETTINGS_SCOPE"] == "tests"
+    home_config = str(Path.home() / ".config")
+    assert not store.location.startswith(home_config)
+
+
+def test_window_has_formats_and_training_tabs(window: MainWindow) -> None:
+    titles = [window.tabs.tabText(i) for i in range(window.tabs.count())]
+    assert titles == ["Formats", "Training"]
+    assert type(window.training_panel).__name__ == "TrainingPanel"
+    menus = [action.text() for action in window.menuBar().actions()]
+    assert menus == ["&File", "&Edit", "&View", "&Help"]
+    assert window.quit_action.shortcut() == QKeySequence("Ctrl+Q")
+    assert window.copy_value_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Copy)
+    assert window.statusBar().currentMessage()
+
+
+def test_ctrl_c_copies_the_exact_value(qtbot: QtBot, window: MainWindow) -> None:
+    window.session.enter_text("0.1")
+    window.formats_panel.rows[0].bits.setFocus()
+    qtbot.keyClick(window.formats_panel.rows[0].bits, Qt.Key.Key_C,
+                   Qt.KeyboardModifier.ControlModifier)
+    assert QGuiApplication.clipboard().text() == "0.100000001490116119384765625"
+    window.copy_code()
+    assert QGuiApplication.clipboard().text() == "0x3DCCCCCD"
+    assert "Copied" in window.statusBar().currentMessage()
+
+
+def test_ctrl_q_closes_the_window(qtbot: QtBot, window: MainWindow) -> None:
+    qtbot.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: not window.isVisible())
+
+
+def test_state_is_kept_between_runs(qtbot: QtBot) -> None:
+    first = MainWindow(SettingsStore())
+    qtbot.addWidget(first)
+    session = first.session
+    session.set_format(session.editors[0], get_format("bfloat16"))
+    session.set_rounding("toward_zero")
+    session.enter_text("1/3")
+    first.formats_panel.show_view("codes")
+    first.resize(1000, 700)
+    first.close()
+    second = MainWindow(SettingsStore())
+    qtbot.addWidget(second)
+    assert second.session.editors[0].format == get_format("bfloat16")
+    assert second.session.rounding == "toward_zero"
+    assert second.session.entry_text == "1/3"
+    assert second.session.active.code == first.session.active.code
+    assert second.formats_panel.views.currentWidget() is second.formats_panel.codes_map
+    geometry = second.settings.value("window/geometry")
+    assert geometry is not None and len(geometry) > 0
+    assert second.restoreGeometry(geometry)  # a valid saved geometry (sizes depend on screen)
+    second.close()
+
+
+def test_unwritable_settings_location_is_reported_not_fatal(qtbot: QtBot, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    # A folder below a plain file can never be created, even by root.
+    monkeypatch.setenv("FPEXPLORER_SETTINGS_DIR", str(blocker / "settings"))
+    main = MainWindow(SettingsStore())
+    qtbot.addWidget(main)
+    main.show()
+    main.session.enter_text("2")
+    problem = main.save_state()
+    assert problem and "Settings" in problem
+    main.close()
+    assert main.statusBar().currentMessage() == problem
+
+
+def test_gui_startup_does_not_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "from fpexplorer.gui.app import create_application\n"
+        "app = create_application()\n"
+        "from fpexplorer.gui.main_window import MainWindow\n"
+        "from fpexplorer.gui.settings import SettingsStore\n"
+        "w = MainWindow(SettingsStore(persistent=False), restore=False)\n"
+        "w.show(); app.processEvents()\n"
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n"
+        "print('PANEL', type(w.training_panel).__name__)\n"
+        "w.close()\n"
+    )
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, cwd=REPO, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "NO-TORCH" in result.stdout
+    assert "PANEL TrainingPanel" in result.stdout
+
+
+def test_gui_without_a_display_says_so(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    result = subprocess.run([sys.executable, "-m", "fpexplorer", "gui"], capture_output=True,
+                            text=True, env=env, cwd=REPO, timeout=60, check=False)
+    if sys.platform.startswith("linux"):
+        assert result.returncode == 2
+        assert "no display" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_application_icon_is_shipped(qapp: object) -> None:
+    from fpexplorer.gui.app import app_icon
+
+    icon = app_icon()
+    assert not icon.isNull()
+    assert len(icon.availableSizes()) >= 6
