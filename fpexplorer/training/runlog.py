@@ -267,7 +267,8 @@ class StepRecord:
     act_hist: Histogram | None
     act_zero_share: float | None
     layers: tuple[LayerStats, ...]
-    first_nonfinite: str | None
+    first_nonfinite: str | None  # backward order: where the gradient overflow started
+    first_nonfinite_forward: str | None  # forward order: the first module with an inf output
     format_shares: dict[str, FormatShares]
     lost_updates: LostUpdates | None
     memory: Memory | None
@@ -371,6 +372,7 @@ def _parse_step(raw: dict[str, Any]) -> StepRecord:
         act_zero_share=None if act_zero is None else decode_float(act_zero),
         layers=tuple(LayerStats.from_json(layer) for layer in raw.get("layers") or ()),
         first_nonfinite=_optional(raw.get("first_nonfinite"), str),
+        first_nonfinite_forward=_optional(raw.get("first_nonfinite_forward"), str),
         format_shares={
             str(name): FormatShares.from_json(shares)
             for name, shares in (raw.get("format_shares") or {}).items()

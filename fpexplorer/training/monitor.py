@@ -1,0 +1,742 @@
+"""The AMP monitor: watches a training loop and writes the run log. Needs torch.
+
+    with AmpMonitor(model, optimizer, scaler, out="run.jsonl") as monitor:
+        for inputs, target in batches:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(inputs), target)
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            monitor.step(loss)          # after the optimizer step, before the next zero_grad
+
+What it hooks (all removed on close):
+- a forward hook on every leaf module registers, on statistics steps, a tensor hook on the
+  module's output: it receives the activation gradient during backward, in its actual
+  dtype and still multiplied by the loss scale (the paper's figure). The gradients are
+  held until `step()`, which analyses them all at once.
+- forward pre/post hooks on the model enter saved-tensor hooks that count the bytes autograd
+  saves for backward (activations, and autocast's low-precision copies of the weights).
+- optimizer step pre/post hooks: a step that the scaler skipped never calls
+  `optimizer.step()`, which is how a skipped step is recognised whatever the scaler; the
+  pre-hook also keeps the old weights for the lost-update statistic.
+
+Cost: all statistics are reductions on the device, batched into one concatenated vector;
+`step()` copies one small vector to the host (a single sync) per step.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import platform
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from fpexplorer import __version__
+from fpexplorer.training.runlog import SCHEMA_VERSION, RunWriter
+
+# Binade histogram layout: every finite non-zero float32 has floor(log2 |x|) in
+# [-149, 127] (-149: the smallest subnormal 2**-149), so no value is ever clamped.
+BINADE_LO = -149
+BINADE_HI = 127
+NUM_BINADES = BINADE_HI - BINADE_LO + 1  # 277
+ZERO_CODE = NUM_BINADES
+INF_CODE = NUM_BINADES + 1
+NAN_CODE = NUM_BINADES + 2
+CODES = NUM_BINADES + 3
+FP16_MIN_SUBNORMAL_LOG2 = -24  # 2**-24 ≈ 5.96e-08; |x| <= 2**-25 rounds to zero
+FP16_MAX = 65504.0
+_FLOAT32_MAX = torch.finfo(torch.float32).max
+
+FORMAT_DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float8_e4m3fn": torch.float8_e4m3fn,
+    "float8_e5m2": torch.float8_e5m2,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FormatRange:
+    """Where rounding to a format (round to nearest even) flushes, goes subnormal, overflows.
+
+    All thresholds are exact float32 values: x flushes to zero iff 0 < |x| <= flush_max,
+    is subnormal iff flush_max < |x| <= subnormal_max, overflows iff |x| > finite_max_input.
+    """
+
+    name: str
+    max: float
+    min_normal: float
+    min_subnormal: float
+    flush_max: float
+    subnormal_max: float
+    finite_max_input: float
+
+    @classmethod
+    def of(cls, name: str) -> FormatRange:
+        info = torch.finfo(FORMAT_DTYPES[name])
+        min_subnormal = info.tiny * info.eps  # e.g. FP16: 2**-14 * 2**-10 = 2**-24
+        # A tie at min_subnormal / 2 rounds to even, i.e. to zero.
+        flush_max = min_subnormal / 2
+        # Values from min_normal - min_subnormal / 2 up round to min_normal (tie: even mantissa).
+        subnormal_max = _float32_below(info.tiny - min_subnormal / 2)
+        # Above max the next step would be max + ulp; the midpoint is the overflow threshold.
+        ulp_at_max = 2.0 ** math.floor(math.log2(info.max)) * info.eps
+        midpoint = info.max + ulp_at_max / 2
+        # At the midpoint, round-half-even: max has an odd mantissa in FP16/BF16/E5M2 (the tie
+        # goes up, to inf); in E4M3FN max = 1.75 * 2**8 has an even one (the tie stays at max).
+        max_mantissa_odd = int(info.max / ulp_at_max) % 2 == 1
+        finite_max_input = _float32_below(midpoint) if max_mantissa_odd else midpoint
+        return cls(name, info.max, info.tiny, min_subnormal, flush_max, subnormal_max,
+                   finite_max_input)  # fmt: skip
+
+    def header_json(self) -> dict[str, float]:
+        return {"max": self.max, "min_normal": self.min_normal, "min_subnormal": self.min_subnormal}
+
+
+def _float32_below(value: float) -> float:
+    """The largest float32 strictly below `value` (a float32 value)."""
+    tensor = torch.tensor(value, dtype=torch.float32)
+    return float(torch.nextafter(tensor, torch.tensor(0.0, dtype=torch.float32)))
+
+
+FORMAT_RANGES: tuple[FormatRange, ...] = tuple(FormatRange.of(name) for name in FORMAT_DTYPES)
+
+
+def binade_codes(values: torch.Tensor) -> torch.Tensor:
+    """Histogram code of each element: floor(log2 |x|) - BINADE_LO for finite non-zero x,
+    ZERO_CODE, INF_CODE or NAN_CODE otherwise. `values` must be float32 (exact for
+    float16/bfloat16 converted to float32); the result is int64."""
+    _, exponent = torch.frexp(values)  # |x| = m * 2**e, m in [0.5, 1): floor(log2|x|) = e - 1
+    codes = torch.where(values == 0, ZERO_CODE, exponent.to(torch.int64) - 1 - BINADE_LO)
+    magnitude_ok = values.abs() <= _FLOAT32_MAX  # False for inf and NaN
+    special = torch.where(values.isnan(), NAN_CODE, INF_CODE)
+    return torch.where(magnitude_ok, codes, special)
+
+
+def histogram_json(counts: Sequence[float], dtype: str | None = None) -> dict[str, Any]:
+    """The run-log form of CODES counts: binade counts trimmed to the non-zero range."""
+    binades = [int(c) for c in counts[:NUM_BINADES]]  # int(): counts may arrive as floats
+    nonzero = [i for i, count in enumerate(binades) if count]
+    first, last = (nonzero[0], nonzero[-1] + 1) if nonzero else (0, 0)
+    result: dict[str, Any] = {
+        "lo": BINADE_LO + first if nonzero else 0,
+        "counts": binades[first:last],
+        "zero": int(counts[ZERO_CODE]),
+        "inf": int(counts[INF_CODE]),
+        "nan": int(counts[NAN_CODE]),
+    }
+    if dtype is not None:
+        result["dtype"] = dtype
+    return result
+
+
+def binade_histogram(tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """Binade histogram (run-log form) of all elements of `tensors`, each counted once."""
+    flat = torch.cat([t.detach().reshape(-1) for t in tensors]).float()
+    counts = torch.bincount(binade_codes(flat), minlength=CODES)
+    return histogram_json(counts.tolist())
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _bytes_by_dtype(tensors: Iterator[torch.Tensor]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for tensor in tensors:
+        name = dtype_name(tensor.dtype)
+        totals[name] = totals.get(name, 0) + tensor.numel() * tensor.element_size()
+    return totals
+
+
+def device_description(device: torch.device) -> dict[str, str]:
+    if device.type == "cuda":
+        return {"type": "cuda", "name": torch.cuda.get_device_name(device)}
+    # platform.machine(), not platform.processor(): the latter forks `uname -p`.
+    return {"type": device.type, "name": platform.machine() or "cpu"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    name: str
+    params: tuple[nn.Parameter, ...]
+
+
+class AmpMonitor(AbstractContextManager["AmpMonitor"]):
+    """Records loss, loss scale, skipped steps and gradient numerics of a training loop.
+
+    Args:
+        model: the module being trained (its leaf modules become the "layers").
+        optimizer: the optimizer whose steps are watched.
+        scaler: a `torch.amp.GradScaler`, any object with `get_scale()`, or None (scale 1).
+        out: the run-log path (or pass `writer=`).
+        stats_every: gradient statistics every N steps; 0 turns them off.
+        precision: the precision mode name for the header (guessed when None).
+        config: extra header config (the job passes its whole TrainConfig).
+        echo: a text stream that also receives every record (e.g. sys.stdout).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scaler: Any = None,
+        *,
+        out: str | os.PathLike[str] | None = None,
+        writer: RunWriter | None = None,
+        stats_every: int = 1,
+        precision: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        echo: IO[str] | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        if writer is None:
+            if out is None:
+                raise ValueError("AmpMonitor needs out= (a run-log path) or writer=")
+            writer = RunWriter(out, echo=echo)
+        if stats_every < 0:
+            raise ValueError("stats_every must be >= 0")
+        self.model = model
+        self.optimizer = optimizer
+        self.scaler = scaler
+        self.writer = writer
+        self.stats_every = stats_every
+        self.step_index = 0
+        self.closed = False
+        self._started = time.perf_counter()
+        self._last_step_time = self._started
+        self._recent_durations: list[float] = []
+        first_param = next(model.parameters(), None)
+        self.device = device or (
+            first_param.device if first_param is not None else torch.device("cpu")
+        )
+        self._layers = self._find_layers(model)
+        self._param_layer: list[tuple[int, nn.Parameter]] = [
+            (index, param) for index, layer in enumerate(self._layers) for param in layer.params
+        ]
+        self._scale_used = self._current_scale_host()
+        # Per statistics step:
+        self._collecting = False
+        self._act_grads: list[tuple[int, torch.Tensor]] = []
+        self._forward_finite: list[tuple[int, torch.Tensor]] = []
+        self._saved_bytes: dict[str, int] = {}
+        self._saved_seen: set[tuple[int, torch.dtype]] = set()
+        self._param_ptrs: set[int] = set()
+        self._saved_hooks: AbstractContextManager[None] | None = None
+        self._old_params: torch.Tensor | None = None
+        self._optimizer_stepped = False
+        self._seg_cache: tuple[tuple[int, ...], torch.Tensor] | None = None
+        self._handles: list[RemovableHandle] = []
+        self._install_hooks()
+        self._set_collecting()
+        self.writer.write(self._header(precision, config))
+
+    # -- set-up --------------------------------------------------------------------------
+
+    @staticmethod
+    def _find_layers(model: nn.Module) -> list[_Layer]:
+        """Leaf modules, plus any module that owns parameters directly (e.g. an embedding
+        table declared on a parent); shared parameters are counted once."""
+        seen: set[int] = set()
+        layers: list[_Layer] = []
+        for name, module in model.named_modules():
+            own = [p for p in module.parameters(recurse=False) if id(p) not in seen]
+            seen.update(id(p) for p in own)
+            is_leaf = next(module.children(), None) is None
+            if is_leaf or own:
+                layers.append(_Layer(name or type(module).__name__, tuple(own)))
+        return layers
+
+    def _install_hooks(self) -> None:
+        layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
+        for name, module in self.model.named_modules():
+            index = layer_index.get(name or type(module).__name__)
+            if index is not None and next(module.children(), None) is None:
+                hook = self._activation_hook(index)
+                self._handles.append(module.register_forward_hook(hook))
+        self._handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
+        self._handles.append(
+            self.model.register_forward_hook(self._on_model_forward_end, always_call=True)
+        )
+        self._handles.append(self.optimizer.register_step_pre_hook(self._on_optimizer_step_start))
+        self._handles.append(self.optimizer.register_step_post_hook(self._on_optimizer_step_end))
+
+    def _header(self, precision: str | None, config: Mapping[str, Any] | None) -> dict[str, Any]:
+        merged: dict[str, Any] = {
+            "task": "user loop",
+            "precision": precision or self._guess_precision(),
+            "stats_every": self.stats_every,
+            "device": self.device.type,
+        }
+        scaler = self.scaler
+        if isinstance(scaler, torch.amp.GradScaler):
+            merged.update(
+                init_scale=float(getattr(scaler, "_init_scale", scaler.get_scale())),
+                growth_factor=scaler.get_growth_factor(),
+                backoff_factor=scaler.get_backoff_factor(),
+                growth_interval=scaler.get_growth_interval(),
+            )
+        merged.update(config or {})
+        return {
+            "type": "header",
+            "schema": SCHEMA_VERSION,
+            "fpexplorer": __version__,
+            "torch": torch.__version__,
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "config": merged,
+            "device": device_description(self.device),
+            "model": {
+                "params": sum(p.numel() for p in self.model.parameters()),
+                "layers": [layer.name for layer in self._layers],
+                "class": type(self.model).__name__,
+            },
+            "formats": {fmt.name: fmt.header_json() for fmt in FORMAT_RANGES},
+        }
+
+    def _guess_precision(self) -> str:
+        param = next(self.model.parameters(), None)
+        if param is not None and param.dtype == torch.float16:
+            return "pure-fp16"
+        if isinstance(self.scaler, torch.amp.GradScaler) and self.scaler.is_enabled():
+            return "fp16"
+        return "unknown"
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def _activation_hook(self, layer_index: int) -> Any:
+        def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
+            if not self._collecting or not torch.is_grad_enabled():
+                return
+            tensor = output if isinstance(output, torch.Tensor) else None
+            if tensor is None and isinstance(output, (tuple, list)):
+                tensor = next((t for t in output if isinstance(t, torch.Tensor)), None)
+            if tensor is None or not tensor.requires_grad or not tensor.is_floating_point():
+                return
+            # Where a forward overflow starts (FP16 activations above 65504 become inf).
+            self._forward_finite.append((layer_index, tensor.detach().isfinite().all()))
+
+            def on_backward(grad: torch.Tensor) -> None:
+                self._act_grads.append((layer_index, grad))
+
+            tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
+
+        return on_forward
+
+    def _on_model_forward_start(self, module: nn.Module, inputs: Any) -> None:
+        if not self._collecting or not torch.is_grad_enabled() or self._saved_hooks is not None:
+            return
+        self._param_ptrs = {p.data_ptr() for p in self.model.parameters()}
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._on_pack, self._on_unpack)
+        self._saved_hooks.__enter__()
+
+    def _on_model_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if self._saved_hooks is not None:
+            hooks, self._saved_hooks = self._saved_hooks, None
+            hooks.__exit__(None, None, None)
+
+    def _on_pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        # Parameters saved for backward cost nothing extra; a tensor saved twice counts once.
+        pointer = tensor.data_ptr()
+        key = (pointer, tensor.dtype)
+        if pointer not in self._param_ptrs and key not in self._saved_seen:
+            self._saved_seen.add(key)
+            name = dtype_name(tensor.dtype)
+            self._saved_bytes[name] = (
+                self._saved_bytes.get(name, 0) + tensor.numel() * tensor.element_size()
+            )
+        return tensor
+
+    @staticmethod
+    def _on_unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def _on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_stepped = True
+        if self._collecting and self._param_layer:
+            self._old_params = torch.cat([p.detach().reshape(-1) for _, p in self._param_layer])
+
+    def _on_optimizer_step_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._optimizer_stepped = True
+
+    # -- per step ------------------------------------------------------------------------
+
+    def _set_collecting(self) -> None:
+        self._collecting = self.stats_every > 0 and self.step_index % self.stats_every == 0
+
+    def _current_scale_host(self) -> float:
+        if self.scaler is None:
+            return 1.0
+        if isinstance(self.scaler, torch.amp.GradScaler) and not self.scaler.is_enabled():
+            return 1.0
+        return float(self.scaler.get_scale())
+
+    def _scale_after_tensor(self) -> torch.Tensor | float:
+        """The scaler's scale after update(), without a host sync where torch allows it."""
+        scaler = self.scaler
+        if isinstance(scaler, torch.amp.GradScaler):
+            scale = getattr(scaler, "_scale", None)
+            if isinstance(scale, torch.Tensor):
+                return scale.reshape(())
+        return self._current_scale_host()
+
+    def _growth_tracker_tensor(self) -> torch.Tensor | float:
+        tracker = getattr(self.scaler, "_growth_tracker", None)
+        if isinstance(tracker, torch.Tensor):
+            return tracker.reshape(())
+        return 0.0
+
+    def step(self, loss: torch.Tensor | float) -> dict[str, Any]:
+        """Record the step just taken. Call after the optimizer step (and scaler.update()),
+        before gradients are zeroed. Returns the record written."""
+        if self.closed:
+            raise RuntimeError("AmpMonitor.step() after close()")
+        grads = [p.grad for _, p in self._param_layer if p.grad is not None]
+        grad_norm: torch.Tensor | float = (
+            torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False) if grads else 0.0
+        )
+        scalars = [
+            loss.detach().reshape(()) if isinstance(loss, torch.Tensor) else float(loss),
+            grad_norm,
+            self._scale_after_tensor(),
+            self._growth_tracker_tensor(),
+        ]
+        parts = [
+            torch.as_tensor(v, dtype=torch.float64).to(self.device).reshape(1) for v in scalars
+        ]
+        stats_layout: _StatsLayout | None = None
+        if self._collecting:
+            stats_layout = self._device_statistics(parts)
+        # The one host sync of the step:
+        values = torch.cat(parts).cpu().numpy()
+        now = time.perf_counter()
+        duration = now - self._last_step_time
+        self._last_step_time = now
+        self._recent_durations = [*self._recent_durations[-9:], duration]
+        record: dict[str, Any] = {
+            "type": "step",
+            "step": self.step_index,
+            "loss": float(values[0]),
+            "scale": self._scale_used,
+            "skipped": not self._optimizer_stepped,
+            "growth_tracker": int(values[3]),
+            "lr": float(self.optimizer.param_groups[0]["lr"]),
+            "grad_norm": float(values[1]),
+            "steps_per_s": len(self._recent_durations) / max(sum(self._recent_durations), 1e-9),
+            "time": now - self._started,
+        }
+        if stats_layout is not None:
+            record.update(stats_layout.decode(values, self))
+        self.writer.write(record)
+        # The scale after update() is the scale the next step uses.
+        self._scale_used = float(values[2])
+        self._act_grads = []
+        self._forward_finite = []
+        self._saved_bytes = {}
+        self._saved_seen = set()
+        self._old_params = None
+        self._optimizer_stepped = False
+        self.step_index += 1
+        self._set_collecting()
+        return record
+
+    def _segment_ids(self, sizes: tuple[int, ...]) -> torch.Tensor:
+        if self._seg_cache is None or self._seg_cache[0] != sizes:
+            ids = torch.repeat_interleave(
+                torch.arange(len(sizes), device=self.device),
+                torch.tensor(sizes, device=self.device),
+            )
+            self._seg_cache = (sizes, ids)
+        return self._seg_cache[1]
+
+    def _device_statistics(self, parts: list[torch.Tensor]) -> _StatsLayout:
+        """Queue every statistic as device tensors appended to `parts`; returns how to read
+        them back from the host list."""
+        param_segments = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
+        segments: list[tuple[int, torch.Tensor]] = [*param_segments, *self._act_grads]
+        layout = _StatsLayout(
+            layer_of_segment=[layer for layer, _ in segments],
+            is_activation=[False] * len(param_segments) + [True] * len(self._act_grads),
+            act_numel_by_dtype={},
+            scale=self._scale_used,
+            memory=self._memory(),
+        )
+        if self._forward_finite:
+            layout.forward_layers = [layer for layer, _ in self._forward_finite]
+            flags = torch.stack([finite for _, finite in self._forward_finite])
+            parts.append(flags.to(device=self.device, dtype=torch.float64))
+        for _, grad in self._act_grads:
+            name = dtype_name(grad.dtype)
+            layout.act_numel_by_dtype[name] = layout.act_numel_by_dtype.get(name, 0) + grad.numel()
+        if not segments:
+            return layout
+        sizes = tuple(t.numel() for _, t in segments)
+        values = torch.cat([t.detach().reshape(-1) for _, t in segments]).float()
+        codes = binade_codes(values)
+        seg_ids = self._segment_ids(sizes)
+        count = len(segments)
+        per_segment = torch.bincount(seg_ids * CODES + codes, minlength=count * CODES)
+        magnitude = values.abs()
+        amax = torch.zeros(count, device=self.device, dtype=torch.float32).scatter_reduce_(
+            0, seg_ids, magnitude, "amax", include_self=True
+        )
+        parts.append(per_segment.to(torch.float64))
+        parts.append(amax.to(torch.float64))
+        layout.offset_histograms = 4
+        n_param = sum(sizes[: len(param_segments)])
+        if n_param:
+            param_values = magnitude[:n_param]
+            param_ids = seg_ids[:n_param]
+            sum_squares = torch.zeros(count, device=self.device, dtype=torch.float64)
+            sum_squares.index_add_(0, param_ids, param_values.double().square())
+            parts.append(sum_squares)
+            # Shares of the gradients, multiplied back by the scale of this step, that each
+            # format would flush, round to a subnormal, or overflow.
+            scaled = param_values * self._scale_used
+            boundaries = torch.tensor(
+                sorted({b for f in FORMAT_RANGES for b in
+                        (f.flush_max, f.subnormal_max, f.finite_max_input)}),
+                device=self.device, dtype=torch.float32,
+            )  # fmt: skip
+            # Exact zeros get a bucket of their own (the last): they neither flush nor overflow.
+            buckets = torch.where(
+                param_values == 0, len(boundaries) + 1, torch.bucketize(scaled, boundaries)
+            )
+            parts.append(torch.bincount(buckets, minlength=len(boundaries) + 2).to(torch.float64))
+            parts.append(torch.tensor([float(n_param)], dtype=torch.float64, device=self.device))
+            layout.boundaries = boundaries.tolist()
+            if self._old_params is not None:
+                parts.append(self._lost_updates(values[:n_param]).to(torch.float64))
+                layout.has_lost_updates = True
+        layout.n_param = n_param
+        layout.segments = count
+        return layout
+
+    def _lost_updates(self, grads: torch.Tensor) -> torch.Tensor:
+        """[updates lost, updates intended]: among weights with a non-zero gradient, those
+        whose FP16 weight would not change (FP32 master weights) or did not (FP16 weights)."""
+        assert self._old_params is not None
+        old = self._old_params
+        new = torch.cat([p.detach().reshape(-1) for _, p in self._param_layer])
+        intended = grads != 0
+        if old.dtype == torch.float16:
+            lost = intended & (new == old)
+        else:
+            old16 = old.to(torch.float16)
+            moved = (old16.float() + (new.float() - old.float())).to(torch.float16)
+            lost = intended & (moved == old16)
+        return torch.stack([lost.sum(), intended.sum()])
+
+    def _memory(self) -> dict[str, Any]:
+        optimizer_tensors = (
+            value
+            for state in self.optimizer.state.values()
+            for value in state.values()
+            if isinstance(value, torch.Tensor)
+        )
+        peak = (
+            int(torch.cuda.max_memory_allocated(self.device))
+            if self.device.type == "cuda"
+            else None
+        )
+        return {
+            "params": _bytes_by_dtype(p for p in self.model.parameters()),
+            "grads": _bytes_by_dtype(p.grad for p in self.model.parameters() if p.grad is not None),
+            "optimizer": _bytes_by_dtype(optimizer_tensors),
+            "activations": dict(self._saved_bytes),
+            "peak_device": peak,
+        }
+
+    # -- end -----------------------------------------------------------------------------
+
+    def close(self, status: str = "completed", error: str | None = None) -> None:
+        """Write the end record and remove every hook. Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+        for handle in self._handles:
+            handle.remove()
+        if self._saved_hooks is not None:
+            self._saved_hooks.__exit__(None, None, None)
+            self._saved_hooks = None
+        self.writer.write(
+            {
+                "type": "end",
+                "status": status,
+                "error": error,
+                "steps": self.step_index,
+                "elapsed": time.perf_counter() - self._started,
+            }
+        )
+        self.writer.close()
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            self.close("completed")
+        elif isinstance(exc, KeyboardInterrupt):
+            self.close("stopped")
+        else:
+            self.close("failed", one_line_error(exc))
+
+
+def one_line_error(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+class _StatsLayout:
+    """Where each statistic sits in the host list of a step, and how to turn it into JSON."""
+
+    def __init__(
+        self,
+        layer_of_segment: list[int],
+        is_activation: list[bool],
+        act_numel_by_dtype: dict[str, int],
+        scale: float,
+        memory: dict[str, Any],
+    ) -> None:
+        self.layer_of_segment = layer_of_segment
+        self.is_activation = is_activation
+        self.act_numel_by_dtype = act_numel_by_dtype
+        self.scale = scale
+        self.memory = memory
+        self.offset_histograms = 4
+        self.segments = 0
+        self.n_param = 0
+        self.boundaries: list[float] = []
+        self.has_lost_updates = False
+        self.forward_layers: list[int] = []
+
+    def decode(self, values: npt.NDArray[np.float64], monitor: AmpMonitor) -> dict[str, Any]:
+        layers = monitor._layers
+        act_dtype = (
+            max(self.act_numel_by_dtype.items(), key=lambda item: item[1])[0]
+            if self.act_numel_by_dtype
+            else None
+        )
+        first_nonfinite: str | None = None
+        position = self.offset_histograms
+        first_forward: str | None = None
+        if self.forward_layers:
+            flags = values[position : position + len(self.forward_layers)]
+            position += len(self.forward_layers)
+            for layer_at, finite in zip(self.forward_layers, flags, strict=True):
+                if not finite:
+                    first_forward = layers[layer_at].name
+                    break
+        count = self.segments
+        histograms = values[position : position + count * CODES].reshape(count, CODES)
+        position += count * CODES
+        amax = values[position : position + count]
+        position += count
+        sum_squares = np.zeros(count)
+        if self.n_param:
+            sum_squares = values[position : position + count]
+            position += count
+        segment_layer = np.asarray(self.layer_of_segment, dtype=np.int64)
+        is_act = np.asarray(self.is_activation, dtype=bool)
+        grad_counts = histograms[~is_act].sum(axis=0)
+        act_counts = histograms[is_act].sum(axis=0)
+        layer_act = np.zeros((len(layers), CODES))
+        np.add.at(layer_act, segment_layer[is_act], histograms[is_act])
+        layer_amax = np.zeros(len(layers))
+        with np.errstate(invalid="ignore"):  # a NaN amax stays NaN: that layer is non-finite
+            np.maximum.at(layer_amax, segment_layer[is_act], amax[is_act])
+        layer_sumsq = np.zeros(len(layers))
+        np.add.at(layer_sumsq, segment_layer[~is_act], sum_squares[~is_act])
+        segment_nonfinite = (histograms[:, INF_CODE] + histograms[:, NAN_CODE]) > 0
+        layer_nonfinite = np.zeros(len(layers), dtype=bool)
+        np.logical_or.at(layer_nonfinite, segment_layer, segment_nonfinite)
+        # Activation gradients arrive in backward order: the first non-finite one is where
+        # the overflow started.
+        for segment in np.flatnonzero(segment_nonfinite & is_act)[:1]:
+            first_nonfinite = layers[segment_layer[segment]].name
+        if first_nonfinite is None:
+            # No activation gradient went non-finite: the last layer (in forward order) whose
+            # parameter gradient did is the first one backward reached.
+            for index in reversed(range(len(layers))):
+                if layer_nonfinite[index]:
+                    first_nonfinite = layers[index].name
+                    break
+        below_fp16 = FP16_MIN_SUBNORMAL_LOG2 - BINADE_LO  # codes < this: |x| < 2**-24
+        layer_records = []
+        for index, layer in enumerate(layers):
+            row = layer_act[index]
+            total = float(row.sum())
+            peak = float(layer_amax[index])
+            underflow = float(row[:below_fp16].sum() + row[ZERO_CODE])
+            layer_records.append(
+                {
+                    "name": layer.name,
+                    "grad_norm": math.sqrt(float(layer_sumsq[index])),
+                    "amax": peak,
+                    "headroom_log2": (
+                        math.log2(FP16_MAX / peak) if peak > 0 and math.isfinite(peak) else None
+                    ),
+                    "underflow_share": underflow / total if total else 0.0,
+                    "nonfinite": bool(layer_nonfinite[index]),
+                }
+            )
+        act_total = float(act_counts.sum())
+        record: dict[str, Any] = {
+            "grad_hist": histogram_json(grad_counts.tolist()),
+            "act_hist": histogram_json(act_counts.tolist(), act_dtype or "float32"),
+            "act_zero_share": float(act_counts[ZERO_CODE]) / act_total if act_total else 0.0,
+            "layers": layer_records,
+            "first_nonfinite": first_nonfinite,
+            "first_nonfinite_forward": first_forward,
+            "memory": self.memory,
+        }
+        if self.n_param:
+            n_buckets = len(self.boundaries) + 2
+            buckets = values[position : position + n_buckets]
+            position += n_buckets
+            n_param = float(values[position])
+            position += 1
+            record["format_shares"] = self._format_shares(buckets, n_param)
+            if self.has_lost_updates:
+                lost, intended = float(values[position]), float(values[position + 1])
+                kind = "actual" if _params_dtype(monitor) == torch.float16 else "fp16_would_lose"
+                record["lost_updates"] = {
+                    "share": lost / intended if intended else 0.0,
+                    "kind": kind,
+                    "intended": int(intended),
+                }
+        return record
+
+    def _format_shares(self, buckets: npt.NDArray[np.float64], n_param: float) -> dict[str, Any]:
+        # torch.bucketize: bucket i holds the non-zero v with bounds[i-1] < v <= bounds[i].
+        bounds = self.boundaries
+
+        def count_up_to(limit: float) -> float:
+            return float(buckets[: bounds.index(limit) + 1].sum())
+
+        shares: dict[str, Any] = {}
+        for fmt in FORMAT_RANGES:
+            flushed = count_up_to(fmt.flush_max)
+            subnormal = count_up_to(fmt.subnormal_max) - flushed
+            overflow = float(
+                buckets[bounds.index(fmt.finite_max_input) + 1 : len(bounds) + 1].sum()
+            )
+            shares[fmt.name] = {
+                "underflow": flushed / n_param,
+                "subnormal": subnormal / n_param,
+                "overflow": overflow / n_param,
+            }
+        return shares
+
+
+def _params_dtype(monitor: AmpMonitor) -> torch.dtype:
+    param = next(monitor.model.parameters(), None)
+    return param.dtype if param is not None else torch.float32
