@@ -1,15 +1,16 @@
-"""Guard against PySide6 6.12.0's reference-count bug on None (Python < 3.12).
+"""Guard against PySide6 6.12.0's reference-count bug on None and True (Python < 3.12).
 
-PySide6-Essentials 6.12.0 returns None from every void C++ call without taking a
-reference to it; Python 3.12+ does not care (None is immortal there, PEP 683), but on
-3.11 each call (`setText`, `setVisible`, `processEvents`, ...) drops None's count by one
-and a live plot reaches zero within seconds: "Fatal Python error: none_dealloc". 6.11.3
-does not do this (measured with sys.getrefcount(None) around 100 `QLabel.setText` calls:
--100 on 6.12.0, 0 on 6.11.3).
+PySide6-Essentials 6.12.0 returns None from every void C++ call, and True from every
+`Signal.emit()`, without taking a reference; Python 3.12+ does not care (None, True and
+False are immortal there, PEP 683), but on 3.11 each call drops the count by one and a
+live plot reaches zero within seconds: "Fatal Python error: none_dealloc" (or
+bool_dealloc). Measured with sys.getrefcount around 100 calls: `QLabel.setText` -100 on
+None, `Signal.emit()` -100 on True with 6.12.0; 0 for both with 6.11.3.
 
-The guard gives None a reference count no session can use up (2**40 calls). None is never
-deallocated in a healthy interpreter, so an over-count is harmless; it is only applied
-where the bug exists. The real fix is a PySide6 without the bug (pin !=6.12.0).
+The guard gives None, True and False a reference count no session can use up (2**40
+calls). They are never deallocated in a healthy interpreter, so an over-count is
+harmless; it is only applied where the bug exists. The real fix is a PySide6 without the
+bug (pin PySide6-Essentials!=6.12.0).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def protect_none() -> bool:
     if _applied or not pyside_drops_none_references():
         return _applied
     # ob_refcnt is the first field of every PyObject (a Py_ssize_t) on CPython < 3.12.
-    refcount = ctypes.c_ssize_t.from_address(id(None))
-    refcount.value += _BALLAST
+    for singleton in (None, True, False):
+        refcount = ctypes.c_ssize_t.from_address(id(singleton))
+        refcount.value += _BALLAST
     _applied = True
     return True

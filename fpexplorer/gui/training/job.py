@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from fpexplorer.training.runlog import parse_record
 PAUSE_SUPPORTED = hasattr(signal, "SIGSTOP") and sys.platform != "win32"
 MAX_STDERR_LINES = 200
 MAX_LINE_BYTES = 64 * 1024 * 1024
+PARSE_BUDGET_S = 0.008  # parse records for at most this long per event-loop turn
+MAX_BACKLOG_LINES = 20_000
 
 
 def job_argv(config: TrainConfig, run_path: str | os.PathLike[str]) -> list[str]:
@@ -58,6 +61,8 @@ class TrainingJob(QObject):
         self._process: QProcess | None = None
         self._stdout_pending = b""
         self._stderr_pending = b""
+        self._backlog: deque[bytes] = deque()
+        self._drain_scheduled = False
         self.stderr_tail: deque[str] = deque(maxlen=MAX_STDERR_LINES)
         self.end_record: dict[str, Any] | None = None
         self.run_path: Path | None = None
@@ -114,6 +119,7 @@ class TrainingJob(QObject):
         self.end_record = None
         self.stderr_tail.clear()
         self._stdout_pending = self._stderr_pending = b""
+        self._backlog.clear()
         self._killed_by_us = False
         self.exit_summary = ""
         process = QProcess(self)
@@ -188,7 +194,33 @@ class TrainingJob(QObject):
         if len(self._stdout_pending) > MAX_LINE_BYTES:
             self.problem.emit("a line of the job's output was too long and was dropped")
             self._stdout_pending = b""
-        self._emit_lines(lines)
+        self._backlog.extend(lines)
+        self._drain()
+
+    def _drain(self, budget_s: float | None = PARSE_BUDGET_S) -> None:
+        """Parse waiting lines for at most `budget_s`, then let the event loop breathe.
+
+        A job that streams faster than one loop iteration can parse would otherwise hold
+        the loop for as long as its burst takes. Past MAX_BACKLOG_LINES the budget is
+        ignored so that memory stays bounded when the panel cannot keep up.
+        """
+        self._drain_scheduled = False
+        if len(self._backlog) > MAX_BACKLOG_LINES:
+            budget_s = None
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        batch: list[bytes] = []
+        while self._backlog:
+            batch.append(self._backlog.popleft())
+            if len(batch) == 4:
+                self._emit_lines(batch)
+                batch = []
+                if deadline is not None and time.perf_counter() > deadline:
+                    break
+        if batch:
+            self._emit_lines(batch)
+        if self._backlog and not self._drain_scheduled:
+            self._drain_scheduled = True
+            QTimer.singleShot(0, self._drain)
 
     def _emit_lines(self, lines: list[bytes]) -> None:
         records: list[dict[str, Any]] = []
@@ -242,6 +274,7 @@ class TrainingJob(QObject):
         if self._process is not None:
             # Drain whatever is left, including a last line without its newline.
             self._on_process_stdout()
+            self._drain(budget_s=None)  # the end record may still be waiting
             self._on_process_stderr()
             if self._stdout_pending.strip():
                 tail, self._stdout_pending = self._stdout_pending, b""

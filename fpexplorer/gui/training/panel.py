@@ -52,6 +52,9 @@ from fpexplorer.paths import run_directory
 from fpexplorer.training.runlog import RunReader
 
 REFRESH_INTERVAL_MS = 33  # at most ~30 redraws a second, never one per record
+# Tables, labels and progress bars repaint whole widgets on every change (a QProgressBar
+# even synchronously): they follow at a slower pace than the curves.
+READOUT_INTERVAL_S = 0.25
 
 EXPLAIN_LOSS = (
     "Training loss per step, one curve per run. FP16 without scaling often stalls (small "
@@ -119,6 +122,7 @@ class TrainingPanel(QWidget):
         self._current: RunEntry | None = None
         self._shown: dict[int, int] = {}  # run key -> revision last drawn
         self._layout_dirty = True
+        self._readouts_at = 0.0
         self.job = TrainingJob(self)
         self.job.records_received.connect(self._on_job_records)
         self.job.state_changed.connect(self._on_job_state_changed)
@@ -441,16 +445,31 @@ class TrainingPanel(QWidget):
         if self._layout_dirty or any(
             self._shown.get(e.key) != e.model.revision for e in self._runs
         ):
-            self.refresh()
+            now = time.monotonic()
+            slow_due = now - self._readouts_at >= READOUT_INTERVAL_S
+            self.refresh(readouts=slow_due or self._layout_dirty)
 
-    def refresh(self) -> None:
-        """Redraw every view from the models (the timer calls this when something moved)."""
+    def refresh(self, readouts: bool = True) -> None:
+        """Redraw the views from the models (the timer calls this when something moved).
+
+        `readouts=False` redraws only the plots; tables, labels and progress bars follow
+        every READOUT_INTERVAL_S.
+        """
         runs = [(e.key, e.model, e.colour, e.visible) for e in self._runs]
         current = self._current.model if self._current is not None else None
         self.loss_plot.refresh(runs)
         self.scale_plot.refresh(runs, current)
         self.hist_plot.refresh(current)
+        if readouts:
+            self._refresh_readouts(current)
+        self._shown = {e.key: e.model.revision for e in self._runs}
+        self._layout_dirty = False
+
+    def _refresh_readouts(self, current: RunModel | None) -> None:
+        self._readouts_at = time.monotonic()
+        # The heatmap recomputes a (columns x binades) image: at the slower pace too.
         self.heatmap.refresh(current, self.hist_plot.showing_activations)
+        self.scale_plot.refresh_growth(current)
         self.layer_table.refresh(current)
         self.memory.refresh(current)
         self._refresh_progress()
@@ -461,8 +480,6 @@ class TrainingPanel(QWidget):
                 self.run_list.blockSignals(True)
                 item.setText(title)
                 self.run_list.blockSignals(False)
-        self._shown = {e.key: e.model.revision for e in self._runs}
-        self._layout_dirty = False
 
     def _refresh_progress(self) -> None:
         live = self._live

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QFrame,
+    QGraphicsItem,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -118,7 +119,74 @@ def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
     widget.showGrid(x=True, y=True, alpha=0.2)
     item = widget.getPlotItem()
     item.setMenuEnabled(False)
+    cache_axes(item)
     return widget
+
+
+def cache_axes(item: pg.PlotItem) -> None:
+    """Cache each axis (with its grid) as a pixmap, redrawn only when the axis changes.
+
+    With the grid on, an axis item covers the whole view, so every curve update repainted
+    it from its QPicture: the most expensive part of a frame while a job streams.
+    """
+    for name in ("left", "bottom", "right", "top"):
+        axis = item.getAxis(name)
+        axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+
+
+class StickyRange:
+    """Keeps a plot's view range still until the data leaves it (or fills < 40% of it).
+
+    pyqtgraph's auto-range moves the view on nearly every frame of a live run (the loss
+    falls, the x extent grows), and every move repaints the axes, which costs more than
+    drawing the curves. A range that only moves when it must keeps the event loop free.
+    """
+
+    def __init__(self, plot: pg.PlotWidget) -> None:
+        self.view = plot.getPlotItem().getViewBox()
+        self.view.disableAutoRange()
+        self.x: tuple[float, float] | None = None
+        self.y: tuple[float, float] | None = None
+
+    @staticmethod
+    def _settle(
+        current: tuple[float, float] | None, lo: float, hi: float, pad: float
+    ) -> tuple[float, float] | None:
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return None
+        if hi <= lo:
+            lo, hi = lo - 0.5, hi + 0.5
+        span = hi - lo
+        if current is not None:
+            inside = current[0] <= lo and hi <= current[1]
+            if inside and span >= 0.4 * (current[1] - current[0]):
+                return None
+        return (lo - pad * span, hi + pad * span)
+
+    def show(self, x_lo: float, x_hi: float, y_lo: float, y_hi: float) -> None:
+        x = self._settle(self.x, x_lo, x_hi, 0.0)
+        y = self._settle(self.y, y_lo, y_hi, 0.08)
+        if x is not None:
+            self.x = x
+        if y is not None:
+            self.y = y
+        if x is not None or y is not None:
+            self.view.setRange(xRange=self.x, yRange=self.y, padding=0)
+
+    def reset(self) -> None:
+        self.x = self.y = None
+
+
+def x_extent(runs: Sequence[tuple[int, RunModel, str, bool]]) -> float:
+    """The last step the x axis must show: the planned length of the visible runs."""
+    extent = 1.0
+    for _key, model, _colour, visible in runs:
+        if not visible:
+            continue
+        planned = model.planned_steps or 0
+        seen = model.scalars.steps[-1] + 1 if len(model.scalars) else 0
+        extent = max(extent, float(planned), float(seen))
+    return extent
 
 
 class RunCurves:
@@ -162,6 +230,7 @@ class LossPlot(QWidget):
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "loss")
         self.curves = RunCurves(self.plot)
+        self.range = StickyRange(self.plot)
         self.log_box = QCheckBox("log axis")
         self.log_box.toggled.connect(self._on_log_toggled)
         layout = QVBoxLayout(self)
@@ -174,8 +243,11 @@ class LossPlot(QWidget):
 
     def _on_log_toggled(self, checked: bool) -> None:
         self.plot.getPlotItem().setLogMode(x=False, y=checked)
+        self.range.reset()
+        self._show_range()
 
     def refresh(self, runs: Sequence[tuple[int, RunModel, str, bool]]) -> None:
+        self._runs = runs
         for key, model, colour, visible in runs:
             curve = self.curves.curve_for(key, model.label, colour)
             curve.setVisible(visible)
@@ -186,6 +258,23 @@ class LossPlot(QWidget):
             finite = np.isfinite(loss)
             curve.setData(steps[finite], loss[finite])
         self.curves.drop_missing({key for key, *_ in runs})
+        self._show_range()
+
+    _runs: Sequence[tuple[int, RunModel, str, bool]] = ()
+
+    def _show_range(self) -> None:
+        log = self.log_box.isChecked()
+        lo, hi = math.inf, -math.inf
+        for _key, model, _colour, visible in self._runs:
+            if not visible or not len(model.scalars):
+                continue
+            loss = model.scalars.column("loss")
+            loss = loss[np.isfinite(loss) & (loss > 0)] if log else loss[np.isfinite(loss)]
+            if len(loss):
+                lo, hi = min(lo, float(loss.min())), max(hi, float(loss.max()))
+        if log and math.isfinite(lo):
+            lo, hi = math.log10(lo), math.log10(hi)
+        self.range.show(0.0, x_extent(self._runs), lo, hi)
 
 
 class LossScalePlot(QWidget):
@@ -201,6 +290,7 @@ class LossScalePlot(QWidget):
             symbol="x", size=9, pen=pg.mkPen("#c00000", width=2), brush=None, name="skipped step"
         )
         self.plot.addItem(self.skips)
+        self.range = StickyRange(self.plot)
         self.growth_bar = QProgressBar()
         self.growth_bar.setTextVisible(True)
         self.growth_bar.setMaximumHeight(18)
@@ -216,6 +306,7 @@ class LossScalePlot(QWidget):
     def refresh(
         self, runs: Sequence[tuple[int, RunModel, str, bool]], current: RunModel | None
     ) -> None:
+        lo, hi = math.inf, -math.inf
         for key, model, colour, visible in runs:
             curve = self.curves.curve_for(key, model.label, colour)
             curve.setVisible(visible)
@@ -224,7 +315,13 @@ class LossScalePlot(QWidget):
                 log_scale = np.log2(scale)
             finite = np.isfinite(log_scale)
             curve.setData(model.scalars.steps[finite], log_scale[finite])
+            if visible and finite.any():
+                lo = min(lo, float(log_scale[finite].min()))
+                hi = max(hi, float(log_scale[finite].max()))
         self.curves.drop_missing({key for key, *_ in runs})
+        if math.isfinite(lo):
+            # Whole powers of two at the ends, so the 2^k ticks are always there.
+            self.range.show(0.0, x_extent(runs), math.floor(lo) - 1, math.ceil(hi) + 1)
         events = current.skip_events if current is not None else []
         if events:
             xs = np.fromiter((e.step for e in events), dtype=np.float64, count=len(events))
@@ -235,6 +332,9 @@ class LossScalePlot(QWidget):
             self.skips.setData(xs[keep], ys[keep])
         else:
             self.skips.setData([], [])
+
+    def refresh_growth(self, current: RunModel | None) -> None:
+        """The growth tracker read-out (slow cadence: a progress bar repaints at once)."""
         growth = current.growth() if current is not None else None
         dynamic = current is not None and current.precision == "fp16"
         if growth is None or not dynamic:
@@ -453,6 +553,7 @@ class HeatmapPlot(QWidget):
                 pos=y, angle=0, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine)
             )
             self.plot.addItem(line)
+        self.range = StickyRange(self.plot)
         self.note = QLabel("dashed: FP16 smallest subnormal and largest value")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -481,11 +582,9 @@ class HeatmapPlot(QWidget):
             lo = HEAT_LO + int(occupied[0]) - 4
             hi = HEAT_LO + int(occupied[-1]) + 5
             lo, hi = min(lo, -28), max(hi, 18)
-            self.plot.getPlotItem().setRange(
-                xRange=(first, last + per_column),
-                yRange=(max(lo, HEAT_LO), min(hi, HEAT_HI)),
-                padding=0,
-            )
+            planned = model.planned_steps if model is not None else None
+            x_hi = max(float(planned or 0), last + per_column)
+            self.range.show(0.0, x_hi, max(lo, HEAT_LO), min(hi, HEAT_HI))
 
 
 class LayerTable(QWidget):
