@@ -143,6 +143,16 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
 
         return body
 
+    def settings() -> str:
+        from fpexplorer.gui.settings import SettingsStore
+
+        # A settings location that cannot be written is reported, never fatal: the check
+        # passes either way and says which it is.
+        store = SettingsStore()
+        store.set_value("selftest/last_run", time.strftime("%Y-%m-%dT%H:%M:%S"))
+        problem = store.sync()
+        return problem or f"settings kept in {store.location}"
+
     def run_directory() -> str:
         from fpexplorer.paths import run_directory as choose
 
@@ -209,6 +219,8 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
         check("main window", main_window)
     if "window" in state:
         check("render formats panel", render_panel(0, "formats"))
+    if "app" in state:
+        check("settings", settings)
     check("run directory", run_directory)
     if "app" in state:
         check("training job (child process)", training_job)
