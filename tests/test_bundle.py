@@ -114,3 +114,21 @@ def test_bundle_with_no_writable_home_and_broken_run_dir_still_opens(
     assert "/proc/fpexplorer-runs is not writable" in run_dir_line
     settings_line = next(line for line in lines if line.startswith("PASS settings"))
     assert "cannot write" in settings_line
+
+
+def test_bundle_opens_a_real_x11_window_under_xvfb(bundle: Path, tmp_path: Path) -> None:
+    """Offscreen rendering does not load the xcb platform plugin and its libraries, the
+    usual way a frozen Qt app breaks on a real desktop: run the selftest on an X server."""
+    xvfb_run = shutil.which("xvfb-run")
+    assert xvfb_run, "xvfb-run is needed (Debian package xvfb; .ci/run installs it)"
+    environment = _environment(tmp_path)
+    environment.pop("QT_QPA_PLATFORM")
+    result = subprocess.run(
+        [xvfb_run, "-a", str(bundle), "selftest", "--on-screen"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "on platform 'xcb'" in result.stdout

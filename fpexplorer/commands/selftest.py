@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep", metavar="FOLDER", default=None, help="write the run file and PNGs here"
     )
+    parser.add_argument(
+        "--on-screen",
+        action="store_true",
+        help="use the real display (X11/Wayland) instead of offscreen rendering",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +67,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
-    # A self-test never needs a screen; it must also pass on a headless machine.
-    os.environ["QT_QPA_PLATFORM"] = "offscreen"
+    if args.on_screen:
+        from fpexplorer.gui.app import display_problem
+
+        problem = display_problem()
+        if problem:
+            raise UsageError(f"--on-screen: {problem}")
+    else:
+        # By default a self-test needs no screen: it must pass on a headless machine too.
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
         try:
