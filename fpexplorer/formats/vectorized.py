@@ -5,6 +5,7 @@ reference (tests/formats/test_vectorized.py checks that)."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -122,17 +123,18 @@ def from_float_array(
         if array.dtype.kind in "iub":
             raise ValueError("from_float_array takes floats; convert integers with from_value")
         raise ValueError(f"from_float_array takes a float array, not {array.dtype}")
-    out_dtype = code_dtype(fmt)
     flat = array.reshape(-1)
-    out = np.empty(flat.shape, dtype=out_dtype)
+    out = np.empty(flat.shape, dtype=code_dtype(fmt))
     rng = np.random.default_rng(seed) if rounding == "stochastic" else None
     kernel = _fast_kernel(fmt, flat.dtype, rounding, policy)
-    for start in range(0, flat.size, _BLOCK):
-        block = flat[start : start + _BLOCK]
-        if kernel is not None:
-            out[start : start + _BLOCK] = kernel(block)
-        else:
-            out[start : start + _BLOCK] = _round_block(fmt, block, rounding, policy, rng)
+    # Signalling NaNs and huge values make numpy warn inside the kernels; they are handled.
+    with np.errstate(invalid="ignore", over="ignore"):
+        for start in range(0, flat.size, _BLOCK):
+            block = flat[start : start + _BLOCK]
+            if kernel is not None:
+                kernel(block, out[start : start + _BLOCK])
+            else:
+                out[start : start + _BLOCK] = _round_block(fmt, block, rounding, policy, rng)
     return out.reshape(array.shape)
 
 
@@ -146,7 +148,8 @@ def _round_block(
     """The general path: any format, any mode, any float input (exact via float64)."""
     d = _derived(fmt)
     m = fmt.mantissa_bits
-    x = block.astype(np.float64)  # exact for float16/32/64
+    with np.errstate(invalid="ignore"):  # signalling NaN payloads warn; they stay NaN
+        x = block.astype(np.float64)  # exact for float16/32/64
     negative = np.signbit(x)
     magnitude = np.abs(x)
     nan = np.isnan(x)
@@ -282,6 +285,108 @@ def _too_large_codes(
     return _with_sign(fmt, np.full(negative.shape, np.uint64(magnitude)), negative)
 
 
-def _fast_kernel(fmt: FloatFormat, dtype: np.dtype[Any], rounding: str, policy: str) -> Any:
-    """A specialised kernel for the common case, or None for the general path."""
-    return None
+def _fast_kernel(
+    fmt: FloatFormat, dtype: np.dtype[Any], rounding: str, policy: str
+) -> Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], None] | None:
+    """A kernel specialised to float32 input and nearest_even, or None for the general path.
+
+    It works on the float32 bit patterns directly (the classic integer round-half-even: add
+    half an ulp minus one plus the lowest kept bit, then shift) and on one float32 addition
+    for results below min_normal (adding 2**23 quanta makes the FPU round to the quantum).
+    The general path handles everything else; tests check both against the scalar path.
+    """
+    d = _derived(fmt)
+    m = fmt.mantissa_bits
+    if (
+        dtype != np.float32
+        or rounding != "nearest_even"
+        or not fmt.signed
+        or fmt.encoding == "fnu"
+        or not fmt.subnormals
+        or not 1 <= m < 23
+        or fmt.bias > 127
+        or d.emin < -126
+        or d.emin - m + 23 > 127
+    ):
+        return None
+    shift = 23 - m
+    round_half = (1 << (shift - 1)) - 1
+    sign_shift = np.uint32(d.sign_shift)
+    if fmt.bias == 127 and fmt.encoding == "ieee" and policy == "ieee":
+        # The same exponent field as float32 (bfloat16, tfloat32): one rounding step covers
+        # zeros, subnormals, normals and overflow to inf, sign included; only NaN needs care.
+        nan_code = np.uint32(d.nan_code)
+
+        code_buffer = np.empty(_BLOCK, dtype=np.uint32)
+        nan_buffer = np.empty(_BLOCK, dtype=bool)
+
+        def same_exponent_kernel(block: np.ndarray[Any, Any], out: np.ndarray[Any, Any]) -> None:
+            bits = block.view(np.uint32)
+            code = code_buffer[: block.size]
+            np.right_shift(bits, np.uint32(shift), out=code)
+            np.bitwise_and(code, np.uint32(1), out=code)
+            np.add(code, bits, out=code)
+            np.add(code, np.uint32(round_half), out=code)
+            np.right_shift(code, np.uint32(shift), out=code)
+            nan = np.isnan(block, out=nan_buffer[: block.size])
+            if nan.any():
+                code[nan] = nan_code | ((bits[nan] >> np.uint32(31)) << sign_shift)
+            np.copyto(out, code, casting="unsafe")  # keeps the low bits: the code
+
+        return same_exponent_kernel
+
+    rebias = (127 - fmt.bias) << 23
+    normal_offset = np.uint32((round_half - rebias) % (1 << 32))
+    min_normal_bits = np.uint32((d.emin + 127) << 23)
+    magic_bits = np.uint32((d.emin - m + 23 + 127) << 23)
+    magic = np.array([magic_bits], dtype=np.uint32).view(np.float32)[0]
+    max_magnitude = np.uint32(d.max_magnitude_code)
+    has_negative_zero = d.has_negative_zero
+    # Codes beyond max depend only on the sign: [positive, negative] for each kind.
+    signs = np.array([False, True])
+    overflow_codes = _too_large_codes(fmt, signs, policy, from_infinity=False).astype(np.uint32)
+    infinity_codes = _too_large_codes(fmt, signs, policy, from_infinity=True).astype(np.uint32)
+    nan_codes = _nan_codes(fmt, signs).astype(np.uint32)
+    infinity_bits = np.uint32(0x7F800000)
+    # Scratch buffers reused block after block: no allocation (and no page faults) per block.
+    magnitude_buffer = np.empty(_BLOCK, dtype=np.uint32)
+    code_buffer = np.empty(_BLOCK, dtype=np.uint32)
+    sign_buffer = np.empty(_BLOCK, dtype=np.uint32)
+    tiny_buffer = np.empty(_BLOCK, dtype=np.float32)
+    mask_buffer = np.empty(_BLOCK, dtype=bool)
+
+    def kernel(block: np.ndarray[Any, Any], out: np.ndarray[Any, Any]) -> None:
+        n = block.size
+        bits = block.view(np.uint32)
+        magnitude = np.bitwise_and(bits, np.uint32(0x7FFFFFFF), out=magnitude_buffer[:n])
+        code = np.right_shift(magnitude, np.uint32(shift), out=code_buffer[:n])
+        np.bitwise_and(code, np.uint32(1), out=code)
+        np.add(code, magnitude, out=code)
+        np.add(code, normal_offset, out=code)
+        np.right_shift(code, np.uint32(shift), out=code)
+        tiny = np.abs(block, out=tiny_buffer[:n])
+        np.add(tiny, magic, out=tiny)
+        tiny_code = tiny.view(np.uint32)
+        np.subtract(tiny_code, magic_bits, out=tiny_code)
+        small = np.less(magnitude, min_normal_bits, out=mask_buffer[:n])
+        np.copyto(code, tiny_code, where=small)
+        big = np.greater(code, max_magnitude, out=mask_buffer[:n])  # overflow, inf, NaN
+        where_big = np.flatnonzero(big) if big.any() else None
+        sign = np.right_shift(bits, np.uint32(31), out=sign_buffer[:n])
+        if not has_negative_zero:
+            sign &= code != 0
+        np.left_shift(sign, sign_shift, out=sign)
+        np.bitwise_or(code, sign, out=code)
+        if where_big is not None:
+            negative = (bits[where_big] >> np.uint32(31)).astype(np.intp)
+            beyond = magnitude[where_big]
+            code[where_big] = np.where(
+                beyond > infinity_bits,
+                nan_codes[negative],
+                np.where(
+                    beyond == infinity_bits, infinity_codes[negative], overflow_codes[negative]
+                ),
+            )
+        np.copyto(out, code, casting="unsafe")
+
+    return kernel
