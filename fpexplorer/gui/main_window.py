@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence
+from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QShowEvent
 from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
@@ -14,11 +14,12 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer import __version__
-from fpexplorer.gui.formats.panel import FormatsPanel
+from fpexplorer.gui.formats.panel import VIEW_NAMES, FormatsPanel
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.settings import SettingsStore
 
 STATE_PREFIX = "formats/"
+TRAINING_PANEL_DELAY_MS = 300  # after the first paint of the window
 SHORTCUTS_HELP = """<table>
 <tr><td><b>Click / drag</b></td><td>toggle a bit / paint several bits</td></tr>
 <tr><td><b>← →</b></td><td>move between bits (click the bit row first)</td></tr>
@@ -38,17 +39,14 @@ def _training_panel() -> tuple[QWidget, str | None]:
     try:
         from fpexplorer.gui.training.panel import TrainingPanel
     except ImportError as error:
-        placeholder = QWidget()
-        layout = QVBoxLayout(placeholder)
-        label = QLabel(
+        placeholder = QLabel(
             "<h3>Training panel not available</h3>"
             "<p>This panel runs a mixed-precision training job and shows its loss scale, "
             "skipped steps and gradient ranges live. It could not be loaded:</p>"
             f"<pre>{error}</pre>"
         )
-        label.setWordWrap(True)
-        label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        layout.addWidget(label)
+        placeholder.setWordWrap(True)
+        placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
         return placeholder, str(error)
     return TrainingPanel(), None
 
@@ -63,12 +61,19 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("fpexplorer")
         self.setObjectName("MainWindow")
         self.formats_panel = FormatsPanel(session)
-        self.training_panel, self.training_problem = _training_panel()
+        # The Training panel is built just after the first window is painted (or when it
+        # is first needed), so that it does not delay the first window.
+        self._training_panel: QWidget | None = None
+        self.training_problem: str | None = None
+        self.training_page = QWidget()
+        training_layout = QVBoxLayout(self.training_page)
+        training_layout.setContentsMargins(0, 0, 0, 0)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.formats_panel, "Formats")
-        self.tabs.addTab(self.training_panel, "Training")
+        self.tabs.addTab(self.training_page, "Training")
         self.tabs.setTabToolTip(0, "Bit editor: any format, exact values, rounding")
         self.tabs.setTabToolTip(1, "Mixed-precision training numerics, live or replayed")
+        self.tabs.currentChanged.connect(self._on_tabs_current_changed)
         self.setCentralWidget(self.tabs)
         self.resize(1280, 800)
         self._build_menus()
@@ -81,14 +86,43 @@ class MainWindow(QMainWindow):
             self.status.showMessage(problem)
         elif restore_problems:
             self.status.showMessage("Could not restore: " + "; ".join(restore_problems))
-        elif self.training_problem:
-            self.status.showMessage(f"Training panel unavailable: {self.training_problem}")
         else:
             self.status.showMessage("Click bits, or type a value above (Ctrl+L).", 8000)
 
     @property
     def session(self) -> FormatsSession:
         return self.formats_panel.session
+
+    @property
+    def training_panel(self) -> QWidget:
+        """The TrainingPanel (built on first use), or a placeholder that says what failed."""
+        if self._training_panel is None:
+            panel, self.training_problem = _training_panel()
+            self._training_panel = panel
+            self.training_page.layout().addWidget(panel)
+            file_actions = getattr(panel, "file_actions", None)
+            if callable(file_actions):
+                actions = file_actions()
+                for action in actions:
+                    self.file_menu.insertAction(self.quit_action, action)
+                if actions:
+                    self.file_menu.insertSeparator(self.quit_action)
+            if self.training_problem:
+                self.status.showMessage(f"Training panel unavailable: {self.training_problem}")
+        return self._training_panel
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._training_panel is None:
+            QTimer.singleShot(TRAINING_PANEL_DELAY_MS, self, self._on_training_timer_timeout)
+
+    def _on_training_timer_timeout(self) -> None:
+        if self.isVisible():
+            self.training_panel  # noqa: B018 - builds it
+
+    def _on_tabs_current_changed(self, index: int) -> None:
+        if index == 1:
+            self.training_panel  # noqa: B018 - builds it
 
     # -- menus ---------------------------------------------------------------------------
     def _action(self, text: str, slot: object, shortcut: QKeySequence | str | None = None,
@@ -104,11 +138,9 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         menu_bar = self.menuBar()
         file_menu = menu_bar.addMenu("&File")
-        file_actions = getattr(self.training_panel, "file_actions", None)
-        if callable(file_actions):
-            for action in file_actions():
-                file_menu.addAction(action)
-            file_menu.addSeparator()
+        self.file_menu = file_menu
+        # Opening the File menu builds the Training panel, whose actions it lists.
+        file_menu.aboutToShow.connect(lambda: self.training_panel)
         self.quit_action = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
         self.quit_action.setShortcut(QKeySequence("Ctrl+Q"))
         file_menu.addAction(self.quit_action)
@@ -205,7 +237,7 @@ class MainWindow(QMainWindow):
         if tab in ("0", "1"):
             self.tabs.setCurrentIndex(int(tab))
         view = self.settings.text("formats/view", "")
-        if view in self.formats_panel.views_by_name:
+        if view in VIEW_NAMES:
             self.formats_panel.show_view(view)
         saved: dict[str, object] = {}
         for key in ("formats", "codes", "custom"):
@@ -224,9 +256,7 @@ class MainWindow(QMainWindow):
         """Write geometry and the Formats state; returns a problem sentence or None."""
         self.settings.set_value("window/geometry", self.saveGeometry())
         self.settings.set_value("window/tab", str(self.tabs.currentIndex()))
-        for name, view in self.formats_panel.views_by_name.items():
-            if self.formats_panel.views.currentWidget() is view:
-                self.settings.set_value("formats/view", name)
+        self.settings.set_value("formats/view", self.formats_panel.current_view_name())
         for key, value in self.session.snapshot().items():
             self.settings.set_value(STATE_PREFIX + key, value)
         return self.settings.sync()
@@ -235,7 +265,7 @@ class MainWindow(QMainWindow):
         problem = self.save_state()
         if problem:
             self.status.showMessage(problem)
-        shutdown = getattr(self.training_panel, "shutdown", None)
+        shutdown = getattr(self._training_panel, "shutdown", None)
         if callable(shutdown):
             shutdown()
         super().closeEvent(event)

@@ -79,7 +79,7 @@ def test_state_is_kept_between_runs(qtbot: QtBot) -> None:
     assert second.session.rounding == "toward_zero"
     assert second.session.entry_text == "1/3"
     assert second.session.active.code == first.session.active.code
-    assert second.formats_panel.views.currentWidget() is second.formats_panel.codes_map
+    assert second.formats_panel.current_view_name() == "codes"
     geometry = second.settings.value("window/geometry")
     assert geometry is not None and len(geometry) > 0
     assert second.restoreGeometry(geometry)  # a valid saved geometry (sizes depend on screen)

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from fpexplorer.formats import ExactValue, FloatFormat
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
-from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession
+from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession, shortest_text
 from fpexplorer.gui.formats.text import short
 from fpexplorer.gui.theme import plot_colors
 
@@ -30,6 +30,7 @@ DETERMINISTIC_MODES = (
     "toward_negative",
 )
 NEIGHBOURS_EACH_SIDE = 3
+
 FINITE = ("zero", "subnormal", "normal")
 
 
@@ -131,7 +132,7 @@ class NumberLineView(LazyView):
         mid_y = np.tile([-0.25, 0.25], len(mids))
         self.midpoints.setData(mid_x, mid_y)
         for label, code, x in zip(self.value_labels, codes, xs, strict=False):
-            label.setText(fmt.shortest_decimal(code))
+            label.setText(shortest_text(fmt, code))
             label.setPos(x, -0.35)
         for label in self.value_labels[len(codes):]:
             label.setText("")

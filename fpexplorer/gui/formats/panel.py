@@ -30,7 +30,23 @@ from fpexplorer.gui.formats.tables import CrossFormatTable, PropertiesTable
 ADD_ORDER = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float64", "float32",
              "float6_e2m3fn", "float4_e2m1fn")
 VIEWS_MIN_HEIGHT = 230  # number line, tables and charts stay readable
-VIEW_NAMES = ("number-line", "table", "range", "codes", "properties")
+VIEW_TABS = (
+    ("number-line", "Number line",
+     "Neighbours, midpoints and where each rounding mode sends the typed value"),
+    ("table", "All formats", "The value rounded into every format; click a row to load it"),
+    ("range", "Range && precision",
+     "Subnormal/normal range, overflow and relative spacing on a log2 axis"),
+    ("codes", "All codes", "Every code of a format of ≤ 16 bits; click a cell to load it"),
+    ("properties", "Properties", "Max, min normal, min subnormal, eps, digits, finite-value count"),
+)
+VIEW_NAMES = tuple(name for name, _, _ in VIEW_TABS)
+VIEW_CLASSES: dict[str, type[LazyView]] = {
+    "number-line": NumberLineView,
+    "table": CrossFormatTable,
+    "range": RangeChart,
+    "codes": CodesMap,
+    "properties": PropertiesTable,
+}
 
 ROW_STYLE = """
 QFrame#EditorRow { border: 1px solid palette(mid); border-radius: 6px; }
@@ -59,29 +75,21 @@ class FormatsPanel(QWidget):
         self.readouts = ReadoutPanel(self.session)
         self.readouts.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
 
-        self.number_line = NumberLineView(self.session)
-        self.cross_table = CrossFormatTable(self.session)
-        self.range_chart = RangeChart(self.session)
-        self.codes_map = CodesMap(self.session)
-        self.properties = PropertiesTable(self.session)
+        # The views under the editors are built when first shown: only the visible one
+        # costs anything at start-up.
         self.views = QTabWidget()
         self.views.setDocumentMode(True)
-        self.views_by_name: dict[str, LazyView] = {}
-        for name, view, title, tip in (
-            ("number-line", self.number_line, "Number line",
-             "Neighbours, midpoints and where each rounding mode sends the typed value"),
-            ("table", self.cross_table, "All formats",
-             "The value rounded into every format; click a row to load it"),
-            ("range", self.range_chart, "Range && precision",
-             "Subnormal/normal range, overflow and relative spacing on a log2 axis"),
-            ("codes", self.codes_map, "All codes",
-             "Every code of a format of ≤ 16 bits; click a cell to load it"),
-            ("properties", self.properties, "Properties",
-             "Max, min normal, min subnormal, eps, digits, finite-value count"),
-        ):
-            index = self.views.addTab(view, title)
+        self._views: dict[str, LazyView] = {}
+        self._pages: dict[str, QWidget] = {}
+        for name, title, tip in VIEW_TABS:
+            page = QWidget()
+            page_layout = QVBoxLayout(page)
+            page_layout.setContentsMargins(0, 0, 0, 0)
+            index = self.views.addTab(page, title)
             self.views.setTabToolTip(index, tip)
-            self.views_by_name[name] = view
+            self._pages[name] = page
+        self.views.currentChanged.connect(self._on_views_current_changed)
+        self._on_views_current_changed(self.views.currentIndex())
 
         # Editors and read-outs scroll together when a small window cannot hold them:
         # never squeezed into each other.
@@ -117,13 +125,53 @@ class FormatsPanel(QWidget):
         self._rebuild_rows()
 
     # -- public --------------------------------------------------------------------------
+    def view(self, name: str) -> LazyView:
+        """The view called `name` (see VIEW_NAMES), built on first use."""
+        view = self._views.get(name)
+        if view is None:
+            view = VIEW_CLASSES[name](self.session)
+            self._pages[name].layout().addWidget(view)
+            self._views[name] = view
+        return view
+
+    @property
+    def number_line(self) -> NumberLineView:
+        return self.view("number-line")  # type: ignore[return-value]
+
+    @property
+    def cross_table(self) -> CrossFormatTable:
+        return self.view("table")  # type: ignore[return-value]
+
+    @property
+    def range_chart(self) -> RangeChart:
+        return self.view("range")  # type: ignore[return-value]
+
+    @property
+    def codes_map(self) -> CodesMap:
+        return self.view("codes")  # type: ignore[return-value]
+
+    @property
+    def properties(self) -> PropertiesTable:
+        return self.view("properties")  # type: ignore[return-value]
+
     def show_view(self, name: str) -> None:
-        self.views.setCurrentWidget(self.views_by_name[name])
+        self.view(name)
+        self.views.setCurrentWidget(self._pages[name])
+
+    def current_view_name(self) -> str:
+        for name, page in self._pages.items():
+            if self.views.currentWidget() is page:
+                return name
+        return VIEW_NAMES[0]
 
     def refresh_all_views(self) -> None:
         """Render every view now, visible or not (the benchmark times this)."""
-        for view in self.views_by_name.values():
-            view.refresh_now()
+        for name in VIEW_NAMES:
+            self.view(name).refresh_now()
+
+    def _on_views_current_changed(self, index: int) -> None:
+        if 0 <= index < len(VIEW_TABS):
+            self.view(VIEW_TABS[index][0])
 
     def use_custom_format(self, editor: EditorState, fmt: FloatFormat) -> None:
         self.session.add_custom_format(fmt)

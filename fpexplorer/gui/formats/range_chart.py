@@ -34,12 +34,20 @@ def log2_fraction(value: Fraction) -> float:
     return math.log2(value.numerator) - math.log2(value.denominator)
 
 
+def floor_log2(value: Fraction) -> int:
+    """Exact floor(log2(value)) for value > 0 (math.log2 rounds 2^1024 - tiny up to 1024)."""
+    exponent = value.numerator.bit_length() - value.denominator.bit_length()
+    if Fraction(2) ** exponent > value:
+        exponent -= 1
+    return exponent
+
+
 @lru_cache(maxsize=64)
 def spacing_curve(fmt: FloatFormat) -> tuple[np.ndarray, np.ndarray]:
     """(log2 |x|, log2 ulp(x)/|x|) at both edges of every binade of positive finite values."""
     lowest = fmt.min_subnormal if fmt.min_subnormal is not None else fmt.min_normal
-    first = math.floor(log2_fraction(lowest))
-    last = math.floor(log2_fraction(fmt.max))
+    first = floor_log2(lowest)
+    last = floor_log2(fmt.max)
     stride = max(1, (last - first) // MAX_BINADES)
     xs: list[float] = []
     ys: list[float] = []
@@ -56,6 +64,8 @@ def spacing_curve(fmt: FloatFormat) -> tuple[np.ndarray, np.ndarray]:
         if fmt.classify(end_code) not in ("subnormal", "normal"):
             end_code = code
         for edge in (code, end_code):
+            if fmt.classify(edge) not in ("subnormal", "normal"):
+                continue
             value = fmt.to_fraction(edge)
             ulp = fmt.ulp(edge)
             if value <= 0 or ulp is None:

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from fpexplorer.formats import (
@@ -78,6 +79,15 @@ class CodeReadout:
     gap_down: Fraction | None
     gap_up: Fraction | None
     rounded: Rounded | None  # how the typed value rounded to this code, when it did
+
+
+@lru_cache(maxsize=8192)
+def shortest_text(fmt: FloatFormat, code: int) -> str:
+    """The engine's shortest decimal, remembered: views show the same codes again and again."""
+    try:
+        return fmt.shortest_decimal(code)
+    except ValueError:
+        return str(fmt.to_exact(code))
 
 
 def hex_code(fmt: FloatFormat, code: int) -> str:
@@ -142,10 +152,7 @@ def build_readout(fmt: FloatFormat, code: int, rounded: Rounded | None) -> CodeR
     value = fmt.to_exact(code)
     fields = fmt.fields(code)
     exact = exact_decimal(value) if kind in ("zero", "subnormal", "normal") else str(value)
-    try:
-        shortest = fmt.shortest_decimal(code)
-    except ValueError:
-        shortest = str(value)
+    shortest = shortest_text(fmt, code)
     finite = kind in ("zero", "subnormal", "normal")
     return CodeReadout(
         format=fmt,

@@ -17,7 +17,12 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.formats import FloatFormat, Rounded
 from fpexplorer.gui.formats.plotting import LazyView
-from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession, hex_code
+from fpexplorer.gui.formats.state import (
+    STOCHASTIC_SEED,
+    FormatsSession,
+    hex_code,
+    shortest_text,
+)
 from fpexplorer.gui.formats.text import short
 from fpexplorer.gui.theme import class_hex
 
@@ -44,6 +49,17 @@ def _item(text: str, tip: str | None = None) -> QTableWidgetItem:
     return item
 
 
+def _set_text(table: QTableWidget, row: int, column: int, text: str) -> QTableWidgetItem:
+    """Reuse the cell's item (creating items is what makes a table slow), set its text."""
+    item = table.item(row, column)
+    if item is None:
+        item = _item(text)
+        table.setItem(row, column, item)
+    elif item.text() != text:
+        item.setText(text)
+    return item
+
+
 class CrossFormatTable(LazyView):
     """The active editor's input rounded into every known format; a click loads a row."""
 
@@ -59,9 +75,12 @@ class CrossFormatTable(LazyView):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
+        # Columns are fitted once per set of formats, not on every change (fitting on
+        # every cell update made a bit toggle cost 100+ ms).
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        self._fitted_for: tuple[FloatFormat, ...] = ()
         self.table.setToolTip("Click a row to load that format and code into the editor.")
         self.rows: list[tuple[FloatFormat, int]] = []
         layout = QVBoxLayout(self)
@@ -85,6 +104,7 @@ class CrossFormatTable(LazyView):
             f"every format ({session.rounding}, overflow: {session.overflow or 'format default'}"
             "). Click a row to load it into the active editor."
         )
+        self.table.setUpdatesEnabled(False)
         self.table.setRowCount(len(formats))
         self.rows = []
         for row, fmt in enumerate(formats):
@@ -104,6 +124,11 @@ class CrossFormatTable(LazyView):
                 break
         else:
             self.table.clearSelection()
+        if tuple(formats) != self._fitted_for:
+            self._fitted_for = tuple(formats)
+            self.table.resizeColumnsToContents()
+            self.table.setColumnWidth(2, max(self.table.columnWidth(2), 200))
+        self.table.setUpdatesEnabled(True)
 
     @staticmethod
     def _cells(fmt: FloatFormat, rounded: Rounded) -> list[str]:
@@ -112,7 +137,7 @@ class CrossFormatTable(LazyView):
         return [
             fmt.name,
             hex_code(fmt, rounded.code),
-            fmt.shortest_decimal(rounded.code),
+            shortest_text(fmt, rounded.code),
             kind,
             short(rounded.error_abs, 6),
             short(rounded.error_rel, 6),
@@ -122,14 +147,15 @@ class CrossFormatTable(LazyView):
 
     def _fill(self, row: int, texts: list[str], rounded: Rounded | None) -> None:
         for column, text in enumerate(texts):
-            item = _item(text)
+            item = _set_text(self.table, row, column, text)
             if column == 3 and text:
                 item.setForeground(QBrush(QColor(class_hex(text))))
-            if column == 7 and rounded is not None and (rounded.overflow or rounded.underflow):
-                item.setForeground(QBrush(QColor("#d9463b")))
-            if column == 0:
-                item.setToolTip(rounded.format.description if rounded else text)
-            self.table.setItem(row, column, item)
+            if column == 7:
+                flagged = rounded is not None and (rounded.overflow or rounded.underflow)
+                item.setForeground(QBrush(QColor("#d9463b")) if flagged
+                                   else self.table.palette().text())
+            if column == 0 and rounded is not None:
+                item.setToolTip(rounded.format.description)
 
 
 def chosen_formats(session: FormatsSession, include_common: bool) -> list[FloatFormat]:
@@ -166,9 +192,7 @@ class PropertiesTable(LazyView):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
-        self.table.horizontalHeader().setSectionResizeMode(
-            QHeaderView.ResizeMode.ResizeToContents
-        )
+        self._shown: tuple[FloatFormat, ...] = ()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.include_common)
@@ -178,6 +202,9 @@ class PropertiesTable(LazyView):
 
     def render_view(self) -> None:
         formats = chosen_formats(self.session, self.include_common.isChecked())
+        if tuple(formats) == self._shown:
+            return  # properties depend on the formats only, not on the value
+        self._shown = tuple(formats)
         self.table.setRowCount(len(formats))
         for row, fmt in enumerate(formats):
             sign_bits = 1 if fmt.signed else 0
@@ -196,5 +223,7 @@ class PropertiesTable(LazyView):
                 "yes" if fmt.has_negative_zero else "no",
             ]
             for column, text in enumerate(texts):
-                tip = fmt.description if column == 0 else None
-                self.table.setItem(row, column, _item(text, tip))
+                item = _set_text(self.table, row, column, text)
+                if column == 0:
+                    item.setToolTip(fmt.description)
+        self.table.resizeColumnsToContents()
