@@ -3,7 +3,3 @@
 Qt-free parts (run_model, job_state, code_snippet) are tested without a GUI; the GUI
 parts never import torch (the job runs in `fpexplorer train --stream`).
 """
-
-from fpexplorer.gui.training._pyside_refcount_guard import protect_none
-
-protect_none()

@@ -163,7 +163,6 @@ class TrainForm(QWidget):
         self.precision_combo.setCurrentText(_DEFAULTS.precision)
         self.precision_note = QLabel("")
         self.precision_note.setWordWrap(True)
-        self.precision_note.setStyleSheet("color: #444;")
         layout.addRow("Precision", self.precision_combo)
         layout.addRow("", self.precision_note)
 
@@ -172,7 +171,6 @@ class TrainForm(QWidget):
         self.device_combo.addItem("cpu", "cpu")
         self.device_note = QLabel("looking for CUDA devices…")
         self.device_note.setWordWrap(True)
-        self.device_note.setStyleSheet("color: #444;")
         layout.addRow("Device", self.device_combo)
         layout.addRow("", self.device_note)
 

@@ -66,10 +66,10 @@ EXPLAIN_SCALE = (
     "steps. A saw-tooth is healthy; a collapse towards 1 means overflow on every step."
 )
 EXPLAIN_HIST = (
-    "Exponents of the latest statistics step's gradients (scaled, as the backward pass saw "
-    "them). Under the bars: each format's range, dashed = subnormal, solid = normal. Bars "
-    "left of FP16's range underflow to zero, right of it overflow. Drag the shaded FP16 "
-    "window or set a what-if scale to read off what would be lost."
+    "Exponents of the latest statistics step's gradients: parameter gradients unscaled, "
+    "activation gradients scaled, in the dtype backward used. Under the bars each format's "
+    "range (dashed: subnormal). The shaded band is what FP16 holds at the what-if loss "
+    "scale: left of it underflows, right of it overflows. Drag it or set the scale."
 )
 EXPLAIN_HEAT = (
     "The same histograms over time (colour: share of values in each binade, log scale). "

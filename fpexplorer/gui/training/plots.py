@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fpexplorer.gui.theme import plot_colors
 from fpexplorer.gui.training.run_model import (
     FORMAT_LABELS,
     HEAT_BINS,
@@ -42,8 +43,6 @@ from fpexplorer.gui.training.run_model import (
     to_float,
     what_if,
 )
-
-pg.setConfigOptions(antialias=False, background="w", foreground="k")
 
 # Distinct colours for overlaid runs (colour-blind friendly, Okabe-Ito).
 RUN_COLOURS: tuple[str, ...] = (
@@ -105,7 +104,6 @@ class Card(QFrame):
         font = self.explanation_label.font()
         font.setPointSizeF(max(font.pointSizeF() - 1.0, 7.0))
         self.explanation_label.setFont(font)
-        self.explanation_label.setStyleSheet("color: #444;")
         layout.addWidget(self.title_label)
         layout.addWidget(self.explanation_label)
         layout.addWidget(content, 1)
@@ -114,11 +112,16 @@ class Card(QFrame):
 
 def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
     axis_items = {"left": left_axis} if left_axis is not None else None
-    widget = pg.PlotWidget(axisItems=axis_items)
+    colours = plot_colors()  # the app's light or dark palette, read once: items are made once
+    widget = pg.PlotWidget(axisItems=axis_items, background=colours.background)
     widget.setMinimumSize(200, 140)
     widget.showGrid(x=True, y=True, alpha=0.2)
     item = widget.getPlotItem()
     item.setMenuEnabled(False)
+    for name in ("left", "bottom"):
+        axis = item.getAxis(name)
+        axis.setPen(colours.foreground)
+        axis.setTextPen(colours.foreground)
     cache_axes(item)
     return widget
 
@@ -200,7 +203,10 @@ class RunCurves:
         self.legend = None
         if legend_offset is not None:
             self.legend = plot.getPlotItem().addLegend(offset=legend_offset)
-            self.legend.setBrush(pg.mkBrush(255, 255, 255, 200))
+            background = QColor(plot_colors().background)
+            background.setAlpha(200)
+            self.legend.setBrush(pg.mkBrush(background))
+            self.legend.setLabelTextColor(plot_colors().foreground)
 
     def curve_for(self, key: int, name: str, colour: str) -> pg.PlotDataItem:
         curve = self.curves.get(key)
@@ -378,9 +384,7 @@ class GradientHistogramPlot(QWidget):
             y = -self.RULER_STEP * (row + 1)
             thin = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
             thick = pg.PlotDataItem(pen=pg.mkPen(colour, width=5))
-            label = pg.TextItem(
-                FORMAT_LABELS[name], color=colour, anchor=(0.0, 0.5)
-            )
+            label = pg.TextItem(FORMAT_LABELS[name], color=colour, anchor=(0.0, 0.5))
             label.setFont(QFont("DejaVu Sans", 7))
             for item in (thin, thick, label):
                 self.plot.addItem(item)
@@ -451,8 +455,14 @@ class GradientHistogramPlot(QWidget):
         return stats.act_hist if self.showing_activations else stats.grad_hist
 
     def _recorded_log2_scale(self) -> float:
-        """log2 of the scale the shown histogram was recorded at (both are recorded scaled)."""
+        """log2 of the scale the shown histogram was recorded at.
+
+        Parameter gradients are recorded after GradScaler has unscaled them (scale 1);
+        activation gradients are recorded as backward saw them, times the step's scale.
+        """
         stats = self._model.latest_stats if self._model is not None else None
+        if not self.showing_activations:
+            return 0.0
         if stats is None or not (stats.scale > 0 and math.isfinite(stats.scale)):
             return 0.0
         return math.log2(stats.scale)
@@ -479,8 +489,13 @@ class GradientHistogramPlot(QWidget):
             self.counts_label.setText("no statistics step yet")
         else:
             # The view holds the bars and FP16's window at the scale the step ran with.
-            x_lo = min(float(hist.lo), -24.0) - 2
-            x_hi = max(float(hist.lo + len(hist.counts)), 16.0) + 2
+            stats = model.latest_stats if model is not None else None
+            used = stats.scale if stats is not None else 1.0
+            shift = self._recorded_log2_scale() - (
+                math.log2(used) if used > 0 and math.isfinite(used) else 0.0
+            )
+            x_lo = min(float(hist.lo), -24.0 + shift) - 2
+            x_hi = max(float(hist.lo + len(hist.counts)), 16.0 + shift) + 2
             y_hi = max(float(np.log10(1.0 + hist.counts.max())), 1.0)
             x = hist.exponents.astype(np.float64) + 0.5
             self.bars.setOpts(x=x, height=np.log10(1.0 + hist.counts), width=0.9)
@@ -662,7 +677,12 @@ class LayerTable(QWidget):
                     self.table.setItem(row, column, item)
                 item.setText(text)
                 bad = bool(layer.get("nonfinite")) or name == marked
-                item.setBackground(QColor("#ffd6d6") if bad else QColor(Qt.GlobalColor.white))
+                if bad:
+                    item.setBackground(QColor("#ffd6d6"))
+                    item.setForeground(QColor("#000000"))
+                else:  # the palette's own colours (light or dark theme)
+                    item.setData(Qt.ItemDataRole.BackgroundRole, None)
+                    item.setData(Qt.ItemDataRole.ForegroundRole, None)
 
 
 def _scale_text(scale: float) -> str:

@@ -108,7 +108,8 @@ def synthetic_records(
         }
         if stats_every and step % stats_every == 0:
             log2_scale = math.log2(scale)
-            grad_hist = _histogram(rng, grad_log2 + log2_scale, 3.0, 12345)
+            # Parameter gradients are recorded unscaled, activation gradients scaled.
+            grad_hist = _histogram(rng, grad_log2, 3.0, 12345)
             act_hist = _histogram(rng, grad_log2 + log2_scale - 4.0, 4.0, 50000)
             act_hist["dtype"] = "float16"
             if overflow:
