@@ -1,0 +1,144 @@
+"""The monitor's numbers against oracles: numpy for binade histograms, ml_dtypes for what
+each format flushes, rounds to a subnormal or overflows."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fpexplorer.training.monitor import (
+    FORMAT_RANGES,
+    AmpMonitor,
+    binade_histogram,
+)
+from fpexplorer.training.runlog import load_run
+
+
+def numpy_histogram(arrays: list[np.ndarray]) -> dict[str, object]:
+    """Oracle: floor(log2 |x|) via numpy's frexp in float64, counted with a Counter."""
+    values = np.concatenate([a.astype(np.float64).ravel() for a in arrays])
+    zero = int(np.sum(values == 0))
+    inf = int(np.sum(np.isinf(values)))
+    nan = int(np.sum(np.isnan(values)))
+    finite = values[np.isfinite(values) & (values != 0)]
+    _, exponent = np.frexp(np.abs(finite))
+    binades = exponent - 1
+    if len(binades) == 0:
+        return {"lo": 0, "counts": [], "zero": zero, "inf": inf, "nan": nan}
+    lo, hi = int(binades.min()), int(binades.max())
+    counts = np.bincount(binades - lo, minlength=hi - lo + 1)
+    return {"lo": lo, "counts": counts.tolist(), "zero": zero, "inf": inf, "nan": nan}
+
+
+def edge_values(dtype: torch.dtype) -> torch.Tensor:
+    info = torch.finfo(dtype)
+    smallest = info.tiny * info.eps
+    specials = [0.0, -0.0, math.inf, -math.inf, math.nan, info.max, -info.max, info.tiny,
+                smallest, -smallest, 3 * smallest, info.tiny - smallest, 1.0, -1.5]  # fmt: skip
+    generator = torch.Generator().manual_seed(1)
+    # Magnitudes across the whole range of the dtype, subnormals included.
+    exponents = torch.randint(int(math.log2(smallest)), int(math.log2(info.max)), (4000,),
+                              generator=generator)  # fmt: skip
+    signs = torch.where(torch.rand(4000, generator=generator) < 0.5, -1.0, 1.0)
+    randoms = signs * torch.rand(4000, generator=generator).add(1) * torch.pow(2.0, exponents)
+    return torch.cat([torch.tensor(specials), randoms]).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_binade_histogram_equals_numpy(dtype: torch.dtype) -> None:
+    tensors = [edge_values(dtype), edge_values(dtype)[::7].reshape(-1, 1)]
+    arrays = [t.float().numpy() for t in tensors]  # exact: each is a float32 value
+    assert binade_histogram(tensors) == numpy_histogram(arrays)
+
+
+def test_float32_subnormals_have_their_own_binades() -> None:
+    values = torch.tensor([2.0**-149, 3 * 2.0**-149, 2.0**-127, 2.0**-126], dtype=torch.float32)
+    assert binade_histogram([values]) == numpy_histogram([values.numpy()])
+    assert binade_histogram([values])["lo"] == -149
+
+
+ML_DTYPES = {
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+}
+
+
+@pytest.mark.parametrize("fmt", FORMAT_RANGES, ids=lambda f: f.name)
+def test_format_thresholds_agree_with_ml_dtypes_rounding(fmt: object) -> None:
+    from fpexplorer.training.monitor import FormatRange
+
+    assert isinstance(fmt, FormatRange)
+    target = ML_DTYPES[fmt.name]
+    finfo = ml_dtypes.finfo(target)
+    # Every threshold and its float32 neighbours, plus values spread over the range.
+    anchors = [fmt.flush_max, fmt.subnormal_max, fmt.finite_max_input, fmt.min_normal,
+               fmt.min_subnormal, fmt.max]  # fmt: skip
+    values = []
+    for anchor in anchors:
+        a = np.float32(anchor)
+        values += [np.nextafter(a, np.float32(0)), a, np.nextafter(a, np.float32(np.inf))]
+    values += list(np.geomspace(fmt.min_subnormal / 8, min(fmt.max * 4, 3e38), 2000))
+    with np.errstate(over="ignore"):  # overflowing is the point of some values
+        rounded_all = np.array(values, dtype=np.float32).astype(target).astype(np.float64)
+    for value, rounded in zip(np.array(values, dtype=np.float32), rounded_all, strict=True):
+        flushed = rounded == 0
+        overflow = not np.isfinite(rounded)
+        subnormal = (not flushed) and (not overflow) and abs(rounded) < float(finfo.smallest_normal)
+        assert flushed == (0 < value <= fmt.flush_max), (fmt.name, value)
+        assert subnormal == (fmt.flush_max < value <= fmt.subnormal_max), (fmt.name, value)
+        assert overflow == (value > fmt.finite_max_input), (fmt.name, value)
+
+
+def test_recorded_histograms_equal_numpy_on_the_same_tensors(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 32), nn.ReLU(),
+                          nn.Linear(32, 3))  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20)
+    captured: list[torch.Tensor] = []
+
+    # The test's own hooks, independent of the monitor's, see the same activation gradients.
+    def capture(module: nn.Module, inputs: object, output: torch.Tensor) -> None:
+        output.register_hook(lambda grad: captured.append(grad.detach().clone()))
+
+    for module in model:
+        module.register_forward_hook(capture)
+    with AmpMonitor(model, optimizer, scaler, out=tmp_path / "run.jsonl") as monitor:
+        for _ in range(2):
+            captured.clear()
+            x = torch.randn(64, 8) * 1e-3  # small: some gradients fall below FP16's range
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(x).float().square().mean() * 1e-4
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            record = monitor.step(loss)
+            grads = [p.grad.numpy() for p in model.parameters() if p.grad is not None]
+            assert {k: record["grad_hist"][k] for k in ("lo", "counts", "zero", "inf", "nan")} \
+                == numpy_histogram(grads)  # fmt: skip
+            assert sum(record["grad_hist"]["counts"]) + record["grad_hist"]["zero"] == sum(
+                p.numel() for p in model.parameters()
+            )  # every parameter-gradient element once
+            act_oracle = numpy_histogram([g.float().numpy() for g in captured])
+            assert {k: record["act_hist"][k] for k in act_oracle} == act_oracle
+            assert record["act_hist"]["dtype"] == "float16"
+            total = sum(g.numel() for g in captured)
+            zeros = sum(int((g == 0).sum()) for g in captured)
+            assert record["act_zero_share"] == zeros / total
+            # Format shares: the unscaled gradients times this step's scale, vs ml_dtypes.
+            scaled = np.concatenate([g.ravel() for g in grads]).astype(np.float32)
+            scaled = scaled * np.float32(record["scale"])
+            as_fp16 = scaled.astype(np.float16)
+            flushed = np.sum((scaled != 0) & (as_fp16 == 0)) / scaled.size
+            assert record["format_shares"]["float16"]["underflow"] == pytest.approx(flushed)
+    run = load_run(tmp_path / "run.jsonl")
+    assert run.problems == () and run.status == "completed" and len(run.steps) == 2

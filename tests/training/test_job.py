@@ -1,0 +1,324 @@
+"""The training job end to end: precision modes, the GradScaler rule, failures, signals."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from training_helpers import REPO, run_cli
+
+from fpexplorer.training.config import PRECISION_NAMES, TrainConfig
+from fpexplorer.training.job import RunState, run_job
+from fpexplorer.training.runlog import Run, load_run, parse_record
+
+
+def job(tmp_path: Path, **options: object) -> tuple[Run, object]:
+    out = tmp_path / "run.jsonl"
+    config = TrainConfig(device="cpu", out=str(out), **options)  # type: ignore[arg-type]
+    result = run_job(config, stderr=io.StringIO(), handle_signals=False)
+    return load_run(out), result
+
+
+def replay_grad_scaler(run: Run) -> tuple[list[float], list[int]]:
+    """torch.amp.GradScaler's update rule, replayed from the recorded skips and settings."""
+    assert run.header is not None
+    config = run.header.config
+    scale, tracker = float(config["init_scale"]), 0
+    scales, trackers = [], []
+    for step in run.steps:
+        scales.append(scale)
+        if step.skipped:
+            scale *= config["backoff_factor"]
+            tracker = 0
+        else:
+            tracker += 1
+            if tracker == config["growth_interval"]:
+                scale *= config["growth_factor"]
+                tracker = 0
+        trackers.append(tracker)
+    return scales, trackers
+
+
+def test_loss_scale_follows_the_grad_scaler_rule(tmp_path: Path) -> None:
+    # The overflow task overflows FP16 on rare outlier tokens; a short growth interval makes
+    # the scale grow too, so both branches of the rule are exercised.
+    run, _ = job(
+        tmp_path, task="overflow", precision="fp16", steps=70, growth_interval=5,
+        growth_factor=4.0, backoff_factor=0.25, init_scale=2.0**12, stats_every=0,
+    )  # fmt: skip
+    scales, trackers = replay_grad_scaler(run)
+    assert [s.scale for s in run.steps] == scales
+    assert [s.growth_tracker for s in run.steps] == trackers
+    skipped = [s for s in run.steps if s.skipped]
+    assert skipped, "the overflow task must overflow FP16"
+    assert all(not math.isfinite(s.loss) or not math.isfinite(s.grad_norm) for s in skipped)
+    assert max(scales) > 2.0**12  # it grew
+    assert run.steps[skipped[0].step + 1].scale == skipped[0].scale * 0.25  # it backed off
+
+
+def test_forced_overflow_backs_off_and_names_the_module(tmp_path: Path) -> None:
+    task = tmp_path / "spike.py"
+    task.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def make():\n"
+        "    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))\n"
+        "    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))\n"
+        "    step = {'n': 0}\n"
+        "    def loss_fn(out, target):\n"
+        "        step['n'] += 1\n"
+        "        # step 3: a loss spike whose scaled gradients overflow FP16\n"
+        "        return out.float().square().mean() * (1e9 if step['n'] == 3 else 1.0)\n"
+        "    return model, [(x, x)], loss_fn\n"
+    )
+    run, result = job(tmp_path, task=f"{task}:make", precision="fp16", steps=5)
+    assert result.state is RunState.COMPLETED  # type: ignore[attr-defined]
+    assert [s.skipped for s in run.steps] == [False, False, True, False, False]
+    assert [s.scale for s in run.steps] == [65536.0] * 3 + [32768.0] * 2
+    spike = run.steps[2]
+    assert spike.first_nonfinite == "2"  # the last Linear: first in backward order
+    assert spike.first_nonfinite_forward is None  # the forward pass was finite
+    assert any(layer.nonfinite for layer in spike.layers)
+
+
+@pytest.mark.parametrize("precision", PRECISION_NAMES)
+def test_every_precision_mode_runs_and_records_everything(tmp_path: Path, precision: str) -> None:
+    run, _ = job(tmp_path, task="mlp", precision=precision, steps=3)
+    assert run.problems == () and run.status == "completed" and len(run.steps) == 3
+    assert run.header is not None and run.header.precision == precision
+    assert run.header.params == 4482 and run.header.device_type == "cpu"
+    expected_dtype = {"bf16": "bfloat16", "fp32": "float32"}.get(precision, "float16")
+    for step in run.steps:
+        assert step.act_hist is not None and step.act_hist.dtype == expected_dtype
+        assert step.grad_hist is not None and step.grad_hist.total == 4482
+        assert set(step.format_shares) == {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
+        assert step.memory is not None and step.memory.activations
+        assert [layer.name for layer in step.layers] == list(run.header.layers)
+    kinds = {s.lost_updates.kind for s in run.steps if s.lost_updates}
+    assert kinds == {"actual" if precision == "pure-fp16" else "fp16_would_lose"}
+    memory = run.steps[-1].memory
+    assert memory is not None
+    assert set(memory.params) == {"float16" if precision == "pure-fp16" else "float32"}
+    scale = {"fp16": 65536.0, "fp16-static": 1024.0, "pure-fp16": 1024.0}.get(precision, 1.0)
+    assert run.steps[0].scale == scale
+
+
+def test_stats_every(tmp_path: Path) -> None:
+    run, _ = job(tmp_path, task="mlp", precision="bf16", steps=5, stats_every=2)
+    assert [s.has_stats for s in run.steps] == [True, False, True, False, True]
+    off, _ = job(tmp_path, task="mlp", precision="bf16", steps=2, stats_every=0)
+    assert not any(s.has_stats for s in off.steps)
+
+
+def test_pure_fp16_loses_updates_that_fp32_master_weights_keep(tmp_path: Path) -> None:
+    pure, _ = job(tmp_path, task="regression", precision="pure-fp16", steps=400, stats_every=5)
+    master, _ = job(tmp_path, task="regression", precision="fp32", steps=400, stats_every=5)
+    lost = [s.lost_updates.share for s in pure.steps if s.lost_updates]
+    would = [s.lost_updates.share for s in master.steps if s.lost_updates]
+    assert min(lost) > 0.5 and max(would) > 0.5  # FP16 weights lose most of these updates
+
+    def final(run: Run) -> float:
+        return sum(s.loss for s in run.steps[-30:]) / 30
+
+    assert final(pure) > 4 * final(master)  # ... and it shows in the loss
+
+
+@pytest.mark.slow
+def test_underflow_task_reproduces_the_paper(tmp_path: Path) -> None:
+    runs = {}
+    for precision in ("fp32", "fp16-noscale", "fp16"):
+        (tmp_path / precision).mkdir()
+        runs[precision], _ = job(tmp_path / precision, task="underflow", precision=precision,
+                                 steps=200, stats_every=10)  # fmt: skip
+
+    def zero_share(run: Run) -> float:
+        hists = [s.act_hist for s in run.steps if s.act_hist is not None]
+        return sum(h.zero for h in hists) / sum(h.total for h in hists)
+
+    def final(run: Run) -> float:
+        return sum(s.loss for s in run.steps[-20:]) / 20
+
+    assert zero_share(runs["fp32"]) == 0.0
+    assert zero_share(runs["fp16-noscale"]) > 0.5  # FP16 flushes most activation gradients
+    assert zero_share(runs["fp16"]) < 0.1  # loss scaling shifts them back into range
+    assert final(runs["fp16-noscale"]) > 2 * final(runs["fp32"])
+    assert final(runs["fp16"]) == pytest.approx(final(runs["fp32"]), rel=0.05)
+
+
+def test_nan_loss_is_recorded_not_fatal(tmp_path: Path) -> None:
+    task = tmp_path / "nan_task.py"
+    task.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def make(seed, batch_size):\n"
+        "    x = torch.ones(4, 2)\n"
+        "    calls = []\n"
+        "    def loss_fn(out, target):\n"
+        "        calls.append(1)\n"
+        "        return out.sum() * (float('nan') if len(calls) == 2 else 1.0)\n"
+        "    return nn.Linear(2, 1), [(x, x)], loss_fn\n"
+    )
+    run, result = job(tmp_path, task=f"{task}:make", precision="fp32", steps=3)
+    assert result.state is RunState.COMPLETED  # type: ignore[attr-defined]
+    assert [math.isnan(s.loss) for s in run.steps] == [False, True, True]  # NaN weights stay
+    text = (tmp_path / "run.jsonl").read_text()
+    assert '"loss":"NaN"' in text and "NaN," not in text  # strict JSON
+
+
+def test_failing_user_task(tmp_path: Path) -> None:
+    task = tmp_path / "broken.py"
+    task.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def make():\n"
+        "    def batches():\n"
+        "        yield torch.ones(2, 2), torch.ones(2, 1)\n"
+        "        raise RuntimeError('the data loader\\nbroke')\n"
+        "    return nn.Linear(2, 1), batches(), nn.functional.mse_loss\n"
+        "def not_a_task():\n"
+        "    return 42\n"
+    )
+    result = run_cli("train", "--task", f"{task}:make", "--steps", "5", "--device", "cpu",
+                     "--out", str(tmp_path / "fail.jsonl"))  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "fpexplorer train: error: the task failed: RuntimeError: the data loader broke"
+    ]
+    run = load_run(tmp_path / "fail.jsonl")
+    assert run.status == "failed" and len(run.steps) == 1 and run.problems == ()
+    assert run.end is not None and run.end.error == "RuntimeError: the data loader broke"
+    # A factory that returns the wrong thing fails the same way, with a header still first.
+    bad = run_cli("train", "--task", f"{task}:not_a_task", "--device", "cpu",
+                  "--out", str(tmp_path / "bad.jsonl"))  # fmt: skip
+    assert bad.returncode == 1 and "must return (model, batches, loss_fn)" in bad.stderr
+    bad_run = load_run(tmp_path / "bad.jsonl")
+    assert bad_run.header is not None and bad_run.status == "failed"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--steps", "0"], "steps must be"),
+        (["--precision", "fp8"], "invalid choice"),
+        (["--task", "nope"], "unknown task 'nope'"),
+        (["--task", "missing.py:make"], "task file not found"),
+        (["--backoff-factor", "2"], "backoff factor"),
+        (["--lr", "abc"], "invalid float value"),
+        (["--device", "cuda:7"], "cuda"),
+        (["--out", "/nonexistent-folder/run.jsonl"], "cannot write"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(args: list[str], message: str) -> None:
+    if args[:2] == ["--device", "cuda:7"]:
+        import torch
+
+        assert torch.cuda.device_count() < 8  # there is no 8th GPU on any machine we test on
+    result = run_cli("train", "--steps", "1", *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message.lower() in lines[0].lower()
+    assert "Traceback" not in result.stderr
+
+
+def test_stream_writes_the_same_records_to_stdout(tmp_path: Path) -> None:
+    out = tmp_path / "s.jsonl"
+    result = run_cli("train", "--task", "mlp", "--precision", "bf16", "--steps", "3",
+                     "--device", "cpu", "--stream", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0
+    assert result.stdout == out.read_text()
+    kinds = [type(parse_record(line)).__name__ for line in result.stdout.splitlines()]
+    assert kinds == ["HeaderRecord", "StepRecord", "StepRecord", "StepRecord", "EndRecord"]
+    assert "run log:" in result.stderr and "\r" not in result.stderr  # no bar when not a tty
+
+
+def _start_long_job(out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "fpexplorer", "train", "--task", "mlp", "--precision", "fp32",
+         "--steps", "100000", "--device", "cpu", "--out", str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+
+
+def _wait_for_steps(out: Path, count: int, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        if out.exists() and out.read_text().count('"type":"step"') >= count:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the job did not write {count} steps")
+
+
+def test_sigkill_leaves_a_readable_log(tmp_path: Path) -> None:
+    out = tmp_path / "killed.jsonl"
+    process = _start_long_job(out)
+    try:
+        _wait_for_steps(out, 5, process)
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+    run = load_run(out)
+    assert run.header is not None and run.end is None and run.status == "incomplete"
+    assert len(run.steps) >= 5
+    assert [s.step for s in run.steps] == list(range(len(run.steps)))
+    # At most the line being written when the job died is lost.
+    assert run.problems in ((), (f"line {len(run.steps) + 2}: torn last line ignored",))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_after_the_current_step(tmp_path: Path, signum: int) -> None:
+    out = tmp_path / "stopped.jsonl"
+    process = _start_long_job(out)
+    try:
+        _wait_for_steps(out, 3, process)
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    run = load_run(out)
+    assert run.problems == () and run.status == "stopped"
+    assert run.end is not None and run.end.steps == len(run.steps) >= 3
+    assert "stopped after" in stderr and "Traceback" not in stderr
+
+
+def test_examples_run(tmp_path: Path) -> None:
+    loop = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "monitor_loop.py"), "--steps", "5",
+         "--out", str(tmp_path / "loop.jsonl")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert loop.returncode == 0, loop.stderr
+    loop_run = load_run(tmp_path / "loop.jsonl")
+    assert loop_run.problems == () and loop_run.status == "completed" and len(loop_run.steps) == 5
+    assert loop_run.header is not None and loop_run.header.precision == "fp16"
+    task = run_cli("train", "--task", "examples/user_task.py:make_task", "--steps", "5",
+                   "--device", "cpu", "--out", str(tmp_path / "task.jsonl"))  # fmt: skip
+    assert task.returncode == 0, task.stderr
+    assert load_run(tmp_path / "task.jsonl").status == "completed"
+
+
+def test_runs_command(tmp_path: Path) -> None:
+    job(tmp_path, task="mlp", precision="fp16", steps=3)
+    path = str(tmp_path / "run.jsonl")
+    summary = run_cli("runs", "summarize", path)
+    assert summary.returncode == 0 and "precision fp16" in summary.stdout
+    as_json = run_cli("runs", "summarize", "--json", path)
+    assert json.loads(as_json.stdout)["steps"] == 3
+    table = run_cli("runs", "compare", path, path)
+    assert table.returncode == 0 and table.stdout.count("| fp16") == 2
+    assert run_cli("runs", "check", path).returncode == 0
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text(Path(path).read_text().replace('"type":"step"', '"type":"step",}', 1))
+    check = run_cli("runs", "check", str(damaged))
+    assert check.returncode == 1 and "line 2" in check.stdout
+    missing = run_cli("runs", "summarize", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
