@@ -1,0 +1,104 @@
+"""`fpexplorer formats`: the property table of every named format."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+HELP = "list the named float formats and their properties"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    rows = [_describe(fmt) for fmt in _formats()]
+    if args.json:
+        print(json.dumps({"formats": rows}, indent=2, allow_nan=False))
+    else:
+        print(_render_text(rows))
+    return 0
+
+
+def _formats() -> list[Any]:
+    from fpexplorer.formats import list_formats
+
+    return list_formats()
+
+
+def _describe(fmt: Any) -> dict[str, Any]:
+    from fpexplorer.formats import exact_decimal
+
+    def both(value: Any) -> tuple[float | None, str | None]:
+        if value is None:
+            return None, None
+        return float(value), exact_decimal(value)
+
+    max_float, max_exact = both(fmt.max)
+    normal_float, normal_exact = both(fmt.min_normal)
+    subnormal_float, subnormal_exact = both(fmt.min_subnormal)
+    eps_float, eps_exact = both(fmt.eps)
+    return {
+        "format": fmt.name,
+        "aliases": list(fmt.aliases),
+        "spec": fmt.spec,
+        "description": fmt.description,
+        "width": fmt.width,
+        "exponent_bits": fmt.exponent_bits,
+        "mantissa_bits": fmt.mantissa_bits,
+        "bias": fmt.bias,
+        "encoding": fmt.encoding,
+        "signed": fmt.signed,
+        "subnormals": fmt.subnormals,
+        "has_inf": fmt.has_inf,
+        "has_nan": fmt.has_nan,
+        "has_negative_zero": fmt.has_negative_zero,
+        "max": max_float,
+        "max_exact": max_exact,
+        "min_normal": normal_float,
+        "min_normal_exact": normal_exact,
+        "min_subnormal": subnormal_float,
+        "min_subnormal_exact": subnormal_exact,
+        "eps": eps_float,
+        "eps_exact": eps_exact,
+        "decimal_digits": round(fmt.decimal_digits, 3),
+        "finite_count": fmt.finite_count,
+        "default_overflow": fmt.default_overflow,
+    }
+
+
+def _render_text(rows: list[dict[str, Any]]) -> str:
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4g}"
+
+    header = (
+        f"{'format':<19}{'bits':>4} {'E':>2} {'M':>2} {'bias':>5}  {'max':>10} "
+        f"{'min normal':>10} {'min subn.':>10} {'eps':>9} {'digits':>6}  {'specials':<22} aliases"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        specials = []
+        if row["has_inf"]:
+            specials.append("inf")
+        if row["has_nan"]:
+            specials.append("nan")
+        if not row["has_negative_zero"]:
+            specials.append("no -0")
+        if not row["signed"]:
+            specials.append("unsigned")
+        lines.append(
+            f"{row['format']:<19}{row['width']:>4} {row['exponent_bits']:>2} "
+            f"{row['mantissa_bits']:>2} {row['bias']:>5}  {number(row['max']):>10} "
+            f"{number(row['min_normal']):>10} {number(row['min_subnormal']):>10} "
+            f"{number(row['eps']):>9} {row['decimal_digits']:>6.2f}  "
+            f"{', '.join(specials) or 'none':<22} {', '.join(row['aliases'])}"
+        )
+    lines.append("")
+    lines.append(
+        "Exact values: fpexplorer formats --json. Custom formats: specs such as e6m9 or "
+        "e4m3:bias=11:encoding=fnuz (see fpexplorer inspect --help)."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,338 @@
+"""`fpexplorer inspect`: how a value rounds into formats, or what a code means, bit by bit."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fractions import Fraction
+
+    from fpexplorer.formats import ExactValue, FloatFormat, Rounded
+
+HELP = "show how a value rounds into float formats (or decode a code with --bits)"
+
+DEFAULT_FORMATS = ("float32", "tfloat32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+ROUNDING_MODES = (
+    "nearest_even",
+    "nearest_away",
+    "toward_zero",
+    "toward_positive",
+    "toward_negative",
+    "stochastic",
+)
+OVERFLOW_POLICIES = ("ieee", "saturate", "nan")
+# Text output cuts exact decimals that do not terminate (and errors) to this many digits;
+# --json always carries every digit of terminating values.
+TEXT_DIGITS = 80
+
+EPILOG = """\
+VALUE: a decimal of any length (0.1, -1.5e-3), a fraction (1/3), a hex float (0x1.8p3),
+inf, -inf, nan, -0, or max / min_normal / min_subnormal / eps of each format.
+Negative values work as they are (fpexplorer inspect -1e-3) or after "--".
+FORMAT: a name (float16, fp16, bf16, e4m3, e8m0, ...: see `fpexplorer formats`) or a spec
+such as e6m9 or e4m3:bias=11:encoding=fnuz:subnormals=off.
+
+examples:
+  fpexplorer inspect 0.1 --format fp16 bf16
+  fpexplorer inspect 65520 -f fp16 --rounding toward_zero
+  fpexplorer inspect 1/3 --all --json
+  fpexplorer inspect --bits 0x3c00 --format fp16
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    # argparse takes "-1e-3" or "-inf" for an option; only these look like options here.
+    parser._negative_number_matcher = re.compile(
+        r"^-(?:[0-9.]|inf|nan|max|min_|eps|0x|0b)", re.IGNORECASE
+    )
+    parser.add_argument("value", nargs="?", metavar="VALUE", help="the value to round")
+    parser.add_argument(
+        "-f", "--format", dest="formats", action="extend", nargs="+", metavar="NAME",
+        help=f"formats to show (repeatable; default: {', '.join(DEFAULT_FORMATS)})",
+    )  # fmt: skip
+    parser.add_argument("--all", action="store_true", help="every named format")
+    parser.add_argument(
+        "--rounding", choices=ROUNDING_MODES, default="nearest_even",
+        help="rounding mode (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--overflow", choices=OVERFLOW_POLICIES, default=None,
+        help="overflow policy (default: what ml_dtypes does for each format)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=None, help="seed for stochastic rounding")
+    parser.add_argument(
+        "--bits", metavar="CODE",
+        help="decode CODE (0x.., 0b.. or decimal) of the one --format instead of rounding",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from fpexplorer.cli import UsageError
+
+    try:
+        document = _build(args)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.json:
+        print(json.dumps(document, indent=2, allow_nan=False))
+    else:
+        print(_render_text(document))
+    return 0
+
+
+# ---- building the document -----------------------------------------------------------
+
+
+def _resolve_formats(args: argparse.Namespace) -> list[FloatFormat]:
+    from fpexplorer.formats import get_format, list_formats
+
+    if args.all and args.formats:
+        raise ValueError("give --format or --all, not both")
+    if args.all:
+        return list_formats()
+    names: list[str] = []
+    for item in args.formats or DEFAULT_FORMATS:
+        names.extend(part for part in item.split(",") if part.strip())
+    formats: list[FloatFormat] = []
+    for name in names:
+        fmt = get_format(name)
+        if fmt not in formats:
+            formats.append(fmt)
+    return formats
+
+
+def _build(args: argparse.Namespace) -> dict[str, Any]:
+    from fpexplorer.formats import get_format
+
+    if args.bits is not None:
+        if args.value is not None:
+            raise ValueError("give a VALUE or --bits CODE, not both")
+        if args.all or not args.formats:
+            raise ValueError("--bits needs exactly one --format NAME")
+        formats = _resolve_formats(args)
+        if len(formats) != 1:
+            raise ValueError("--bits needs exactly one --format NAME")
+        fmt = formats[0]
+        code = _parse_code(args.bits, fmt)
+        return {"bits": args.bits, "results": [_describe_code(fmt, code)]}
+    if args.value is None:
+        # `inspect --format fp16 0.1`: the value was taken as a format name.
+        if args.formats and len(args.formats) > 1:
+            try:
+                get_format(args.formats[-1])
+            except ValueError:
+                args.value = args.formats.pop()
+        if args.value is None:
+            raise ValueError("give a VALUE to round (or --bits CODE --format NAME)")
+    formats = _resolve_formats(args)
+    from fpexplorer.formats import parse_value
+
+    results = []
+    for fmt in formats:
+        exact = parse_value(args.value, fmt)
+        rounded = fmt.round(exact, args.rounding, args.overflow, seed=args.seed)
+        results.append(_describe_rounding(rounded))
+    first_input = parse_value(args.value, formats[0]) if formats else None
+    return {
+        "input": args.value,
+        "input_exact": _exact_text(first_input) if first_input is not None else None,
+        "rounding": args.rounding,
+        "overflow": args.overflow or "default",
+        "results": results,
+    }
+
+
+def _parse_code(text: str, fmt: FloatFormat) -> int:
+    cleaned = text.strip().lower().replace("_", "").replace("|", "")
+    try:
+        if cleaned.startswith("0x"):
+            code = int(cleaned[2:], 16)
+        elif cleaned.startswith("0b"):
+            code = int(cleaned[2:], 2)
+        else:
+            code = int(cleaned, 10)
+    except ValueError:
+        raise ValueError(
+            f"--bits {text!r}: not a code (expected 0x.., 0b.. or an integer)"
+        ) from None
+    if not 0 <= code < (1 << fmt.width):
+        raise ValueError(f"--bits {text!r}: out of range for the {fmt.width}-bit {fmt.name}")
+    return code
+
+
+def _exact_text(value: ExactValue | None, max_digits: int | None = None) -> str | None:
+    from fpexplorer.formats import exact_decimal
+
+    if value is None:
+        return None
+    return exact_decimal(value, max_digits)
+
+
+def _fraction_text(value: Fraction | None, max_digits: int | None = None) -> str | None:
+    from fpexplorer.formats import exact_decimal
+
+    return None if value is None else exact_decimal(value, max_digits)
+
+
+def _number(value: Fraction | None) -> float | None:
+    """A JSON number, or None when there is none (or float64 cannot hold it)."""
+    if value is None:
+        return None
+    try:
+        result = float(value)
+    except OverflowError:
+        return None
+    return result if result not in (float("inf"), float("-inf")) else None
+
+
+def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
+    exact = fmt.to_exact(code)
+    fields = fmt.fields(code)
+    value = exact.to_float()
+    neighbours = {}
+    for key, step, gap in (
+        ("next_up", fmt.next_up, fmt.gap_up),
+        ("next_down", fmt.next_down, fmt.gap_down),
+    ):
+        other = step(code)
+        neighbours[key] = {
+            "code_hex": fmt.code_to_hex(other),
+            "value_exact": _exact_text(fmt.to_exact(other)),
+            "gap": _fraction_text(gap(code)),
+        }
+    return {
+        "format": fmt.name,
+        "aliases": list(fmt.aliases),
+        "spec": fmt.spec,
+        "width": fmt.width,
+        "code": code,
+        "code_hex": fmt.code_to_hex(code),
+        "code_bits": fmt.code_to_bits(code),
+        "layout": [
+            part
+            for part, present in (
+                ("sign", fmt.signed),
+                ("exponent", True),
+                ("fraction", fmt.mantissa_bits > 0),
+            )
+            if present
+        ],
+        "class": fmt.classify(code),
+        "value_exact": _exact_text(exact),
+        "value": value if exact.is_finite and abs(value) != float("inf") else None,
+        "shortest": fmt.shortest_decimal(code),
+        "fields": {
+            "sign": fields.sign,
+            "biased_exponent": fields.biased_exponent,
+            "unbiased_exponent": fields.unbiased_exponent,
+            "fraction": fields.fraction,
+            "significand": _fraction_text(fields.significand),
+            "is_subnormal": fields.is_subnormal,
+        },
+        **neighbours,
+        "ulp": _fraction_text(fmt.ulp(code)),
+    }
+
+
+def _describe_rounding(rounded: Rounded) -> dict[str, Any]:
+    description = _describe_code(rounded.format, rounded.code)
+    description.update(
+        {
+            "input_exact": _exact_text(rounded.input),
+            "rounding": rounded.rounding,
+            "overflow_policy": rounded.overflow_policy,
+            "error_abs": _number(rounded.error_abs),
+            "error_rel": _number(rounded.error_rel),
+            "error_ulps": _number(rounded.error_ulps),
+            "error_abs_exact": _fraction_text(rounded.error_abs),
+            "overflow": rounded.overflow,
+            "underflow": rounded.underflow,
+            "inexact": rounded.inexact,
+            "invalid": rounded.invalid,
+        }
+    )
+    return description
+
+
+# ---- text ----------------------------------------------------------------------------
+
+
+def _cut(text: str | None, digits: int = TEXT_DIGITS, note: bool = True) -> str:
+    """Shorten a long exact decimal for the terminal (saying how many digits it has)."""
+    if text is None:
+        return "-"
+    significant = sum(ch.isdigit() for ch in text.lstrip("-0."))
+    if significant <= digits:
+        return text
+    from decimal import Decimal
+
+    rounded = f"{Decimal(text.rstrip('…')):.{digits - 1}e}"
+    return f"{rounded} ({significant} digits, all in --json)" if note else f"≈{rounded}"
+
+
+def _render_text(document: dict[str, Any]) -> str:
+    lines: list[str] = []
+    if "input" in document:
+        lines.append(
+            f"input {document['input']}  rounding {document['rounding']}  "
+            f"overflow {document['overflow']}"
+        )
+    for result in document["results"]:
+        lines.append("")
+        aliases = f" ({', '.join(result['aliases'])})" if result["aliases"] else ""
+        lines.append(f"{result['format']}{aliases}, {result['width']} bits")
+        layout = "|".join(result["layout"])
+        rows = [
+            ("code", f"{result['code_hex']}  {result['code_bits']}   ({layout})"),
+            ("class", result["class"]),
+            ("value", _cut(result["value_exact"])),
+            ("shortest", result["shortest"]),
+        ]
+        fields = result["fields"]
+        rows.append(
+            (
+                "fields",
+                f"sign {fields['sign']}, exponent {fields['biased_exponent']} "
+                f"(2^{fields['unbiased_exponent']}), fraction {fields['fraction']:#x}, "
+                f"significand {fields['significand']}",
+            )
+        )
+        for key, label, sign in (("next_up", "next up", "+"), ("next_down", "next down", "-")):
+            neighbour = result[key]
+            gap = neighbour["gap"]
+            gap_text = "no gap"
+            if gap is not None:
+                shown = _cut(gap, 12, note=False)
+                gap_text = (
+                    f"gap ≈{sign}{shown[1:]}" if shown.startswith("≈") else f"gap {sign}{shown}"
+                )
+            rows.append(
+                (
+                    label,
+                    f"{neighbour['code_hex']}  {_cut(neighbour['value_exact'], 24, note=False)}"
+                    f"  {gap_text}",
+                )
+            )
+        if "error_abs_exact" in result:
+            if result["error_abs_exact"] is None:
+                error = "- (not finite)"
+            else:
+                error = f"abs {_cut(result['error_abs_exact'], 12, note=False)}"
+                if result["error_rel"] is not None:
+                    error += f", rel {result['error_rel']:.3g}"
+                if result["error_ulps"] is not None:
+                    error += f", {result['error_ulps']:.4g} ulp"
+            rows.append(("error", error))
+            flags = [
+                name for name in ("overflow", "underflow", "inexact", "invalid") if result[name]
+            ]
+            rows.append(("flags", ", ".join(flags) or "exact"))
+        lines.extend(f"  {label:<10} {text}" for label, text in rows)
+    return "\n".join(lines)

@@ -1,0 +1,199 @@
+"""`fpexplorer inspect` and `fpexplorer formats`: output, JSON schema, errors, imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from fractions import Fraction
+
+import pytest
+
+from fpexplorer.cli import main
+from fpexplorer.formats import get_format, list_formats, parse_value
+
+REQUIRED_KEYS = {"format", "code_hex", "class", "value_exact", "value", "error_abs", "error_rel"}
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:  # type: ignore[type-arg]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return json.loads(captured.out)  # type: ignore[no-any-return]
+
+
+def test_inspect_json_for_one_value(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, ["inspect", "0.1", "--format", "fp16", "bf16", "--json"])
+    assert document["input"] == "0.1" and document["rounding"] == "nearest_even"
+    fp16, bf16 = document["results"]
+    assert REQUIRED_KEYS <= set(fp16)
+    assert fp16["format"] == "float16" and fp16["code_hex"] == "0x2e66"
+    assert fp16["code_bits"] == "0|01011|1001100110"
+    assert fp16["class"] == "normal"
+    assert fp16["value_exact"] == "0.0999755859375" and fp16["value"] == 0.0999755859375
+    assert fp16["shortest"] == "0.1"
+    assert Fraction(fp16["error_abs_exact"]) == Fraction(1, 40960)
+    assert fp16["error_abs"] == pytest.approx(1 / 40960)
+    assert fp16["error_rel"] == pytest.approx(1 / 4096)
+    assert fp16["error_ulps"] == pytest.approx(0.4)
+    assert fp16["inexact"] and not fp16["overflow"] and not fp16["underflow"]
+    assert fp16["next_up"]["code_hex"] == "0x2e67" and fp16["next_down"]["code_hex"] == "0x2e65"
+    assert Fraction(fp16["next_up"]["gap"]) == Fraction(1, 16384)
+    assert fp16["fields"] == {
+        "sign": 0, "biased_exponent": 11, "unbiased_exponent": -4, "fraction": 0x266,
+        "significand": "1.599609375", "is_subnormal": False,
+    }  # fmt: skip
+    assert bf16["code_hex"] == "0x3dcd"
+
+
+def test_inspect_all_formats_and_options(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, ["inspect", "1e6", "--all", "--json", "--overflow", "saturate"])
+    results = {r["format"]: r for r in document["results"]}
+    assert list(results) == [f.name for f in list_formats()]
+    assert results["float16"]["code_hex"] == "0x7bff" and results["float16"]["overflow"]
+    assert results["float8_e4m3fn"]["code_hex"] == "0x7e"
+    default = _json(capsys, ["inspect", "1e6", "-f", "fp16", "e4m3", "--json"])["results"]
+    assert default[0]["class"] == "inf" and default[0]["value"] is None
+    assert default[0]["value_exact"] == "inf" and default[0]["error_abs"] is None
+    assert default[1]["class"] == "nan"  # float8_e4m3fn overflows to NaN, as ml_dtypes
+    down = _json(capsys, ["inspect", "0.1", "-f", "fp16", "--rounding", "toward_zero", "--json"])
+    assert down["results"][0]["code_hex"] == "0x2e66"
+    up = _json(capsys, ["inspect", "0.1", "-f", "fp16", "--rounding", "toward_positive", "--json"])
+    assert up["results"][0]["code_hex"] == "0x2e67"
+    stochastic = ["inspect", "0.1", "-f", "bf16", "--rounding", "stochastic", "--seed", "3"]
+    assert _json(capsys, [*stochastic, "--json"]) == _json(capsys, [*stochastic, "--json"])
+
+
+@pytest.mark.parametrize(
+    ("value", "fmt", "code"),
+    [("-1e-3", "e4m3", "0x81"), ("-inf", "fp16", "0xfc00"), ("-max", "bf16", "0xff7f"),
+     ("-0", "fp32", "0x80000000"), ("1/3", "fp16", "0x3555"), ("0x1.8p3", "fp16", "0x4a00"),
+     ("min_subnormal", "fp16", "0x0001")],
+)  # fmt: skip
+def test_inspect_values_of_every_kind(
+    capsys: pytest.CaptureFixture[str], value: str, fmt: str, code: str
+) -> None:
+    document = _json(capsys, ["inspect", value, "-f", fmt, "--json"])
+    assert document["results"][0]["code_hex"] == code
+    expected = get_format(fmt).from_value(parse_value(value, get_format(fmt)))
+    assert int(code, 16) == expected
+
+
+def test_inspect_text_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "0.1", "-f", "fp16"]) == 0
+    out = capsys.readouterr().out
+    for expected in (
+        "float16 (fp16, half, binary16), 16 bits",
+        "0x2e66  0|01011|1001100110   (sign|exponent|fraction)",
+        "class      normal",
+        "value      0.0999755859375",
+        "shortest   0.1",
+        "next up    0x2e67  0.10003662109375  gap +0.00006103515625",
+        "next down  0x2e65  0.09991455078125  gap -0.00006103515625",
+        "error      abs 0.0000244140625, rel 0.000244, 0.4 ulp",
+        "flags      inexact",
+    ):
+        assert expected in out
+    assert main(["inspect", "0.1"]) == 0  # the default set of formats
+    assert "float8_e5m2" in capsys.readouterr().out
+
+
+def test_inspect_bits(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, ["inspect", "--bits", "0x3c00", "--format", "fp16", "--json"])
+    (result,) = document["results"]
+    assert result["value_exact"] == "1" and result["class"] == "normal"
+    assert "error_abs" not in result
+    assert (
+        _json(capsys, ["inspect", "--bits", "0b0|11111|0000000000", "-f", "fp16", "--json"])[
+            "results"
+        ][0]["class"]
+        == "inf"
+    )
+    assert main(["inspect", "--bits", "0x7e", "-f", "e4m3"]) == 0
+    assert "448" in capsys.readouterr().out
+    assert main(["inspect", "--bits", "255", "-f", "e8m0"]) == 0
+    assert "nan" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["inspect", "0.1", "-f", "fp17"], "unknown format"),
+        (["inspect", "abc"], "not a number"),
+        (["inspect", "1/0"], "division by zero"),
+        (["inspect"], "give a VALUE"),
+        (["inspect", "--bits", "0x1"], "exactly one --format"),
+        (["inspect", "--bits", "0x1", "-f", "fp16", "bf16"], "exactly one --format"),
+        (["inspect", "1", "--bits", "0x1", "-f", "fp16"], "not both"),
+        (["inspect", "--bits", "0x10000", "-f", "fp16"], "out of range"),
+        (["inspect", "--bits", "0xzz", "-f", "fp16"], "not a code"),
+        (["inspect", "1", "--all", "-f", "fp16"], "not both"),
+        (["inspect", "min_subnormal", "-f", "e8m0"], "no min subnormal"),
+        (["inspect", "1", "-f", "e4m3:encoding=fnuz:unsigned"], "sign bit"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+    assert lines[0].startswith("fpexplorer inspect: error:")
+
+
+def test_value_after_format_list_is_still_the_value(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, ["inspect", "--format", "fp16", "bf16", "0.5", "--json"])
+    assert [r["code_hex"] for r in document["results"]] == ["0x3800", "0x3f00"]
+
+
+def test_formats_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["formats"]) == 0
+    out = capsys.readouterr().out
+    for fmt in list_formats():
+        assert fmt.name in out
+    document = _json(capsys, ["formats", "--json"])
+    rows = {row["format"]: row for row in document["formats"]}
+    assert len(rows) == len(list_formats())
+    assert rows["float16"]["max"] == 65504 and rows["float16"]["max_exact"] == "65504"
+    assert rows["float16"]["min_subnormal_exact"] == "0.000000059604644775390625"
+    assert rows["float8_e8m0fnu"]["min_subnormal"] is None
+    assert rows["tfloat32"]["width"] == 19 and "tf32" in rows["tfloat32"]["aliases"]
+    assert rows["float8_e4m3fn"]["default_overflow"] == "nan"
+
+
+def _run(argv: list[str], code: str | None = None) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "fpexplorer", *argv] if code is None else [
+        sys.executable, "-c", code
+    ]  # fmt: skip
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen"},
+    )  # fmt: skip
+
+
+def test_commands_import_neither_torch_nor_qt() -> None:
+    code = (
+        "import sys\n"
+        "from fpexplorer.cli import main\n"
+        "assert main(['inspect', '0.1', '--all', '--json']) == 0\n"
+        "assert main(['inspect', '--bits', '0x3c00', '-f', 'fp16']) == 0\n"
+        "assert main(['formats', '--json']) == 0\n"
+        "print('MODULES', ' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
+    )
+    result = _run([], code)
+    assert result.returncode == 0, result.stderr
+    modules = set(result.stdout.rsplit("MODULES", 1)[1].split())
+    assert not modules & {"torch", "PySide6", "shiboken6", "pyqtgraph", "PyQt5", "PyQt6"}
+
+
+def test_real_process_exit_status_and_one_line_error() -> None:
+    ok = _run(["inspect", "-1e-3", "-f", "e4m3", "--json"])
+    assert ok.returncode == 0
+    assert json.loads(ok.stdout)["results"][0]["code_hex"] == "0x81"
+    bad = _run(["inspect", "0.1", "--format", "nope"])
+    assert bad.returncode == 2
+    assert bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in bad.stderr
