@@ -113,22 +113,29 @@ def run(args: argparse.Namespace) -> int:
 
 
 def render(window: object, width: int, height: int) -> object:
-    """Show the window at exactly width x height and paint it into a QImage."""
+    """Show the window and paint it into a QImage of exactly width x height pixels.
+
+    On a high-DPI screen (or with QT_SCALE_FACTOR) the window is width/ratio logical
+    pixels wide and painted at the device pixel ratio, so text stays sharp.
+    """
     from PySide6.QtCore import QSize, QTimer
     from PySide6.QtGui import QImage
     from PySide6.QtWidgets import QApplication, QWidget
 
     assert isinstance(window, QWidget)
+    ratio = window.devicePixelRatioF() or 1.0
+    logical_width, logical_height = round(width / ratio), round(height / ratio)
     window.setMinimumSize(QSize(0, 0))
-    window.resize(width, height)
+    window.resize(logical_width, logical_height)
     window.show()
     # Let layouts settle and plots lay themselves out (they size on the first paints).
     for _ in range(3):
         QApplication.processEvents()
         QTimer.singleShot(0, lambda: None)
-    window.resize(width, height)
+    window.resize(logical_width, logical_height)
     QApplication.processEvents()
     image = QImage(width, height, QImage.Format.Format_ARGB32)
+    image.setDevicePixelRatio(ratio)
     image.fill(window.palette().window().color())
     window.render(image)
     return image

@@ -140,3 +140,31 @@ def test_application_icon_is_shipped(qapp: object) -> None:
     icon = app_icon()
     assert not icon.isNull()
     assert len(icon.availableSizes()) >= 6
+
+
+def test_fpexplorer_without_arguments_opens_the_main_window(qapp: object,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fpexplorer` runs the gui command; its event loop is replaced by a check."""
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.cli import main
+
+    shown: list[MainWindow] = []
+
+    def check_instead_of_exec() -> int:
+        windows = [w for w in QApplication.topLevelWidgets()
+                   if isinstance(w, MainWindow) and w.isVisible()]
+        shown.extend(windows)
+        for window in windows:
+            window.close()
+        return 0
+
+    monkeypatch.setattr(QApplication, "exec", staticmethod(check_instead_of_exec))
+    assert main([]) == 0
+    assert len(shown) == 1
+    assert shown[0].tabs.tabText(0) == "Formats"
+    assert main(["gui", "--fresh", "--format", "fp16", "--value", "1/3"]) == 0
+    assert shown[1].session.active.format == get_format("fp16")
+    assert shown[1].session.active.code == 0x3555
+    for window in shown:
+        window.deleteLater()

@@ -90,8 +90,6 @@ class CodesMap(LazyView):
         plot.hideButtons()
         plot.invertY(True)
         plot.setAspectLocked(True)
-        plot.setLabel("bottom", "low bits of the code")
-        plot.setLabel("left", "high bits")
         self.plot = plot
         self.image = pg.ImageItem(axisOrder="row-major")
         plot.addItem(self.image)
@@ -149,15 +147,32 @@ class CodesMap(LazyView):
             self.image.setImage(code_image(fmt), autoLevels=False, levels=(0, 255))
             self.image.setRect(0, 0, columns, rows)
             self.plot.setRange(xRange=(0, columns), yRange=(0, rows), padding=0.02)
+            self._set_ticks(fmt, rows, columns)
             self.caption.setText(
                 f"All {1 << fmt.width:,} codes of {fmt.name} ({rows} rows × {columns} "
-                "columns; code = row × columns + column). Blue: positive, orange: negative "
-                "(brighter = larger), purple: subnormal, grey: zero, red: inf, gold: NaN. "
-                "Click a cell to load it."
+                "columns: the row's hex digits then the column's spell the code). Blue: "
+                "positive, orange: negative (brighter = larger), purple: subnormal, grey: zero, "
+                "red: inf, gold: NaN. Click a cell to load it."
             )
         row, column = divmod(editor.code, columns)
         self.marker.setData([column + 0.5], [row + 0.5])
         self.ring.setData([column + 0.5], [row + 0.5])
+
+    def _set_ticks(self, fmt: FloatFormat, rows: int, columns: int) -> None:
+        """Hex ticks at cell centres: row label then column label spell the code."""
+        column_digits = (((fmt.width + 1) // 2) + 3) // 4
+        row_digits = max((fmt.width - (fmt.width + 1) // 2 + 3) // 4, 1)
+        column_step = 1 if columns <= 16 else columns // 8
+        row_step = 1 if rows <= 16 else rows // 8
+        self.plot.getAxis("bottom").setTicks([[
+            (column + 0.5, f"{column:0{column_digits}X}")
+            for column in range(0, columns, column_step)
+        ]])
+        self.plot.getAxis("left").setTicks([[
+            (row + 0.5, f"{row:0{row_digits}X}") for row in range(0, rows, row_step)
+        ]])
+        self.plot.setLabel("bottom", f"low {(fmt.width + 1) // 2} bits of the code (hex)")
+        self.plot.setLabel("left", f"high {fmt.width - (fmt.width + 1) // 2} bits (hex)")
 
     def _code_at(self, scene_pos: QPointF) -> int | None:
         fmt = self._shown

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 from fpexplorer.formats import FloatFormat, get_format
 from fpexplorer.gui.formats.bit_row import BitRow
 from fpexplorer.gui.formats.state import EditorState, FormatsSession
-from fpexplorer.gui.formats.text import short
+from fpexplorer.gui.formats.text import short, typed
 from fpexplorer.gui.theme import class_hex
 
 CUSTOM_ITEM = "__custom__"
@@ -183,7 +183,7 @@ class EditorRow(QFrame):
         text = f"<b>{readout.shortest}</b> &nbsp; <code>{readout.hex_code}</code>"
         rounded = readout.rounded
         if rounded is not None and rounded.inexact and editor.input is not None:
-            text += f" &nbsp; ← {short(editor.input, 10)}, rel. error {short(rounded.error_rel, 3)}"
+            text += f" &nbsp; ← {typed(editor.input)}, rel. error {short(rounded.error_rel, 3)}"
         flags = []
         if rounded is not None:
             flags = [name for name in ("overflow", "underflow") if getattr(rounded, name)]

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 from fpexplorer.formats import ExactValue, FloatFormat
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
 from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession, shortest_text
-from fpexplorer.gui.formats.text import short
+from fpexplorer.gui.formats.text import typed as typed_text
 from fpexplorer.gui.theme import plot_colors
 
 DETERMINISTIC_MODES = (
@@ -148,7 +148,7 @@ class NumberLineView(LazyView):
             left, right = min(left, input_x - 0.3), max(right, input_x + 0.3)
             self.input_line.setValue(input_x)
             self.input_line.show()
-            self.input_label.setText(f" typed {short(typed, 12)}")
+            self.input_label.setText(f" typed {typed_text(typed)}")
             self.input_label.setPos(input_x, len(DETERMINISTIC_MODES) + 0.55)
             for row, mode in enumerate(DETERMINISTIC_MODES, start=1):
                 pick_x = self._pick_x(fmt, typed, mode, x_of, right)

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.gui.formats.notes import side_note
 from fpexplorer.gui.formats.state import CodeReadout, FormatsSession
-from fpexplorer.gui.formats.text import short
+from fpexplorer.gui.formats.text import short, typed
 
 
 def _read_only_line(tip: str) -> QLineEdit:
@@ -167,15 +167,19 @@ class ReadoutPanel(QFrame):
     def _gaps_text(readout: CodeReadout) -> str:
         if readout.gap_down is None and readout.gap_up is None:
             return "— (not a finite value)"
-        return f"↓ {short(readout.gap_down, 8)} &nbsp;&nbsp; ↑ {short(readout.gap_up, 8)}"
+        down = short(readout.gap_down, 8) if readout.gap_down is not None else "— (none below)"
+        up = short(readout.gap_up, 8) if readout.gap_up is not None else "— (none above)"
+        ulp = readout.format.ulp(readout.code)
+        ulp_text = f" &nbsp;&nbsp; ulp {short(ulp, 8)}" if ulp is not None else ""
+        return f"↓ {down} &nbsp;&nbsp; ↑ {up}{ulp_text}"
 
     @staticmethod
-    def _error_text(readout: CodeReadout, typed: bool) -> str:
+    def _error_text(readout: CodeReadout, was_typed: bool) -> str:
         rounded = readout.rounded
-        if rounded is None or not typed:
+        if rounded is None or not was_typed:
             return "<span style='color:gray'>type a value above to see how it rounds</span>"
         parts = [
-            f"input {short(rounded.input, 12)} → {readout.shortest} ({rounded.rounding}"
+            f"input {typed(rounded.input)} → {readout.shortest} ({rounded.rounding}"
             f", overflow: {rounded.overflow_policy}) &nbsp; error abs "
             f"{short(rounded.error_abs, 6)}, rel {short(rounded.error_rel, 6)}, "
             f"{short(rounded.error_ulps, 6)} ulp",

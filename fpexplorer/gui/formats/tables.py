@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.formats import FloatFormat, Rounded
+from fpexplorer.formats import FloatFormat, Rounded, exact_decimal
 from fpexplorer.gui.formats.plotting import LazyView
 from fpexplorer.gui.formats.state import (
     STOCHASTIC_SEED,
@@ -222,8 +222,11 @@ class PropertiesTable(LazyView):
                 "yes" if fmt.has_nan else "no",
                 "yes" if fmt.has_negative_zero else "no",
             ]
+            exact = {3: fmt.max, 4: fmt.min_normal, 5: fmt.min_subnormal, 6: fmt.eps}
             for column, text in enumerate(texts):
                 item = _set_text(self.table, row, column, text)
                 if column == 0:
                     item.setToolTip(fmt.description)
+                elif exact.get(column) is not None:
+                    item.setToolTip(f"exactly {exact_decimal(exact[column])}")
         self.table.resizeColumnsToContents()

@@ -75,3 +75,9 @@ def short(x: Fraction | ExactValue | int | None, max_digits: int = 7) -> str:
 def power_of_two(exponent: int) -> str:
     """2 raised to an integer, written with superscripts: 2⁻¹⁴."""
     return "2" + str(exponent).translate(SUPERSCRIPT)
+
+
+def typed(value: ExactValue, max_length: int = 22) -> str:
+    """A typed value as the user would write it ("1/3", "0.1"), shortened when long."""
+    text = str(value)
+    return text if len(text) <= max_length else short(value, 12)

@@ -192,7 +192,7 @@ def test_custom_format_builder(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert editor.code == 31 << 9
     assert panel.row_of(editor).picker.findText(editor.format.name) >= 0
     # The other editor's picker offers the custom format too.
-    other = [row for row in panel.rows if row.editor is not editor][0]
+    other = next(row for row in panel.rows if row.editor is not editor)
     assert other.picker.findData(editor.format.spec) >= 0
 
 
@@ -204,7 +204,7 @@ def test_number_line_shows_neighbours_midpoints_and_mode_picks(qtbot: QtBot,
     line = panel.number_line
     neighbours_x, _ = line.neighbours.getData()
     assert len(neighbours_x) == 7
-    picks_x, picks_y = line.mode_picks.getData()
+    picks_x, _picks_y = line.mode_picks.getData()
     assert len(picks_x) == 5
     # nearest_even and toward_negative pick the value below 0.1 (x = 0, the result);
     # toward_positive picks the one above (x = 1 gap).

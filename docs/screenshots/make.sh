@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Re-make the README screenshots with the real app, offscreen:
+#   bash docs/screenshots/make.sh
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+shot() { python -m fpexplorer screenshot --out "docs/screenshots/$1.png" "${@:2}"; }
+shot formats-compare       --format fp32 fp16 bf16 --value 0.1 --view number-line
+shot formats-range         --format fp16 bf16 float8_e4m3fn --value 65504 --view range
+shot formats-fp64-subnormal --format fp64 --value 4.9e-324 --view table
+shot formats-fp4-codes     --format fp4 fp6_e2m3 --value 2.7 --view codes
+shot formats-custom        --format e6m9 fp16 --value 1000.3 --view properties
+shot formats-nan-dark      --format fp16 float8_e4m3fn --value nan --view codes --theme dark
