@@ -170,7 +170,10 @@ class NumberLineView(LazyView):
                 "mode sends it."
             )
         self.mode_arrows.setData(arrows_x, arrows_y)
-        self.mode_picks.setData(picks_x, picks_y)
+        # Each triangle points the way its mode moved the typed value.
+        symbols = ["t3" if arrows_x[2 * i + 1] < arrows_x[2 * i] else "t2"
+                   for i in range(len(picks_x))]
+        self.mode_picks.setData(picks_x, picks_y, symbol=symbols)
         self.axis_line.setData([left, right], [0, 0])
         self.plot.setXRange(left, right, padding=0)
         self.plot.setYRange(-1.1, len(DETERMINISTIC_MODES) + 0.9, padding=0)

@@ -60,6 +60,8 @@ def test_paint_bits_sets_each_bit_to_the_painted_value() -> None:
         ("-0", 0x80000000),
         ("max", oracle_code(float(np.finfo(np.float32).max), np.float32)),
         ("eps", oracle_code(float(np.finfo(np.float32).eps), np.float32)),
+        ("min_normal", oracle_code(float(np.finfo(np.float32).tiny), np.float32)),
+        ("-min_subnormal", 0x80000001),
         ("0x3F800000", 0x3F800000),  # raw code
         ("0b0_01111111_00000000000000000000000", 0x3F800000),  # raw code in binary
     ],
