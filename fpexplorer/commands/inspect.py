@@ -139,10 +139,13 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         exact = parse_value(args.value, fmt)
         rounded = fmt.round(exact, args.rounding, args.overflow, seed=args.seed)
         results.append(_describe_rounding(rounded))
-    first_input = parse_value(args.value, formats[0]) if formats else None
+    try:
+        common_input: ExactValue | None = parse_value(args.value)
+    except ValueError:  # a named constant (max, eps, ...): its value differs per format
+        common_input = None
     return {
         "input": args.value,
-        "input_exact": _exact_text(first_input) if first_input is not None else None,
+        "input_exact": _exact_text(common_input),
         "rounding": args.rounding,
         "overflow": args.overflow or "default",
         "results": results,

@@ -716,6 +716,9 @@ def _validate(fmt: FloatFormat) -> None:
         raise ValueError("mantissa bits must not be negative")
     if fmt.width > MAX_WIDTH:
         raise ValueError(f"a format is at most {MAX_WIDTH} bits wide, this one {fmt.width}")
+    if fmt.exponent_bits + fmt.mantissa_bits > MAX_WIDTH - 1:
+        # Codes and their successors must fit numpy's uint64 in the array paths.
+        raise ValueError(f"an unsigned format is at most {MAX_WIDTH - 1} bits wide")
     if fmt.encoding == "ieee" and fmt.exponent_bits < 2:
         raise ValueError("an ieee encoding needs at least 2 exponent bits (all ones is special)")
     if fmt.encoding == "fnu" and (fmt.signed or fmt.subnormals):

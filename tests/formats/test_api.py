@@ -98,6 +98,7 @@ def test_custom_specs() -> None:
         ("e4m3:subnormals=maybe", "on or off"),
         ("e8m0:encoding=fnu:subnormals=on", "no subnormals"),
         ("e4m3:encoding=fnuz:unsigned", "sign bit"),
+        ("e11m53:unsigned", "at most 63 bits"),
     ],
 )
 def test_impossible_formats_are_clear_value_errors(spec: str, message: str) -> None:

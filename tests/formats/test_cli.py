@@ -76,6 +76,10 @@ def test_inspect_values_of_every_kind(
 ) -> None:
     document = _json(capsys, ["inspect", value, "-f", fmt, "--json"])
     assert document["results"][0]["code_hex"] == code
+    if value.lstrip("-") in ("max", "min_subnormal"):
+        assert document["input_exact"] is None  # differs per format: in each result
+    else:
+        assert document["input_exact"] == document["results"][0]["input_exact"]
     expected = get_format(fmt).from_value(parse_value(value, get_format(fmt)))
     assert int(code, 16) == expected
 
