@@ -48,6 +48,14 @@ def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_or_none
 
 
+def _narrow_combo() -> QComboBox:
+    """A combo box that may be narrower than its longest item (the form column is narrow)."""
+    combo = QComboBox()
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(6)
+    return combo
+
+
 class FieldRow(QWidget):
     """A line edit with its error message under it."""
 
@@ -132,7 +140,7 @@ class TrainForm(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
 
-        self.task_combo = QComboBox()
+        self.task_combo = _narrow_combo()
         self.task_combo.setEditable(True)
         for name, description in TASKS:
             self.task_combo.addItem(name)
@@ -156,7 +164,7 @@ class TrainForm(QWidget):
         task_layout.addWidget(self.task_error)
         layout.addRow("Task", task_box)
 
-        self.precision_combo = QComboBox()
+        self.precision_combo = _narrow_combo()
         for index, (name, description) in enumerate(PRECISIONS):
             self.precision_combo.addItem(name)
             self.precision_combo.setItemData(index, description, 3)  # 3: tooltip role
@@ -166,7 +174,7 @@ class TrainForm(QWidget):
         layout.addRow("Precision", self.precision_combo)
         layout.addRow("", self.precision_note)
 
-        self.device_combo = QComboBox()
+        self.device_combo = _narrow_combo()
         self.device_combo.addItem("auto (CUDA when available)", "auto")
         self.device_combo.addItem("cpu", "cpu")
         self.device_note = QLabel("looking for CUDA devices…")
@@ -174,7 +182,7 @@ class TrainForm(QWidget):
         layout.addRow("Device", self.device_combo)
         layout.addRow("", self.device_note)
 
-        self.optimizer_combo = QComboBox()
+        self.optimizer_combo = _narrow_combo()
         self.optimizer_combo.addItem("task default", None)
         for name in OPTIMIZERS:
             self.optimizer_combo.addItem(name, name)

@@ -17,7 +17,6 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -56,33 +55,43 @@ REFRESH_INTERVAL_MS = 33  # at most ~30 redraws a second, never one per record
 # even synchronously): they follow at a slower pace than the curves.
 READOUT_INTERVAL_S = 0.25
 
+# (short text beside the plot, longer text in its tooltip)
 EXPLAIN_LOSS = (
-    "Training loss per step, one curve per run. FP16 without scaling often stalls (small "
-    "gradients vanish); a run that diverges or turns NaN shows here first."
+    "Loss per step, one curve per run. A curve that stalls or stops (NaN) is the first sign.",
+    "FP16 without loss scaling often stalls: small gradients underflow to zero and the "
+    "weights stop moving. A run whose loss turns inf/NaN shows a gap here and skipped steps "
+    "in the loss-scale plot.",
 )
 EXPLAIN_SCALE = (
-    "The loss scale (log2 axis). Dynamic scaling halves it on a step with inf/NaN gradients "
-    "(× = skipped step, the weights were not updated) and doubles it after a run of clean "
-    "steps. A saw-tooth is healthy; a collapse towards 1 means overflow on every step."
+    "Loss scale, log2 axis; × = skipped step (inf/NaN gradients, no update).",
+    "Dynamic scaling halves the scale on a step whose gradients hold inf/NaN (the step is "
+    "skipped: the weights are not updated) and doubles it after growth-interval clean steps. "
+    "A saw-tooth is healthy; a slide towards 1 means overflow on almost every step.",
 )
 EXPLAIN_HIST = (
-    "Exponents of the latest statistics step's gradients: parameter gradients unscaled, "
-    "activation gradients scaled, in the dtype backward used. Under the bars each format's "
-    "range (dashed: subnormal). The shaded band is what FP16 holds at the what-if loss "
-    "scale: left of it underflows, right of it overflows. Drag it or set the scale."
+    "Gradient exponents of the latest statistics step against each format's range; the "
+    "band is what FP16 holds at the what-if scale.",
+    "Parameter gradients are recorded unscaled (after GradScaler unscales them); activation "
+    "gradients scaled, in the dtype backward used. Under the bars each format's range: "
+    "dashed = subnormal, solid = normal. Bars left of the shaded FP16 band would underflow "
+    "at the what-if loss scale, bars right of it overflow. Drag the band or set the scale.",
 )
 EXPLAIN_HEAT = (
-    "The same histograms over time (colour: share of values in each binade, log scale). "
-    "Watch the mass drift towards the dashed FP16 limits as training goes on."
+    "The histograms over time: colour = share of values per binade (log).",
+    "Each column is one statistics step. Watch the mass drift towards the dashed FP16 "
+    "limits (smallest subnormal, largest value) as training goes on.",
 )
 EXPLAIN_LAYERS = (
-    "Per layer on the latest statistics step: largest scaled gradient, headroom to FP16's "
-    "65504, share below FP16's smallest subnormal. The first layer that produced inf/NaN on "
-    "a skipped step (backward order) is where an overflow starts."
+    "Per layer on the latest statistics step; the first layer to go non-finite is marked.",
+    "On the latest statistics step. Headroom is log2(65504 / max|scaled g|): how many "
+    "doublings of the scale before that layer overflows FP16. The first layer that produced "
+    "inf/NaN on a skipped step (in backward order) is where an overflow starts.",
 )
 EXPLAIN_MEMORY = (
-    "Memory by dtype of parameters, gradients, optimizer state and saved activations, and "
-    "throughput. In pure-fp16 the share of updates lost to FP16 rounding (no master weights)."
+    "Memory by dtype, throughput, and updates lost to FP16 rounding.",
+    "Bytes of parameters, gradients, optimizer state and saved activations by dtype. In "
+    "pure-fp16 (no FP32 master weights) the share of weight updates that rounding threw "
+    "away; in other modes the share FP16 weights would have lost.",
 )
 
 
@@ -194,6 +203,7 @@ class TrainingPanel(QWidget):
         code_layout.addWidget(self.copy_button)
 
         self.left_tabs = QTabWidget()
+        self.left_tabs.setMinimumWidth(250)
         self.left_tabs.addTab(job_tab, "Job")
         self.left_tabs.addTab(code_tab, "PyTorch code")
 
@@ -206,28 +216,37 @@ class TrainingPanel(QWidget):
         self.layer_table = LayerTable()
         self.memory = MemoryReadout()
         self.cards = {
-            "loss": Card("Loss", EXPLAIN_LOSS, self.loss_plot),
-            "scale": Card("Loss scale", EXPLAIN_SCALE, self.scale_plot),
-            "histogram": Card("Gradient exponents", EXPLAIN_HIST, self.hist_plot),
-            "heatmap": Card("Exponents over time", EXPLAIN_HEAT, self.heatmap),
-            "layers": Card("Layers", EXPLAIN_LAYERS, self.layer_table),
-            "memory": Card("Memory and throughput", EXPLAIN_MEMORY, self.memory),
+            "loss": Card("Loss", *EXPLAIN_LOSS, self.loss_plot),
+            "scale": Card("Loss scale", *EXPLAIN_SCALE, self.scale_plot),
+            "histogram": Card("Gradient exponents", *EXPLAIN_HIST, self.hist_plot),
+            "heatmap": Card("Exponents over time", *EXPLAIN_HEAT, self.heatmap),
+            "layers": Card("Layers", *EXPLAIN_LAYERS, self.layer_table),
+            "memory": Card("Memory and throughput", *EXPLAIN_MEMORY, self.memory),
         }
         plots = QWidget()
-        grid = QGridLayout(plots)
-        grid.setContentsMargins(2, 2, 2, 2)
-        grid.setSpacing(4)
-        for index, name in enumerate(("loss", "scale", "histogram", "heatmap", "layers", "memory")):
-            grid.addWidget(self.cards[name], index // 2, index % 2)
-        for row, stretch in enumerate((3, 4, 3)):
-            grid.setRowStretch(row, stretch)
+        # Rows in a vertical splitter: the stretch is honoured (a grid ignores it once
+        # word-wrapped labels ask for their height) and a person can give a row more room.
+        rows = QSplitter(Qt.Orientation.Vertical)
+        rows.setChildrenCollapsible(False)
+        for left, right in (("loss", "scale"), ("histogram", "heatmap"), ("layers", "memory")):
+            row = QSplitter(Qt.Orientation.Horizontal)
+            row.setChildrenCollapsible(False)
+            row.addWidget(self.cards[left])
+            row.addWidget(self.cards[right])
+            rows.addWidget(row)
+        for index, stretch in enumerate((4, 5, 4)):
+            rows.setStretchFactor(index, stretch)
+        plots_layout = QVBoxLayout(plots)
+        plots_layout.setContentsMargins(2, 2, 2, 2)
+        plots_layout.addWidget(rows)
+        self._rows = rows
 
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self.left_tabs)
         splitter.addWidget(plots)
         splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([330, 1100])
+        splitter.setSizes([300, 1300])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)

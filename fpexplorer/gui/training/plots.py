@@ -92,7 +92,7 @@ class CountAxis(pg.AxisItem):
 class Card(QFrame):
     """A titled box: the title, a one-paragraph explanation, and the content under them."""
 
-    def __init__(self, title: str, explanation: str, content: QWidget) -> None:
+    def __init__(self, title: str, explanation: str, details: str, content: QWidget) -> None:
         super().__init__()
         self.setFrameShape(QFrame.Shape.StyledPanel)
         layout = QVBoxLayout(self)
@@ -100,11 +100,21 @@ class Card(QFrame):
         layout.setSpacing(2)
         self.title_label = QLabel(f"<b>{title}</b>")
         self.explanation_label = QLabel(explanation)
+        self.explanation_label.setToolTip(f"<p>{explanation} {details}</p>")
         self.explanation_label.setWordWrap(True)
         font = self.explanation_label.font()
         font.setPointSizeF(max(font.pointSizeF() - 1.0, 7.0))
         self.explanation_label.setFont(font)
-        layout.addWidget(self.title_label)
+        self.title_label.setToolTip(f"<p>{explanation} {details}</p>")
+        title_row = QHBoxLayout()
+        title_row.setSpacing(6)
+        title_row.addWidget(self.title_label)
+        title_row.addStretch(1)
+        # A view's own controls (e.g. a log-axis switch) sit in the title row: no row of
+        # its own is taken from the plot.
+        for widget in getattr(content, "header_widgets", ()):
+            title_row.addWidget(widget)
+        layout.addLayout(title_row)
         layout.addWidget(self.explanation_label)
         layout.addWidget(content, 1)
         self.content = content
@@ -114,7 +124,7 @@ def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
     axis_items = {"left": left_axis} if left_axis is not None else None
     colours = plot_colors()  # the app's light or dark palette, read once: items are made once
     widget = pg.PlotWidget(axisItems=axis_items, background=colours.background)
-    widget.setMinimumSize(200, 140)
+    widget.setMinimumSize(200, 110)
     widget.showGrid(x=True, y=True, alpha=0.2)
     item = widget.getPlotItem()
     item.setMenuEnabled(False)
@@ -148,8 +158,11 @@ class StickyRange:
     def __init__(self, plot: pg.PlotWidget) -> None:
         self.view = plot.getPlotItem().getViewBox()
         self.view.disableAutoRange()
+        self._last: tuple[float, float, float, float, pg.LegendItem | None] | None = None
+        self.view.sigResized.connect(self._on_view_resized)
         self.x: tuple[float, float] | None = None
         self.y: tuple[float, float] | None = None
+        self._view_height = 0.0
 
     @staticmethod
     def _settle(
@@ -166,9 +179,27 @@ class StickyRange:
                 return None
         return (lo - pad * span, hi + pad * span)
 
-    def show(self, x_lo: float, x_hi: float, y_lo: float, y_hi: float) -> None:
+    def show(
+        self,
+        x_lo: float,
+        x_hi: float,
+        y_lo: float,
+        y_hi: float,
+        legend: pg.LegendItem | None = None,
+    ) -> None:
+        """Show [x_lo, x_hi] x [y_lo, y_hi], with room on top for `legend` (it sits in the
+        top corner) so that it never covers a curve."""
+        self._last = (x_lo, x_hi, y_lo, y_hi, legend)
+        view_height = self.view.boundingRect().height()
+        if legend is not None and abs(view_height - self._view_height) > 1:
+            self.y = None  # the room the legend needs changed with the plot's height
+        self._view_height = view_height
         x = self._settle(self.x, x_lo, x_hi, 0.0)
         y = self._settle(self.y, y_lo, y_hi, 0.08)
+        if y is not None and legend is not None:
+            legend_height = legend.boundingRect().height() + 14
+            free = max(view_height - legend_height, 0.25 * view_height, 1.0)
+            y = (y[0], y[1] + (y[1] - y[0]) * legend_height / free)
         if x is not None:
             self.x = x
         if y is not None:
@@ -178,6 +209,10 @@ class StickyRange:
 
     def reset(self) -> None:
         self.x = self.y = None
+
+    def _on_view_resized(self, *_args: object) -> None:
+        if self._last is not None and self._last[4] is not None:
+            self.show(*self._last)  # the legend's share of the height changed
 
 
 def x_extent(runs: Sequence[tuple[int, RunModel, str, bool]]) -> float:
@@ -241,10 +276,7 @@ class LossPlot(QWidget):
         self.log_box.toggled.connect(self._on_log_toggled)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        row.addStretch(1)
-        row.addWidget(self.log_box)
-        layout.addLayout(row)
+        self.header_widgets = (self.log_box,)
         layout.addWidget(self.plot, 1)
 
     def _on_log_toggled(self, checked: bool) -> None:
@@ -280,7 +312,7 @@ class LossPlot(QWidget):
                 lo, hi = min(lo, float(loss.min())), max(hi, float(loss.max()))
         if log and math.isfinite(lo):
             lo, hi = math.log10(lo), math.log10(hi)
-        self.range.show(0.0, x_extent(self._runs), lo, hi)
+        self.range.show(0.0, x_extent(self._runs), lo, hi, legend=self.curves.legend)
 
 
 class LossScalePlot(QWidget):
@@ -291,7 +323,7 @@ class LossScalePlot(QWidget):
         self.plot = _plot_widget(PowerOfTwoAxis("left"))
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "loss scale")
-        self.curves = RunCurves(self.plot, legend_offset=(-10, -10))
+        self.curves = RunCurves(self.plot)
         self.skips = pg.ScatterPlotItem(
             symbol="x", size=9, pen=pg.mkPen("#c00000", width=2), brush=None, name="skipped step"
         )
@@ -327,8 +359,12 @@ class LossScalePlot(QWidget):
         self.curves.drop_missing({key for key, *_ in runs})
         if math.isfinite(lo):
             # Whole powers of two at the ends, so the 2^k ticks are always there.
-            self.range.show(0.0, x_extent(runs), math.floor(lo) - 1, math.ceil(hi) + 1)
-        events = current.skip_events if current is not None else []
+            self.range.show(
+                0.0, x_extent(runs), math.floor(lo) - 1, math.ceil(hi) + 1,
+                legend=self.curves.legend,
+            )  # fmt: skip
+        # Skipped steps of every visible run (each run keeps its first MAX_SKIP_EVENTS).
+        events = [e for _k, model, _c, visible in runs if visible for e in model.skip_events]
         if events:
             xs = np.fromiter((e.step for e in events), dtype=np.float64, count=len(events))
             ys = np.fromiter((e.scale for e in events), dtype=np.float64, count=len(events))
@@ -352,7 +388,8 @@ class LossScalePlot(QWidget):
             tracker, interval = growth
             self.growth_bar.setRange(0, max(interval, 1))
             self.growth_bar.setValue(min(tracker, interval))
-            self.growth_bar.setFormat(f"{tracker} / {interval} clean steps until ×growth")
+            self.growth_bar.setFormat(f"{tracker} / {interval} clean steps")
+            self.growth_bar.setToolTip("clean steps since the last change, of growth_interval")
             skipped = current.skipped_count if current is not None else 0
             self.growth_label.setText(f"skipped: {skipped} · growth tracker:")
 
@@ -384,7 +421,10 @@ class GradientHistogramPlot(QWidget):
             y = -self.RULER_STEP * (row + 1)
             thin = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
             thick = pg.PlotDataItem(pen=pg.mkPen(colour, width=5))
-            label = pg.TextItem(FORMAT_LABELS[name], color=colour, anchor=(0.0, 0.5))
+            label = pg.TextItem(
+                FORMAT_LABELS[name], color=colour, anchor=(0.0, 0.5),
+                fill=pg.mkBrush(plot_colors().background),
+            )  # fmt: skip
             label.setFont(QFont("DejaVu Sans", 7))
             for item in (thin, thick, label):
                 self.plot.addItem(item)
@@ -399,14 +439,17 @@ class GradientHistogramPlot(QWidget):
         self.window.setZValue(-10)
         self.plot.addItem(self.window)
         self.window.sigRegionChangeFinished.connect(self._on_window_dragged)
+        self.plot.getPlotItem().getViewBox().sigResized.connect(self._on_view_resized)
 
-        self.param_button = QRadioButton("parameter gradients")
-        self.act_button = QRadioButton("activation gradients")
+        self.param_button = QRadioButton("parameters")
+        self.act_button = QRadioButton("activations")
+        self.param_button.setToolTip("parameter gradients, unscaled")
+        self.act_button.setToolTip("activation gradients, scaled, in the dtype backward used")
         self.param_button.setChecked(True)
         self.param_button.toggled.connect(self._on_source_toggled)
         self.scale_spin = QSpinBox()
         self.scale_spin.setRange(-40, 60)
-        self.scale_spin.setPrefix("what-if scale 2^")
+        self.scale_spin.setPrefix("what-if 2^")
         self.scale_spin.setToolTip("A loss scale to try on the recorded counts")
         self.scale_spin.valueChanged.connect(self._on_scale_changed)
         self.counts_label = QLabel("zero: –  inf: –  NaN: –")
@@ -414,13 +457,17 @@ class GradientHistogramPlot(QWidget):
         self.what_if_label.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        row = QHBoxLayout()
-        row.addWidget(self.param_button)
-        row.addWidget(self.act_button)
-        row.addStretch(1)
-        row.addWidget(self.scale_spin)
-        layout.addLayout(row)
+        self.header_widgets = (self.param_button, self.act_button, self.scale_spin)
         layout.addWidget(self.plot, 1)
+        self.ranges_label = QLabel(
+            "ranges: "
+            + " ".join(
+                f"<b style='color:{FORMAT_COLOURS[name]}'>{FORMAT_LABELS[name]}</b>"
+                for name in self.FORMAT_ORDER
+            )
+            + " (top to bottom; dashed: subnormal)"
+        )
+        layout.addWidget(self.ranges_label)
         layout.addWidget(self.counts_label)
         layout.addWidget(self.what_if_label)
         self._model: RunModel | None = None
@@ -514,6 +561,7 @@ class GradientHistogramPlot(QWidget):
         )
         for name, (_thin, _thick, label) in self._rulers.items():
             label.setPos(x_lo, -self.RULER_STEP * (self.FORMAT_ORDER.index(name) + 1))
+        self._on_view_resized()
         if not self._scale_set_by_user and model is not None and model.latest_stats is not None:
             scale = model.latest_stats.scale
             if scale > 0 and math.isfinite(scale):
@@ -521,6 +569,16 @@ class GradientHistogramPlot(QWidget):
                 self.scale_spin.setValue(round(math.log2(scale)))
                 self.scale_spin.blockSignals(False)
         self._show_what_if()
+
+    def _on_view_resized(self, *_args: object) -> None:
+        # In-plot format names only where a ruler row is tall enough for text; the
+        # coloured line under the plot names them in any case.
+        view = self.plot.getPlotItem().getViewBox()
+        (_x_range, (y_lo, y_hi)) = view.viewRange()
+        pixels_per_unit = view.height() / max(y_hi - y_lo, 1e-9)
+        room = pixels_per_unit * self.RULER_STEP >= 13
+        for _thin, _thick, label in self._rulers.values():
+            label.setVisible(room)
 
     def _show_what_if(self) -> None:
         k = self.scale_spin.value()
