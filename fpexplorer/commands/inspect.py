@@ -30,7 +30,7 @@ TEXT_DIGITS = 80
 EPILOG = """\
 VALUE: a decimal of any length (0.1, -1.5e-3), a fraction (1/3), a hex float (0x1.8p3),
 inf, -inf, nan, -0, or max / min_normal / min_subnormal / eps of each format.
-Negative values work as they are (fpexplorer inspect -1e-3) or after "--".
+Negative values work as they are: fpexplorer inspect -1e-3 -f fp16.
 FORMAT: a name (float16, fp16, bf16, e4m3, e8m0, ...: see `fpexplorer formats`) or a spec
 such as e6m9 or e4m3:bias=11:encoding=fnuz:subnormals=off.
 
