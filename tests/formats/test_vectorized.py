@@ -143,3 +143,15 @@ def test_stochastic_arrays_are_seeded_and_unbiased() -> None:
     mean = bf16.to_float_array(first).mean()
     sigma = 2.0**-7 * np.sqrt(0.25 * 0.75 / x.size)
     assert abs(mean - x[0]) < 5 * sigma
+
+
+@pytest.mark.parametrize("name", ["fp16", "bf16", "e4m3"])
+def test_any_memory_layout(name: str) -> None:
+    fmt = get_format(name)
+    x = np.linspace(-500, 500, 1001, dtype=np.float32)
+    expected = fmt.from_float_array(x.copy())
+    np.testing.assert_array_equal(fmt.from_float_array(x[::-1]), expected[::-1])
+    np.testing.assert_array_equal(fmt.from_float_array(x[::3]), expected[::3])
+    np.testing.assert_array_equal(fmt.from_float_array(x.astype(">f4")), expected)
+    grid = np.asfortranarray(x[:1000].reshape(20, 50))
+    np.testing.assert_array_equal(fmt.from_float_array(grid), expected[:1000].reshape(20, 50))
