@@ -121,6 +121,7 @@ class MainWindow(QMainWindow):
             self.training_panel  # noqa: B018 - builds it
 
     def _on_tabs_current_changed(self, index: int) -> None:
+        self.status.clearMessage()  # hints of one tab do not belong on the other
         if index == 1:
             self.training_panel  # noqa: B018 - builds it
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QMouseEvent
+from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QMouseEvent, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -72,6 +72,34 @@ class FormatPicker(QComboBox):
             self.format_chosen.emit(get_format(data))
 
 
+class ClassBadge(QLabel):
+    """The class of the code in white on its colour (painted: no style sheet, stays fast)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setMinimumWidth(80)
+        font = self.font()
+        font.setBold(True)
+        self.setFont(font)
+        self.setContentsMargins(8, 1, 8, 1)
+        self._color = QColor("gray")
+
+    def set_color(self, color: QColor) -> None:
+        self._color = color
+        self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(self._color)
+        painter.drawRoundedRect(self.rect().adjusted(0, 1, 0, -1), 4, 4)
+        painter.setPen(QColor("white"))
+        painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.text())
+        painter.end()
+
+
 class EditorRow(QFrame):
     """The stacked editor of one EditorState; all edits are handed to the session."""
 
@@ -83,12 +111,10 @@ class EditorRow(QFrame):
         self.session = session
         self.editor = editor
         self.setObjectName("EditorRow")
-        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self._active = False
 
         self.picker = FormatPicker()
-        self.badge = QLabel()
-        self.badge.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.badge.setMinimumWidth(80)
+        self.badge = ClassBadge()
         self.summary = QLabel()
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -155,9 +181,24 @@ class EditorRow(QFrame):
         super().mousePressEvent(event)
 
     def set_active(self, active: bool) -> None:
-        self.setProperty("active", active)
-        self.style().unpolish(self)
-        self.style().polish(self)
+        if active != self._active:
+            self._active = active
+            self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        # The frame is painted here rather than by a style sheet: style sheets make every
+        # child widget slower to polish and paint.
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        palette = self.palette()
+        if self._active:
+            pen = QPen(palette.color(QPalette.ColorRole.Highlight), 2)
+        else:
+            pen = QPen(palette.color(QPalette.ColorRole.Mid), 1)
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawRoundedRect(QRectF(self.rect()).adjusted(1, 1, -1, -1), 6, 6)
+        painter.end()
 
     def set_removable(self, removable: bool) -> None:
         self.remove_button.setEnabled(removable)
@@ -176,10 +217,7 @@ class EditorRow(QFrame):
         color = class_hex(readout.kind)
         self.badge.setText(readout.kind)
         self.badge.setToolTip(CLASS_HELP[readout.kind])
-        self.badge.setStyleSheet(
-            f"QLabel {{ background: {color}; color: white; border-radius: 4px;"
-            " padding: 1px 8px; font-weight: bold; }"
-        )
+        self.badge.set_color(QColor(color))
         text = f"<b>{readout.shortest}</b> &nbsp; <code>{readout.hex_code}</code>"
         rounded = readout.rounded
         if rounded is not None and rounded.inexact and editor.input is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -57,7 +58,9 @@ class EntryBar(QWidget):
         self.message.setWordWrap(True)
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        self.message.setStyleSheet("QLabel#entryError { color: #d9463b; }")
+        palette = self.message.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, QColor("#d9463b"))
+        self.message.setPalette(palette)
         self.rounding = QComboBox()
         for mode in ROUNDING_MODES:
             self.rounding.addItem(mode, mode)

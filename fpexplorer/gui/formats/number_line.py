@@ -93,7 +93,6 @@ class NumberLineView(LazyView):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.caption)
         layout.addWidget(self.plot_widget, 1)
-        style_plot(plot)
         self.restyle()
         session.changed.connect(self.mark_stale)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
@@ -15,16 +18,17 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer.formats import FloatFormat, get_format
-from fpexplorer.gui.formats.codes_map import CodesMap
-from fpexplorer.gui.formats.custom_format import CustomFormatDialog
 from fpexplorer.gui.formats.editor_row import EditorRow
 from fpexplorer.gui.formats.entry_bar import EntryBar
-from fpexplorer.gui.formats.number_line import NumberLineView
 from fpexplorer.gui.formats.plotting import LazyView
-from fpexplorer.gui.formats.range_chart import RangeChart
 from fpexplorer.gui.formats.readouts import ReadoutPanel
 from fpexplorer.gui.formats.state import EditorState, FormatsSession
-from fpexplorer.gui.formats.tables import CrossFormatTable, PropertiesTable
+
+if TYPE_CHECKING:
+    from fpexplorer.gui.formats.codes_map import CodesMap
+    from fpexplorer.gui.formats.number_line import NumberLineView
+    from fpexplorer.gui.formats.range_chart import RangeChart
+    from fpexplorer.gui.formats.tables import CrossFormatTable, PropertiesTable
 
 # Suggested formats for "+ Add format", in order, skipping those already stacked.
 ADD_ORDER = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float64", "float32",
@@ -40,21 +44,14 @@ VIEW_TABS = (
     ("properties", "Properties", "Max, min normal, min subnormal, eps, digits, finite-value count"),
 )
 VIEW_NAMES = tuple(name for name, _, _ in VIEW_TABS)
-VIEW_CLASSES: dict[str, type[LazyView]] = {
-    "number-line": NumberLineView,
-    "table": CrossFormatTable,
-    "range": RangeChart,
-    "codes": CodesMap,
-    "properties": PropertiesTable,
+# Module and class of each view, imported when the view is first shown (start-up time).
+VIEW_CLASSES: dict[str, tuple[str, str]] = {
+    "number-line": ("fpexplorer.gui.formats.number_line", "NumberLineView"),
+    "table": ("fpexplorer.gui.formats.tables", "CrossFormatTable"),
+    "range": ("fpexplorer.gui.formats.range_chart", "RangeChart"),
+    "codes": ("fpexplorer.gui.formats.codes_map", "CodesMap"),
+    "properties": ("fpexplorer.gui.formats.tables", "PropertiesTable"),
 }
-
-ROW_STYLE = """
-QFrame#EditorRow { border: 1px solid palette(mid); border-radius: 6px; }
-QFrame#EditorRow[active="true"] { border: 2px solid palette(highlight); }
-QTextBrowser#sideNote { border-left: 3px solid palette(highlight); padding-left: 6px;
-                        background: transparent; }
-"""
-
 
 class FormatsPanel(QWidget):
     """Everything of the bit editor; the session is its one model."""
@@ -65,7 +62,6 @@ class FormatsPanel(QWidget):
         self.session = session or FormatsSession(
             [get_format("float32"), get_format("float16"), get_format("bfloat16")]
         )
-        self.setStyleSheet(ROW_STYLE)
         self.entry = EntryBar(self.session)
         self.rows: list[EditorRow] = []
         self.stack = QWidget()
@@ -129,7 +125,9 @@ class FormatsPanel(QWidget):
         """The view called `name` (see VIEW_NAMES), built on first use."""
         view = self._views.get(name)
         if view is None:
-            view = VIEW_CLASSES[name](self.session)
+            module_name, class_name = VIEW_CLASSES[name]
+            view_class = getattr(importlib.import_module(module_name), class_name)
+            view = view_class(self.session)
             self._pages[name].layout().addWidget(view)
             self._views[name] = view
         return view
@@ -178,6 +176,8 @@ class FormatsPanel(QWidget):
         self.session.set_format(editor, fmt)
 
     def open_custom_format_dialog(self, editor: EditorState) -> None:
+        from fpexplorer.gui.formats.custom_format import CustomFormatDialog
+
         dialog = CustomFormatDialog(self, start=editor.format)
         if dialog.exec() == CustomFormatDialog.DialogCode.Accepted:
             fmt = dialog.chosen_format()

@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
@@ -25,8 +25,9 @@ from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.formats.tables import chosen_formats
 from fpexplorer.gui.theme import class_color, plot_colors
 
-CURVE_COLORS = ("#4f7fe0", "#e08a1e", "#2e9e63", "#9b59b6", "#d9463b", "#17a2b8",
-                "#8c6d31", "#e377c2", "#7f7f7f", "#bcbd22")
+# Curve colours stay clear of the class colours of the bars (green, purple, red, grey).
+CURVE_COLORS = ("#4f7fe0", "#e08a1e", "#17a2b8", "#e377c2", "#8c6d31", "#bcbd22",
+                "#1f3b73", "#7f7f7f", "#ff9f6b", "#5ad1e8")
 MAX_BINADES = 400  # wider formats are sampled every few binades (the curve is periodic)
 
 
@@ -88,20 +89,20 @@ class RangeChart(LazyView):
     def __init__(self, session: FormatsSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.session = session
-        self.include_common = QCheckBox("also show FP32, FP16, BF16 and FP8 (E4M3, E5M2)")
+        self.include_common = QCheckBox("also FP32, FP16, BF16, FP8")
         self.include_common.setChecked(True)
         self.caption = QLabel(
-            "log2 of the magnitude. Grey: rounds to 0; purple: subnormals (precision fades); "
-            "green: normal range; red: overflow. Below: relative gap ulp/|x| — lower is "
-            "more precise. The dashed line is the current value."
+            "x: log2 |value|. Bars: grey rounds to 0, purple subnormal (precision fades), "
+            "green normal range, red overflow. Curves: relative gap ulp/|x| (lower = more "
+            "precise). Dashed: the current value."
         )
         self.caption.setWordWrap(True)
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setMinimumHeight(200)
         self.bars_plot: pg.PlotItem = self.graphics.addPlot(row=0, col=0)
         self.spacing_plot: pg.PlotItem = self.graphics.addPlot(row=1, col=0)
-        self.graphics.ci.layout.setRowStretchFactor(0, 2)
-        self.graphics.ci.layout.setRowStretchFactor(1, 3)
+        self.graphics.ci.layout.setRowStretchFactor(0, 1)
+        self.graphics.ci.layout.setRowStretchFactor(1, 1)
         self.spacing_plot.setXLink(self.bars_plot)
         self.bars_plot.setMenuEnabled(False)
         self.spacing_plot.setMenuEnabled(False)
@@ -134,14 +135,17 @@ class RangeChart(LazyView):
         self.spacing_plot.addItem(self.value_lines[1])
         self.legend = QLabel()
         self.legend.setWordWrap(True)
+        self.legend.setToolTip("Colours of the relative-spacing curves")
         self.bars_plot.invertY(True)
         self.curves: list[pg.PlotDataItem] = []
         self._shown: tuple[FloatFormat, ...] = ()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.include_common)
+        top = QHBoxLayout()
+        top.addWidget(self.include_common)
+        top.addWidget(self.legend, 1)
+        layout.addLayout(top)
         layout.addWidget(self.caption)
-        layout.addWidget(self.legend)
         layout.addWidget(self.graphics, 1)
         self.include_common.toggled.connect(lambda _: self.mark_stale())
         session.changed.connect(self.mark_stale)
@@ -204,5 +208,5 @@ class RangeChart(LazyView):
             else:
                 curve.setData([], [])
                 curve.hide()
-        self.legend.setText("Relative spacing: " + " &nbsp; ".join(names))
+        self.legend.setText(" &nbsp; ".join(names))
         self.spacing_plot.setYRange(lowest_y - 2, 1, padding=0)

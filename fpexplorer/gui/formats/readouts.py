@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontDatabase, QTextOption
+from PySide6.QtGui import QFontDatabase, QPalette, QTextOption
 from PySide6.QtWidgets import (
     QFrame,
     QGridLayout,
@@ -81,7 +81,10 @@ class ReadoutPanel(QFrame):
         self.shortest = _read_only_line(
             "Shortest decimal that converts back to exactly this code (what print() shows)."
         )
-        self.scientific = _read_only_line("The exact value in scientific notation.")
+        self.scientific = _read_only_line(
+            "The exact value in scientific notation, up to 21 digits (… marks digits left "
+            "out: the Exact field has every one)."
+        )
         self.hex_code = _read_only_line("The code as an unsigned integer, in hexadecimal.")
         self.binary_code = _read_only_line("The code in binary: sign | exponent | fraction.")
         self.formula = QLabel()
@@ -106,37 +109,46 @@ class ReadoutPanel(QFrame):
         # The side note scrolls when it is longer than the read-outs are tall.
         self.note = QTextBrowser()
         self.note.setObjectName("sideNote")
+        self.note_bar = QFrame()  # a thin bar in the highlight colour marks the side note
+        self.note_bar.setFixedWidth(3)
+        self.note_bar.setAutoFillBackground(True)
+        self.note_bar.setBackgroundRole(QPalette.ColorRole.Highlight)
         self.note.setOpenExternalLinks(False)
         self.note.setFrameShape(QFrame.Shape.NoFrame)
         self.note.viewport().setAutoFillBackground(False)
-        self.note.setFixedWidth(380)
+        self.note.setFixedWidth(340)
         self.note.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Ignored)
 
         grid = QGridLayout()
         grid.setContentsMargins(0, 0, 0, 0)
         grid.setHorizontalSpacing(6)
         grid.setVerticalSpacing(2)
-        grid.addWidget(self.title, 0, 0, 1, 8)
+        grid.addWidget(self.title, 0, 0, 1, 6)
         grid.addWidget(QLabel("Exact"), 1, 0, Qt.AlignmentFlag.AlignTop)
-        grid.addWidget(self.exact, 1, 1, 1, 7)
+        grid.addWidget(self.exact, 1, 1, 1, 5)
         for column, (name, widget) in enumerate(
             (("Shortest", self.shortest), ("Scientific", self.scientific),
-             ("Hex", self.hex_code), ("Binary", self.binary_code))
+             ("Hex", self.hex_code))
         ):
             grid.addWidget(QLabel(name), 2, 2 * column)
             grid.addWidget(widget, 2, 2 * column + 1)
-        grid.addWidget(QLabel("Formula"), 3, 0, Qt.AlignmentFlag.AlignTop)
-        grid.addWidget(self.formula, 3, 1, 1, 7)
-        grid.addWidget(QLabel("Gaps"), 4, 0, Qt.AlignmentFlag.AlignTop)
-        grid.addWidget(self.gaps, 4, 1, 1, 7)
-        grid.addWidget(QLabel("Rounding"), 5, 0, Qt.AlignmentFlag.AlignTop)
-        grid.addWidget(self.error, 5, 1, 1, 7)
-        for column, stretch in ((1, 2), (3, 3), (5, 1), (7, 3)):
+        grid.addWidget(QLabel("Binary"), 3, 0)
+        grid.addWidget(self.binary_code, 3, 1, 1, 5)
+        grid.addWidget(QLabel("Formula"), 4, 0, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(self.formula, 4, 1, 1, 5)
+        grid.addWidget(QLabel("Gaps"), 5, 0, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(self.gaps, 5, 1, 1, 5)
+        grid.addWidget(QLabel("Rounding"), 6, 0, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(self.error, 6, 1, 1, 5)
+        for column, stretch in ((1, 3), (3, 4), (5, 2)):
             grid.setColumnStretch(column, stretch)
+        digit = self.hex_code.fontMetrics().horizontalAdvance("0")
+        self.hex_code.setMinimumWidth(digit * 18 + 16)  # a 64-bit code, 0x and 16 digits
 
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.addLayout(grid, 1)
+        layout.addWidget(self.note_bar)
         layout.addWidget(self.note)
         session.changed.connect(self.refresh)
         self.refresh()

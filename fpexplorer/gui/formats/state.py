@@ -162,7 +162,7 @@ def build_readout(fmt: FloatFormat, code: int, rounded: Rounded | None) -> CodeR
         fields=fields,
         exact=exact,
         shortest=shortest,
-        scientific=scientific(exact, 40) if finite else str(value),
+        scientific=scientific(exact, 21) if finite else str(value),
         hex_code=hex_code(fmt, code),
         binary_code=fmt.code_to_bits(code),
         formula=formula_text(fmt, code, kind, fields, shortest),

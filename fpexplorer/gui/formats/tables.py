@@ -181,7 +181,7 @@ class PropertiesTable(LazyView):
     def __init__(self, session: FormatsSession, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.session = session
-        self.include_common = QCheckBox("also show FP32, FP16, BF16 and FP8 (E4M3, E5M2)")
+        self.include_common = QCheckBox("also FP32, FP16, BF16, FP8 (E4M3, E5M2)")
         self.include_common.setChecked(True)
         self.table = QTableWidget(0, len(PROPERTY_COLUMNS))
         self.table.setHorizontalHeaderLabels(PROPERTY_COLUMNS)
