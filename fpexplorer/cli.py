@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -42,11 +41,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _available_commands() -> dict[str, str]:
-    # A sub-command whose module is not part of this build is simply not offered.
-    return {name: mod for name, mod in COMMANDS.items() if importlib.util.find_spec(mod)}
-
-
 def build_parser() -> argparse.ArgumentParser:
     from fpexplorer import __version__
 
@@ -56,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"fpexplorer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, module_name in _available_commands().items():
+    for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
         command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command_parser)
