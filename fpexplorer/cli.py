@@ -41,7 +41,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `only` just that sub-command's (so that `fpexplorer`
+    starting the app does not import every other command module first)."""
     from fpexplorer import __version__
 
     parser = _Parser(
@@ -51,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fpexplorer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         module = importlib.import_module(module_name)
         command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command_parser)
@@ -63,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not arguments:
         arguments = ["gui"]
-    parser = build_parser()
+    parser = build_parser(arguments[0] if arguments[0] in COMMANDS else None)
     args = parser.parse_args(arguments)
     if getattr(args, "_module", None) is None:
         parser.print_help(sys.stderr)
