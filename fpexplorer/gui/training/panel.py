@@ -48,6 +48,7 @@ from fpexplorer.gui.training.plots import (
 )
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.paths import run_directory
+from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.runlog import RunReader
 
 REFRESH_INTERVAL_MS = 33  # at most ~30 redraws a second, never one per record
@@ -287,6 +288,12 @@ class TrainingPanel(QWidget):
                 return
             entry = self._add_run(model, Path(path))
             self._select(entry)
+            if not self.job.active and model.config:
+                # The form shows the replayed run's settings: Start runs it again.
+                try:
+                    self.form.set_config(TrainConfig.from_dict(model.config))
+                except (TypeError, ValueError):
+                    pass  # settings this version cannot show; the run itself is fine
             note = f"Opened {Path(path).name}: {model.steps_seen} steps, {model.status}."
             if model.problems:
                 note += " Problems: " + "; ".join(model.problems[:3])
@@ -464,9 +471,15 @@ class TrainingPanel(QWidget):
         if self._layout_dirty or any(
             self._shown.get(e.key) != e.model.revision for e in self._runs
         ):
-            now = time.monotonic()
-            slow_due = now - self._readouts_at >= READOUT_INTERVAL_S
-            self.refresh(readouts=slow_due or self._layout_dirty)
+            slow_due = time.monotonic() - self._readouts_at >= READOUT_INTERVAL_S
+            if self._layout_dirty:
+                self.refresh()
+            elif slow_due:
+                # Read-outs and plots on different ticks: one event-loop turn never pays
+                # for both repaints. The plots follow on the next tick (nothing marked shown).
+                self._refresh_readouts(self._current.model if self._current else None)
+            else:
+                self.refresh(readouts=False)
 
     def refresh(self, readouts: bool = True) -> None:
         """Redraw the views from the models (the timer calls this when something moved).

@@ -541,8 +541,9 @@ class GradientHistogramPlot(QWidget):
             shift = self._recorded_log2_scale() - (
                 math.log2(used) if used > 0 and math.isfinite(used) else 0.0
             )
-            x_lo = min(float(hist.lo), -24.0 + shift) - 2
-            x_hi = max(float(hist.lo + len(hist.counts)), 16.0 + shift) + 2
+            # FP16's whole range [2**-24, 65504] stays in view: it is the reference.
+            x_lo = min(float(hist.lo), -24.0 + shift, -24.0) - 2
+            x_hi = max(float(hist.lo + len(hist.counts)), 16.0 + shift, 16.0) + 2
             y_hi = max(float(np.log10(1.0 + hist.counts.max())), 1.0)
             x = hist.exponents.astype(np.float64) + 0.5
             self.bars.setOpts(x=x, height=np.log10(1.0 + hist.counts), width=0.9)

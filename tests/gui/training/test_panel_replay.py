@@ -166,3 +166,27 @@ def test_code_view_follows_the_form_and_copies(panel) -> None:  # type: ignore[n
 def test_file_actions_for_the_main_window(panel) -> None:  # type: ignore[no-untyped-def]
     names = [action.text() for action in panel.file_actions()]
     assert names[0].startswith("Open Run") and names[1].startswith("Export")
+
+
+RECORDED_RUN = Path(__file__).parent / "data" / "overflow-fp16.jsonl"
+
+
+def test_replay_of_a_recorded_fp16_overflow_run(panel) -> None:  # type: ignore[no-untyped-def]
+    """A real run (`fpexplorer train --task overflow --precision fp16 --steps 240
+    --stats-every 2`): the scale backs off on overflow and the culprit layer is named."""
+    panel.load_run(RECORDED_RUN)
+    entry = panel.current_run
+    model = entry.model
+    assert model.status == "completed" and model.steps_seen == 240
+    assert model.skipped_count > 0
+    assert model.first_nonfinite_event is not None
+    layer = model.first_nonfinite_event.first_nonfinite
+    assert f"First non-finite layer: {layer}" in panel.layer_table.first_label.text()
+    _, scales = panel.scale_plot.curves.curves[entry.key].getData()
+    assert scales[0] == 16 and scales[-1] < 16  # log2: from 2^16 down after the overflows
+    skip_x, _ = panel.scale_plot.skips.getData()
+    assert len(skip_x) == model.skipped_count
+    # The form now holds the run's settings, ready to run it again.
+    assert panel.form.task_combo.currentText() == "overflow"
+    assert panel.form.fields["steps"].edit.text() == "240"
+    assert panel.form.config().precision == "fp16"
