@@ -26,6 +26,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("FPEXPLORER_SETTINGS_DIR", tempfile.mkdtemp(prefix="fpexplorer-bench-"))
 
 
+SHORT_NAMES = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(int(len(ordered) * share), len(ordered) - 1)]
@@ -77,7 +80,7 @@ def main() -> int:
         (("float64", "float32", "float16"), 0, [5, 20, 33, 47]),
     ):
         stack(*names)
-        label = "+".join(name.replace("float", "fp") for name in names)
+        label = "+".join(SHORT_NAMES.get(name, name) for name in names)
         for view in VIEW_NAMES:
             panel.show_view(view)
             app.processEvents()

@@ -23,6 +23,7 @@ from PySide6.QtGui import (
     QPaintEvent,
     QPalette,
     QPen,
+    QPixmap,
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
@@ -68,6 +69,9 @@ class BitRow(QWidget):
         self._painted: set[int] = set()
         self._cells: list[_Cell] = []
         self._groups: list[tuple[str, QRect]] = []
+        self._cached_key: tuple[object, ...] | None = None
+        self._sprites: dict[tuple[str, bool], QPixmap] = {}
+        self._static = QPixmap()
 
     # -- model side ----------------------------------------------------------------------
     def set_format(self, fmt: FloatFormat) -> None:
@@ -169,46 +173,71 @@ class BitRow(QWidget):
         return None
 
     # -- painting ------------------------------------------------------------------------
-    def paintEvent(self, event: QPaintEvent) -> None:
-        if not self._cells:
-            return
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    # A toggle repaints every stacked row, so painting is cheap: each cell is one cached
+    # sprite (rounded box + digit, per field and bit value) and the indices and field
+    # names are one cached picture, both rebuilt only when size, format or palette change.
+    def _cache_key(self) -> tuple[object, ...]:
         palette = self.palette()
-        text_color = palette.color(QPalette.ColorRole.WindowText)
+        return (
+            self.size().width(), self.size().height(), self.devicePixelRatioF(), self._format,
+            palette.color(QPalette.ColorRole.Base).rgba(),
+            palette.color(QPalette.ColorRole.WindowText).rgba(), self.font().key(),
+        )
+
+    def _ensure_caches(self) -> None:
+        key = self._cache_key()
+        if key == self._cached_key:
+            return
+        self._cached_key = key
+        ratio = self.devicePixelRatioF()
+        cell = self._cells[0].rect
+        bold = QFont(self.font())
+        bold.setBold(True)
+        show_digits = QFontMetrics(bold).horizontalAdvance("0") + 2 <= cell.width()
+        self._sprites = {}
+        for name, _ in self._groups:
+            colors = field_colors(name)
+            for is_one in (False, True):
+                sprite = QPixmap(round(cell.width() * ratio), round(cell.height() * ratio))
+                sprite.setDevicePixelRatio(ratio)
+                sprite.fill(Qt.GlobalColor.transparent)
+                painter = QPainter(sprite)
+                painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+                box = QRect(1, 1, cell.width() - 2, cell.height() - 2)
+                painter.setPen(QPen(colors.one.darker(130), 1))
+                painter.setBrush(colors.one if is_one else colors.zero)
+                painter.drawRoundedRect(box, 3, 3)
+                if show_digits:
+                    painter.setFont(bold)
+                    painter.setPen(colors.text_one if is_one else colors.text_zero)
+                    painter.drawText(box, Qt.AlignmentFlag.AlignCenter, "1" if is_one else "0")
+                painter.end()
+                self._sprites[(name, is_one)] = sprite
+        static = QPixmap(round(self.width() * ratio), round(self.height() * ratio))
+        static.setDevicePixelRatio(ratio)
+        static.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(static)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self._paint_labels(painter)
+        painter.end()
+        self._static = static
+
+    def _paint_labels(self, painter: QPainter) -> None:
+        """Bit indices above the cells and field names below them."""
+        text_color = self.palette().color(QPalette.ColorRole.WindowText)
         small = self._small_font()
         small_metrics = QFontMetrics(small)
         cell_width = self._cells[0].rect.width()
         index_every = 1 if small_metrics.horizontalAdvance("63") + 2 <= cell_width else 4
-        colors = {name: field_colors(name) for name, _ in self._groups}
-        bold = QFont(self.font())
-        bold.setBold(True)
-        show_digits = QFontMetrics(bold).horizontalAdvance("0") + 2 <= cell_width
+        painter.setFont(small)
+        painter.setPen(text_color)
         for cell in self._cells:
-            is_one = bool((self._code >> cell.bit) & 1)
-            field = colors[cell.field]
-            rect = cell.rect.adjusted(1, 1, -1, -1)
-            painter.setPen(QPen(field.one.darker(130), 1))
-            painter.setBrush(field.one if is_one else field.zero)
-            painter.drawRoundedRect(rect, 3, 3)
-            if show_digits:
-                painter.setFont(bold)
-                painter.setPen(field.text_one if is_one else field.text_zero)
-                painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, "1" if is_one else "0")
-            if self.hasFocus() and cell.bit == self._cursor:
-                painter.setBrush(Qt.BrushStyle.NoBrush)
-                painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 2))
-                painter.drawRoundedRect(cell.rect.adjusted(0, 0, -1, -1), 4, 4)
             group = self._group_rect(cell.field)
             at_edge = cell.rect.left() == group.left() or cell.rect.right() == group.right()
             if cell.bit % index_every == 0 or at_edge:
-                painter.setFont(small)
-                painter.setPen(text_color)
                 index_rect = QRect(cell.rect.left() - 6, 0, cell.rect.width() + 12,
                                    cell.rect.top())
                 painter.drawText(index_rect, Qt.AlignmentFlag.AlignCenter, str(cell.bit))
-        painter.setFont(small)
-        painter.setPen(text_color)
         for name, rect in self._groups:
             label_rect = QRect(rect.left() - 10, rect.bottom() + 1, rect.width() + 20,
                                small_metrics.height())
@@ -218,6 +247,25 @@ class BitRow(QWidget):
             if small_metrics.horizontalAdvance(text) > rect.width() + 8:
                 text = label if small_metrics.horizontalAdvance(label) <= rect.width() + 8 else ""
             painter.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, text)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        if not self._cells:
+            return
+        self._ensure_caches()
+        painter = QPainter(self)
+        painter.drawPixmap(0, 0, self._static)
+        code = self._code
+        sprites = self._sprites
+        for cell in self._cells:
+            sprite = sprites[(cell.field, bool((code >> cell.bit) & 1))]
+            painter.drawPixmap(cell.rect.topLeft(), sprite)
+        if self.hasFocus():
+            for cell in self._cells:
+                if cell.bit == self._cursor:
+                    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+                    painter.setBrush(Qt.BrushStyle.NoBrush)
+                    painter.setPen(QPen(self.palette().color(QPalette.ColorRole.Highlight), 2))
+                    painter.drawRoundedRect(cell.rect.adjusted(0, 0, -1, -1), 4, 4)
         painter.end()
 
     def _group_rect(self, name: str) -> QRect:

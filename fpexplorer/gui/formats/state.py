@@ -120,10 +120,10 @@ def _significand_text(fmt: FloatFormat, fields: Fields) -> str:
         return lead
     if fmt.mantissa_bits > 23:
         # Wide fractions: the bits as an integer over 2^m is exact and fits on a line.
-        return (
-            f"({lead} + {fields.fraction}/2^{fmt.mantissa_bits}) "
-            f"(= {scientific(exact_decimal(fields.significand), 17)})"
-        )
+        digits = exact_decimal(fields.significand)
+        if len(digits) > 20:
+            digits = digits[:20] + "…"  # the Exact read-out has every digit
+        return f"({lead} + {fields.fraction}/2^{fmt.mantissa_bits}) (= {digits})"
     bits = f"{fields.fraction:0{fmt.mantissa_bits}b}"
     return f"{lead}.{bits}₂ (= {exact_decimal(fields.significand)})"
 
