@@ -25,7 +25,8 @@ SHORTCUTS_HELP = """<table>
 <tr><td><b>← →</b></td><td>move between bits (click the bit row first)</td></tr>
 <tr><td><b>Space, Enter</b></td><td>toggle the bit under the cursor</td></tr>
 <tr><td><b>0, 1</b></td><td>set the bit and move right</td></tr>
-<tr><td><b>↑ ↓</b></td><td>next value up / down</td></tr>
+<tr><td><b>↑ ↓</b></td><td>next value up / down (in the bits; Alt+↑/↓ anywhere)</td></tr>
+<tr><td><b>Alt+Shift+↑/↓, Alt+→/←</b></td><td>exponent / fraction field ± 1</td></tr>
 <tr><td><b>Ctrl+L</b></td><td>type a value or a code</td></tr>
 <tr><td><b>Ctrl+C</b></td><td>copy the exact value</td></tr>
 <tr><td><b>Ctrl+Shift+C</b></td><td>copy the code (hex)</td></tr>
@@ -164,6 +165,19 @@ class MainWindow(QMainWindow):
         for action in (self.copy_value_action, self.copy_code_action,
                        self.copy_shortest_action, self.focus_entry_action):
             edit_menu.addAction(action)
+        edit_menu.addSeparator()
+        self.step_actions: dict[str, QAction] = {}
+        for how, text, key in (
+            ("up", "Next Value &Up", "Alt+Up"),
+            ("down", "Next Value &Down", "Alt+Down"),
+            ("exponent+", "Exponent Field +1", "Alt+Shift+Up"),
+            ("exponent-", "Exponent Field −1", "Alt+Shift+Down"),
+            ("fraction+", "Fraction Field +1", "Alt+Right"),
+            ("fraction-", "Fraction Field −1", "Alt+Left"),
+        ):
+            action = self._action(text, lambda _=False, h=how: self._step(h), key)
+            edit_menu.addAction(action)
+            self.step_actions[how] = action
 
         view_menu = menu_bar.addMenu("&View")
         view_menu.addAction(self._action("&Formats", lambda: self.tabs.setCurrentIndex(0),
@@ -202,6 +216,10 @@ class MainWindow(QMainWindow):
 
     def copy_shortest(self) -> None:
         self._copy(self.session.active.readout().shortest, "shortest decimal")
+
+    def _step(self, how: str) -> None:
+        self.tabs.setCurrentIndex(0)
+        self.session.step(self.session.active, how)
 
     def _on_focus_entry(self) -> None:
         self.tabs.setCurrentIndex(0)

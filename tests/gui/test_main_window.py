@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from fpexplorer.formats import get_format
@@ -168,3 +169,33 @@ def test_fpexplorer_without_arguments_opens_the_main_window(qapp: object,
     assert shown[1].session.active.code == 0x3555
     for window in shown:
         window.deleteLater()
+
+
+def test_step_shortcuts_and_training_file_actions(qtbot: QtBot, window: MainWindow) -> None:
+    window.session.enter_text("1")
+    code = window.session.active.code
+    window.step_actions["up"].trigger()
+    assert window.session.active.code == code + 1
+    window.step_actions["exponent+"].trigger()
+    assert window.session.active.code == code + 1 + (1 << 23)
+    window.training_panel  # noqa: B018 - built on first use
+    texts = [action.text() for action in window.file_menu.actions()]
+    assert texts[-1] == "&Quit"
+    assert len([t for t in texts if t]) >= 2  # the Training panel's actions come first
+
+
+def test_views_follow_a_palette_change(qtbot: QtBot, window: MainWindow) -> None:
+    from fpexplorer.gui.theme import apply_dark_palette
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    original_palette, original_style = app.palette(), app.style().name()
+    line = window.formats_panel.number_line
+    light = line.plot_widget.backgroundBrush().color()
+    try:
+        apply_dark_palette()
+        qtbot.waitUntil(lambda: line.plot_widget.backgroundBrush().color() != light)
+        assert line.plot_widget.backgroundBrush().color().lightness() < 100
+    finally:
+        app.setStyle(original_style)
+        app.setPalette(original_palette)

@@ -123,6 +123,7 @@ class CodesMap(LazyView):
         self.plot_widget.setBackground(colors.background)
         style_plot(self.plot)
         self.marker.setPen(pg.mkPen(colors.foreground, width=3))
+        self.message.setColor(colors.foreground)
 
     def render_view(self) -> None:
         editor = self.session.active

@@ -97,9 +97,19 @@ class NumberLineView(LazyView):
         session.changed.connect(self.mark_stale)
 
     def restyle(self) -> None:
+        """Colours from the current palette (also called when it changes, light <-> dark)."""
         colors = plot_colors()
         self.plot_widget.setBackground(colors.background)
         style_plot(self.plot)
+        self.axis_line.setPen(pg.mkPen(colors.foreground, width=2))
+        self.midpoints.setPen(pg.mkPen(colors.muted, width=1, style=Qt.PenStyle.DashLine))
+        self.neighbours.setPen(pg.mkPen(colors.foreground))
+        self.neighbours.setBrush(pg.mkBrush(colors.muted))
+        self.result.setPen(pg.mkPen(colors.foreground))
+        self.mode_picks.setPen(pg.mkPen(colors.foreground))
+        for label in self.value_labels:
+            label.setColor(colors.foreground)
+        self.message.setColor(colors.foreground)
 
     # -- rendering -----------------------------------------------------------------------
     def render_view(self) -> None:

@@ -156,6 +156,8 @@ class RangeChart(LazyView):
         self.graphics.setBackground(colors.background)
         style_plot(self.bars_plot)
         style_plot(self.spacing_plot)
+        for line in self.value_lines:
+            line.setPen(pg.mkPen(colors.foreground, width=1.5, style=Qt.PenStyle.DashLine))
 
     def render_view(self) -> None:
         formats = tuple(chosen_formats(self.session, self.include_common.isChecked()))

@@ -10,6 +10,8 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fpexplorer.formats import get_format
 from fpexplorer.gui.formats.state import EditorState, FormatsSession, parse_code
@@ -222,3 +224,16 @@ def test_restore_skips_what_it_cannot_use() -> None:
     problems = restored.restore({"formats": ["fp16", "nonsense_format"], "codes": ["0xZZ"]})
     assert [e.format for e in restored.editors] == [get_format("fp16")]
     assert any("nonsense_format" in p for p in problems)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=40) | st.from_regex(r"[-+]?0[xXbB][0-9a-fA-F_.p+-]{0,20}") |
+       st.from_regex(r"[-+]?[0-9.]{0,30}([eE][-+]?[0-9]{1,12})?"))
+def test_any_text_gives_a_result_or_a_message_never_an_exception(text: str) -> None:
+    session = session_of("fp16", "float8_e4m3fn", "float4_e2m1fn")
+    before = [editor.code for editor in session.editors]
+    if session.enter_text(text):
+        assert session.entry_error is None
+    else:
+        assert session.entry_error
+        assert [editor.code for editor in session.editors] == before
