@@ -77,6 +77,7 @@ class ReadoutPanel(QFrame):
         super().__init__(parent)
         self.session = session
         self.title = QLabel()
+        self.title.setWordWrap(True)  # a long description must not widen the window
         self.exact = ExactValueBox()
         self.shortest = _read_only_line(
             "Shortest decimal that converts back to exactly this code (what print() shows)."
