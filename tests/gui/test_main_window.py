@@ -199,3 +199,31 @@ def test_views_follow_a_palette_change(qtbot: QtBot, window: MainWindow) -> None
     finally:
         app.setStyle(original_style)
         app.setPalette(original_palette)
+
+
+def test_unwritable_home_is_reported_not_fatal(tmp_path: Path) -> None:
+    """The user's native settings location under a home that cannot be written."""
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("x")
+    code = (
+        "from fpexplorer.gui.app import create_application\n"
+        "app = create_application()\n"
+        "from fpexplorer.gui.main_window import MainWindow\n"
+        "from fpexplorer.gui.settings import SettingsStore\n"
+        "store = SettingsStore()\n"
+        "print('LOCATION', store.location)\n"
+        "w = MainWindow(store)\n"
+        "w.show(); app.processEvents()\n"
+        "w.session.enter_text('3')\n"
+        "w.close()\n"
+        "print('STATUS', w.statusBar().currentMessage())\n"
+    )
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XDG_CONFIG_HOME", "FPEXPLORER_SETTINGS_DIR")}
+    env.update(QT_QPA_PLATFORM="offscreen", FPEXPLORER_SETTINGS_SCOPE="user",
+               HOME=str(blocker / "home"))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, cwd=REPO, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert str(blocker) in result.stdout  # it really used the (unwritable) home
+    assert "STATUS Settings" in result.stdout
