@@ -31,6 +31,7 @@ import datetime
 import math
 import os
 import platform
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -144,9 +145,117 @@ def histogram_json(counts: Sequence[float], dtype: str | None = None) -> dict[st
 
 def binade_histogram(tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
     """Binade histogram (run-log form) of all elements of `tensors`, each counted once."""
-    flat = torch.cat([t.detach().reshape(-1) for t in tensors]).float()
-    counts = torch.bincount(binade_codes(flat), minlength=CODES)
+    counts = torch.stack([code_histogram(t) for t in tensors]).sum(dim=0)
     return histogram_json(counts.tolist())
+
+
+_HIGH_HALF = 1 if sys.byteorder == "little" else 0  # the int16 holding a float32's top bits
+_DISCARD = CODES  # an extra bin for patterns counted elsewhere
+_TABLES: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+
+def _code_tables(device: torch.device) -> dict[str, torch.Tensor]:
+    """Maps from 15-bit magnitude patterns to histogram codes, built once per device.
+
+    A float16/bfloat16 magnitude has 15 bits, so its pattern is its value. For float32 the
+    top 15 magnitude bits fix floor(log2|x|) whenever |x| >= 2**-133; smaller values (zero
+    and the deepest subnormals) are read a second time from x * 2**24, which is exact for
+    them and lifts them into the normal range.
+    """
+    tables = _TABLES.get(device)
+    if tables is None:
+        patterns = torch.arange(32768, dtype=torch.int32).to(torch.int16)
+        high = (patterns.to(torch.int32) << 16).view(torch.float32)
+        fp32_high = binade_codes(high)
+        fp32_high[0] = _DISCARD  # zero and |x| < 2**-133: counted from the scaled copy
+        # x * 2**24 of a float32 below 2**-133 lies in [2**-125, 2**-109).
+        lifted_range = (high >= 2.0**-125) & (high < 2.0**-109)
+        tiny = torch.where(lifted_range, binade_codes(high) - 24, _DISCARD)
+        tiny[0] = ZERO_CODE
+        tables = {
+            "float16": binade_codes(patterns.view(torch.float16).float()),
+            "bfloat16": binade_codes(patterns.view(torch.bfloat16).float()),
+            "float32_high": fp32_high,
+            "float32_tiny": tiny,
+        }
+        tables = {name: table.to(device) for name, table in tables.items()}
+        _TABLES[device] = tables
+    return tables
+
+
+def _map_patterns(counts: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(CODES + 1, dtype=torch.int64, device=counts.device).index_add_(
+        0, table, counts
+    )
+
+
+def code_histogram(tensor: torch.Tensor) -> torch.Tensor:
+    """Counts by histogram code (CODES int64 counts) of every element of `tensor`.
+
+    Two passes over the data for 16-bit tensors, four for float32: the bits are binned as
+    they are (a bincount of 32768 patterns), which is exact and far cheaper than taking
+    logarithms. (A float32 NaN whose payload lies only in the low 16 bits would count as
+    inf; arithmetic never produces one.)
+    """
+    flat = tensor.detach().reshape(-1).contiguous()  # viewing the bits needs stride 1
+    tables = _code_tables(flat.device)
+    if flat.dtype in (torch.float16, torch.bfloat16):
+        counts = torch.bincount(flat.view(torch.int16) & 0x7FFF, minlength=32768)
+        return _map_patterns(counts, tables[dtype_name(flat.dtype)])[:CODES]
+    values = flat if flat.dtype == torch.float32 else flat.float()
+    high = torch.bincount(values.view(torch.int16)[_HIGH_HALF::2] & 0x7FFF, minlength=32768)
+    lifted = (values * 2.0**24).view(torch.int16)[_HIGH_HALF::2] & 0x7FFF
+    tiny = torch.bincount(lifted, minlength=32768)
+    merged = _map_patterns(high, tables["float32_high"])
+    merged += _map_patterns(tiny, tables["float32_tiny"])
+    return merged[:CODES]
+
+
+def _pattern_counts(tensor: torch.Tensor) -> tuple[str, torch.Tensor, torch.Tensor | None]:
+    """(table name, counts of the 32768 magnitude patterns, zeros for float32 else None)."""
+    flat = tensor.detach().reshape(-1).contiguous()
+    if flat.dtype in (torch.float16, torch.bfloat16):
+        counts = torch.bincount(flat.view(torch.int16) & 0x7FFF, minlength=32768)
+        return dtype_name(flat.dtype), counts, None
+    values = flat if flat.dtype == torch.float32 else flat.float()
+    counts = torch.bincount(values.view(torch.int16)[_HIGH_HALF::2] & 0x7FFF, minlength=32768)
+    zeros = values.numel() - torch.count_nonzero(values)
+    return "float32_high", counts, zeros
+
+
+def fast_code_rows(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
+    """Code histograms of many tensors at once: ([rows, CODES + 1] counts, row of each tensor).
+
+    Column CODES holds, for float32 tensors, the elements below 2**-133 *including* zeros,
+    which are also counted in ZERO_CODE: when the column exceeds the zeros, some deep
+    subnormals need `code_histogram` to be placed exactly (in practice: never).
+    """
+    device = tensors[0].device
+    tables = _code_tables(device)
+    groups: dict[str, list[tuple[int, torch.Tensor, torch.Tensor | None]]] = {}
+    for index, tensor in enumerate(tensors):
+        name, counts, zeros = _pattern_counts(tensor)
+        groups.setdefault(name, []).append((index, counts, zeros))
+    blocks: list[torch.Tensor] = []
+    row_of = [0] * len(tensors)
+    next_row = 0
+    for name, items in groups.items():
+        stacked = torch.stack([counts for _, counts, _ in items])
+        mapped = torch.zeros(len(items), CODES + 1, dtype=torch.int64, device=device)
+        mapped.index_add_(1, tables[name], stacked)
+        if name == "float32_high":
+            mapped[:, ZERO_CODE] += torch.stack([z for _, _, z in items if z is not None])
+        blocks.append(mapped)
+        for offset, (index, _, _) in enumerate(items):
+            row_of[index] = next_row + offset
+        next_row += len(items)
+    return torch.cat(blocks), row_of
+
+
+def _abs_max(tensor: torch.Tensor) -> torch.Tensor:
+    """max |x| in one pass (NaN when any element is NaN)."""
+    low, high = torch.aminmax(tensor.detach().reshape(-1))
+    return torch.maximum(-low, high).float()
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -325,7 +434,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if tensor is None or not tensor.requires_grad or not tensor.is_floating_point():
                 return
             # Where a forward overflow starts (FP16 activations above 65504 become inf).
-            self._forward_finite.append((layer_index, tensor.detach().isfinite().all()))
+            self._forward_finite.append((layer_index, _abs_max(tensor).isfinite()))
 
             def on_backward(grad: torch.Tensor) -> None:
                 self._act_grads.append((layer_index, grad))
@@ -403,9 +512,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         grads = [p.grad for _, p in self._param_layer if p.grad is not None]
-        grad_norm: torch.Tensor | float = (
-            torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False) if grads else 0.0
-        )
+        norms: torch.Tensor | None = None
+        grad_norm: torch.Tensor | float = 0.0
+        if grads and self._collecting:
+            # Per-tensor norms serve the per-layer norms too; FP16 gradients are summed in FP32.
+            norms = torch.stack([torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads])
+            grad_norm = torch.linalg.vector_norm(norms)
+        elif grads:
+            grad_norm = torch.nn.utils.get_total_norm(grads, error_if_nonfinite=False)
         scalars = [
             loss.detach().reshape(()) if isinstance(loss, torch.Tensor) else float(loss),
             grad_norm,
@@ -417,7 +531,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         ]
         stats_layout: _StatsLayout | None = None
         if self._collecting:
-            stats_layout = self._device_statistics(parts)
+            stats_layout = self._device_statistics(parts, norms)
         # The one host sync of the step:
         values = torch.cat(parts).cpu().numpy()
         now = time.perf_counter()
@@ -460,67 +574,72 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._seg_cache = (sizes, ids)
         return self._seg_cache[1]
 
-    def _device_statistics(self, parts: list[torch.Tensor]) -> _StatsLayout:
+    def _device_statistics(
+        self, parts: list[torch.Tensor], norms: torch.Tensor | None
+    ) -> _StatsLayout:
         """Queue every statistic as device tensors appended to `parts`; returns how to read
-        them back from the host list."""
-        param_segments = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
-        segments: list[tuple[int, torch.Tensor]] = [*param_segments, *self._act_grads]
+        them back from the host vector."""
+        param_grads = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
+        act_grads = self._act_grads
+        n_param = sum(g.numel() for _, g in param_grads)
+        values = (
+            torch.cat([g.detach().reshape(-1) for _, g in param_grads]).float() if n_param else None
+        )
+        # Histogram rows: all parameter gradients together (row 0, when there are any), then
+        # one row per activation gradient, in the order backward produced them.
+        segments: list[torch.Tensor] = ([values] if values is not None else []) + [
+            g for _, g in act_grads
+        ]
         layout = _StatsLayout(
-            layer_of_segment=[layer for layer, _ in segments],
-            is_activation=[False] * len(param_segments) + [True] * len(self._act_grads),
+            layer_of_segment=([-1] if values is not None else [])
+            + [layer for layer, _ in act_grads],
+            is_activation=([False] if values is not None else []) + [True] * len(act_grads),
             act_numel_by_dtype={},
             scale=self._scale_used,
             memory=self._memory(),
         )
+        layout.param_layers = [layer for layer, _ in param_grads]
+        if norms is not None:
+            parts.append(norms.to(torch.float64))
         if self._forward_finite:
             layout.forward_layers = [layer for layer, _ in self._forward_finite]
             flags = torch.stack([finite for _, finite in self._forward_finite])
             parts.append(flags.to(device=self.device, dtype=torch.float64))
-        for _, grad in self._act_grads:
+        for _, grad in act_grads:
             name = dtype_name(grad.dtype)
             layout.act_numel_by_dtype[name] = layout.act_numel_by_dtype.get(name, 0) + grad.numel()
+        layout.segments = len(segments)
+        layout.n_param = n_param
         if not segments:
             return layout
-        sizes = tuple(t.numel() for _, t in segments)
-        values = torch.cat([t.detach().reshape(-1) for _, t in segments]).float()
-        codes = binade_codes(values)
-        seg_ids = self._segment_ids(sizes)
-        count = len(segments)
-        per_segment = torch.bincount(seg_ids * CODES + codes, minlength=count * CODES)
-        magnitude = values.abs()
-        amax = torch.zeros(count, device=self.device, dtype=torch.float32).scatter_reduce_(
-            0, seg_ids, magnitude, "amax", include_self=True
-        )
-        parts.append(per_segment.to(torch.float64))
-        parts.append(amax.to(torch.float64))
-        layout.offset_histograms = 4
-        n_param = sum(sizes[: len(param_segments)])
-        if n_param:
-            param_values = magnitude[:n_param]
-            param_ids = seg_ids[:n_param]
-            sum_squares = torch.zeros(count, device=self.device, dtype=torch.float64)
-            sum_squares.index_add_(0, param_ids, param_values.double().square())
-            parts.append(sum_squares)
-            # Shares of the gradients, multiplied back by the scale of this step, that each
-            # format would flush, round to a subnormal, or overflow.
-            scaled = param_values * self._scale_used
-            boundaries = torch.tensor(
-                sorted({b for f in FORMAT_RANGES for b in
-                        (f.flush_max, f.subnormal_max, f.finite_max_input)}),
-                device=self.device, dtype=torch.float32,
-            )  # fmt: skip
-            # Exact zeros get a bucket of their own (the last): they neither flush nor overflow.
-            buckets = torch.where(
-                param_values == 0, len(boundaries) + 1, torch.bucketize(scaled, boundaries)
+        rows, layout.row_of_segment = fast_code_rows(segments)
+        parts.append(rows.reshape(-1).to(torch.float64))
+        layout.segment_tensors = segments
+        if act_grads:
+            parts.append(torch.stack([_abs_max(g) for _, g in act_grads]).to(torch.float64))
+        if values is not None:
+            # Shares of the gradients, multiplied back by this step's scale, that each format
+            # would flush, round to a subnormal, or overflow. Signed boundaries spare an abs();
+            # exact zeros fall in the middle bucket and are taken out on the host.
+            magnitudes = sorted(
+                {
+                    b
+                    for f in FORMAT_RANGES
+                    for b in (f.flush_max, f.subnormal_max, f.finite_max_input)
+                }
             )
-            parts.append(torch.bincount(buckets, minlength=len(boundaries) + 2).to(torch.float64))
-            parts.append(torch.tensor([float(n_param)], dtype=torch.float64, device=self.device))
-            layout.boundaries = boundaries.tolist()
+            positive = torch.tensor(magnitudes, device=self.device, dtype=torch.float32)
+            # -nextup(m) as the negative boundary puts v == -m with the |v| <= m side.
+            negative = -torch.nextafter(positive, torch.full_like(positive, math.inf))
+            boundaries = torch.cat([negative.flip(0), positive])
+            buckets = torch.bucketize(values * self._scale_used, boundaries)
+            parts.append(torch.bincount(buckets, minlength=len(boundaries) + 1).to(torch.float64))
+            zeros = values.numel() - torch.count_nonzero(values)
+            parts.append(zeros.to(torch.float64).reshape(1))
+            layout.boundaries = magnitudes
             if self._old_params is not None:
-                parts.append(self._lost_updates(values[:n_param]).to(torch.float64))
+                parts.append(self._lost_updates(values).to(torch.float64))
                 layout.has_lost_updates = True
-        layout.n_param = n_param
-        layout.segments = count
         return layout
 
     def _lost_updates(self, grads: torch.Tensor) -> torch.Tensor:
@@ -613,6 +732,9 @@ class _StatsLayout:
         self.memory = memory
         self.offset_histograms = 4
         self.segments = 0
+        self.row_of_segment: list[int] = []
+        self.param_layers: list[int] = []
+        self.segment_tensors: list[torch.Tensor] = []
         self.n_param = 0
         self.boundaries: list[float] = []
         self.has_lost_updates = False
@@ -627,6 +749,14 @@ class _StatsLayout:
         )
         first_nonfinite: str | None = None
         position = self.offset_histograms
+        layer_sumsq = np.zeros(len(layers))
+        layer_nonfinite = np.zeros(len(layers), dtype=bool)
+        if self.param_layers:
+            norms = values[position : position + len(self.param_layers)]
+            position += len(self.param_layers)
+            param_layers = np.asarray(self.param_layers, dtype=np.int64)
+            np.add.at(layer_sumsq, param_layers, norms**2)
+            np.logical_or.at(layer_nonfinite, param_layers, ~np.isfinite(norms))
         first_forward: str | None = None
         if self.forward_layers:
             flags = values[position : position + len(self.forward_layers)]
@@ -636,32 +766,33 @@ class _StatsLayout:
                     first_forward = layers[layer_at].name
                     break
         count = self.segments
-        histograms = values[position : position + count * CODES].reshape(count, CODES)
-        position += count * CODES
-        amax = values[position : position + count]
-        position += count
-        sum_squares = np.zeros(count)
-        if self.n_param:
-            sum_squares = values[position : position + count]
-            position += count
+        rows = values[position : position + count * (CODES + 1)].reshape(count, CODES + 1)
+        position += count * (CODES + 1)
+        histograms = rows[self.row_of_segment]
+        unresolved = histograms[:, CODES] - histograms[:, ZERO_CODE]
+        for segment in np.flatnonzero(unresolved > 0):  # float32 values below 2**-133
+            exact = code_histogram(self.segment_tensors[segment]).cpu().numpy()
+            histograms[segment, :CODES] = exact
+        histograms = histograms[:, :CODES]
         segment_layer = np.asarray(self.layer_of_segment, dtype=np.int64)
         is_act = np.asarray(self.is_activation, dtype=bool)
+        n_act = int(is_act.sum())
+        amax = values[position : position + n_act]
+        position += n_act
         grad_counts = histograms[~is_act].sum(axis=0)
         act_counts = histograms[is_act].sum(axis=0)
+        act_layers = segment_layer[is_act]
         layer_act = np.zeros((len(layers), CODES))
-        np.add.at(layer_act, segment_layer[is_act], histograms[is_act])
+        np.add.at(layer_act, act_layers, histograms[is_act])
         layer_amax = np.zeros(len(layers))
         with np.errstate(invalid="ignore"):  # a NaN amax stays NaN: that layer is non-finite
-            np.maximum.at(layer_amax, segment_layer[is_act], amax[is_act])
-        layer_sumsq = np.zeros(len(layers))
-        np.add.at(layer_sumsq, segment_layer[~is_act], sum_squares[~is_act])
+            np.maximum.at(layer_amax, act_layers, amax)
         segment_nonfinite = (histograms[:, INF_CODE] + histograms[:, NAN_CODE]) > 0
-        layer_nonfinite = np.zeros(len(layers), dtype=bool)
-        np.logical_or.at(layer_nonfinite, segment_layer, segment_nonfinite)
+        np.logical_or.at(layer_nonfinite, act_layers, segment_nonfinite[is_act])
         # Activation gradients arrive in backward order: the first non-finite one is where
         # the overflow started.
-        for segment in np.flatnonzero(segment_nonfinite & is_act)[:1]:
-            first_nonfinite = layers[segment_layer[segment]].name
+        for layer_at in act_layers[segment_nonfinite[is_act]][:1]:
+            first_nonfinite = layers[layer_at].name
         if first_nonfinite is None:
             # No activation gradient went non-finite: the last layer (in forward order) whose
             # parameter gradient did is the first one backward reached.
@@ -699,12 +830,12 @@ class _StatsLayout:
             "memory": self.memory,
         }
         if self.n_param:
-            n_buckets = len(self.boundaries) + 2
+            n_buckets = 2 * len(self.boundaries) + 1
             buckets = values[position : position + n_buckets]
             position += n_buckets
-            n_param = float(values[position])
+            zeros = float(values[position])
             position += 1
-            record["format_shares"] = self._format_shares(buckets, n_param)
+            record["format_shares"] = self._format_shares(buckets, zeros, float(self.n_param))
             if self.has_lost_updates:
                 lost, intended = float(values[position]), float(values[position + 1])
                 kind = "actual" if _params_dtype(monitor) == torch.float16 else "fp16_would_lose"
@@ -715,20 +846,24 @@ class _StatsLayout:
                 }
         return record
 
-    def _format_shares(self, buckets: npt.NDArray[np.float64], n_param: float) -> dict[str, Any]:
-        # torch.bucketize: bucket i holds the non-zero v with bounds[i-1] < v <= bounds[i].
-        bounds = self.boundaries
+    def _format_shares(
+        self, buckets: npt.NDArray[np.float64], zeros: float, n_param: float
+    ) -> dict[str, Any]:
+        # Boundaries: -nextup(m[k-1]) .. -nextup(m[0]), m[0] .. m[k-1] for the sorted
+        # magnitudes m; torch.bucketize puts v in bucket i when b[i-1] < v <= b[i]. So
+        # |v| <= m[j] exactly for the buckets k - j .. k + j; the zeros sit in bucket k.
+        k = len(self.boundaries)
 
-        def count_up_to(limit: float) -> float:
-            return float(buckets[: bounds.index(limit) + 1].sum())
+        def count_at_most(limit: float) -> float:
+            j = self.boundaries.index(limit)
+            return float(buckets[k - j : k + j + 1].sum()) - zeros
 
         shares: dict[str, Any] = {}
         for fmt in FORMAT_RANGES:
-            flushed = count_up_to(fmt.flush_max)
-            subnormal = count_up_to(fmt.subnormal_max) - flushed
-            overflow = float(
-                buckets[bounds.index(fmt.finite_max_input) + 1 : len(bounds) + 1].sum()
-            )
+            flushed = count_at_most(fmt.flush_max)
+            subnormal = count_at_most(fmt.subnormal_max) - flushed
+            j = self.boundaries.index(fmt.finite_max_input)
+            overflow = float(buckets[: k - j].sum() + buckets[k + j + 1 :].sum())
             shares[fmt.name] = {
                 "underflow": flushed / n_param,
                 "subnormal": subnormal / n_param,

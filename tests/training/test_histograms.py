@@ -114,7 +114,8 @@ def test_recorded_histograms_equal_numpy_on_the_same_tensors(tmp_path: Path) -> 
     with AmpMonitor(model, optimizer, scaler, out=tmp_path / "run.jsonl") as monitor:
         for _ in range(2):
             captured.clear()
-            x = torch.randn(64, 8) * 1e-3  # small: some gradients fall below FP16's range
+            # Inputs from 1 down to 1e-12: the gradients span every format's range.
+            x = torch.randn(64, 8) * torch.logspace(0, -12, 8)
             with torch.autocast("cpu", dtype=torch.float16):
                 loss = model(x).float().square().mean() * 1e-4
             optimizer.zero_grad()
@@ -137,8 +138,18 @@ def test_recorded_histograms_equal_numpy_on_the_same_tensors(tmp_path: Path) -> 
             # Format shares: the unscaled gradients times this step's scale, vs ml_dtypes.
             scaled = np.concatenate([g.ravel() for g in grads]).astype(np.float32)
             scaled = scaled * np.float32(record["scale"])
-            as_fp16 = scaled.astype(np.float16)
-            flushed = np.sum((scaled != 0) & (as_fp16 == 0)) / scaled.size
-            assert record["format_shares"]["float16"]["underflow"] == pytest.approx(flushed)
+            for name, target in ML_DTYPES.items():
+                with np.errstate(over="ignore"):
+                    cast = scaled.astype(target).astype(np.float64)
+                smallest_normal = float(ml_dtypes.finfo(target).smallest_normal)
+                expected = {
+                    "underflow": np.sum((scaled != 0) & (cast == 0)) / scaled.size,
+                    "subnormal": np.sum((cast != 0) & (np.abs(cast) < smallest_normal))
+                    / scaled.size,
+                    "overflow": np.sum(~np.isfinite(cast)) / scaled.size,
+                }
+                assert record["format_shares"][name] == expected, name
+            shares = record["format_shares"]
+            assert shares["float8_e4m3fn"]["underflow"] > 0 and shares["float16"]["subnormal"] > 0
     run = load_run(tmp_path / "run.jsonl")
     assert run.problems == () and run.status == "completed" and len(run.steps) == 2
