@@ -46,11 +46,13 @@ from fpexplorer.gui.training.plots import (
     MemoryReadout,
     run_colour,
 )
+from fpexplorer.gui.training.replay import RunFileReplay
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.paths import run_directory
 from fpexplorer.training.config import TrainConfig
-from fpexplorer.training.runlog import RunReader
 
+SYNC_LOAD_BYTES = 8 * 2**20  # ~4,000 steps with statistics on every step: under a second
+REPLAY_BUDGET_S = 0.02  # reading a larger file: at most this long per timer tick
 REFRESH_INTERVAL_MS = 33  # at most ~30 redraws a second, never one per record
 # Tables, labels and progress bars repaint whole widgets on every change (a QProgressBar
 # even synchronously): they follow at a slower pace than the curves.
@@ -123,6 +125,7 @@ class TrainingPanel(QWidget):
     """The second tab of the main window. See the module docstring for the data flow."""
 
     run_added = Signal(object)  # RunEntry
+    run_loaded = Signal(str)  # a replayed file has been read to its end
     job_state_changed = Signal(object)  # JobState
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -133,6 +136,7 @@ class TrainingPanel(QWidget):
         self._shown: dict[int, int] = {}  # run key -> revision last drawn
         self._layout_dirty = True
         self._readouts_at = 0.0
+        self._replays: list[tuple[RunFileReplay, RunEntry]] = []
         self.job = TrainingJob(self)
         self.job.records_received.connect(self._on_job_records)
         self.job.state_changed.connect(self._on_job_state_changed)
@@ -273,38 +277,79 @@ class TrainingPanel(QWidget):
         return [self.open_action, self.export_action]
 
     def load_run(self, path: str | Path) -> None:
-        """Replay a saved run file into the plots. Never raises: problems show in the panel."""
+        """Replay a saved run file into the plots. Never raises: problems show in the panel.
+
+        Files up to SYNC_LOAD_BYTES are read before this returns (the screenshot command
+        renders right after); larger ones are read in pieces between redraws (`loading`
+        is True meanwhile, `run_loaded` fires at the end), so the window stays responsive
+        and memory stays bounded however long the run.
+        """
         try:
-            reader = RunReader(path)
-            records = reader.read_new()
-            records += reader.finish()
             model = RunModel()
             model.source = Path(path).name
-            model.add_records(records)
-            for problem in reader.problems:
-                model.add_problem(problem)
-            if model.header is None and not model.steps_seen:
-                self._show_status(f"{path}: no run records found. " + "; ".join(model.problems[:3]))
+            replay = RunFileReplay(path, model)
+            if replay.done:  # could not even open it
+                self._show_status(f"Could not open {path}: " + "; ".join(model.problems[:1]))
+                return
+            if replay.size <= SYNC_LOAD_BYTES:
+                replay.advance()
+                self._finish_replay(replay, None)
                 return
             entry = self._add_run(model, Path(path))
             self._select(entry)
+            self._replays.append((replay, entry))
+            self._show_status(f"Loading {Path(path).name}…")
+        except Exception as error:  # the contract: a bad file never takes the window down
+            self._show_status(f"Could not open {path}: {error}")
+
+    @property
+    def loading(self) -> bool:
+        """True while a large run file is still being read in pieces."""
+        return bool(self._replays)
+
+    def _advance_replays(self) -> None:
+        for replay, entry in list(self._replays):
+            if replay.advance(REPLAY_BUDGET_S):
+                self._replays.remove((replay, entry))
+                self._finish_replay(replay, entry)
+            else:
+                self._show_status(f"Loading {replay.path.name}… {100 * replay.fraction:.0f}%")
+
+    def _finish_replay(self, replay: RunFileReplay, entry: RunEntry | None) -> None:
+        try:
+            model = replay.model
+            model.closed = True
+            path = replay.path
+            if model.header is None and not model.steps_seen:
+                if entry is not None:
+                    self._remove_run(entry)
+                self._show_status(f"{path}: no run records found. " + "; ".join(model.problems[:3]))
+                self.run_loaded.emit(str(path))
+                return
+            if entry is None:
+                entry = self._add_run(model, path)
+                self._select(entry)
             if not self.job.active and model.config:
                 # The form shows the replayed run's settings: Start runs it again.
                 try:
                     self.form.set_config(TrainConfig.from_dict(model.config))
                 except (TypeError, ValueError):
                     pass  # settings this version cannot show; the run itself is fine
-            note = f"Opened {Path(path).name}: {model.steps_seen} steps, {model.status}."
+            note = f"Opened {path.name}: {model.steps_seen} steps, {model.status}."
             if model.problems:
                 note += " Problems: " + "; ".join(model.problems[:3])
             self._show_status(note)
             self.refresh()
+            self.run_loaded.emit(str(path))
         except Exception as error:  # the contract: a bad file never takes the window down
-            self._show_status(f"Could not open {path}: {error}")
+            self._show_status(f"Could not open {replay.path}: {error}")
 
     def shutdown(self) -> None:
-        """Stop a running job (graceful, then kill) and the redraw timer."""
+        """Stop a running job (graceful, then kill), replays and the redraw timer."""
         self.timer.stop()
+        for replay, _entry in self._replays:
+            replay.close()
+        self._replays.clear()
         self.job.shutdown()
 
     # ----- runs --------------------------------------------------------------------
@@ -361,8 +406,16 @@ class TrainingPanel(QWidget):
         row = self.run_list.currentRow()
         if not 0 <= row < len(self._runs) or (self._runs[row] is self._live and self.job.active):
             return
-        entry = self._runs.pop(row)
+        self._remove_run(self._runs[row])
+
+    def _remove_run(self, entry: RunEntry) -> None:
+        row = self._runs.index(entry)
+        self._runs.pop(row)
         self.run_list.takeItem(row)
+        for replay, loading in list(self._replays):
+            if loading is entry:
+                replay.close()
+                self._replays.remove((replay, loading))
         if self._current is entry:
             self._current = self._runs[-1] if self._runs else None
         self._layout_dirty = True
@@ -433,6 +486,7 @@ class TrainingPanel(QWidget):
         live = self._live
         text = summary[:1].upper() + summary[1:] + "."
         if live is not None:
+            live.model.closed = True
             if live.model.end is None:
                 live.model.add_problem(summary)
             if live.path is not None and live.path.is_file():
@@ -468,6 +522,8 @@ class TrainingPanel(QWidget):
     # ----- drawing -----------------------------------------------------------------
 
     def _on_timer_timeout(self) -> None:
+        if self._replays:
+            self._advance_replays()
         if self._layout_dirty or any(
             self._shown.get(e.key) != e.model.revision for e in self._runs
         ):

@@ -374,6 +374,7 @@ class RunModel:
         self.steps_seen = 0
         self.problems: list[str] = []
         self.source: str | None = None
+        self.closed = False  # no more records will come (replay read, or job gone)
         self.revision = 0  # bumped on every change; views redraw when it moved
 
     # ----- identity -------------------------------------------------------------------
@@ -404,6 +405,8 @@ class RunModel:
     def status(self) -> str:
         if self.end is not None:
             return str(self.end.get("status", "ended"))
+        if self.closed:
+            return "incomplete"  # the file or the job ended without an `end` record
         return "running" if self.header is not None else "empty"
 
     # ----- input ----------------------------------------------------------------------

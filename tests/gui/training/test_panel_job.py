@@ -44,7 +44,8 @@ def test_a_short_job_runs_to_its_end_record(panel, qtbot) -> None:  # type: igno
     _configure(panel, steps=6, precision="fp16")
     qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     assert panel.job.state in (JobState.RUNNING, JobState.DONE)
-    qtbot.waitUntil(lambda: panel.job.state is JobState.DONE, timeout=JOB_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not panel.job.active, timeout=JOB_TIMEOUT_MS)
+    assert panel.job.state is JobState.DONE, panel.status_label.text()
     panel.refresh()
     entry = panel.current_run
     assert entry is not None and entry.live
@@ -74,7 +75,8 @@ def test_stop_mid_run_ends_with_a_stopped_record(panel, qtbot) -> None:  # type:
     assert panel.stop_button.isEnabled()
     panel.stop_button.click()
     assert panel.job.state in (JobState.STOPPING, JobState.DONE)
-    qtbot.waitUntil(lambda: panel.job.state is JobState.DONE, timeout=30_000)
+    qtbot.waitUntil(lambda: not panel.job.active, timeout=30_000)
+    assert panel.job.state is JobState.DONE, panel.status_label.text()
     model = panel.current_run.model
     assert model.end is not None and model.end["status"] == "stopped"
     assert model.end["steps"] == model.steps_seen >= 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
 from PySide6.QtGui import QGuiApplication
 
 from fpexplorer.training.config import TrainConfig
@@ -190,3 +191,28 @@ def test_replay_of_a_recorded_fp16_overflow_run(panel) -> None:  # type: ignore[
     assert panel.form.task_combo.currentText() == "overflow"
     assert panel.form.fields["steps"].edit.text() == "240"
     assert panel.form.config().precision == "fp16"
+
+
+def test_a_large_run_file_is_read_in_pieces(panel, qtbot, make_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training import panel as panel_module
+
+    monkeypatch.setattr(panel_module, "SYNC_LOAD_BYTES", 10_000)  # make this file "large"
+    path = make_run("large.jsonl", steps=400, stats_every=1)
+    with qtbot.waitSignal(panel.run_loaded, timeout=30_000):
+        panel.load_run(path)
+        assert panel.loading  # returned at once; the timer reads the rest
+    assert not panel.loading
+    model = panel.current_run.model
+    assert model.steps_seen == 400 and model.status == "completed"
+    assert "Opened large.jsonl: 400 steps, completed" in panel.status_label.text()
+
+
+def test_what_if_band_can_be_dragged(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(synthetic_run)
+    hist = panel.hist_plot
+    lo, _hi = hist.window.getRegion()
+    hist.window.setRegion((lo - 5, lo + 35))  # five binades left: a scale 2^5 larger
+    hist.window.sigRegionChangeFinished.emit(hist.window)
+    assert hist.last_what_if is not None
+    assert hist.scale_spin.value() == hist.last_what_if.log2_scale
+    assert hist.window.getRegion()[0] == pytest.approx(lo - 5)
