@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from fpexplorer.formats import CLASSES, FloatFormat
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
-from fpexplorer.gui.formats.state import FormatsSession, hex_code, shortest_text
+from fpexplorer.gui.formats.state import FormatsSession, display_text, hex_code
 from fpexplorer.gui.theme import plot_colors
 
 MAX_MAP_BITS = 16
@@ -197,5 +197,5 @@ class CodesMap(LazyView):
         if code is None or fmt is None:
             return
         self.hover.setText(
-            f"{hex_code(fmt, code)} = {shortest_text(fmt, code)} ({fmt.classify(code)})"
+            f"{hex_code(fmt, code)} = {display_text(fmt, code)} ({fmt.classify(code)})"
         )

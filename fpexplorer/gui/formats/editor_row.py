@@ -218,7 +218,7 @@ class EditorRow(QFrame):
         self.badge.setText(readout.kind)
         self.badge.setToolTip(CLASS_HELP[readout.kind])
         self.badge.set_color(QColor(color))
-        text = f"<b>{readout.shortest}</b> &nbsp; <code>{readout.hex_code}</code>"
+        text = f"<b>{readout.display}</b> &nbsp; <code>{readout.hex_code}</code>"
         rounded = readout.rounded
         if rounded is not None and rounded.inexact and editor.input is not None:
             text += f" &nbsp; ← {typed(editor.input)}, rel. error {short(rounded.error_rel, 3)}"

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from fpexplorer.formats import ExactValue, FloatFormat
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
-from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession, shortest_text
+from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession, display_text
 from fpexplorer.gui.formats.text import typed as typed_text
 from fpexplorer.gui.theme import plot_colors
 
@@ -141,7 +141,7 @@ class NumberLineView(LazyView):
         mid_y = np.tile([-0.25, 0.25], len(mids))
         self.midpoints.setData(mid_x, mid_y)
         for label, code, x in zip(self.value_labels, codes, xs, strict=False):
-            label.setText(shortest_text(fmt, code))
+            label.setText(display_text(fmt, code))
             label.setPos(x, -0.35)
         for label in self.value_labels[len(codes):]:
             label.setText("")

@@ -192,7 +192,7 @@ class ReadoutPanel(QFrame):
         if rounded is None or not was_typed:
             return "<span style='color:gray'>type a value above to see how it rounds</span>"
         parts = [
-            f"input {typed(rounded.input)} → {readout.shortest} ({rounded.rounding}"
+            f"input {typed(rounded.input)} → {readout.display} ({rounded.rounding}"
             f", overflow: {rounded.overflow_policy}) &nbsp; error abs "
             f"{short(rounded.error_abs, 6)}, rel {short(rounded.error_rel, 6)}, "
             f"{short(rounded.error_ulps, 6)} ulp",

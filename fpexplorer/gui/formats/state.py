@@ -72,6 +72,7 @@ class CodeReadout:
     fields: Fields
     exact: str  # every digit
     shortest: str  # shortest decimal that reads back to this code
+    display: str  # what a glance shows: exact when short, else shortest (display_text)
     scientific: str
     hex_code: str
     binary_code: str  # sign|exponent|fraction
@@ -88,6 +89,25 @@ def shortest_text(fmt: FloatFormat, code: int) -> str:
         return fmt.shortest_decimal(code)
     except ValueError:
         return str(fmt.to_exact(code))
+
+
+DISPLAY_MAX_DIGITS = 12  # exact values up to this many significant digits are shown whole
+
+
+@lru_cache(maxsize=8192)
+def display_text(fmt: FloatFormat, code: int) -> str:
+    """A value as shown at a glance: every digit when there are few (65504, 2.75, 65536),
+    otherwise the shortest decimal that reads back to the code (0.1 for float32 0x3DCCCCCD).
+
+    The shortest decimal alone misleads where it matters most: FP16's largest value would
+    read 65500 and BF16's 65536 would too.
+    """
+    if fmt.classify(code) in ("zero", "subnormal", "normal"):
+        exact = exact_decimal(fmt.to_exact(code))
+        digits = exact.lstrip("-").replace(".", "").lstrip("0")
+        if len(digits) <= DISPLAY_MAX_DIGITS and len(exact) <= DISPLAY_MAX_DIGITS + 4:
+            return exact
+    return shortest_text(fmt, code)
 
 
 def hex_code(fmt: FloatFormat, code: int) -> str:
@@ -162,10 +182,11 @@ def build_readout(fmt: FloatFormat, code: int, rounded: Rounded | None) -> CodeR
         fields=fields,
         exact=exact,
         shortest=shortest,
+        display=display_text(fmt, code),
         scientific=scientific(exact, 21) if finite else str(value),
         hex_code=hex_code(fmt, code),
         binary_code=fmt.code_to_bits(code),
-        formula=formula_text(fmt, code, kind, fields, shortest),
+        formula=formula_text(fmt, code, kind, fields, display_text(fmt, code)),
         gap_down=fmt.gap_down(code) if finite else None,
         gap_up=fmt.gap_up(code) if finite else None,
         rounded=rounded,

@@ -20,8 +20,8 @@ from fpexplorer.gui.formats.plotting import LazyView
 from fpexplorer.gui.formats.state import (
     STOCHASTIC_SEED,
     FormatsSession,
+    display_text,
     hex_code,
-    shortest_text,
 )
 from fpexplorer.gui.formats.text import short
 from fpexplorer.gui.theme import class_hex
@@ -137,7 +137,7 @@ class CrossFormatTable(LazyView):
         return [
             fmt.name,
             hex_code(fmt, rounded.code),
-            shortest_text(fmt, rounded.code),
+            display_text(fmt, rounded.code),
             kind,
             short(rounded.error_abs, 6),
             short(rounded.error_rel, 6),

@@ -237,3 +237,16 @@ def test_any_text_gives_a_result_or_a_message_never_an_exception(text: str) -> N
     else:
         assert session.entry_error
         assert [editor.code for editor in session.editors] == before
+
+
+def test_display_text_is_exact_when_short_and_shortest_otherwise() -> None:
+    from fpexplorer.formats import get_format
+    from fpexplorer.gui.formats.state import display_text
+
+    # The shortest round-trip decimal of both is 65500: a glance must not show that.
+    assert display_text(get_format("fp16"), 0x7BFF) == "65504"
+    assert display_text(get_format("bf16"), 0x4780) == "65536"
+    assert display_text(get_format("fp6_e2m3"), 0x13) == "2.75"
+    # float32 0.1 has 27 significant digits: the shortest decimal stands in for them.
+    assert display_text(get_format("fp32"), 0x3DCCCCCD) == "0.1"
+    assert display_text(get_format("fp16"), 0x7E00) == "nan"
