@@ -143,8 +143,23 @@ def main() -> int:
         panel.refresh()
         rss_at["end"] = rss_mib()
         streaming = probe.summary()
+        streaming_p99 = percentile(probe.samples, 99)
         ok = panel.job.state is JobState.DONE and model.steps_seen == args.steps
         run_bytes = run_path.stat().st_size
+
+        # Replay of the same file (File > Open Run): read in pieces between redraws.
+        loaded = QEventLoop()
+        panel.run_loaded.connect(loaded.quit)
+        probe.start()
+        started_replay = time.perf_counter()
+        panel.load_run(run_path)
+        if panel.loading:
+            loaded.exec()
+        replay_s = time.perf_counter() - started_replay
+        probe.stop()
+        replay = probe.summary()
+        replayed = panel.current_run.model.steps_seen if panel.current_run else 0
+        rss_at["replay"] = rss_mib()
 
     print(f"training panel benchmark (synthetic job, {args.steps} steps, stats every "
           f"{args.stats_every}, run file {run_bytes / 2**20:.1f} MiB)")  # fmt: skip
@@ -161,7 +176,10 @@ def main() -> int:
           f"({elapsed:.1f} s wall)")  # fmt: skip
     print(f"  event-loop lateness, idle panel:      {idle}")
     print(f"  event-loop lateness, while streaming: {streaming}")
-    print(f"  p99 target < 50 ms: {'met' if percentile(probe.samples, 99) < 50 else 'MISSED'}")
+    print(f"  p99 target < 50 ms while streaming: {'met' if streaming_p99 < 50 else 'MISSED'}")
+    print(f"  replay of the run file: {replayed:,} steps in {replay_s:.1f} s, "
+          f"RSS after {rss_at['replay']:.1f} MiB")  # fmt: skip
+    print(f"  event-loop lateness, during replay:   {replay}")
     panel.shutdown()
     return 0 if ok else 1
 

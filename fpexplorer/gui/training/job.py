@@ -30,7 +30,7 @@ from fpexplorer.training.runlog import parse_record
 PAUSE_SUPPORTED = hasattr(signal, "SIGSTOP") and sys.platform != "win32"
 MAX_STDERR_LINES = 200
 MAX_LINE_BYTES = 64 * 1024 * 1024
-PARSE_BUDGET_S = 0.008  # parse records for at most this long per event-loop turn
+PARSE_BUDGET_S = 0.005  # parse records for at most this long per event-loop turn
 MAX_BACKLOG_LINES = 20_000
 
 
@@ -195,7 +195,11 @@ class TrainingJob(QObject):
             self.problem.emit("a line of the job's output was too long and was dropped")
             self._stdout_pending = b""
         self._backlog.extend(lines)
-        self._drain()
+        if not self._drain_scheduled:
+            # Parsed on a later turn of the loop, so reading the pipe and parsing never add
+            # up in one turn.
+            self._drain_scheduled = True
+            QTimer.singleShot(0, self._drain)
 
     def _drain(self, budget_s: float | None = PARSE_BUDGET_S) -> None:
         """Parse waiting lines for at most `budget_s`, then let the event loop breathe.

@@ -52,8 +52,8 @@ from fpexplorer.paths import run_directory
 from fpexplorer.training.config import TrainConfig
 
 SYNC_LOAD_BYTES = 8 * 2**20  # ~4,000 steps with statistics on every step: under a second
-REPLAY_BUDGET_S = 0.02  # reading a larger file: at most this long per timer tick
-REFRESH_INTERVAL_MS = 33  # at most ~30 redraws a second, never one per record
+REPLAY_BUDGET_S = 0.012  # reading a larger file: about this long per timer tick
+REFRESH_INTERVAL_MS = 50  # at most 20 redraws a second (<= 30), never one per record
 # Tables, labels and progress bars repaint whole widgets on every change (a QProgressBar
 # even synchronously): they follow at a slower pace than the curves.
 READOUT_INTERVAL_S = 0.25

@@ -20,7 +20,7 @@ from pathlib import Path
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.training.runlog import MAX_LINE_BYTES, parse_record
 
-CHUNK_BYTES = 64 * 1024
+CHUNK_BYTES = 16 * 1024  # ~8 records with statistics: fine-grained time budget
 
 
 class RunFileReplay:
