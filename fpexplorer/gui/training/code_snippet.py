@@ -14,7 +14,9 @@ def _device_type(config: TrainConfig) -> str:
 
 
 def _lr(config: TrainConfig) -> str:
-    return "1e-3  # the task's default in fpexplorer" if config.lr is None else f"{config.lr!r}"
+    if config.lr is None:
+        return "1e-3  # yours to choose (the fpexplorer task uses its own default)"
+    return f"{config.lr!r}"
 
 
 def _optimizer(config: TrainConfig) -> str:

@@ -211,6 +211,7 @@ class TrainingPanel(QWidget):
         self.left_tabs.setMinimumWidth(250)
         self.left_tabs.addTab(job_tab, "Job")
         self.left_tabs.addTab(code_tab, "PyTorch code")
+        self.code_tab = code_tab
 
         # ----- right: the plots ---------------------------------------------------------
         self.loss_plot = LossPlot()
@@ -252,6 +253,8 @@ class TrainingPanel(QWidget):
         splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([300, 1300])
+        self._splitter = splitter
+        self.left_tabs.currentChanged.connect(self._on_left_tab_changed)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(splitter)
@@ -512,6 +515,12 @@ class TrainingPanel(QWidget):
         except ValueError:
             return  # the fields show what is wrong; the code keeps the last valid config
         self.code_view.setPlainText(pytorch_code(config))
+
+    def _on_left_tab_changed(self, index: int) -> None:
+        # Code needs width: the code tab takes half the panel, the form a narrow column.
+        total = sum(self._splitter.sizes())
+        left = total // 2 if self.left_tabs.widget(index) is self.code_tab else 300
+        self._splitter.setSizes([left, total - left])
 
     def _on_copy_clicked(self) -> None:
         QGuiApplication.clipboard().setText(self.code_view.toPlainText())
