@@ -86,8 +86,13 @@ class RunWriter:
         line = encode_record(record)
         self._file.write((line + "\n").encode("utf-8"))
         if self._echo is not None:
-            self._echo.write(line + "\n")
-            self._echo.flush()
+            try:
+                self._echo.write(line + "\n")
+                self._echo.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                # The reader of the stream went away (e.g. the window closed): the file
+                # still receives every record, so the run is not lost.
+                self._echo = None
         self.records_written += 1
         return line
 

@@ -158,3 +158,15 @@ def test_newer_schema_is_reported(tmp_path: Path) -> None:
     path.write_text(encode_record({**HEADER, "schema": SCHEMA_VERSION + 1}) + "\n")
     run = load_run(path)
     assert run.header is None and "newer than this reader" in run.problems[0]
+
+
+def test_writer_survives_a_closed_echo_stream(tmp_path: Path) -> None:
+    import io
+
+    echo = io.StringIO()
+    with RunWriter(tmp_path / "run.jsonl", echo=echo) as writer:
+        writer.write(HEADER)
+        echo.close()  # the reader went away
+        writer.write(_step(0))
+    run = load_run(tmp_path / "run.jsonl")
+    assert run.header is not None and len(run.steps) == 1
