@@ -266,6 +266,10 @@ class TrainingPanel(QWidget):
         self.export_action = QAction("Export Plots and CSV…", self)
         self.export_action.triggered.connect(self._on_export_triggered)
 
+        # Large replays are read in REPLAY_BUDGET_S pieces on every idle turn of the loop.
+        self.replay_timer = QTimer(self)
+        self.replay_timer.setInterval(0)
+        self.replay_timer.timeout.connect(self._advance_replays)
         self.timer = QTimer(self)
         self.timer.setInterval(REFRESH_INTERVAL_MS)
         self.timer.timeout.connect(self._on_timer_timeout)
@@ -301,6 +305,7 @@ class TrainingPanel(QWidget):
             entry = self._add_run(model, Path(path))
             self._select(entry)
             self._replays.append((replay, entry))
+            self.replay_timer.start()
             self._show_status(f"Loading {Path(path).name}…")
         except Exception as error:  # the contract: a bad file never takes the window down
             self._show_status(f"Could not open {path}: {error}")
@@ -311,6 +316,9 @@ class TrainingPanel(QWidget):
         return bool(self._replays)
 
     def _advance_replays(self) -> None:
+        if not self._replays:
+            self.replay_timer.stop()
+            return
         for replay, entry in list(self._replays):
             if replay.advance(REPLAY_BUDGET_S):
                 self._replays.remove((replay, entry))
@@ -350,6 +358,7 @@ class TrainingPanel(QWidget):
     def shutdown(self) -> None:
         """Stop a running job (graceful, then kill), replays and the redraw timer."""
         self.timer.stop()
+        self.replay_timer.stop()
         for replay, _entry in self._replays:
             replay.close()
         self._replays.clear()
@@ -531,8 +540,6 @@ class TrainingPanel(QWidget):
     # ----- drawing -----------------------------------------------------------------
 
     def _on_timer_timeout(self) -> None:
-        if self._replays:
-            self._advance_replays()
         if self._layout_dirty or any(
             self._shown.get(e.key) != e.model.revision for e in self._runs
         ):
