@@ -216,14 +216,25 @@ class StickyRange:
 
 
 def x_extent(runs: Sequence[tuple[int, RunModel, str, bool]]) -> float:
-    """The last step the x axis must show: the planned length of the visible runs."""
+    """The last step the x axis must show for the visible runs.
+
+    A finished run shows its length. A live run shows its planned length while it is
+    within 4x of what has arrived, else room for 1.5x what has arrived: the axis then
+    moves a logarithmic number of times, not on every frame.
+    """
     extent = 1.0
     for _key, model, _colour, visible in runs:
         if not visible:
             continue
-        planned = model.planned_steps or 0
-        seen = model.scalars.steps[-1] + 1 if len(model.scalars) else 0
-        extent = max(extent, float(planned), float(seen))
+        seen = float(model.scalars.steps[-1] + 1) if len(model.scalars) else 0.0
+        planned = float(model.planned_steps or 0)
+        if model.end is not None or model.closed or not planned:
+            wanted = seen  # finished (or no plan): exactly what is there
+        elif planned <= 4 * max(seen, 1.0):
+            wanted = planned
+        else:
+            wanted = 1.5 ** math.ceil(math.log(max(seen, 16.0) * 1.5, 1.5))
+        extent = max(extent, wanted)
     return extent
 
 
