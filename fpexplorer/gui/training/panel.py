@@ -436,6 +436,9 @@ class TrainingPanel(QWidget):
 
     def start_job(self) -> bool:
         """Start a job from the form; returns False (and says why) when it cannot start."""
+        if self.job.active:
+            self._show_status(f"Cannot start: a job is {self.job.state.value}")
+            return False
         try:
             config = self.form.config()
         except ValueError as error:
@@ -460,6 +463,8 @@ class TrainingPanel(QWidget):
         try:
             self.job.start(config, path)
         except (ValueError, RuntimeError) as error:
+            self._remove_run(entry)
+            self._live = None
             self._show_status(f"Cannot start: {error}")
             return False
         note = f"Running; the run is saved to {path}"

@@ -262,6 +262,14 @@ class RunCurves:
             curve.setClipToView(True)
             self.plot.addItem(curve)
             self.curves[key] = curve
+        elif curve.name() != name:
+            # A live run is named from the form until its header arrives with the job's
+            # own settings (e.g. the task's learning rate): the legend follows.
+            curve.opts["name"] = name
+            if self.legend is not None:
+                label = self.legend.getLabel(curve)
+                if label is not None:
+                    label.setText(name)
         return curve
 
     def drop_missing(self, keys: set[int]) -> None:
@@ -667,8 +675,7 @@ class HeatmapPlot(QWidget):
             lo = HEAT_LO + int(occupied[0]) - 4
             hi = HEAT_LO + int(occupied[-1]) + 5
             lo, hi = min(lo, -28), max(hi, 18)
-            planned = model.planned_steps if model is not None else None
-            x_hi = max(float(planned or 0), last + per_column)
+            x_hi = max(x_extent([(0, model, "", True)]), last + per_column)
             self.range.show(0.0, x_hi, max(lo, HEAT_LO), min(hi, HEAT_HI))
 
 

@@ -320,7 +320,7 @@ def run_label(config: Mapping[str, Any] | None, fallback: str = "run") -> str:
         parts.append(f"scale={to_float(config['loss_scale']):g}")
     elif precision == "fp16" and to_float(config.get("init_scale", 65536.0)) != 65536.0:
         parts.append(f"init={to_float(config['init_scale']):g}")
-    if "lr" in config:
+    if config.get("lr") is not None:  # None: the task's default, not known until the header
         parts.append(f"lr={to_float(config['lr']):g}")
     if "seed" in config:
         parts.append(f"seed={config['seed']}")

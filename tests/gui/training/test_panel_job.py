@@ -193,3 +193,14 @@ def test_the_gui_process_never_imports_torch(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"started": True, "state": "done", "steps": 3, "torch": []}
+
+
+def test_start_while_a_job_runs_is_refused_and_adds_no_run(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
+    _configure(panel, steps=1_000_000)
+    assert panel.start_job()
+    assert not panel.start_button.isEnabled()
+    assert not panel.start_job()
+    assert "Cannot start: a job is running" in panel.status_label.text()
+    assert len(panel.runs) == 1
+    panel.stop_button.click()
+    qtbot.waitUntil(lambda: not panel.job.active, timeout=JOB_TIMEOUT_MS)
