@@ -4,8 +4,8 @@ Both variants run in ONE process, on the same model, interleaved in blocks of st
 a busy machine slows both alike; the figure is the ratio of the median step times. A third
 variant without any monitor shows what the hooks cost when statistics are off.
 
-    python benchmarks/bench_monitor.py                  # transformer task, fp32 and bf16
-    python benchmarks/bench_monitor.py --precision fp16 --blocks 6
+    python benchmarks/bench_monitor.py                  # transformer, width 256, fp32 and bf16
+    python benchmarks/bench_monitor.py --model mlp --width 1024 --layers 4 --batch 1024
 
 Aim: statistics every step cost at most 5% (ratio <= 1.05) on a model whose bare step takes
 at least 20 ms. Only CPU is measured here when no GPU is present.
@@ -18,19 +18,45 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from fpexplorer.training.job import PLANS, make_optimizer
 from fpexplorer.training.monitor import AmpMonitor
-from fpexplorer.training.tasks import make_transformer
+from fpexplorer.training.tasks import Task, make_transformer
+
+
+def wide_mlp(width: int, layers: int, batch: int) -> Task:
+    """A wide MLP on random regression data: much compute per activation element."""
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(batch * 4, width, generator=generator)
+    targets = torch.randn(batch * 4, width, generator=generator)
+    torch.manual_seed(0)
+    modules: list[nn.Module] = []
+    for _ in range(layers):
+        modules += [nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*modules, nn.Linear(width, width))
+
+    def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            for start in range(0, len(inputs), batch):
+                yield inputs[start : start + batch], targets[start : start + batch]
+
+    return Task("wide-mlp", model, batches(), F.mse_loss, 1e-3, batch, "adam")
 
 
 def step_times(precision: str, blocks: int, block_steps: int, device: torch.device,
-               width: int, layers: int, batch: int) -> dict[str, list[float]]:  # fmt: skip
+               model_name: str, width: int, layers: int, batch: int,
+               ) -> dict[str, list[float]]:  # fmt: skip
     plan = PLANS[precision]
-    task = make_transformer(0, batch, width=width, layers=layers, context=64)
+    if model_name == "mlp":
+        task = wide_mlp(width, layers, batch)
+    else:
+        task = make_transformer(0, batch, width=width, layers=layers, context=64)
     model = task.model.to(device=device, dtype=plan.params_dtype)
     optimizer = make_optimizer("adam", model.parameters(), 1e-3, plan.params_dtype == torch.float16)
     scaler = torch.amp.GradScaler(device.type) if plan.scaler == "dynamic" else None
@@ -84,7 +110,8 @@ def main() -> int:
     parser.add_argument("--precision", default="fp32,bf16", help="comma-separated modes")
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--block-steps", type=int, default=8)
-    parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--model", choices=("transformer", "mlp"), default="transformer")
+    parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -92,13 +119,15 @@ def main() -> int:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    print(f"transformer width {args.width}, {args.layers} layers, batch {args.batch} x 64 "
-          f"tokens on {device} ({torch.get_num_threads()} thread(s)), torch {torch.__version__}")  # fmt: skip
+    shape = "x 64 tokens" if args.model == "transformer" else "rows"
+    threads = torch.get_num_threads()
+    print(f"{args.model} width {args.width}, {args.layers} layers, batch {args.batch} {shape} "
+          f"on {device} ({threads} thread(s)), torch {torch.__version__}")  # fmt: skip
     print(f"{'precision':10} {'bare ms':>8} {'off ms':>8} {'every ms':>9} {'every/off':>10}"
           f" {'off/bare':>9}")  # fmt: skip
     for precision in args.precision.split(","):
-        times = step_times(precision, args.blocks, args.block_steps, device, args.width,
-                           args.layers, args.batch)  # fmt: skip
+        times = step_times(precision, args.blocks, args.block_steps, device, args.model,
+                           args.width, args.layers, args.batch)  # fmt: skip
         bare, off, every = (statistics.median(times[k]) for k in
                             ("bare", "stats off", "stats every step"))  # fmt: skip
         print(f"{precision:10} {bare * 1e3:8.1f} {off * 1e3:8.1f} {every * 1e3:9.1f}"

@@ -31,7 +31,8 @@ def table(summaries: list[RunSummary]) -> str:
               "steps/s")  # fmt: skip
     rows = [header]
     for s in summaries:
-        scale = f"{s.scale_min:g}" if s.scale_min == s.scale_max else f"{s.scale_min:g}–{s.scale_max:g}"
+        low, high = f"{s.scale_min:g}", f"{s.scale_max:g}"
+        scale = low if low == high else f"{low}–{high}"
         zeros = "-" if s.act_zero_share is None else f"{100 * s.act_zero_share:.1f}%"
         rows.append((s.precision, f"{s.final_loss:.3g}", f"{s.final_loss / reference:.2f}x",
                      f"{zeros} ({s.act_dtype})", str(s.skipped_steps), scale,

@@ -264,6 +264,37 @@ def fast_code_rows(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[
     return torch.cat(blocks), row_of
 
 
+def _count_at_most(values: torch.Tensor, bounds: Sequence[float]) -> torch.Tensor:
+    """[count of |v| <= b for each b in bounds (ascending float32 values), count of v == 0].
+
+    Counts the top 16 bits of every |v| (one bincount); only the elements whose top bits
+    equal a bound's are compared with it exactly. Far cheaper than a comparison per bound
+    (or a binary-search bucketize) over all elements. NaN is never <= a bound.
+    """
+    device = values.device
+    if int(np.float32(bounds[0]).view(np.int32)) >> 16 != 0:
+        raise ValueError("the smallest bound must lie in pattern 0 (below 2**-133)")
+    bound_tensor = torch.tensor(bounds, dtype=torch.float32, device=device)
+    bound_patterns = (bound_tensor.view(torch.int32) >> 16).to(torch.int16)
+    patterns = values.view(torch.int16)[_HIGH_HALF::2] & 0x7FFF
+    below = torch.cumsum(torch.bincount(patterns, minlength=32768), 0)
+    # Elements strictly below each bound's pattern, then the exact check inside it.
+    index = bound_patterns.long()
+    strictly_below = torch.where(index > 0, below[(index - 1).clamp(min=0)], 0)
+    on_boundary = torch.isin(patterns, bound_patterns)
+    magnitudes = values[on_boundary].abs()
+    boundary_patterns = patterns[on_boundary]
+    inside = torch.stack(
+        [
+            torch.count_nonzero((boundary_patterns == pattern) & (magnitudes <= bound))
+            for pattern, bound in zip(bound_patterns, bound_tensor, strict=True)
+        ]
+    )
+    # Zero is in pattern 0, which is always a boundary (BF16's flush bound 2**-134 is in it).
+    zeros = torch.count_nonzero(magnitudes == 0)
+    return torch.cat([strictly_below + inside, zeros.reshape(1)])
+
+
 def _abs_max(tensor: torch.Tensor) -> torch.Tensor:
     """max |x| in one pass (NaN when any element is NaN)."""
     low, high = torch.aminmax(tensor.detach().reshape(-1))
@@ -631,8 +662,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             parts.append(torch.stack([_abs_max(g) for _, g in act_grads]).to(torch.float64))
         if values is not None:
             # Shares of the gradients, multiplied back by this step's scale, that each format
-            # would flush, round to a subnormal, or overflow: counts of |g * scale| <= m for
-            # each threshold m (vectorised comparisons; a binary-search bucketize is 3x slower).
+            # would flush, round to a subnormal, or overflow: for each threshold m, the count
+            # of |g * scale| <= m, exact.
             magnitudes = sorted(
                 {
                     b
@@ -640,10 +671,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                     for b in (f.flush_max, f.subnormal_max, f.finite_max_input)
                 }
             )
-            scaled = (values * self._scale_used).abs()
-            at_most = [torch.count_nonzero(scaled <= bound) for bound in magnitudes]
-            zeros = values.numel() - torch.count_nonzero(values)
-            parts.append(torch.stack([*at_most, zeros]).to(torch.float64))
+            parts.append(_count_at_most(values * self._scale_used, magnitudes).to(torch.float64))
             layout.boundaries = magnitudes
             if self._old_params is not None:
                 parts.append(self._lost_updates(values).to(torch.float64))
@@ -656,14 +684,16 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         assert self._old_params is not None
         old = self._old_params
         new = torch.cat([p.detach().reshape(-1) for _, p in self._param_layer])
-        intended = grads != 0
         if old.dtype == torch.float16:
-            lost = intended & (new == old)
+            unchanged = new == old
         else:
             old16 = old.to(torch.float16)
-            moved = (old16.float() + (new.float() - old.float())).to(torch.float16)
-            lost = intended & (moved == old16)
-        return torch.stack([lost.sum(), intended.sum()])
+            # old16 + update, computed in FP32 (type promotion, no FP32 copy of old16) and
+            # rounded as an FP16 weight would be.
+            unchanged = torch.add(old16, new - old).to(torch.float16) == old16
+        intended = torch.count_nonzero(grads)
+        lost = torch.count_nonzero(unchanged.logical_and_(grads != 0))
+        return torch.stack([lost, intended])
 
     def _memory(self) -> dict[str, Any]:
         optimizer_tensors = (

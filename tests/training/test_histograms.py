@@ -153,3 +153,22 @@ def test_recorded_histograms_equal_numpy_on_the_same_tensors(tmp_path: Path) -> 
             assert shares["float8_e4m3fn"]["underflow"] > 0 and shares["float16"]["subnormal"] > 0
     run = load_run(tmp_path / "run.jsonl")
     assert run.problems == () and run.status == "completed" and len(run.steps) == 2
+
+
+def test_count_at_most_is_exact_at_every_bound() -> None:
+    from fpexplorer.training.monitor import _count_at_most
+
+    bounds = sorted({b for f in FORMAT_RANGES for b in
+                     (f.flush_max, f.subnormal_max, f.finite_max_input)})  # fmt: skip
+    near = []
+    for bound in bounds:
+        b = np.float32(bound)
+        near += [np.nextafter(b, np.float32(0)), b, np.nextafter(b, np.float32(np.inf))]
+    generator = np.random.default_rng(3)
+    spread = generator.standard_normal(5000) * np.exp2(generator.integers(-150, 128, 5000))
+    values = np.concatenate([near, -np.array(near), spread, [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    values = values.astype(np.float32)
+    counts = _count_at_most(torch.from_numpy(values), bounds).tolist()
+    with np.errstate(invalid="ignore"):
+        expected = [int(np.sum(np.abs(values) <= np.float32(b))) for b in bounds]
+    assert counts == [*expected, int(np.sum(values == 0))]
