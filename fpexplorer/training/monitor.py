@@ -281,9 +281,13 @@ def _count_at_most(values: torch.Tensor, bounds: Sequence[float]) -> torch.Tenso
     # Elements strictly below each bound's pattern, then the exact check inside it.
     index = bound_patterns.long()
     strictly_below = torch.where(index > 0, below[(index - 1).clamp(min=0)], 0)
-    on_boundary = torch.isin(patterns, bound_patterns)
-    magnitudes = values[on_boundary].abs()
-    boundary_patterns = patterns[on_boundary]
+    # A 32768-entry table lookup: torch.isin is ~5x slower here.
+    is_bound = torch.zeros(32768, dtype=torch.bool, device=device)
+    is_bound[bound_patterns.long()] = True
+    on_boundary = is_bound.index_select(0, patterns.int())
+    where = on_boundary.nonzero().squeeze(1)  # one nonzero() for both selections
+    magnitudes = values.index_select(0, where).abs()
+    boundary_patterns = patterns.index_select(0, where)
     inside = torch.stack(
         [
             torch.count_nonzero((boundary_patterns == pattern) & (magnitudes <= bound))
