@@ -89,6 +89,7 @@ def test_to_argv_parses_back_to_the_same_config() -> None:
 def test_config_and_runlog_do_not_import_torch() -> None:
     code = (
         "import fpexplorer.training, fpexplorer.training.config, fpexplorer.training.runlog\n"
+        "import fpexplorer.training.summary, fpexplorer.commands.runs\n"
         "import sys; print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
