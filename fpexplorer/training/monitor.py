@@ -393,7 +393,6 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._old_params: torch.Tensor | None = None
         self._optimizer_stepped = False
-        self._seg_cache: tuple[tuple[int, ...], torch.Tensor] | None = None
         self._handles: list[RemovableHandle] = []
         self._install_hooks()
         self._set_collecting()
@@ -520,8 +519,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
     def _on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
-        if self._collecting and self._param_layer:
-            self._old_params = torch.cat([p.detach().reshape(-1) for _, p in self._param_layer])
+        with_grads = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
+        if self._collecting and with_grads:
+            self._old_params = torch.cat(with_grads)
 
     def _on_optimizer_step_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
@@ -612,15 +612,6 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._set_collecting()
         return record
 
-    def _segment_ids(self, sizes: tuple[int, ...]) -> torch.Tensor:
-        if self._seg_cache is None or self._seg_cache[0] != sizes:
-            ids = torch.repeat_interleave(
-                torch.arange(len(sizes), device=self.device),
-                torch.tensor(sizes, device=self.device),
-            )
-            self._seg_cache = (sizes, ids)
-        return self._seg_cache[1]
-
     def _device_statistics(
         self, parts: list[torch.Tensor], norms: torch.Tensor | None
     ) -> _StatsLayout:
@@ -677,17 +668,22 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             )
             parts.append(_count_at_most(values * self._scale_used, magnitudes).to(torch.float64))
             layout.boundaries = magnitudes
-            if self._old_params is not None:
-                parts.append(self._lost_updates(values).to(torch.float64))
+            lost_updates = self._lost_updates(values)
+            if lost_updates is not None:
+                parts.append(lost_updates.to(torch.float64))
                 layout.has_lost_updates = True
         return layout
 
-    def _lost_updates(self, grads: torch.Tensor) -> torch.Tensor:
+    def _lost_updates(self, grads: torch.Tensor) -> torch.Tensor | None:
         """[updates lost, updates intended]: among weights with a non-zero gradient, those
-        whose FP16 weight would not change (FP32 master weights) or did not (FP16 weights)."""
-        assert self._old_params is not None
+        whose FP16 weight would not change (FP32 master weights) or did not (FP16 weights).
+        None when the optimizer did not step (a skipped step) or the gradients changed since."""
         old = self._old_params
-        new = torch.cat([p.detach().reshape(-1) for _, p in self._param_layer])
+        if old is None or old.numel() != grads.numel():
+            return None
+        new = torch.cat(
+            [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
+        )
         if old.dtype == torch.float16:
             unchanged = new == old
         else:

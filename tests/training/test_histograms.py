@@ -173,3 +173,25 @@ def test_count_at_most_is_exact_at_every_bound() -> None:
     with np.errstate(invalid="ignore"):
         expected = [int(np.sum(np.abs(values) <= np.float32(b))) for b in bounds]
     assert counts == [*expected, int(np.sum(values == 0))]
+
+
+def test_a_layer_without_gradients_is_counted_as_absent(tmp_path: Path) -> None:
+    class PartlyUsed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.used = nn.Linear(4, 2)
+            self.unused = nn.Linear(4, 2)  # never called: its gradients stay None
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)  # type: ignore[no-any-return]
+
+    model = PartlyUsed()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl") as monitor:
+        loss = model(torch.ones(3, 4)).sum()
+        loss.backward()
+        optimizer.step()
+        record = monitor.step(loss)
+    assert sum(record["grad_hist"]["counts"]) + record["grad_hist"]["zero"] == 10
+    assert record["lost_updates"]["intended"] == 10
+    assert [layer["name"] for layer in record["layers"]] == ["used", "unused"]
