@@ -119,12 +119,25 @@ class ExactValue:
         return f"{sign}{magnitude.numerator}/{magnitude.denominator}"
 
 
+def _twos_and_fives(denominator: int) -> tuple[int, int] | None:
+    """(a, b) with denominator == 2**a * 5**b, or None when another prime divides it.
+
+    Found without dividing out one factor at a time: that loop is quadratic in the size of
+    the number and took seconds for the tiny values of wide custom formats (2**-32813)."""
+    twos = (denominator & -denominator).bit_length() - 1
+    rest = denominator >> twos
+    if rest == 1:
+        return twos, 0
+    # 5**b has about b * log2(5) bits: try the one or two exponents that size allows.
+    estimate = int(rest.bit_length() / math.log2(5))
+    for fives in (estimate - 1, estimate, estimate + 1):
+        if fives > 0 and 5**fives == rest:
+            return twos, fives
+    return None
+
+
 def _is_terminating(value: Fraction) -> bool:
-    denominator = value.denominator
-    for prime in (2, 5):
-        while denominator % prime == 0:
-            denominator //= prime
-    return denominator == 1
+    return _twos_and_fives(value.denominator) is not None
 
 
 def exact_decimal(x: Fraction | ExactValue | int, max_digits: int | None = None) -> str:
@@ -149,15 +162,9 @@ def exact_decimal(x: Fraction | ExactValue | int, max_digits: int | None = None)
     if magnitude == 0:
         return f"{sign}0"
     numerator, denominator = magnitude.numerator, magnitude.denominator
-    if _is_terminating(magnitude):
-        twos = fives = 0
-        rest = denominator
-        while rest % 2 == 0:
-            rest //= 2
-            twos += 1
-        while rest % 5 == 0:
-            rest //= 5
-            fives += 1
+    factors = _twos_and_fives(denominator)
+    if factors is not None:
+        twos, fives = factors
         places = max(twos, fives)
         scaled = numerator * 2 ** (places - twos) * 5 ** (places - fives)  # value * 10**places
         digits = int_to_decimal_str(scaled)

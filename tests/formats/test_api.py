@@ -245,6 +245,18 @@ def test_exact_decimal() -> None:
     assert parse_value(exact_decimal(huge)).fraction == huge
 
 
+@pytest.mark.timeout(10)  # a hang guard, far above the few ms this takes
+def test_exact_decimal_of_values_with_huge_denominators() -> None:
+    # 1e-99999 as typed and the smallest value of a 16-exponent-bit format: the expansion
+    # used to divide the denominator by 2 and 5 one factor at a time (quadratic: 30 s here).
+    assert exact_decimal(parse_value("1e-99999")) == "0." + "0" * 99998 + "1"
+    tiny = get_format("e16m47").to_exact(1)  # 2**-32813
+    text = exact_decimal(tiny)
+    assert text.startswith("0." + "0" * 9877) and len(text) == 2 + 32813
+    assert text.endswith("5") and parse_value(text) == tiny
+    assert exact_decimal(Fraction(7, 3 * 10**5000), max_digits=3) == "0." + "0" * 4999 + "233…"
+
+
 def test_shortest_decimal() -> None:
     fp16 = get_format("fp16")
     assert fp16.shortest_decimal(0x2E66) == "0.1"
