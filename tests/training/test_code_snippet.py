@@ -1,0 +1,65 @@
+"""The training panel's code view: the PyTorch code it shows must run, as shown, and train.
+
+The snippet is Qt-free text (fpexplorer.gui.training.code_snippet); running it needs torch,
+so the test lives with the training tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from fpexplorer.gui.training.code_snippet import pytorch_code
+from fpexplorer.training.config import PRECISION_NAMES, TrainConfig
+
+
+def _run_snippet(config: TrainConfig) -> dict[str, Any]:
+    """exec the code with a small classifier, its batches and loss function defined."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3))
+    inputs = torch.randn(128, 8)
+    labels = (inputs[:, 0] > 0).long() + (inputs[:, 1] > 0).long()
+    batches = [(inputs[i : i + 32], labels[i : i + 32]) for i in range(0, 128, 32)] * 3
+    namespace: dict[str, Any] = {
+        "model": model,
+        "batches": batches,
+        "loss_fn": nn.functional.cross_entropy,
+    }
+    exec(pytorch_code(config), namespace)  # the code view's text, run as shown
+    return namespace
+
+
+@pytest.mark.parametrize("optimizer", [None, "adam"])
+@pytest.mark.parametrize("precision", PRECISION_NAMES)
+def test_code_view_runs_as_shown_with_the_default_device(
+    precision: str, optimizer: str | None
+) -> None:
+    # device "auto" is the form's default: the code must run on a machine without CUDA.
+    config = TrainConfig(precision=precision, device="auto", optimizer=optimizer, lr=1e-2)
+    namespace = _run_snippet(config)
+    loss = namespace["loss"]
+    assert math.isfinite(float(loss.detach()))
+    weight = namespace["model"][0].weight
+    assert weight.dtype == (torch.float16 if precision == "pure-fp16" else torch.float32)
+    assert weight.isfinite().all()
+
+
+def test_code_view_fp16_and_bf16_train_on_cpu() -> None:
+    first = _run_snippet(TrainConfig(precision="fp32", device="cpu", lr=0.2))
+    for precision in ("fp16", "bf16"):
+        namespace = _run_snippet(TrainConfig(precision=precision, device="cpu", lr=0.2))
+        # The same model, data and optimizer: mixed precision lands near the FP32 loss.
+        assert float(namespace["loss"].detach()) == pytest.approx(
+            float(first["loss"].detach()), rel=0.05
+        )
+    fp16 = _run_snippet(TrainConfig(precision="fp16", device="cpu", init_scale=2.0**10))
+    assert fp16["scaler"].get_scale() == 2.0**10  # the form's scaler settings are used
+
+
+def test_code_view_pure_fp16_uses_the_jobs_loss_scale() -> None:
+    code = pytorch_code(TrainConfig(precision="pure-fp16", loss_scale=512.0))
+    assert "loss_scale = 512.0" in code
