@@ -347,9 +347,14 @@ class TrainingPanel(QWidget):
                 except (TypeError, ValueError):
                     pass  # settings this version cannot show; the run itself is fine
             note = f"Opened {path.name}: {model.steps_seen} steps, {model.status}."
+            end = model.end or {}
+            failed = end.get("status") == "failed"
+            if failed:
+                # What went wrong is the first thing a person opening a failed run wants.
+                note += f" Error: {end.get('error') or 'no reason given'}."
             if model.problems:
                 note += " Problems: " + "; ".join(model.problems[:3])
-            self._show_status(note)
+            self._show_status(note, error=failed)
             self.refresh()
             self.run_loaded.emit(str(path))
         except Exception as error:  # the contract: a bad file never takes the window down

@@ -215,6 +215,67 @@ class StickyRange:
             self.show(*self._last)  # the legend's share of the height changed
 
 
+class EmptyNote:
+    """A line of text in the middle of a plot that says why the plot is empty.
+
+    An empty frame with bare axes looks like a broken panel; the note tells what is
+    missing (no steps yet, a failed run, only non-finite values). Hidden when there is data.
+    """
+
+    def __init__(self, plot: pg.PlotWidget, height_fraction: float = 0.62) -> None:
+        # Below the middle by default: legends sit in the top corner.
+        self.height_fraction = height_fraction
+        self.view = plot.getPlotItem().getViewBox()
+        background = QColor(plot_colors().background)
+        background.setAlpha(220)
+        self.item = pg.TextItem(
+            "", color=plot_colors().foreground, anchor=(0.5, 0.5), fill=pg.mkBrush(background)
+        )
+        self.item.setParentItem(self.view)  # view (pixel) coordinates: placed, not plotted
+        self.item.setVisible(False)
+        self.view.sigResized.connect(self._place)
+
+    @property
+    def text(self) -> str | None:
+        return self.item.toPlainText() if self.item.isVisible() else None
+
+    def show(self, text: str | None) -> None:
+        if text is None:
+            self.item.setVisible(False)
+            return
+        if self.item.toPlainText() != text:
+            self.item.setText(text)
+        self.item.setVisible(True)
+        self._place()
+
+    def _place(self, *_args: object) -> None:
+        rect = self.view.boundingRect()
+        self.item.setPos(rect.center().x(), rect.top() + self.height_fraction * rect.height())
+
+
+def no_steps_reason(models: Sequence[RunModel]) -> str:
+    """Why runs that hold no step show nothing."""
+    if not models:
+        return "no run: start a job or open a run file"
+    failed = [m for m in models if m.end is not None and m.end.get("status") == "failed"]
+    if failed:
+        return "no steps: the run failed before its first step"
+    if any(m.end is None and not m.closed for m in models):
+        return "waiting for the first step…"
+    return "no steps recorded in this run"
+
+
+def no_histogram_reason(model: RunModel | None, hist: Histogram | None) -> str:
+    """Why the gradient histogram (or its heatmap) of `model` has no bars."""
+    if model is None or not model.steps_seen:
+        return no_steps_reason([model] if model is not None else [])
+    if hist is None:
+        if model.latest_stats is None and model.config.get("stats_every") == 0:
+            return "statistics were off for this run (stats-every 0)"
+        return "no statistics step yet"
+    return f"no finite non-zero gradient: {hist.zero:,} zero, {hist.inf:,} inf, {hist.nan:,} NaN"
+
+
 def x_extent(runs: Sequence[tuple[int, RunModel, str, bool]]) -> float:
     """The last step the x axis must show for the visible runs.
 
@@ -291,6 +352,7 @@ class LossPlot(QWidget):
         self.plot.setLabel("left", "loss")
         self.curves = RunCurves(self.plot)
         self.range = StickyRange(self.plot)
+        self.empty_note = EmptyNote(self.plot)
         self.log_box = QCheckBox("log axis")
         self.log_box.toggled.connect(self._on_log_toggled)
         layout = QVBoxLayout(self)
@@ -332,6 +394,16 @@ class LossPlot(QWidget):
         if log and math.isfinite(lo):
             lo, hi = math.log10(lo), math.log10(hi)
         self.range.show(0.0, x_extent(self._runs), lo, hi, legend=self.curves.legend)
+        self.empty_note.show(None if math.isfinite(lo) else self._empty_reason(log))
+
+    def _empty_reason(self, log: bool) -> str:
+        models = [model for _key, model, _colour, visible in self._runs if visible]
+        steps = sum(len(model.scalars) for model in models)
+        if not steps:
+            return no_steps_reason(models)
+        if log:
+            return f"no positive finite loss in {steps:,} steps to show on a log axis"
+        return f"no finite loss: all {steps:,} losses are inf or NaN"
 
 
 class LossScalePlot(QWidget):
@@ -348,6 +420,7 @@ class LossScalePlot(QWidget):
         )
         self.plot.addItem(self.skips)
         self.range = StickyRange(self.plot)
+        self.empty_note = EmptyNote(self.plot)
         self.growth_bar = QProgressBar()
         self.growth_bar.setTextVisible(True)
         self.growth_bar.setMaximumHeight(18)
@@ -376,6 +449,14 @@ class LossScalePlot(QWidget):
                 lo = min(lo, float(log_scale[finite].min()))
                 hi = max(hi, float(log_scale[finite].max()))
         self.curves.drop_missing({key for key, *_ in runs})
+        shown = [model for _key, model, _colour, visible in runs if visible]
+        self.empty_note.show(
+            None
+            if math.isfinite(lo)
+            else no_steps_reason(shown)
+            if not any(len(model.scalars) for model in shown)
+            else "no finite loss scale recorded"
+        )
         if math.isfinite(lo):
             # Whole powers of two at the ends, so the 2^k ticks are always there.
             self.range.show(
@@ -459,6 +540,7 @@ class GradientHistogramPlot(QWidget):
         self.plot.addItem(self.window)
         self.window.sigRegionChangeFinished.connect(self._on_window_dragged)
         self.plot.getPlotItem().getViewBox().sigResized.connect(self._on_view_resized)
+        self.empty_note = EmptyNote(self.plot, height_fraction=0.25)  # above the rulers
 
         self.param_button = QRadioButton("parameters")
         self.act_button = QRadioButton("activations")
@@ -552,8 +634,20 @@ class GradientHistogramPlot(QWidget):
         x_lo, x_hi, y_hi = -30.0, 20.0, 1.0
         if hist is None or not len(hist.counts):
             self.bars.setOpts(x=[], height=[])
-            self.counts_label.setText("no statistics step yet")
+            reason = no_histogram_reason(model, hist)
+            self.empty_note.show(reason)
+            stats = model.latest_stats if model is not None else None
+            if hist is None or stats is None:
+                self.counts_label.setText(reason)
+            else:
+                # Every value was zero, inf or NaN: the counts are the whole story.
+                dtype = f" ({hist.dtype})" if hist.dtype else ""
+                self.counts_label.setText(
+                    f"step {stats.step}{dtype}: {hist.total:,} values · "
+                    f"zero {hist.zero:,} · inf {hist.inf:,} · NaN {hist.nan:,}"
+                )
         else:
+            self.empty_note.show(None)
             # The view holds the bars and FP16's window at the scale the step ran with.
             stats = model.latest_stats if model is not None else None
             used = stats.scale if stats is not None else 1.0
@@ -647,6 +741,7 @@ class HeatmapPlot(QWidget):
             )
             self.plot.addItem(line)
         self.range = StickyRange(self.plot)
+        self.empty_note = EmptyNote(self.plot)
         self.note = QLabel("dashed: FP16 smallest subnormal and largest value")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -662,6 +757,8 @@ class HeatmapPlot(QWidget):
         heat = None if model is None else (model.act_heat if activations else model.grad_heat)
         if heat is None or not len(heat):
             self.image.clear()
+            self.empty_note.show(no_histogram_reason(model, None))
+            self.range.show(0.0, x_extent([(0, model, "", True)] if model else []), -28, 18)
             return
         img = heat.image()  # (columns, bins): transpose so rows are binades
         self.image.setImage(img.T, autoLevels=False, levels=(-8.0, 0.0))
@@ -671,12 +768,23 @@ class HeatmapPlot(QWidget):
         per_column = width / max(columns - 1, 1) if columns > 1 else 1.0
         self.image.setRect(QRectF(first, HEAT_LO, width + per_column, HEAT_BINS))
         occupied = np.nonzero(img.max(axis=0) > -8.0)[0]
+        x_hi = max(x_extent([(0, model, "", True)]), last + per_column)
         if len(occupied):
             lo = HEAT_LO + int(occupied[0]) - 4
             hi = HEAT_LO + int(occupied[-1]) + 5
             lo, hi = min(lo, -28), max(hi, 18)
-            x_hi = max(x_extent([(0, model, "", True)]), last + per_column)
             self.range.show(0.0, x_hi, max(lo, HEAT_LO), min(hi, HEAT_HI))
+            self.empty_note.show(None)
+        else:
+            # Statistics steps whose gradients were all zero, inf or NaN: no binade to colour.
+            self.range.show(0.0, x_hi, -28, 18)
+            stats = model.latest_stats if model is not None else None
+            hist = None if stats is None else stats.act_hist if activations else stats.grad_hist
+            self.empty_note.show(
+                no_histogram_reason(model, hist)
+                if hist is not None and not len(hist.counts)
+                else "no finite non-zero gradient in any statistics step"
+            )
 
 
 class LayerTable(QWidget):
