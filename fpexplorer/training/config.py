@@ -43,6 +43,8 @@ TASKS: tuple[Choice, ...] = (
 TASK_NAMES: tuple[str, ...] = tuple(choice.name for choice in TASKS)
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+# torch seeds are 64-bit; tasks derive further seeds from it (seed + 1), so int64's top.
+MAX_SEED = 2**63 - 1
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 
 # A user task: "path/to/file.py:factory".
@@ -109,8 +111,8 @@ class TrainConfig:
             problems["batch_size"] = "the batch size must be a whole number of at least 1"
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             problems["optimizer"] = f"unknown optimizer {self.optimizer!r}: use sgd or adam"
-        if not _is_int(self.seed) or self.seed < 0:
-            problems["seed"] = "the seed must be a whole number of at least 0"
+        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+            problems["seed"] = f"the seed must be a whole number from 0 to {MAX_SEED}"
         if not _is_int(self.stats_every) or self.stats_every < 0:
             problems["stats_every"] = "stats-every must be a whole number of at least 0 (0: off)"
         if not _positive_finite(self.init_scale):

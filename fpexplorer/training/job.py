@@ -304,7 +304,8 @@ def run_job(
         state = RunState.STOPPED if stop.requested else RunState.COMPLETED
         monitor.close(state.value)
         return JobResult(state, steps_done, path, None)
-    except Exception as error:  # the task's code can raise anything: it ends the run, logged
+    except (Exception, SystemExit) as error:
+        # The task's code can raise anything (sys.exit() included): it ends the run, logged.
         message = one_line_error(error)
         if monitor is None:
             writer.write(_fallback_header(config, device))

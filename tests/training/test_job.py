@@ -203,6 +203,15 @@ def test_failing_user_task(tmp_path: Path) -> None:
     assert bad_run.header is not None and bad_run.status == "failed"
 
 
+def test_a_user_task_that_calls_sys_exit_fails_with_an_end_record(tmp_path: Path) -> None:
+    task = tmp_path / "exits.py"
+    task.write_text("import sys\ndef make():\n    sys.exit(3)\n")
+    run, result = job(tmp_path, task=f"{task}:make", steps=2)
+    assert result.state is RunState.FAILED  # type: ignore[attr-defined]
+    assert run.status == "failed" and run.problems == ()
+    assert run.end is not None and run.end.error == "SystemExit: 3"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -214,6 +223,7 @@ def test_failing_user_task(tmp_path: Path) -> None:
         (["--lr", "abc"], "invalid float value"),
         (["--device", "cuda:7"], "cuda"),
         (["--out", "/nonexistent-folder/run.jsonl"], "cannot write"),
+        (["--seed", str(2**64)], "the seed must be"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: list[str], message: str) -> None:
