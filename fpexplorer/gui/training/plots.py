@@ -834,7 +834,14 @@ class LayerTable(QWidget):
             self.first_label.setText(
                 f"<span style='color:#c00000'><b>First non-finite layer: {event.first_nonfinite}"
                 f"</b> (step {event.step} skipped at scale {_scale_text(event.scale)}; "
-                "first in backward order)</span>"
+                "first in backward order)"
+                + (
+                    "; the overflow began in the forward pass at "
+                    f"<b>{event.first_nonfinite_forward}</b>"
+                    if event.first_nonfinite_forward
+                    else ""
+                )
+                + "</span>"
             )
         elif model is not None and model.skipped_count:
             self.first_label.setText(f"{model.skipped_count} skipped steps; no layer named.")

@@ -334,6 +334,9 @@ class SkipEvent:
     step: int
     scale: float
     first_nonfinite: str | None
+    # The first module whose forward output went inf/NaN: where an activation overflow
+    # starts (the backward-order name is often just the loss's last layer).
+    first_nonfinite_forward: str | None = None
 
 
 @dataclass(slots=True)
@@ -452,7 +455,10 @@ class RunModel:
         first_nonfinite = first_nonfinite if isinstance(first_nonfinite, str) else None
         if skipped:
             self.skipped_count += 1
-            event = SkipEvent(step, scale, first_nonfinite)
+            forward = raw.get("first_nonfinite_forward")
+            event = SkipEvent(
+                step, scale, first_nonfinite, forward if isinstance(forward, str) else None
+            )
             if len(self.skip_events) < self.MAX_SKIP_EVENTS:
                 self.skip_events.append(event)
             if first_nonfinite and self.first_nonfinite_event is None:

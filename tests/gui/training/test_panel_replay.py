@@ -183,6 +183,9 @@ def test_replay_of_a_recorded_fp16_overflow_run(panel) -> None:  # type: ignore[
     assert model.first_nonfinite_event is not None
     layer = model.first_nonfinite_event.first_nonfinite
     assert f"First non-finite layer: {layer}" in panel.layer_table.first_label.text()
+    # Where it started: the feed-forward's input projection overflowed in the forward pass.
+    assert model.first_nonfinite_event.first_nonfinite_forward == "0.wi"
+    assert "forward pass at <b>0.wi</b>" in panel.layer_table.first_label.text()
     _, scales = panel.scale_plot.curves.curves[entry.key].getData()
     assert scales[0] == 16 and scales[-1] < 16  # log2: from 2^16 down after the overflows
     skip_x, _ = panel.scale_plot.skips.getData()
