@@ -90,6 +90,7 @@ class _Derived:
     exponent_all_ones: int
     first_exponent_field: int  # 1, or 0 for fnu where field 0 is a normal binade
     emin: int  # exponent of min_normal
+    max_exponent: int  # exponent of max: floor(log2(max))
     max_magnitude_code: int  # largest code (sign bit clear) that is finite
     max_value: Fraction
     min_normal: Fraction
@@ -547,33 +548,45 @@ class FloatFormat:
     def _round_magnitude(
         self, magnitude: Fraction, negative: bool, rounding: str, seed: int | None
     ) -> tuple[int, bool, bool, bool]:
-        """Round a positive magnitude: (magnitude code, exact, overflowed, tiny)."""
+        """Round a positive magnitude: (magnitude code, exact, overflowed, tiny).
+
+        Integer arithmetic only: a typed value such as 1e99999 is a Fraction of 330,000-bit
+        integers, and Fraction division (a gcd per step) took a quarter of a second per
+        rounding; a shift and one divmod take microseconds.
+        """
         d = _derived(self)
         m = self.mantissa_bits
+        numerator, denominator = magnitude.numerator, magnitude.denominator
         exponent = _floor_log2(magnitude)
+        if exponent > d.max_exponent:
+            # At or above 2**(max exponent + 1): beyond max in every rounding mode, before
+            # the exponent range is applied, so an overflow (IEEE 754 7.4).
+            return d.max_magnitude_code + 1, False, True, False
         tiny = exponent < d.emin
         if tiny and not self.subnormals:
             if not d.has_zero:
                 # Nothing below min_normal (E8M0): the smallest value is the nearest there is.
                 return d.smallest_positive_code, False, False, True
             low_code, high_code = 0, 1 << m
-            remainder = magnitude / d.min_normal  # where it lies between 0 and min_normal
-            up = _round_up(remainder, rounding, negative, low_odd=False, high_odd=False, seed=seed)
+            # where it lies between 0 and min_normal: numerator / (denominator * min_normal)
+            rest, scale = _scaled(numerator, denominator, d.emin)
+            up = _round_up(rest, scale, rounding, negative, low_odd=False, high_odd=False,
+                           seed=seed)
             return (high_code if up else low_code), False, False, True
         quantum_exponent = max(exponent, d.emin) - m
-        scaled = magnitude / _power_of_two(quantum_exponent)
-        integer = scaled.numerator // scaled.denominator
-        remainder = scaled - integer
+        scaled_numerator, scale = _scaled(numerator, denominator, quantum_exponent)
+        integer, rest = divmod(scaled_numerator, scale)
         # integer is in [2**m, 2**(m+1)) for normals and [0, 2**m) below min_normal; the code
         # follows directly: (biased exponent - 1) << m + integer, and the next code is +1.
         low_code = ((quantum_exponent + m + self.bias - 1) << m) + integer
         if d.first_exponent_field == 0:  # fnu: exponent field 0 is a normal binade
             low_code = ((quantum_exponent + m + self.bias) << m) + integer - (1 << m)
-        if remainder == 0:
+        if rest == 0:
             result = low_code
         else:
             up = _round_up(
-                remainder,
+                rest,
+                scale,
                 rounding,
                 negative,
                 low_odd=bool(low_code & 1),
@@ -583,7 +596,7 @@ class FloatFormat:
             result = low_code + up
         if result > d.max_magnitude_code:
             return result, False, True, tiny
-        return result, remainder == 0, False, tiny
+        return result, rest == 0, False, tiny
 
     # ---- decimal strings ---------------------------------------------------------------
     def shortest_decimal(self, code: int) -> str:
@@ -621,8 +634,16 @@ class FloatFormat:
         return self.name
 
 
+def _scaled(numerator: int, denominator: int, exponent: int) -> tuple[int, int]:
+    """numerator / denominator / 2**exponent as an integer numerator over an integer scale."""
+    if exponent >= 0:
+        return numerator, denominator << exponent
+    return numerator << -exponent, denominator
+
+
 def _round_up(
-    remainder: Fraction,
+    rest: int,
+    scale: int,
     rounding: str,
     negative: bool,
     *,
@@ -630,25 +651,28 @@ def _round_up(
     high_odd: bool,
     seed: int | None,
 ) -> int:
-    """1 when a magnitude strictly between two neighbours goes to the larger one."""
-    half = Fraction(1, 2)
+    """1 when a magnitude strictly between two neighbours goes to the larger one.
+
+    It lies `rest / scale` of the way from the smaller neighbour to the larger (0 < rest <
+    scale); comparisons with one half are made on integers.
+    """
     if rounding == "nearest_even":
-        if remainder != half:
-            return int(remainder > half)
+        if 2 * rest != scale:
+            return int(2 * rest > scale)
         # A tie goes to the even code; if both are even (0 and min_normal without subnormals)
         # it goes to zero.
         return int(low_odd and not high_odd)
     if rounding == "nearest_away":
-        return int(remainder >= half)
+        return int(2 * rest >= scale)
     if rounding == "toward_zero":
         return 0
     if rounding == "toward_positive":
         return int(not negative)
     if rounding == "toward_negative":
         return int(negative)
-    # stochastic: up with probability `remainder` (to 2**-64).
+    # stochastic: up with probability rest / scale (to 2**-64).
     draw = random.Random(seed).getrandbits(64)
-    return int(draw < remainder * (1 << 64))
+    return int(draw * scale < rest << 64)
 
 
 def _too_large_kind(d: _Derived, policy: str, from_infinity: bool) -> str:
@@ -725,8 +749,9 @@ def _validate(fmt: FloatFormat) -> None:
         raise ValueError("the fnu encoding is unsigned and has no subnormals")
     if fmt.encoding == "fnuz" and not fmt.signed:
         raise ValueError("the fnuz encoding needs a sign bit (NaN is the negative-zero code)")
-    if fmt.encoding == "fn" and fmt.width < 2:
-        raise ValueError("too narrow for NaN at all ones")
+    if fmt.encoding == "fn" and fmt.exponent_bits + fmt.mantissa_bits < 2:
+        # e1m0 with NaN at all ones: the one other magnitude code is zero, no number left.
+        raise ValueError("too narrow for NaN at all ones: no nonzero value would remain")
     if abs(fmt.bias) > (1 << MAX_EXPONENT_BITS):
         raise ValueError(f"bias {fmt.bias} is out of range")
     if not isinstance(fmt.name, str) or not fmt.name:
@@ -784,6 +809,7 @@ def _derived(fmt: FloatFormat) -> _Derived:
         exponent_all_ones=exponent_all_ones,
         first_exponent_field=first_field,
         emin=emin,
+        max_exponent=_floor_log2(max_value),
         max_magnitude_code=max_code,
         max_value=max_value,
         min_normal=min_normal,

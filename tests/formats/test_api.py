@@ -99,6 +99,7 @@ def test_custom_specs() -> None:
         ("e8m0:encoding=fnu:subnormals=on", "no subnormals"),
         ("e4m3:encoding=fnuz:unsigned", "sign bit"),
         ("e11m53:unsigned", "at most 63 bits"),
+        ("e1m0:encoding=fn", "no nonzero value"),  # +-0 and NaN only: no max, no range
     ],
 )
 def test_impossible_formats_are_clear_value_errors(spec: str, message: str) -> None:
@@ -180,6 +181,28 @@ def test_overflow_policies_and_directed_overflow() -> None:
     assert e8m0.from_value(2.0**-140) == 0  # nothing below 2**-127
     rounded = e8m0.round(-1)
     assert rounded.invalid and rounded.error_abs is None
+
+
+@pytest.mark.timeout(8)  # a hang guard: well under a second now, 18 s before
+def test_rounding_values_of_a_hundred_thousand_digits() -> None:
+    # What the cross-format table does when someone types 1e99999: every format, every
+    # mode. Fraction division of 330,000-bit integers made each rounding take ~0.3 s.
+    huge, tiny = parse_value("1e99999"), parse_value("-1e-99999")
+    for fmt in list_formats():
+        for mode in ROUNDING_MODES:
+            big = fmt.round(huge, mode)
+            assert big.overflow and big.inexact
+            expected = fmt.max if mode in ("toward_zero", "toward_negative") else None
+            assert (big.value.fraction if big.value.is_finite else None) == (
+                expected if fmt.has_inf or fmt.has_nan else fmt.max
+            )
+            small = fmt.round(tiny, mode)
+            if fmt.signed and fmt.subnormals:
+                assert small.underflow and small.inexact
+                away = mode == "toward_negative"
+                assert small.value.fraction == (-fmt.min_subnormal if away else 0)
+    deep = get_format("e16m47")
+    assert deep.round(parse_value("1e-9900"), "toward_positive").code == 1
 
 
 def test_rounded_record_errors_and_flags() -> None:
