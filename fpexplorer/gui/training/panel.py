@@ -47,7 +47,7 @@ from fpexplorer.gui.training.plots import (
     run_colour,
 )
 from fpexplorer.gui.training.replay import RunFileReplay
-from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.run_model import RunModel, distinguishing_details
 from fpexplorer.paths import run_directory
 from fpexplorer.training.config import TrainConfig
 
@@ -569,6 +569,7 @@ class TrainingPanel(QWidget):
         `readouts=False` redraws only the plots; tables, labels and progress bars follow
         every READOUT_INTERVAL_S.
         """
+        self._name_runs()
         runs = [(e.key, e.model, e.colour, e.visible) for e in self._runs]
         current = self._current.model if self._current is not None else None
         self.loss_plot.refresh(runs)
@@ -578,6 +579,13 @@ class TrainingPanel(QWidget):
             self._refresh_readouts(current)
         self._shown = {e.key: e.model.revision for e in self._runs}
         self._layout_dirty = False
+
+    def _name_runs(self) -> None:
+        """Runs whose settings-names coincide get the settings that differ added."""
+        details = distinguishing_details([entry.model.config for entry in self._runs])
+        for entry, detail in zip(self._runs, details, strict=True):
+            if entry.model.label_detail != detail:
+                entry.model.label_detail = detail
 
     def _refresh_readouts(self, current: RunModel | None) -> None:
         self._readouts_at = time.monotonic()

@@ -17,7 +17,7 @@ scale 2**k" from the recorded counts.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -327,6 +327,46 @@ def run_label(config: Mapping[str, Any] | None, fallback: str = "run") -> str:
     return " ".join(parts)
 
 
+# Settings already in every label, or that say nothing about the run's numerics.
+_LABEL_BASE_KEYS = frozenset({"task", "precision", "out", "stream"})
+
+
+def distinguishing_details(configs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """For runs whose labels (run_label) coincide, the settings that tell them apart.
+
+    Overlaid runs are named by their settings; two fp16 runs that differ only in, say,
+    growth_interval would otherwise carry the same name in the legend. Runs with the same
+    label and the same settings are numbered in the order given.
+    """
+    details = [""] * len(configs)
+    groups: dict[str, list[int]] = {}
+    for index, config in enumerate(configs):
+        groups.setdefault(run_label(config), []).append(index)
+    for indices in groups.values():
+        if len(indices) < 2:
+            continue
+        keys = sorted(
+            {key for i in indices for key in configs[i]} - _LABEL_BASE_KEYS,
+        )
+        differing = [key for key in keys if len({repr(configs[i].get(key)) for i in indices}) > 1]
+        texts = [
+            " ".join(f"{key}={_setting_text(configs[i].get(key))}" for key in differing)
+            for i in indices
+        ]
+        for position, (i, text) in enumerate(zip(indices, texts, strict=True)):
+            if texts.count(text) > 1:  # the same settings twice: numbered, in order
+                number = texts[: position + 1].count(text)
+                text = f"{text} #{number}".strip()
+            details[i] = text
+    return details
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return "default" if value is None else str(value)
+
+
 @dataclass(frozen=True, slots=True)
 class SkipEvent:
     """A skipped step and, where the job found it, the first layer that went non-finite."""
@@ -377,6 +417,8 @@ class RunModel:
         self.steps_seen = 0
         self.problems: list[str] = []
         self.source: str | None = None
+        # Set by whoever shows several runs together: what tells this run from the others.
+        self.label_detail = ""
         self.closed = False  # no more records will come (replay read, or job gone)
         self.revision = 0  # bumped on every change; views redraw when it moved
 
@@ -389,7 +431,8 @@ class RunModel:
 
     @property
     def label(self) -> str:
-        return run_label(self.config, fallback=self.source or "run")
+        label = run_label(self.config, fallback=self.source or "run")
+        return f"{label} {self.label_detail}" if self.label_detail else label
 
     @property
     def planned_steps(self) -> int | None:

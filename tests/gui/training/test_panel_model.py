@@ -16,6 +16,7 @@ from fpexplorer.gui.training.run_model import (
     HeatmapBuffer,
     Histogram,
     RunModel,
+    distinguishing_details,
     format_ranges,
     run_label,
     what_if,
@@ -214,3 +215,19 @@ def test_pytorch_code_compiles_for_every_precision(precision: str) -> None:
         assert text in code
     if precision != "fp16":
         assert "GradScaler(" not in code
+
+
+def test_distinguishing_details_name_what_differs() -> None:
+    base = {"task": "mlp", "precision": "fp16", "lr": 0.01, "seed": 0, "steps": 100}
+    configs = [
+        {**base, "growth_interval": 2000},
+        {**base, "growth_interval": 100, "batch_size": None},
+        {**base, "precision": "bf16", "growth_interval": 100},
+        {**base, "growth_interval": 100, "batch_size": None},
+    ]
+    details = distinguishing_details(configs)
+    assert details[2] == ""  # its label is unique already
+    assert details[0] == "growth_interval=2000"
+    assert details[1] == "growth_interval=100 #1" and details[3] == "growth_interval=100 #2"
+    same = distinguishing_details([base, dict(base)])
+    assert same == ["#1", "#2"]

@@ -102,6 +102,19 @@ def test_two_runs_overlaid_named_by_their_settings(panel, make_run) -> None:  # 
     assert panel.current_run.key == keys[0]
 
 
+def test_overlaid_runs_with_the_same_name_are_told_apart(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    # An fp16 comparison of two growth intervals: task, precision, lr and seed coincide.
+    panel.load_run(make_run("g200.jsonl", steps=50, growth_interval=200))
+    panel.load_run(make_run("g50.jsonl", steps=50, growth_interval=50))
+    panel.load_run(make_run("g50-again.jsonl", steps=50, growth_interval=50))
+    panel.refresh()
+    names = [panel.run_list.item(row).text() for row in range(panel.run_list.count())]
+    assert "growth_interval=200" in names[0] and "growth_interval=50" in names[1]
+    assert len({name.split(" — ")[0] for name in names}) == 3, names
+    legend = {key: curve.name() for key, curve in panel.loss_plot.curves.curves.items()}
+    assert len(set(legend.values())) == 3, legend
+
+
 def test_export_writes_png_svg_and_csv(panel, synthetic_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
     written = panel.export_to(tmp_path / "export")
