@@ -7,6 +7,7 @@ plot item is created once and updated with setData.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from itertools import pairwise
 
@@ -30,6 +31,10 @@ DETERMINISTIC_MODES = (
     "toward_negative",
 )
 NEIGHBOURS_EACH_SIDE = 3
+# A typed value further than this (in gaps) beyond the outermost neighbour is drawn at that
+# distance and marked off scale: 1e10 typed into FP16 would otherwise squash the neighbours
+# into one dot, and 1e99999 into a 16-exponent-bit format does not even fit a float.
+OFF_SCALE_MARGIN = 1.5
 
 FINITE = ("zero", "subnormal", "normal")
 
@@ -122,8 +127,10 @@ class NumberLineView(LazyView):
             if typed is None or typed.kind != "finite":
                 self._show_message(f"{readout.shortest} has no place on the number line")
                 return
-            # Overflow: look at the top of the range, the typed value lies beyond it.
-            anchor_code = fmt.from_value(-fmt.max if typed.negative else fmt.max)
+            anchor_code = fmt.from_value(self._anchor_for(fmt, typed))
+            if fmt.classify(anchor_code) not in FINITE:
+                self._show_message(f"{fmt.name} has no finite values to show")
+                return
         codes = self._neighbour_codes(fmt, anchor_code)
         values = [fmt.to_fraction(code) for code in codes]
         center = fmt.to_fraction(anchor_code)
@@ -146,6 +153,18 @@ class NumberLineView(LazyView):
         for label in self.value_labels[len(codes):]:
             label.setText("")
         left, right = float(xs.min()) - 0.6, float(xs.max()) + 0.6
+        low_reach = float(xs.min()) - OFF_SCALE_MARGIN
+        high_reach = float(xs.max()) + OFF_SCALE_MARGIN
+
+        def clamped_x(value: Fraction) -> tuple[float, bool]:
+            """x of a value, or the edge of the scale (and True) when it lies beyond."""
+            offset = (value - center) / unit
+            if offset > high_reach:
+                return high_reach, True
+            if offset < low_reach:
+                return low_reach, True
+            return float(offset), False
+
         result_x = x_of(center) if readout.kind in FINITE else right - 0.1
         self.result.setData([result_x], [0.0])
         arrows_x: list[float] = []
@@ -153,14 +172,16 @@ class NumberLineView(LazyView):
         picks_x: list[float] = []
         picks_y: list[float] = []
         if typed is not None and typed.kind == "finite":
-            input_x = x_of(typed.fraction)
+            input_x, off_scale = clamped_x(typed.fraction)
             left, right = min(left, input_x - 0.3), max(right, input_x + 0.3)
             self.input_line.setValue(input_x)
             self.input_line.show()
-            self.input_label.setText(f" typed {typed_text(typed)}")
+            where = (" (far right, off scale)" if input_x > 0 else " (far left, off scale)")
+            self.input_label.setText(f" typed {typed_text(typed)}{where if off_scale else ''}")
+            self.input_label.setAnchor((1.0, 0.5) if off_scale and input_x > 0 else (0.0, 0.5))
             self.input_label.setPos(input_x, len(DETERMINISTIC_MODES) + 0.55)
             for row, mode in enumerate(DETERMINISTIC_MODES, start=1):
-                pick_x = self._pick_x(fmt, typed, mode, x_of, right)
+                pick_x = self._pick_x(fmt, typed, mode, clamped_x, left, right)
                 arrows_x += [input_x, pick_x]
                 arrows_y += [row, row]
                 picks_x.append(pick_x)
@@ -187,13 +208,22 @@ class NumberLineView(LazyView):
         self.plot.setXRange(left, right, padding=0)
         self.plot.setYRange(-1.1, len(DETERMINISTIC_MODES) + 0.9, padding=0)
 
-    def _pick_x(self, fmt: FloatFormat, typed: ExactValue, mode: str, x_of: object,
+    def _pick_x(self, fmt: FloatFormat, typed: ExactValue, mode: str,
+                clamped_x: Callable[[Fraction], tuple[float, bool]], left: float,
                 right: float) -> float:
         rounded = fmt.round(typed, mode, self.session.overflow, seed=STOCHASTIC_SEED)
         if rounded.value.kind != "finite":
-            return right - 0.1 if not rounded.value.negative else -right
-        assert callable(x_of)
-        return float(x_of(rounded.value.fraction))
+            return right - 0.1 if not rounded.value.negative else left + 0.1
+        return clamped_x(rounded.value.fraction)[0]
+
+    @staticmethod
+    def _anchor_for(fmt: FloatFormat, typed: ExactValue) -> Fraction:
+        """Where to look when the typed value has no finite code: the end of the range
+        it fell off (overflow), or the smallest value when the format cannot hold it at all
+        (a negative value or zero in an unsigned format such as E8M0)."""
+        if (typed.negative and not fmt.signed) or typed.is_zero:
+            return fmt.min_subnormal or fmt.min_normal
+        return -fmt.max if typed.negative else fmt.max
 
     @staticmethod
     def _neighbour_codes(fmt: FloatFormat, code: int) -> list[int]:

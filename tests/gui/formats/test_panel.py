@@ -220,6 +220,29 @@ def test_number_line_explains_nan(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert "no place" in panel.number_line.message.textItem.toPlainText()
 
 
+def test_number_line_keeps_an_overflowing_value_off_scale(qtbot: QtBot,
+                                                          panel: FormatsPanel) -> None:
+    panel.show_view("number-line")
+    line = panel.number_line
+    panel.session.set_active(panel.session.editors[1])  # fp16
+    type_value(qtbot, panel, "1e10")
+    neighbours_x, _ = line.neighbours.getData()
+    # The neighbours of max stay one gap apart; the typed value sits just past them,
+    # marked, instead of 1.5e8 gaps away squashing them into one dot.
+    assert list(np.diff(neighbours_x)) == [1.0, 1.0, 1.0]
+    assert max(neighbours_x) < line.input_line.value() < max(neighbours_x) + 2
+    assert "off scale" in line.input_label.textItem.toPlainText()
+    # Far beyond a float64 (a 16-exponent-bit format), and no code at all (E8M0, -1).
+    for spec, text in (("e16m47", "1e99999"), ("e16m47", "-1e-99999"), ("e8m0", "-1"),
+                       ("e8m0", "0")):
+        panel.session.set_format(panel.session.active, get_format(spec))
+        type_value(qtbot, panel, text)
+        assert not panel.entry.message.isVisible()
+        assert line.input_line.isVisible()
+        neighbours_x, _ = line.neighbours.getData()
+        assert len(neighbours_x) >= 4 and np.all(np.isfinite(neighbours_x))
+
+
 def test_range_chart_and_properties_show_the_chosen_formats(qtbot: QtBot,
                                                             panel: FormatsPanel) -> None:
     panel.show_view("range")
