@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.formats import FloatFormat, get_format
+from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.bit_row import BitRow
 from fpexplorer.gui.formats.state import EditorState, FormatsSession
 from fpexplorer.gui.formats.text import short, typed
@@ -47,6 +47,8 @@ class FormatPicker(QComboBox):
         self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.setMaxVisibleItems(30)
         self.setToolTip("Format of this editor. “Custom format…” builds your own eXmY format.")
+        # The formats themselves, by item index: a spec string would lose a custom name.
+        self._formats: list[FloatFormat] = []
         self.activated.connect(self._on_activated)
 
     def populate(self, formats: list[FloatFormat], current: FloatFormat) -> None:
@@ -55,6 +57,7 @@ class FormatPicker(QComboBox):
         shown = list(formats)
         if current not in shown:
             shown.append(current)
+        self._formats = shown
         for fmt in shown:
             label = fmt.name if fmt.name else fmt.spec
             self.addItem(label, fmt.spec)
@@ -68,8 +71,8 @@ class FormatPicker(QComboBox):
         data = self.itemData(index)
         if data == CUSTOM_ITEM:
             self.custom_requested.emit()
-        elif isinstance(data, str):
-            self.format_chosen.emit(get_format(data))
+        elif 0 <= index < len(self._formats):
+            self.format_chosen.emit(self._formats[index])
 
 
 class ClassBadge(QLabel):

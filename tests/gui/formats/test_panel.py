@@ -9,7 +9,7 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QDialogButtonBox
 from pytestqt.qtbot import QtBot
 
-from fpexplorer.formats import get_format
+from fpexplorer.formats import get_format, make_format
 from fpexplorer.gui.formats.custom_format import CustomFormatDialog
 from fpexplorer.gui.formats.panel import FormatsPanel
 from fpexplorer.gui.formats.state import FormatsSession
@@ -194,6 +194,18 @@ def test_custom_format_builder(qtbot: QtBot, panel: FormatsPanel) -> None:
     # The other editor's picker offers the custom format too.
     other = next(row for row in panel.rows if row.editor is not editor)
     assert other.picker.findData(editor.format.spec) >= 0
+
+
+def test_a_named_custom_format_keeps_its_name_when_picked(qtbot: QtBot,
+                                                          panel: FormatsPanel) -> None:
+    fmt = make_format(6, 9, name="my_e6m9")
+    panel.use_custom_format(panel.session.editors[0], fmt)
+    other = panel.rows[1]
+    index = other.picker.findText("my_e6m9")
+    other.picker.setCurrentIndex(index)
+    other.picker.activated.emit(index)
+    assert other.editor.format == fmt  # not the unnamed e6m9 its spec would give
+    assert [other.picker.itemText(i) for i in range(other.picker.count())].count("my_e6m9") == 1
 
 
 def test_number_line_shows_neighbours_midpoints_and_mode_picks(qtbot: QtBot,
