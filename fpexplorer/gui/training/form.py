@@ -94,6 +94,13 @@ class DeviceFinder(QProcess):
     def look(self) -> None:
         self.start("nvidia-smi", ["--query-gpu=index,name", "--format=csv,noheader"])
 
+    def stop(self) -> None:
+        """End a search still running (nvidia-smi can hang on a broken driver) when the
+        window closes: Qt warns about, and leaves behind, a child destroyed while running."""
+        if self.state() != QProcess.ProcessState.NotRunning:
+            self.kill()
+            self.waitForFinished(1000)
+
     def _report(self, devices: list[tuple[str, str]], note: str) -> None:
         if not self._reported:
             self._reported = True

@@ -367,6 +367,7 @@ class TrainingPanel(QWidget):
         for replay, _entry in self._replays:
             replay.close()
         self._replays.clear()
+        self.form.device_finder.stop()
         self.job.shutdown()
 
     # ----- runs --------------------------------------------------------------------

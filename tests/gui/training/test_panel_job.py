@@ -149,6 +149,17 @@ def test_closing_the_panel_stops_the_job(panel, qtbot) -> None:  # type: ignore[
     assert run.status == "stopped"
 
 
+def test_shutdown_ends_a_device_search_still_running(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QProcess
+
+    finder = panel.form.device_finder
+    finder.waitForFinished(5000)
+    finder.start(sys.executable, ["-c", "import time; time.sleep(60)"])  # a hung nvidia-smi
+    assert finder.waitForStarted(5000)
+    panel.shutdown()
+    assert finder.state() == QProcess.ProcessState.NotRunning
+
+
 def test_misuse_of_the_job_controller_raises_a_clear_error(panel) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(JobStateError, match="cannot pause a job that is idle"):
         panel.job.pause()
