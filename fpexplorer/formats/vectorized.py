@@ -165,6 +165,10 @@ def _round_block(
     beyond = exponent > top_exponent
     quantum_exponent = np.clip(exponent, d.emin, top_exponent) - m
     scaled = np.ldexp(safe, (-quantum_exponent).astype(np.int32))
+    # Where the quantum is above 1 (a negative bias), a float64 subnormal scaled down can
+    # underflow to 0; it is still above zero, which directed modes must see. It is below one
+    # half, so the smallest positive float64 stands in for it exactly enough.
+    _keep_above_zero(scaled, finite_nonzero)
     scaled[beyond] = 0.0  # overflows anyway; keeps the integer conversion in range
     integer = np.floor(scaled)
     remainder = scaled - integer
@@ -178,6 +182,7 @@ def _round_block(
     if tiny.any() and not fmt.subnormals:
         if d.has_zero:
             fraction_of_min = np.ldexp(safe, np.int32(-d.emin))
+            _keep_above_zero(fraction_of_min, finite_nonzero)
             tiny_up = _round_up(fraction_of_min, rounding, negative, np.zeros_like(tiny), rng)
             tiny_code = np.where(tiny_up, np.uint64(1 << m), np.uint64(0))
         else:
@@ -207,6 +212,13 @@ def _round_block(
     if nan.any():
         signed = np.where(nan, _nan_codes(fmt, negative), signed)
     return signed
+
+
+def _keep_above_zero(scaled: FloatArray, nonzero: BoolArray) -> None:
+    """Put the smallest positive float64 where scaling made a nonzero magnitude 0."""
+    lost = nonzero & (scaled == 0)
+    if lost.any():
+        scaled[lost] = np.float64(5e-324)
 
 
 def _round_up(

@@ -27,6 +27,9 @@ CUSTOM = [
         "e5m2:unsigned",
         "e3m3:encoding=fnu",
         "e11m20",
+        # Negative biases: quanta above 1, where float64 subnormals scaled down underflow.
+        "e1m2:encoding=finite:bias=-3",
+        "e3m1:bias=-2:subnormals=off",
     )
 ]
 FORMATS = list_formats() + CUSTOM
@@ -58,6 +61,9 @@ def _inputs(fmt: FloatFormat, count: int = 160) -> np.ndarray:
             float(fmt.min_normal) / 2,
             1.0,
             -1.5,
+            5e-324,  # the float64 subnormals: nonzero, whatever the scale
+            -5e-324,
+            3 * 2.0**-1074,
         ]
     )
     return np.concatenate([values, exact, specials])
