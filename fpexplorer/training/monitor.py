@@ -28,6 +28,7 @@ Cost: all statistics are reductions on the device, batched into one concatenated
 from __future__ import annotations
 
 import datetime
+import functools
 import math
 import os
 import platform
@@ -113,6 +114,10 @@ def _float32_below(value: float) -> float:
 
 
 FORMAT_RANGES: tuple[FormatRange, ...] = tuple(FormatRange.of(name) for name in FORMAT_DTYPES)
+# Every magnitude the format shares compare |g * scale| with, and 0.0 (products that are zero).
+FORMAT_BOUNDARIES: list[float] = sorted(
+    {0.0} | {b for f in FORMAT_RANGES for b in (f.flush_max, f.subnormal_max, f.finite_max_input)}
+)
 
 
 def binade_codes(values: torch.Tensor) -> torch.Tensor:
@@ -299,10 +304,175 @@ def _count_at_most(values: torch.Tensor, bounds: Sequence[float]) -> torch.Tenso
     return torch.cat([strictly_below + inside, zeros.reshape(1)])
 
 
+def _count_abs_at_most(
+    tensors: Sequence[torch.Tensor], bounds: Sequence[float], scratch: _Scratch
+) -> torch.Tensor:
+    """For each bound (a float32 value): the count of elements with |x| <= bound over the
+    float tensors (one pass for |x|, then one comparison per bound)."""
+    total = sum(t.numel() for t in tensors)
+    device = tensors[0].device
+    magnitudes = scratch.get("magnitudes", total, torch.float32, device)
+    offset = 0
+    for tensor in tensors:
+        end = offset + tensor.numel()
+        torch.abs(tensor.detach().reshape(-1), out=magnitudes[offset:end])
+        offset = end
+    flags = scratch.get("flags", total, torch.bool, device)
+    return torch.stack(
+        [torch.count_nonzero(torch.le(magnitudes, bound, out=flags)) for bound in bounds]
+    )
+
+
+def _count_low_bits_set(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Count of float32 elements whose low 16 bits are not all zero (0 for float32 copies of
+    BF16 values, such as autocast's BF16 gradients: their top 16 bits say everything)."""
+    counts = [
+        torch.count_nonzero(_bits_view(t.float()).view(torch.int16)[..., 1 - _HIGH_HALF :: 2])
+        for t in tensors
+    ]
+    return torch.stack(counts).sum()
+
+
 def _abs_max(tensor: torch.Tensor) -> torch.Tensor:
     """max |x| in one pass (NaN when any element is NaN)."""
     low, high = torch.aminmax(tensor.detach().reshape(-1))
     return torch.maximum(-low, high).float()
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """Pattern counts of one tensor (or one group of parameter gradients), made as soon as
+    the tensor exists so that activation gradients need not be kept until `step()`.
+
+    `counts`: the 32768 magnitude-pattern counts (see `_pattern_counts`); `zeros`: exact
+    zeros (float32 only, where pattern 0 also holds |x| < 2**-133); `amax`: max |x| of a
+    float32 tensor (16-bit ones read theirs from the counts); `tensor`: a float32 tensor kept
+    for the exact fallback of `code_histogram` (deep subnormals), None for 16-bit ones.
+    """
+
+    layer: int
+    dtype: str
+    numel: int
+    table: str
+    counts: torch.Tensor
+    zeros: torch.Tensor | None
+    amax: torch.Tensor | None
+    tensor: torch.Tensor | None
+
+
+class _Scratch:
+    """Reusable work buffers, grown on demand: a fresh multi-megabyte temporary costs its
+    page faults on every step on a CPU, often more than the arithmetic done in it."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+
+    def get(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        key = (name, dtype, device)
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.numel() < numel:
+            buffer = torch.empty(numel, dtype=dtype, device=device)
+            self._buffers[key] = buffer
+        return buffer[:numel]
+
+
+def _segment_of(layer: int, tensor: torch.Tensor, scratch: _Scratch | None) -> _Segment:
+    """Pattern counts of `tensor`: two passes for 16-bit tensors (mask, bincount), four for
+    float32 ones (mask, bincount, zeros, max)."""
+    data = _bits_view(tensor)
+    if data.dtype in (torch.float16, torch.bfloat16):
+        bits = data.view(torch.int16)
+        table = dtype_name(data.dtype)
+        keep = None
+        zeros = amax = None
+    else:
+        data = data if data.dtype == torch.float32 else data.float()
+        bits = data.view(torch.int16)[..., _HIGH_HALF::2]
+        table = "float32_high"
+        keep = data
+        zeros = data.numel() - torch.count_nonzero(data)
+        amax = _abs_max(data)
+    if scratch is not None and bits.is_contiguous():
+        out = scratch.get("patterns", bits.numel(), torch.int16, bits.device).view(bits.shape)
+        patterns = torch.bitwise_and(bits, 0x7FFF, out=out)
+    else:
+        patterns = bits & 0x7FFF
+    counts = torch.bincount(patterns.reshape(-1), minlength=32768)
+    return _Segment(layer, dtype_name(tensor.dtype), tensor.numel(), table, counts, zeros, amax,
+                    keep)  # fmt: skip
+
+
+_PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+
+def _pattern_values(device: torch.device) -> dict[str, torch.Tensor]:
+    """The float32 value of each 15-bit magnitude pattern of float16 and bfloat16."""
+    values = _PATTERN_VALUES.get(device)
+    if values is None:
+        patterns = torch.arange(32768, dtype=torch.int32).to(torch.int16)
+        values = {
+            "float16": patterns.view(torch.float16).float().to(device),
+            "bfloat16": patterns.view(torch.bfloat16).float().to(device),
+        }
+        _PATTERN_VALUES[device] = values
+    return values
+
+
+def _segment_rows(segments: Sequence[_Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """([len(segments), CODES + 1] code counts, [len(segments)] max |x|) on the device.
+
+    Column CODES holds, for float32 segments, the elements below 2**-133 *including* zeros
+    (also counted in ZERO_CODE): when it exceeds the zeros, `code_histogram` places them.
+    A 16-bit segment's max |x| is the value of its highest pattern present (NaN above inf).
+    """
+    device = segments[0].counts.device
+    values = _pattern_values(device)
+    rows = torch.empty(len(segments), CODES + 1, dtype=torch.int64, device=device)
+    amax = torch.empty(len(segments), dtype=torch.float32, device=device)
+    by_table: dict[str, list[int]] = {}
+    for index, segment in enumerate(segments):
+        by_table.setdefault(segment.table, []).append(index)
+    positions = torch.arange(32768, device=device)
+    for table, indices in by_table.items():
+        stacked = torch.stack([segments[i].counts for i in indices])
+        mapped = torch.zeros(len(indices), CODES + 1, dtype=torch.int64, device=device)
+        mapped.index_add_(1, _code_tables(device)[table], stacked)
+        where = torch.tensor(indices, device=device)
+        if table == "float32_high":
+            zeros = [segments[i].zeros for i in indices]
+            mapped[:, ZERO_CODE] += torch.stack([torch.as_tensor(z, device=device) for z in zeros])
+            none = torch.zeros((), dtype=torch.float32, device=device)  # parameter rows
+            peaks = torch.stack([_or(segments[i].amax, none) for i in indices])
+        else:
+            highest = torch.where(stacked > 0, positions, 0).amax(dim=1)
+            peaks = values[table][highest]
+            peaks = torch.where(mapped[:, NAN_CODE] > 0, torch.nan, peaks)
+        rows.index_copy_(0, where, mapped)
+        amax.index_copy_(0, where, peaks.float())
+    return rows, amax
+
+
+def _or(value: torch.Tensor | None, default: torch.Tensor) -> torch.Tensor:
+    return default if value is None else value
+
+
+@functools.lru_cache(maxsize=256)
+def _magnitude_limits(bounds: tuple[float, ...], scale: float) -> tuple[int, ...]:
+    """For each bound b >= 0: the bit pattern of the largest float32 x >= 0 whose float32
+    product with float32(scale) (a finite scale > 0) is <= b. Rounding is monotone, so
+    |g * scale| <= b exactly when |g| <= x: the counts need no multiplied copy of the
+    gradients. Found by bisection over float32 patterns, in float32 arithmetic."""
+    scale32 = np.float32(scale)
+    limit = np.asarray(bounds, dtype=np.float32)
+    low = np.zeros(len(bounds), dtype=np.int64)  # 0 * scale = 0 <= b
+    high = np.full(len(bounds), 0x7F800000, dtype=np.int64)  # inf * scale = inf > b
+    with np.errstate(over="ignore", under="ignore"):
+        while np.any(high - low > 1):
+            middle = (low + high) // 2
+            ok = middle.astype(np.int32).view(np.float32) * scale32 <= limit
+            low = np.where(ok, middle, low)
+            high = np.where(ok, high, middle)
+    return tuple(int(x) for x in low)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -385,7 +555,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._scale_used = self._current_scale_host()
         # Per statistics step:
         self._collecting = False
-        self._act_grads: list[tuple[int, torch.Tensor]] = []
+        self._act_segments: list[_Segment] = []
+        self._scratch = _Scratch()
         self._forward_finite: list[tuple[int, torch.Tensor]] = []
         self._saved_bytes: dict[str, int] = {}
         self._saved_seen: set[tuple[int, torch.dtype]] = set()
@@ -483,7 +654,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._forward_finite.append((layer_index, _abs_max(tensor).isfinite()))
 
             def on_backward(grad: torch.Tensor) -> None:
-                self._act_grads.append((layer_index, grad))
+                # Counted now, so the gradient can be freed as backward goes on.
+                self._act_segments.append(_segment_of(layer_index, grad, self._scratch))
 
             tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
 
@@ -521,7 +693,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._optimizer_stepped = True
         with_grads = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
         if self._collecting and with_grads:
-            self._old_params = torch.cat(with_grads)
+            dtype = with_grads[0].dtype
+            if all(p.dtype == dtype for p in with_grads):
+                total = sum(p.numel() for p in with_grads)
+                buffer = self._scratch.get("old_params", total, dtype, with_grads[0].device)
+                self._old_params = torch.cat(with_grads, out=buffer)
+            else:
+                self._old_params = torch.cat(with_grads)
 
     def _on_optimizer_step_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
@@ -602,7 +780,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self.writer.write(record)
         # The scale after update() is the scale the next step uses.
         self._scale_used = float(values[2])
-        self._act_grads = []
+        self._act_segments = []
         self._forward_finite = []
         self._saved_bytes = {}
         self._saved_seen = set()
@@ -618,81 +796,133 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         """Queue every statistic as device tensors appended to `parts`; returns how to read
         them back from the host vector."""
         param_grads = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
-        act_grads = self._act_grads
+        act_segments = self._act_segments
         n_param = sum(g.numel() for _, g in param_grads)
-        values = (
-            torch.cat([g.detach().reshape(-1) for _, g in param_grads]).float() if n_param else None
-        )
-        # Histogram rows: all parameter gradients together (row 0, when there are any), then
-        # one row per activation gradient, in the order backward produced them.
-        segments: list[torch.Tensor] = ([values] if values is not None else []) + [
-            g for _, g in act_grads
-        ]
+        groups = self._param_groups([g for _, g in param_grads])
+        # Histogram rows: the parameter gradients (one row per dtype group, when there are
+        # any), then one row per activation gradient, in the order backward produced them.
+        segments = [segment for segment, _ in groups] + act_segments
         layout = _StatsLayout(
-            layer_of_segment=([-1] if values is not None else [])
-            + [layer for layer, _ in act_grads],
-            is_activation=([False] if values is not None else []) + [True] * len(act_grads),
+            layer_of_segment=[segment.layer for segment in segments],
+            is_activation=[False] * len(groups) + [True] * len(act_segments),
             act_numel_by_dtype={},
             scale=self._scale_used,
             memory=self._memory(),
         )
         layout.param_layers = [layer for layer, _ in param_grads]
+        layout.param_groups = groups
         if norms is not None:
             parts.append(norms.to(torch.float64))
         if self._forward_finite:
             layout.forward_layers = [layer for layer, _ in self._forward_finite]
             flags = torch.stack([finite for _, finite in self._forward_finite])
             parts.append(flags.to(device=self.device, dtype=torch.float64))
-        for _, grad in act_grads:
-            name = dtype_name(grad.dtype)
-            layout.act_numel_by_dtype[name] = layout.act_numel_by_dtype.get(name, 0) + grad.numel()
+        for segment in act_segments:
+            name = segment.dtype
+            layout.act_numel_by_dtype[name] = layout.act_numel_by_dtype.get(name, 0) + segment.numel
         layout.segments = len(segments)
         layout.n_param = n_param
         if not segments:
             return layout
-        rows, layout.row_of_segment = fast_code_rows(segments)
+        rows, amax = _segment_rows(segments)
         parts.append(rows.reshape(-1).to(torch.float64))
-        layout.segment_tensors = segments
-        if act_grads:
-            parts.append(torch.stack([_abs_max(g) for _, g in act_grads]).to(torch.float64))
-        if values is not None:
-            # Shares of the gradients, multiplied back by this step's scale, that each format
-            # would flush, round to a subnormal, or overflow: for each threshold m, the count
-            # of |g * scale| <= m, exact.
-            magnitudes = sorted(
-                {
-                    b
-                    for f in FORMAT_RANGES
-                    for b in (f.flush_max, f.subnormal_max, f.finite_max_input)
-                }
-            )
-            parts.append(_count_at_most(values * self._scale_used, magnitudes).to(torch.float64))
-            layout.boundaries = magnitudes
-            lost_updates = self._lost_updates(values)
+        layout.segment_list = segments
+        if act_segments:
+            parts.append(amax[len(groups) :].to(torch.float64))
+        if groups:
+            # The raw pattern counts of the parameter gradients: the format shares are read
+            # from them on the host.
+            parts.append(torch.cat([segment.counts for segment, _ in groups]).to(torch.float64))
+            lost_updates = self._lost_updates([g for _, g in param_grads])
             if lost_updates is not None:
                 parts.append(lost_updates.to(torch.float64))
                 layout.has_lost_updates = True
         return layout
 
-    def _lost_updates(self, grads: torch.Tensor) -> torch.Tensor | None:
+    def _param_groups(self, grads: list[torch.Tensor]) -> list[tuple[_Segment, list[torch.Tensor]]]:
+        """One pattern-count segment per gradient dtype (float16, bfloat16, else float32):
+        the masked bit patterns of all the group's gradients go into one buffer (one pass
+        each, no concatenated copy of the gradients), then one bincount."""
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for grad in grads:
+            dtype = grad.dtype if grad.dtype in (torch.float16, torch.bfloat16) else torch.float32
+            by_dtype.setdefault(dtype, []).append(grad.detach())
+        groups: list[tuple[_Segment, list[torch.Tensor]]] = []
+        for dtype, members in by_dtype.items():
+            total = sum(g.numel() for g in members)
+            patterns = self._scratch.get("patterns", total, torch.int16, members[0].device)
+            zeros: list[torch.Tensor] = []
+            offset = 0
+            for grad in members:
+                data = _bits_view(grad)
+                if dtype == torch.float32:
+                    data = data if data.dtype == torch.float32 else data.float()
+                    bits = data.view(torch.int16)[..., _HIGH_HALF::2]
+                    zeros.append(data.numel() - torch.count_nonzero(data))
+                else:
+                    bits = data.view(torch.int16)
+                target = patterns[offset : offset + data.numel()].view(bits.shape)
+                torch.bitwise_and(bits, 0x7FFF, out=target)
+                offset += data.numel()
+            counts = torch.bincount(patterns, minlength=32768)
+            if dtype == torch.float32:
+                segment = _Segment(-1, "float32", total, "float32_high", counts,
+                                   torch.stack(zeros).sum(), None, None)  # fmt: skip
+            else:
+                name = dtype_name(dtype)
+                segment = _Segment(-1, name, total, name, counts, None, None, None)
+            groups.append((segment, members))
+        return groups
+
+    def _lost_updates(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
         """[updates lost, updates intended]: among weights with a non-zero gradient, those
         whose FP16 weight would not change (FP32 master weights) or did not (FP16 weights).
-        None when the optimizer did not step (a skipped step) or the gradients changed since."""
+        None when the optimizer did not step (a skipped step) or the gradients changed since.
+
+        FP32 masters: FP16(FP16(w_old) + (w_new - w_old)) == FP16(w_old), the sum in FP32,
+        as an FP16 weight would be updated. Computed in reused buffers, FP32 arithmetic
+        and conversions only (FP16 arithmetic and comparisons are slow on CPUs)."""
         old = self._old_params
-        if old is None or old.numel() != grads.numel():
+        params = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
+        total = sum(p.numel() for p in params)
+        if old is None or old.numel() != total or total != sum(g.numel() for g in grads):
             return None
-        new = torch.cat(
-            [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
-        )
-        if old.dtype == torch.float16:
-            unchanged = new == old
-        else:
+        device = old.device
+        unchanged = self._scratch.get("unchanged", total, torch.bool, device)
+        nonzero = self._scratch.get("nonzero", total, torch.bool, device)
+        uniform = all(p.dtype == old.dtype for p in params)
+        if old.dtype == torch.float16 and uniform:
+            offset = 0
+            for param in params:
+                end = offset + param.numel()
+                torch.eq(param, old[offset:end], out=unchanged[offset:end])
+                offset = end
+        elif old.dtype == torch.float32 and uniform:
+            update = self._scratch.get("update", total, torch.float32, device)
+            old16f = self._scratch.get("old16f", total, torch.float32, device)
+            half = self._scratch.get("half", total, torch.float16, device)
+            offset = 0
+            for param in params:
+                end = offset + param.numel()
+                torch.sub(param, old[offset:end], out=update[offset:end])
+                offset = end
+            half.copy_(old)
+            old16f.copy_(half)  # FP16(w_old), in FP32 (exact)
+            update.add_(old16f)
+            half.copy_(update)
+            update.copy_(half)  # FP16(FP16(w_old) + update), in FP32 (exact)
+            torch.eq(update, old16f, out=unchanged)
+        else:  # mixed or other dtypes: the plain formulation
+            new = torch.cat(params)
             old16 = old.to(torch.float16)
-            # old16 + update, computed in FP32 (type promotion, no FP32 copy of old16) and
-            # rounded as an FP16 weight would be.
             unchanged = torch.add(old16, new - old).to(torch.float16) == old16
-        intended = torch.count_nonzero(grads)
-        lost = torch.count_nonzero(unchanged.logical_and_(grads != 0))
+        offset = 0
+        for grad in grads:
+            end = offset + grad.numel()
+            torch.ne(grad.detach().reshape(-1), 0, out=nonzero[offset:end])
+            offset = end
+        intended = torch.count_nonzero(nonzero)
+        lost = torch.count_nonzero(unchanged.logical_and_(nonzero))
         return torch.stack([lost, intended])
 
     def _memory(self) -> dict[str, Any]:
@@ -770,11 +1000,11 @@ class _StatsLayout:
         self.memory = memory
         self.offset_histograms = 4
         self.segments = 0
-        self.row_of_segment: list[int] = []
         self.param_layers: list[int] = []
-        self.segment_tensors: list[torch.Tensor] = []
+        self.segment_list: list[_Segment] = []
+        self.param_groups: list[tuple[_Segment, list[torch.Tensor]]] = []
         self.n_param = 0
-        self.boundaries: list[float] = []
+        self.boundaries: list[float] = FORMAT_BOUNDARIES
         self.has_lost_updates = False
         self.forward_layers: list[int] = []
 
@@ -806,10 +1036,10 @@ class _StatsLayout:
         count = self.segments
         rows = values[position : position + count * (CODES + 1)].reshape(count, CODES + 1)
         position += count * (CODES + 1)
-        histograms = rows[self.row_of_segment]
+        histograms = rows
         unresolved = histograms[:, CODES] - histograms[:, ZERO_CODE]
         for segment in np.flatnonzero(unresolved > 0):  # float32 values below 2**-133
-            exact = code_histogram(self.segment_tensors[segment]).cpu().numpy()
+            exact = code_histogram(self._segment_tensor(int(segment))).cpu().numpy()
             histograms[segment, :CODES] = exact
         histograms = histograms[:, :CODES]
         segment_layer = np.asarray(self.layer_of_segment, dtype=np.int64)
@@ -868,11 +1098,14 @@ class _StatsLayout:
             "memory": self.memory,
         }
         if self.n_param:
-            at_most = values[position : position + len(self.boundaries)]
-            position += len(self.boundaries)
-            zeros = float(values[position])
-            position += 1
-            record["format_shares"] = self._format_shares(at_most, zeros, float(self.n_param))
+            raw_counts = []
+            for _ in self.param_groups:
+                raw_counts.append(values[position : position + 32768].astype(np.int64))
+                position += 32768
+            group_zeros = [int(histograms[i, ZERO_CODE]) for i in range(len(raw_counts))]
+            at_most = self._scaled_at_most(raw_counts, group_zeros, monitor._scratch)
+            at_most_of = dict(zip(self.boundaries, at_most, strict=True))
+            record["format_shares"] = self._format_shares(at_most_of, float(self.n_param))
             if self.has_lost_updates:
                 lost, intended = float(values[position]), float(values[position + 1])
                 kind = "actual" if _params_dtype(monitor) == torch.float16 else "fp16_would_lose"
@@ -883,12 +1116,70 @@ class _StatsLayout:
                 }
         return record
 
-    def _format_shares(
-        self, at_most: npt.NDArray[np.float64], zeros: float, n_param: float
-    ) -> dict[str, Any]:
+    def _segment_tensor(self, index: int) -> torch.Tensor:
+        """The values behind a float32 segment, for the exact (slow) histogram."""
+        if index < len(self.param_groups):
+            return torch.cat([g.reshape(-1).float() for g in self.param_groups[index][1]])
+        tensor = self.segment_list[index].tensor
+        assert tensor is not None, "float32 activation segments keep their tensor"
+        return tensor
+
+    def _scaled_at_most(
+        self, raw_counts: list[npt.NDArray[np.int64]], group_zeros: list[int], scratch: _Scratch
+    ) -> list[int]:
+        """For each boundary b: the count of parameter gradients g with |g * scale| <= b
+        (products in float32, as `g * scale` would be computed), exact.
+
+        Each b becomes a limit on |g| itself (`_magnitude_limits`), read from the pattern
+        counts: a 16-bit pattern is its value; a float32 pattern (top 16 bits) decides
+        unless the limit falls inside a pattern that holds gradients, and only then are
+        those gradients looked at again: when none has low bits (gradients that were BF16
+        values, as under BF16 autocast) the whole pattern is below the limit; otherwise one
+        |g| pass and one comparison per such limit."""
+        scale = self.scale
+        groups = self.param_groups
+        if not (math.isfinite(scale) and scale > 0):
+            values = torch.cat([g.reshape(-1).float() for _, members in groups for g in members])
+            return [int(c) for c in _count_at_most(values * scale, self.boundaries).tolist()[:-1]]
+        limits = _magnitude_limits(tuple(self.boundaries), scale)
+        totals = [0] * len(limits)
+        for (segment, members), counts, zeros in zip(groups, raw_counts, group_zeros, strict=True):
+            pending: list[tuple[int, int, int]] = []  # (bound index, limit, count below)
+            if segment.table != "float32_high":
+                pattern_values = _pattern_values(torch.device("cpu"))[segment.table].numpy()
+                for index, limit in enumerate(limits):
+                    bound = np.int32(limit).view(np.float32)
+                    totals[index] += int(counts[pattern_values <= bound].sum())
+                continue
+            below = np.concatenate([[0], np.cumsum(counts)])  # below[p]: patterns < p
+            for index, limit in enumerate(limits):
+                pattern, low = limit >> 16, limit & 0xFFFF
+                inside = int(counts[pattern])
+                if low == 0xFFFF:
+                    totals[index] += int(below[pattern]) + inside
+                elif inside == 0:
+                    totals[index] += int(below[pattern])
+                elif pattern == 0 and inside == zeros:  # only zeros there, all <= the limit
+                    totals[index] += int(below[pattern]) + inside
+                else:
+                    pending.append((index, limit, int(below[pattern])))
+            if not pending:
+                continue
+            # Further host syncs, only when a limit splits an occupied pattern.
+            if int(_count_low_bits_set(members)) == 0:
+                for index, limit, below_pattern in pending:
+                    totals[index] += below_pattern + int(counts[limit >> 16])
+                continue
+            bounds = [float(np.int32(limit).view(np.float32)) for _, limit, _ in pending]
+            counted = _count_abs_at_most(members, bounds, scratch).tolist()
+            for (index, _, _), count in zip(pending, counted, strict=True):
+                totals[index] += int(count)
+        return totals
+
+    def _format_shares(self, count: dict[float, int], n_param: float) -> dict[str, Any]:
         """Shares per format from the counts of |g * scale| <= each boundary (NaN counts as
-        overflow: it is never <= anything)."""
-        count = dict(zip(self.boundaries, at_most.tolist(), strict=True))
+        overflow: it is never <= anything; 0.0 gives the products that are zero)."""
+        zeros = count[0.0]
         shares: dict[str, Any] = {}
         for fmt in FORMAT_RANGES:
             flushed = count[fmt.flush_max] - zeros
