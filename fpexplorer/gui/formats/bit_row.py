@@ -30,6 +30,8 @@ from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.theme import field_colors
 
+# Under a field too narrow for its name (a one-bit fraction).
+SHORT_FIELD_NAMES = {"sign": "s", "exponent": "exp", "fraction": "frac"}
 FIELD_HELP = {
     "sign": "Sign bit: 0 for positive, 1 for negative. Flipping it negates the value "
     "(also for zero, infinity and NaN).",
@@ -238,15 +240,25 @@ class BitRow(QWidget):
                 index_rect = QRect(cell.rect.left() - 6, 0, cell.rect.width() + 12,
                                    cell.rect.top())
                 painter.drawText(index_rect, Qt.AlignmentFlag.AlignCenter, str(cell.bit))
-        for name, rect in self._groups:
+        for (_, rect), text in zip(self._groups, self.field_labels(), strict=True):
             label_rect = QRect(rect.left() - 10, rect.bottom() + 1, rect.width() + 20,
                                small_metrics.height())
-            label = name if name != "exponent" or rect.width() > 60 else "exp"
-            width = len(self._group_bits(name))
-            text = f"{label} ({width})" if name != "sign" else label
-            if small_metrics.horizontalAdvance(text) > rect.width() + 8:
-                text = label if small_metrics.horizontalAdvance(label) <= rect.width() + 8 else ""
             painter.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, text)
+
+    def field_labels(self) -> list[str]:
+        """The name under each field, the longest that fits: "fraction (10)", "fraction",
+        "frac" (FP4's one fraction bit), or nothing when even that does not fit."""
+        metrics = QFontMetrics(self._small_font())
+        labels = []
+        for name, rect in self._groups:
+            label = name if name != "exponent" or rect.width() > 60 else "exp"
+            count = len(self._group_bits(name))
+            candidates = [label] if name == "sign" else [f"{label} ({count})", label]
+            candidates.append(SHORT_FIELD_NAMES[name])
+            fitting = (text for text in candidates
+                       if metrics.horizontalAdvance(text) <= rect.width() + 8)
+            labels.append(next(fitting, ""))
+        return labels
 
     def paintEvent(self, event: QPaintEvent) -> None:
         if not self._cells:

@@ -65,6 +65,14 @@ def test_dragging_paints_several_bits(qtbot: QtBot, panel: FormatsPanel) -> None
     assert row.editor.code == 0x7800
 
 
+def test_every_field_is_named_under_its_bits(qtbot: QtBot, panel: FormatsPanel) -> None:
+    for name in ("float4_e2m1fn", "float8_e8m0fnu", "float64", "e2m0"):
+        panel.session.set_format(panel.session.editors[1], get_format(name))
+        labels = panel.rows[1].bits.field_labels()
+        assert all(labels), (name, labels)  # FP4's one fraction bit had no label
+    assert panel.rows[0].bits.field_labels() == ["sign", "exponent (8)", "fraction (23)"]
+
+
 def test_keyboard_moves_and_toggles(qtbot: QtBot, panel: FormatsPanel) -> None:
     row = panel.rows[1]
     panel.session.set_code(row.editor, 0x3C00)
