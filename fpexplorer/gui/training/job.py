@@ -72,6 +72,7 @@ class TrainingJob(QObject):
         self._kill_timer.setSingleShot(True)
         self._kill_timer.timeout.connect(self._on_kill_timer_timeout)
         self._killed_by_us = False
+        self._stop_sent = False
 
     # ----- state ----------------------------------------------------------------------
 
@@ -121,6 +122,7 @@ class TrainingJob(QObject):
         self._stdout_pending = self._stderr_pending = b""
         self._backlog.clear()
         self._killed_by_us = False
+        self._stop_sent = False
         self.exit_summary = ""
         process = QProcess(self)
         environment = QProcessEnvironment.systemEnvironment()
@@ -154,6 +156,7 @@ class TrainingJob(QObject):
         if was_paused:
             self._signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
         if self._process is not None:
+            self._stop_sent = True
             self._process.terminate()  # SIGTERM on POSIX
         self._kill_timer.start(self.stop_timeout_ms)
 
@@ -294,6 +297,14 @@ class TrainingJob(QObject):
         end = self.end_record
         if end is not None and end.get("status") in ("completed", "stopped"):
             summary = f"job {end.get('status')} after {end.get('steps', '?')} steps"
+            self._move("finish")
+        elif end is None and self._stop_sent and not self._killed_by_us and crashed:
+            # Stop pressed while the job was still starting (importing torch takes seconds):
+            # SIGTERM ended it before it could handle the signal. Asked for, not a failure.
+            started = self.run_path is not None and self.run_path.is_file()
+            summary = "job stopped while starting" + (
+                " (its run file has no end record)" if started else ", before its first step"
+            )
             self._move("finish")
         else:
             if end is not None and end.get("status") == "failed":

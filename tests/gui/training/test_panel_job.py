@@ -84,6 +84,16 @@ def test_stop_mid_run_ends_with_a_stopped_record(panel, qtbot) -> None:  # type:
     assert run.status == "stopped" and not run.problems
 
 
+def test_stop_while_the_job_is_starting_is_a_stop_not_a_crash(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
+    _configure(panel, steps=1_000_000)
+    assert panel.start_job()
+    panel.stop_button.click()  # at once: the job is still importing torch
+    qtbot.waitUntil(lambda: not panel.job.active, timeout=30_000)
+    assert panel.job.state is JobState.DONE, panel.status_label.text()
+    assert "stopped while starting" in panel.status_label.text()
+    assert "crashed" not in panel.status_label.text()
+
+
 @pytest.mark.skipif(sys.platform == "win32" or not Path("/proc").is_dir(), reason="POSIX /proc")
 def test_pause_stops_the_process_and_resume_continues(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     _configure(panel, steps=1_000_000)
