@@ -56,7 +56,12 @@ def parse_value(text: str, fmt: FloatFormat | None = None) -> ExactValue:
         return _constant(lowered, negative, fmt)
     if body[0] in "+-":
         raise ValueError(f"{text.strip()!r}: more than one sign")
-    body = body.replace("_", "")  # digit grouping, as in Python literals: 1_000
+    if "_" in body:
+        # Digit grouping, as in Python literals: 1_000, 0x1_0p3; "_1" or "1__0" is a typo.
+        digit = "[0-9a-fA-F]" if body[:2].lower() == "0x" else "[0-9]"
+        if re.search(f"(?<!{digit})_|_(?!{digit})", body):
+            raise ValueError(f"{text.strip()[:60]!r}: '_' may only group digits, as in 1_000")
+        body = body.replace("_", "")
     if "/" in body:
         numerator_text, _, denominator_text = body.partition("/")
         numerator = _unsigned_number(numerator_text.strip(), text)

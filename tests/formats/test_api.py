@@ -315,6 +315,8 @@ def test_exact_value_strings() -> None:
         ("-0x.8", Fraction(-1, 2)),
         ("0x10", Fraction(16)),
         ("1_000", Fraction(1000)),
+        ("0x1_0p1_0", Fraction(16 * 1024)),
+        ("1_0/2_0", Fraction(1, 2)),
         ("." + "0" * 5000 + "1", Fraction(1, 10**5001)),
         ("1" * 10000, Fraction((10**10000 - 1) // 9)),
         ("+5", Fraction(5)),
@@ -356,6 +358,11 @@ def test_parse_value_specials_and_constants() -> None:
         ("1/", "missing"),
         ("1e", "not a number"),
         ("١٢", "not a number"),
+        ("_1", "only group digits"),
+        ("1__0", "only group digits"),
+        ("1_", "only group digits"),
+        ("1_.5", "only group digits"),
+        ("1e_5", "only group digits"),
     ],
 )
 def test_parse_value_errors_say_what_is_wrong(text: str, message: str) -> None:
