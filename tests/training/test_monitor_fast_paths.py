@@ -1,0 +1,177 @@
+"""The monitor's cheap paths against oracles: format shares read from pattern counts at any
+scale (powers of two, others, below 1), gradients exactly on a threshold, BF16-valued and
+FP16 gradients, deep subnormals; lost updates; per-layer max |activation gradient|."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fpexplorer.training.monitor import FORMAT_RANGES, AmpMonitor
+
+ML_DTYPES = {
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+}
+
+
+class FixedScale:
+    """Any object with get_scale() serves as the monitor's scaler."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+
+    def get_scale(self) -> float:
+        return self.scale
+
+
+def expected_shares(grads: np.ndarray, scale: float) -> dict[str, dict[str, float]]:
+    with np.errstate(over="ignore"):  # products past float32's range are inf: overflow
+        scaled = grads.astype(np.float32) * np.float32(scale)
+    shares = {}
+    for name, target in ML_DTYPES.items():
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = scaled.astype(target).astype(np.float64)
+        smallest_normal = float(ml_dtypes.finfo(target).smallest_normal)
+        shares[name] = {
+            "underflow": np.sum((scaled != 0) & (cast == 0)) / scaled.size,
+            "subnormal": np.sum((cast != 0) & (np.abs(cast) < smallest_normal)) / scaled.size,
+            "overflow": np.sum(~np.isfinite(cast)) / scaled.size,
+        }
+    return shares
+
+
+def tricky_gradients(scale: float, seed: int) -> torch.Tensor:
+    """Every threshold divided by the scale and its float32 neighbours (both signs), exact
+    powers of two, deep subnormals, zeros, and a spread over the float32 range."""
+    values: list[np.float32] = []
+    with np.errstate(over="ignore", under="ignore"):
+        for fmt in FORMAT_RANGES:
+            for bound in (fmt.flush_max, fmt.subnormal_max, fmt.finite_max_input):
+                centre = np.float32(bound) / np.float32(scale)
+                down = np.nextafter(centre, np.float32(0))
+                up = np.nextafter(centre, np.float32(np.inf))
+                values += [down, centre, up, np.nextafter(down, np.float32(0))]
+    generator = np.random.default_rng(seed)
+    spread = generator.standard_normal(3000) * np.exp2(generator.integers(-149, 100, 3000))
+    specials = [0.0, -0.0, 2.0**-149, 2.0**-140, -(2.0**-134), 2.0**-25, 2.0**-10, 1.0]
+    array = np.concatenate([values, -np.array(values), spread, specials]).astype(np.float32)
+    array = array[np.isfinite(array)]
+    return torch.from_numpy(array)
+
+
+def one_step(tmp_path: Path, grads: torch.Tensor, scale: float, dtype: torch.dtype) -> dict:
+    model = nn.Linear(grads.numel(), 1, bias=False).to(dtype)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpMonitor(model, optimizer, FixedScale(scale), out=tmp_path / "run.jsonl") as monitor:
+        model.weight.grad = grads.to(dtype).reshape(1, -1).clone()
+        optimizer.step()
+        return monitor.step(0.0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0**16, 2.0**-3, 1000.0, 0.1, 3.0, 2.0**100])
+def test_format_shares_equal_ml_dtypes_at_any_scale(tmp_path: Path, scale: float) -> None:
+    grads = tricky_gradients(scale, seed=int(scale * 7) % 1000)
+    record = one_step(tmp_path, grads, scale, torch.float32)
+    assert record["format_shares"] == expected_shares(grads.numpy(), scale)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("scale", [1.0, 2.0**16, 1000.0])
+def test_format_shares_of_16_bit_valued_gradients(
+    tmp_path: Path, dtype: torch.dtype, scale: float
+) -> None:
+    # float32 gradients holding BF16/FP16 values (autocast), and FP16 gradients (pure FP16).
+    exact = tricky_gradients(scale, seed=5).to(dtype).float()
+    exact = exact[torch.isfinite(exact)]
+    record = one_step(tmp_path, exact, scale, torch.float32)
+    assert record["format_shares"] == expected_shares(exact.numpy(), scale)
+    if dtype == torch.float16:
+        record = one_step(tmp_path, exact, scale, torch.float16)
+        assert record["format_shares"] == expected_shares(exact.numpy(), scale)
+
+
+def test_lost_updates_equal_numpy(tmp_path: Path) -> None:
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 1))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.mul_(40).add_(1.0)  # weights where FP16 ulps are large
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl") as monitor:
+        loss = model(torch.randn(8, 64)).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        model[0].weight.grad[:4] = 0.0  # zero gradients are not updates
+        old = [p.detach().clone().numpy().ravel() for p in model.parameters()]
+        optimizer.step()
+        record = monitor.step(loss)
+    new = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+    grads = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
+    old_all = np.concatenate(old)
+    old16 = old_all.astype(np.float16)
+    stepped = (old16.astype(np.float32) + (new - old_all)).astype(np.float16)
+    lost = np.sum((stepped == old16) & (grads != 0))
+    intended = np.sum(grads != 0)
+    assert record["lost_updates"] == {
+        "share": lost / intended,
+        "kind": "fp16_would_lose",
+        "intended": int(intended),
+    }
+    assert 0 < lost < intended
+
+
+def test_lost_updates_of_fp16_weights(tmp_path: Path) -> None:
+    torch.manual_seed(4)
+    model = nn.Linear(32, 4).half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl") as monitor:
+        loss = model(torch.randn(8, 32).half()).float().square().mean()
+        loss.backward()
+        old = np.concatenate([p.detach().clone().numpy().ravel() for p in model.parameters()])
+        optimizer.step()
+        record = monitor.step(loss)
+    new = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+    grads = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
+    intended = np.sum(grads != 0)
+    assert record["lost_updates"]["kind"] == "actual"
+    assert record["lost_updates"]["share"] == np.sum((new == old) & (grads != 0)) / intended
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_layer_amax_is_the_largest_activation_gradient(tmp_path: Path, dtype: torch.dtype) -> None:
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    captured: dict[str, list[torch.Tensor]] = {}
+
+    def capture(name: str):  # type: ignore[no-untyped-def]
+        def hook(module: nn.Module, inputs: object, output: torch.Tensor) -> None:
+            output.register_hook(lambda g: captured.setdefault(name, []).append(g.clone()))
+
+        return hook
+
+    for name, module in model.named_children():
+        module.register_forward_hook(capture(name))
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl") as monitor:
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            loss = model(torch.randn(8, 16)).float().square().mean() * 3
+        loss.backward()
+        optimizer.step()
+        record = monitor.step(loss)
+    if dtype != torch.float32:  # the 16-bit path reads max |g| from the pattern counts
+        assert captured["0"][0].dtype == dtype
+    for layer in record["layers"]:
+        grads = captured[layer["name"]]
+        expected = max(float(g.abs().max()) for g in grads)
+        assert layer["amax"] == expected, layer["name"]
+        headroom = math.log2(65504.0 / expected) if expected > 0 else None
+        assert layer["headroom_log2"] == headroom
