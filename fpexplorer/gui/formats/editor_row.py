@@ -227,7 +227,8 @@ class EditorRow(QFrame):
             text += f" &nbsp; ← {typed(editor.input)}, rel. error {short(rounded.error_rel, 3)}"
         flags = []
         if rounded is not None:
-            flags = [name for name in ("overflow", "underflow") if getattr(rounded, name)]
+            flags = [name for name in ("invalid", "overflow", "underflow")
+                     if getattr(rounded, name)]
         if flags:
             text += " &nbsp; <b style='color:#d9463b'>" + ", ".join(flags) + "</b>"
         self.summary.setText(text)

@@ -203,6 +203,9 @@ class ReadoutPanel(QFrame):
             color = "#d9463b" if on and name != "inexact" else ("#c08000" if on else "gray")
             mark = "●" if on else "○"
             flags.append(f"<span style='color:{color}'>{mark} {name}</span>")
-        if not rounded.inexact:
+        if rounded.invalid:
+            flags.insert(0, f"<b style='color:#d9463b'>invalid: {readout.format.name} has no "
+                            "code for this value</b>")
+        elif not rounded.inexact:
             flags.insert(0, "<b>exact</b>")
         return "<br>".join(parts) + "<br>" + " &nbsp; ".join(flags)

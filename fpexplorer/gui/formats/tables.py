@@ -133,7 +133,9 @@ class CrossFormatTable(LazyView):
     @staticmethod
     def _cells(fmt: FloatFormat, rounded: Rounded) -> list[str]:
         kind = fmt.classify(rounded.code)
-        flags = [name for name in ("overflow", "underflow", "inexact") if getattr(rounded, name)]
+        # invalid: the format has no code for the value (NaN into FP4, -1 into E8M0).
+        flags = [name for name in ("invalid", "overflow", "underflow", "inexact")
+                 if getattr(rounded, name)]
         return [
             fmt.name,
             hex_code(fmt, rounded.code),

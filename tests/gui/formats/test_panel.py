@@ -125,6 +125,20 @@ def test_bad_input_shows_a_message_and_keeps_the_state(qtbot: QtBot,
     assert not panel.entry.message.isVisible()
 
 
+def test_a_value_without_a_code_is_flagged_invalid_not_exact(qtbot: QtBot,
+                                                              panel: FormatsPanel) -> None:
+    panel.show_view("table")
+    panel.session.set_format(panel.session.editors[1], get_format("e8m0"))
+    type_value(qtbot, panel, "-1")  # E8M0 is unsigned: -1 has no code (NaN stands in)
+    error = panel.readouts.error.text()
+    assert "invalid" in error and "exact</b>" not in error
+    assert "invalid" in panel.rows[1].summary.text()
+    type_value(qtbot, panel, "nan")  # FP4 has no NaN
+    table = panel.cross_table
+    row = next(i for i, (fmt, _) in enumerate(table.rows) if fmt == get_format("fp4"))
+    assert table.table.item(row, table.table.columnCount() - 1).text() == "invalid"
+
+
 def test_step_buttons(qtbot: QtBot, panel: FormatsPanel) -> None:
     row = panel.rows[1]
     panel.session.set_code(row.editor, 0x3C00)
