@@ -71,8 +71,12 @@ def _describe(fmt: Any) -> dict[str, Any]:
 
 
 def _render_text(rows: list[dict[str, Any]]) -> str:
-    def number(value: float | None) -> str:
-        return "-" if value is None else f"{value:.4g}"
+    def number(row: dict[str, Any], key: str, width: int) -> str:
+        # Exact when it fits (FP16's max is 65504, not 6.55e+04), else 4 digits.
+        value, exact = row[key], row[f"{key}_exact"]
+        if value is None:
+            return "-"
+        return exact if len(exact) <= width else f"{value:.4g}"
 
     header = (
         f"{'format':<19}{'bits':>4} {'E':>2} {'M':>2} {'bias':>5}  {'max':>10} "
@@ -91,9 +95,9 @@ def _render_text(rows: list[dict[str, Any]]) -> str:
             specials.append("unsigned")
         lines.append(
             f"{row['format']:<19}{row['width']:>4} {row['exponent_bits']:>2} "
-            f"{row['mantissa_bits']:>2} {row['bias']:>5}  {number(row['max']):>10} "
-            f"{number(row['min_normal']):>10} {number(row['min_subnormal']):>10} "
-            f"{number(row['eps']):>9} {row['decimal_digits']:>6.2f}  "
+            f"{row['mantissa_bits']:>2} {row['bias']:>5}  {number(row, 'max', 10):>10} "
+            f"{number(row, 'min_normal', 10):>10} {number(row, 'min_subnormal', 10):>10} "
+            f"{number(row, 'eps', 9):>9} {row['decimal_digits']:>6.2f}  "
             f"{', '.join(specials) or 'none':<22} {', '.join(row['aliases'])}"
         )
     lines.append("")

@@ -158,6 +158,9 @@ def test_formats_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for fmt in list_formats():
         assert fmt.name in out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    assert lines["float16"][5:9] == ["65504", "6.104e-05", "5.96e-08", "0.0009766"]
+    assert lines["float8_e5m2"][5] == "57344" and lines["float8_e4m3fn"][5:7] == ["448", "0.015625"]
     document = _json(capsys, ["formats", "--json"])
     rows = {row["format"]: row for row in document["formats"]}
     assert len(rows) == len(list_formats())
