@@ -39,8 +39,9 @@ from fpexplorer.gui.formats.text import scientific
 STOCHASTIC_SEED = 0
 # The overflow picker's first entry: what ml_dtypes does for this format.
 DEFAULT_OVERFLOW_LABEL = "format default"
-_RAW_HEX = re.compile(r"^0x[0-9a-f_]+$", re.IGNORECASE)
-_RAW_BIN = re.compile(r"^0b[01_|]+$", re.IGNORECASE)
+# At least one digit: "0x_" is not a code (it gets parse_value's message instead).
+_RAW_HEX = re.compile(r"^0x[0-9a-f_]*[0-9a-f][0-9a-f_]*$", re.IGNORECASE)
+_RAW_BIN = re.compile(r"^0b[01_|]*[01][01_|]*$", re.IGNORECASE)
 
 
 class Signal:

@@ -114,6 +114,14 @@ def test_raw_code_too_wide_for_the_format_is_refused() -> None:
     assert parse_code("0x1.8p3", get_format("fp16")) is None  # a hex float, not a code
 
 
+@pytest.mark.parametrize("text", ["0x_", "0b_", "0b|", "0x", "0b"])
+def test_a_code_prefix_without_digits_gets_a_message_about_the_text(text: str) -> None:
+    session = session_of("fp16")
+    assert not session.enter_text(text)
+    assert session.entry_error is not None and "invalid literal" not in session.entry_error
+    assert repr(text) in session.entry_error
+
+
 def test_stepping_up_down_exponent_fraction() -> None:
     session = session_of("fp16")
     editor = session.active
