@@ -8,7 +8,7 @@ Fraction(65504, 1)
 '0x2e66'
 """
 
-from .exact import ExactValue, exact_decimal
+from .exact import ExactValue, exact_decimal, leading_digits
 from .format import (
     CLASSES,
     ENCODINGS,
@@ -34,6 +34,7 @@ __all__ = [
     "Rounded",
     "exact_decimal",
     "get_format",
+    "leading_digits",
     "list_formats",
     "make_format",
     "parse_value",

@@ -173,24 +173,52 @@ def exact_decimal(x: Fraction | ExactValue | int, max_digits: int | None = None)
             return sign + text
     # Cut to max_digits significant digits (truncated, never rounded, then "…").
     wanted = 60 if max_digits is None else max_digits
-    exponent10 = len(int_to_decimal_str(numerator)) - len(int_to_decimal_str(denominator))
-    # Find k with 10**(wanted-1) <= value * 10**k < 10**wanted.
-    shift = wanted - 1 - exponent10
-    while True:
-        scaled_value = magnitude * Fraction(10) ** shift
-        integer = scaled_value.numerator // scaled_value.denominator
-        if integer >= 10**wanted:
-            shift -= 1
-        elif integer < 10 ** (wanted - 1):
-            shift += 1
-        else:
-            break
-    digits = int_to_decimal_str(integer)
+    digits, exponent10, _ = leading_digits(magnitude, wanted)
+    digits = digits.ljust(wanted, "0")
+    shift = wanted - 1 - exponent10  # digits == floor(magnitude * 10**shift)
     if shift >= 0:
         text = _place_point(digits, shift)
     else:
         text = digits + "0" * (-shift)
     return sign + text + "…"
+
+
+def leading_digits(x: Fraction | ExactValue | int, count: int) -> tuple[str, int, bool]:
+    """The first `count` significant digits of |x|, truncated: (digits, exponent10, exact).
+
+    |x| = d1.d2d3… × 10**exponent10. `exact` is True when no nonzero digit was cut; then
+    trailing zeros are dropped ("65504", 4, True for 65504; "1", 99999, True for 1e99999).
+    Integer arithmetic only, so it is cheap for values of any size, unlike a full expansion.
+    Zero gives ("0", 0, True).
+    """
+    if count < 1:
+        raise ValueError("count must be at least 1")
+    if isinstance(x, ExactValue):
+        magnitude = x.magnitude if x.is_finite else Fraction(0)
+        if not x.is_finite:
+            raise ValueError(f"{x} has no digits")
+    else:
+        magnitude = abs(Fraction(x))
+    if magnitude == 0:
+        return "0", 0, True
+    numerator, denominator = magnitude.numerator, magnitude.denominator
+    # floor(log10(x)) to within one, from the bit lengths; corrected below.
+    exponent10 = math.floor((numerator.bit_length() - denominator.bit_length()) * math.log10(2))
+    while True:
+        shift = count - 1 - exponent10
+        if shift >= 0:
+            integer, rest = divmod(numerator * 10**shift, denominator)
+        else:
+            integer, rest = divmod(numerator, denominator * 10**-shift)
+        if integer >= 10**count:
+            exponent10 += 1
+        elif integer < 10 ** (count - 1):
+            exponent10 -= 1
+        else:
+            break
+    digits = str(integer)
+    exact = rest == 0
+    return (digits.rstrip("0") or "0") if exact else digits, exponent10, exact
 
 
 def _significant_count(digits: str) -> int:

@@ -16,6 +16,7 @@ from fpexplorer.formats import (
     FloatFormat,
     exact_decimal,
     get_format,
+    leading_digits,
     list_formats,
     make_format,
     parse_value,
@@ -278,6 +279,17 @@ def test_exact_decimal_of_values_with_huge_denominators() -> None:
     assert text.startswith("0." + "0" * 9877) and len(text) == 2 + 32813
     assert text.endswith("5") and parse_value(text) == tiny
     assert exact_decimal(Fraction(7, 3 * 10**5000), max_digits=3) == "0." + "0" * 4999 + "233…"
+
+
+def test_leading_digits() -> None:
+    assert leading_digits(65504, 7) == ("65504", 4, True)
+    assert leading_digits(Fraction(-1, 3), 4) == ("3333", -1, False)
+    assert leading_digits(get_format("fp16").min_subnormal, 4) == ("5960", -8, False)
+    assert leading_digits(parse_value("1e99999"), 3) == ("1", 99999, True)
+    assert leading_digits(Fraction(10**50 - 1, 10**100), 2) == ("99", -51, False)
+    assert leading_digits(0, 5) == ("0", 0, True)
+    with pytest.raises(ValueError):
+        leading_digits(ExactValue.nan(), 3)
 
 
 def test_shortest_decimal() -> None:

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fpexplorer.formats import get_format
+from fpexplorer.formats import get_format, parse_value
 from fpexplorer.gui.formats.state import EditorState, FormatsSession, parse_code
+from fpexplorer.gui.formats.text import short, typed
 
 
 def oracle_code(value: float, dtype: object) -> int:
@@ -258,3 +259,17 @@ def test_display_text_is_exact_when_short_and_shortest_otherwise() -> None:
     # float32 0.1 has 27 significant digits: the shortest decimal stands in for them.
     assert display_text(get_format("fp32"), 0x3DCCCCCD) == "0.1"
     assert display_text(get_format("fp16"), 0x7E00) == "nan"
+
+
+@pytest.mark.timeout(10)  # a hang guard: a fraction of a second now, 10 s before
+def test_a_value_of_a_hundred_thousand_digits_is_shown_short() -> None:
+    session = session_of("fp32", "fp16", "bf16")
+    assert session.enter_text("1e99999")
+    assert typed(session.active.input) == "1e99999"
+    assert short(parse_value("-1e99999").fraction + 1) == "-9.999999…e99998"
+    assert short(Fraction(1, 3 * 10**5000), 4) == "3.333…e-5001"
+    assert session.enter_text("-1" + "0" * 30000 + ".5")
+    assert typed(session.active.input).startswith("-1.00000000000…e30000")
+    # The same texts as before for ordinary values.
+    assert [short(x) for x in (65504, Fraction(1, 2**24), Fraction(-1, 3), 10**8)] == [
+        "65504", "5.960464…e-8", "-3.333333…e-1", "1e8"]
