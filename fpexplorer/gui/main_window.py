@@ -259,7 +259,7 @@ class MainWindow(QMainWindow):
         if view in VIEW_NAMES:
             self.formats_panel.show_view(view)
         saved: dict[str, object] = {}
-        for key in ("formats", "codes", "custom"):
+        for key in ("formats", "codes", "custom", "custom_names"):
             values = self.settings.text_list(STATE_PREFIX + key)
             if values:
                 saved[key] = values

@@ -31,6 +31,7 @@ from fpexplorer.formats import (
     exact_decimal,
     get_format,
     list_formats,
+    make_format,
     parse_value,
 )
 from fpexplorer.gui.formats.text import scientific
@@ -521,7 +522,7 @@ class FormatsSession:
     def snapshot(self) -> dict[str, object]:
         """Plain values for QSettings: formats (specs), codes, active editor, entry, modes."""
         return {
-            "formats": [format_key(editor.format) for editor in self.editors],
+            "formats": [self._key_of(editor.format) for editor in self.editors],
             "codes": [hex_code(editor.format, editor.code) for editor in self.editors],
             "active": self._active,
             "entry": self.entry_text,
@@ -530,6 +531,8 @@ class FormatsSession:
             "overflow": self.overflow or "",
             "linked": "1" if self.linked else "",
             "custom": [fmt.spec for fmt in self.custom_formats],
+            # Parallel to "custom": the names given in the builder (a spec has no name).
+            "custom_names": [fmt.name for fmt in self.custom_formats],
         }
 
     def restore(self, saved: dict[str, object]) -> list[str]:
@@ -542,15 +545,24 @@ class FormatsSession:
                 return [value] if value else []
             return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
-        for spec in texts("custom"):
+        specs, names = texts("custom"), texts("custom_names")
+        if len(names) != len(specs):
+            names = specs
+        for spec, name in zip(specs, names, strict=True):
             try:
-                self.add_custom_format(get_format(spec))
+                fmt = get_format(spec)
+                if name != spec:
+                    fmt = make_format(fmt.exponent_bits, fmt.mantissa_bits, bias=fmt.bias,
+                                      encoding=fmt.encoding, subnormals=fmt.subnormals,
+                                      signed=fmt.signed, name=name)
+                self.add_custom_format(fmt)
             except ValueError as error:
                 problems.append(f"custom format {spec!r}: {error}")
+        custom_by_name = {fmt.name: fmt for fmt in self.custom_formats}
         formats: list[FloatFormat] = []
         for spec in texts("formats"):
             try:
-                formats.append(get_format(spec))
+                formats.append(custom_by_name.get(spec) or get_format(spec))
             except ValueError as error:
                 problems.append(f"format {spec!r}: {error}")
         if formats:
@@ -595,6 +607,11 @@ class FormatsSession:
         return problems
 
     # -- internals -----------------------------------------------------------------------
+    def _key_of(self, fmt: FloatFormat) -> str:
+        """format_key, except that a custom format is saved under its name (restore finds
+        it among the custom formats, which keep their names)."""
+        return fmt.name if fmt in self.custom_formats else format_key(fmt)
+
     def _user_edit(self, editor: EditorState, action: Callable[[], None]) -> None:
         self._active = self.editors.index(editor)
         before = (editor.format, editor.code)

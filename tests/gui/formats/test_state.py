@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fpexplorer.formats import get_format, parse_value
+from fpexplorer.formats import get_format, make_format, parse_value
 from fpexplorer.gui.formats.state import EditorState, FormatsSession, parse_code
 from fpexplorer.gui.formats.text import short, typed
 
@@ -226,6 +226,26 @@ def test_snapshot_restore_round_trip() -> None:
     assert restored.rounding == "toward_positive"
     assert restored.active.input == session.active.input
     assert get_format("e6m9") in restored.custom_formats
+
+
+def test_a_named_custom_format_is_restored_with_its_name() -> None:
+    session = session_of("fp32", "fp16")
+    mine = make_format(5, 6, bias=9, name="my_e5m6")
+    session.add_custom_format(mine)
+    session.set_format(session.editors[1], mine)
+    session.enter_text("3")
+    restored = FormatsSession()
+    assert restored.restore(session.snapshot()) == []
+    assert restored.custom_formats == [mine]
+    assert restored.editors[1].format == mine
+    assert restored.editors[1].code == session.editors[1].code
+    # Settings written before names were kept: the spec alone still restores.
+    old = session.snapshot()
+    del old["custom_names"]
+    old["formats"] = ["fp32", mine.spec]
+    again = FormatsSession()
+    assert again.restore(old) == []
+    assert again.editors[1].format.spec == mine.spec
 
 
 def test_restore_skips_what_it_cannot_use() -> None:
