@@ -6,6 +6,9 @@ combination shows the engine's message and disables OK, so nothing bad gets thro
 
 from __future__ import annotations
 
+import html
+import re
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -20,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.formats import FloatFormat, make_format
+from fpexplorer.formats import FloatFormat, get_format, make_format
 from fpexplorer.gui.formats.text import short
 
 ENCODINGS = {
@@ -30,6 +33,24 @@ ENCODINGS = {
     "finite": "finite only (like FP6 / FP4): no inf, no NaN",
     "fnu": "unsigned, NaN at all ones, no zero (like E8M0 scales)",
 }
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
+
+
+def _check_name(fmt: FloatFormat) -> None:
+    """A name is shown in menus, tables and rich-text read-outs and saved in the settings:
+    plain characters only, and not one that already means another format ("fp16")."""
+    if fmt.name == fmt.spec:
+        return
+    if not _NAME.fullmatch(fmt.name):
+        raise ValueError("a name is up to 40 letters, digits and _ . + - (no spaces)")
+    try:
+        taken = get_format(fmt.name)
+    except ValueError:
+        return
+    if taken != fmt:
+        raise ValueError(f"the name {fmt.name!r} already means {taken.name} ({taken.spec})")
 
 
 class CustomFormatDialog(QDialog):
@@ -112,9 +133,10 @@ class CustomFormatDialog(QDialog):
                 signed=encoding != "fnu",
                 name=self.name.text().strip() or None,
             )
+            _check_name(fmt)
         except ValueError as error:
             self._format = None
-            self.preview.setText(f"<span style='color:#d9463b'>{error}</span>")
+            self.preview.setText(f"<span style='color:#d9463b'>{html.escape(str(error))}</span>")
             self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
             return
         self._format = fmt

@@ -218,6 +218,22 @@ def test_custom_format_builder(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert other.picker.findData(editor.format.spec) >= 0
 
 
+def test_custom_format_names_are_plain_and_not_taken(qtbot: QtBot,
+                                                     panel: FormatsPanel) -> None:
+    dialog = CustomFormatDialog(panel)
+    qtbot.addWidget(dialog)
+    ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
+    dialog.exponent_bits.setValue(6)
+    dialog.mantissa_bits.setValue(9)
+    for bad, message in (("fp16", "already means float16"), ("<b>x</b>", "letters, digits"),
+                         ("my format", "no spaces")):
+        dialog.name.setText(bad)
+        assert dialog.chosen_format() is None and not ok.isEnabled()
+        assert message in dialog.preview.text().replace("&#x27;", "'")
+    dialog.name.setText("my_e6m9")
+    assert dialog.chosen_format() == make_format(6, 9, name="my_e6m9") and ok.isEnabled()
+
+
 def test_a_named_custom_format_keeps_its_name_when_picked(qtbot: QtBot,
                                                           panel: FormatsPanel) -> None:
     fmt = make_format(6, 9, name="my_e6m9")
