@@ -281,12 +281,16 @@ class TrainForm(QWidget):
 
     def set_config(self, config: TrainConfig) -> None:
         """Fill the form from a configuration (e.g. a replayed run's header)."""
-        self.task_combo.setCurrentText(config.task)
-        self.precision_combo.setCurrentText(config.precision)
-        index = self.device_combo.findData(config.device)
-        if index >= 0:
-            self.device_combo.setCurrentIndex(index)
-        index = self.optimizer_combo.findData(config.optimizer)
+        # A replayed header is data from a file: only strings go near Qt's item lookups
+        # (a huge number there raises inside Qt, where nothing can catch it).
+        self.task_combo.setCurrentText(str(config.task))
+        self.precision_combo.setCurrentText(str(config.precision))
+        if isinstance(config.device, str):
+            index = self.device_combo.findData(config.device)
+            if index >= 0:
+                self.device_combo.setCurrentIndex(index)
+        optimizer = config.optimizer if isinstance(config.optimizer, str) else None
+        index = self.optimizer_combo.findData(optimizer)
         self.optimizer_combo.setCurrentIndex(max(index, 0))
         for name, row in self.fields.items():
             value = getattr(config, name)

@@ -344,7 +344,7 @@ class TrainingPanel(QWidget):
                 # The form shows the replayed run's settings: Start runs it again.
                 try:
                     self.form.set_config(TrainConfig.from_dict(model.config))
-                except (TypeError, ValueError):
+                except (TypeError, ValueError, OverflowError):
                     pass  # settings this version cannot show; the run itself is fine
             note = f"Opened {path.name}: {model.steps_seen} steps, {model.status}."
             end = model.end or {}

@@ -170,6 +170,9 @@ class StickyRange:
     ) -> tuple[float, float] | None:
         if not (math.isfinite(lo) and math.isfinite(hi)):
             return None
+        # Near float64's end (a loss of 1e308) the padded range would be inf, and
+        # pyqtgraph raises on it: such values are shown clipped instead.
+        lo, hi = max(lo, -1e300), min(hi, 1e300)
         if hi <= lo:
             lo, hi = lo - 0.5, hi + 0.5
         span = hi - lo

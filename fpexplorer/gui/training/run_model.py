@@ -86,6 +86,10 @@ def raw_of(record: Any) -> dict[str, Any] | None:
     return None
 
 
+# Binade exponents of any float format lie well within this (FP64's reach -1074..1023).
+MAX_BINADE = 4096
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Histogram:
     """Counts of values by binade: counts[i] values with floor(log2|g|) == lo + i."""
@@ -111,15 +115,21 @@ class Histogram:
             return None
         try:
             counts = np.asarray([int(c) for c in raw.get("counts", [])], dtype=np.int64)
+            lo = int(raw.get("lo", 0))
+            if abs(lo) > MAX_BINADE:  # no format has such exponents: a damaged record
+                return None
+            specials = [int(raw.get(name, 0) or 0) for name in ("zero", "inf", "nan")]
+            if (counts < 0).any() or min(specials) < 0:
+                return None  # counts are never negative: a damaged record
             return cls(
-                lo=int(raw.get("lo", 0)),
+                lo=lo,
                 counts=counts,
                 zero=int(raw.get("zero", 0) or 0),
                 inf=int(raw.get("inf", 0) or 0),
                 nan=int(raw.get("nan", 0) or 0),
                 dtype=raw.get("dtype") if isinstance(raw.get("dtype"), str) else None,
             )
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: beyond int64
             return None
 
 
@@ -565,7 +575,11 @@ class RunModel:
         tracker = self.latest_step.get("growth_tracker")
         if not isinstance(interval, (int, float)) or not isinstance(tracker, (int, float)):
             return None
-        return int(tracker), int(interval)
+        if not (math.isfinite(interval) and math.isfinite(tracker)):
+            return None
+        # Qt's progress bar holds 32-bit ints: a damaged file's 1e30 must not raise there.
+        limit = 2**31 - 1
+        return min(max(int(tracker), 0), limit), min(max(int(interval), 1), limit)
 
     def memory_nbytes(self) -> int:
         """Bytes held by this model's numpy buffers (for the bounded-memory check)."""

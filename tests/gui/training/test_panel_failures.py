@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fpexplorer.gui.training.synthetic import synthetic_records
 from fpexplorer.training.runlog import RunWriter
 
@@ -87,3 +89,36 @@ def test_plots_with_data_show_no_note(panel, synthetic_run: Path) -> None:  # ty
     panel.load_run(synthetic_run)
     for view in (panel.loss_plot, panel.scale_plot, panel.hist_plot, panel.heatmap):
         assert view.empty_note.text is None
+
+
+@pytest.mark.parametrize(
+    ("record", "field", "value"),
+    [
+        ("step", "loss", 1e308),  # float64's end: the padded view range would be inf
+        ("header", "config.growth_interval", 10**30),  # past a progress bar's int
+        ("header", "config.device", 10**30),  # a number where the form expects a name
+        ("header", "config.optimizer", 10**30),
+        ("step", "grad_hist.lo", 10**30),  # past int64
+        ("step", "act_hist.counts", [5, -3, 2]),  # negative counts
+    ],
+)
+def test_damaged_values_in_a_run_file_never_raise_in_the_window(
+    panel, qtbot, make_run, record: str, field: str, value: object
+) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    path = make_run("run.jsonl", steps=20, stats_every=1)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    target = lines[0] if record == "header" else lines[5]
+    *parents, last = field.split(".")
+    for key in parents:
+        target = target[key]
+    target[last] = value
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    with qtbot.capture_exceptions() as exceptions:
+        panel.load_run(path)
+        panel.refresh()
+        panel.hist_plot.act_button.setChecked(True)
+        panel.refresh()
+    assert not exceptions, exceptions
+    assert panel.status_label.text().startswith("Opened run.jsonl: 20 steps")
