@@ -113,6 +113,10 @@ def _bytes(count: int) -> str:
     return str(count)
 
 
+def _finite_or(value: float, text: str) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else text
+
+
 def format_summary(summary: RunSummary) -> str:
     """The text `fpexplorer runs summarize` prints."""
     lines = [
@@ -120,8 +124,18 @@ def format_summary(summary: RunSummary) -> str:
         f"task       {summary.task}   precision {summary.precision}   device {summary.device}",
         f"status     {summary.status} after {summary.steps} steps"
         + (f": {summary.error}" if summary.error else ""),
-        f"loss       first {summary.first_loss:.4g}   final {summary.final_loss:.4g}"
-        f"   min {summary.min_loss:.4g}   non-finite {summary.nonfinite_losses}",
+    ]
+    if not summary.steps:
+        # No step: "loss nan, scale nan .. nan" would read as a run that diverged.
+        lines.append("loss       no steps recorded")
+        lines.extend(f"problem    {problem}" for problem in summary.problems)
+        return "\n".join(lines)
+    lines += [
+        # The first loss as recorded (a NaN there is news); final and min over finite ones.
+        f"loss       first {summary.first_loss:.4g}"
+        f"   final {_finite_or(summary.final_loss, 'none finite')}"
+        f"   min {_finite_or(summary.min_loss, 'none finite')}"
+        f"   non-finite {summary.nonfinite_losses}",
         f"scale      {summary.scale_min:g} .. {summary.scale_max:g} (final {summary.scale_final:g})"
         f"   skipped steps {summary.skipped_steps}",
         f"act grads  zero {_share(summary.act_zero_share)} ({summary.act_dtype or '-'})"
@@ -139,7 +153,8 @@ def format_summary(summary: RunSummary) -> str:
     if summary.memory_bytes:
         parts = "   ".join(f"{k} {_bytes(v)}" for k, v in summary.memory_bytes.items())
         lines.append(f"memory     {parts}")
-    lines.append(f"speed      {summary.steps_per_s:.2f} steps/s (median)")
+    if math.isfinite(summary.steps_per_s):
+        lines.append(f"speed      {summary.steps_per_s:.2f} steps/s (median)")
     lines.extend(f"problem    {problem}" for problem in summary.problems)
     return "\n".join(lines)
 

@@ -1,0 +1,47 @@
+"""`fpexplorer runs summarize` text for runs without steps or without a finite loss."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fpexplorer.training.runlog import RunWriter, load_run
+from fpexplorer.training.summary import format_summary, summarize
+
+HEADER = {
+    "type": "header", "schema": 1, "config": {"task": "mlp", "precision": "fp16"},
+    "device": {"type": "cpu", "name": "x"}, "model": {"params": 2, "layers": []},
+}  # fmt: skip
+
+
+def _summary_text(path: Path, records: list[dict[str, object]]) -> str:
+    with RunWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    return format_summary(summarize(load_run(path)))
+
+
+def test_a_run_without_steps_says_so_instead_of_nan(tmp_path: Path) -> None:
+    end = {"type": "end", "status": "failed", "error": "ValueError: bad", "steps": 0}
+    text = _summary_text(tmp_path / "failed.jsonl", [HEADER, end])
+    assert "status     failed after 0 steps: ValueError: bad" in text
+    assert "loss       no steps recorded" in text
+    assert "nan" not in text.lower()
+
+
+def test_a_run_whose_losses_are_all_nan_says_none_finite(tmp_path: Path) -> None:
+    steps = [
+        {"type": "step", "step": i, "loss": float("nan"), "scale": 2.0**16 / 2**i,
+         "skipped": True, "steps_per_s": 10.0}
+        for i in range(3)
+    ]  # fmt: skip
+    text = _summary_text(tmp_path / "nan.jsonl", [HEADER, *steps])
+    assert "loss       first nan   final none finite   min none finite   non-finite 3" in text
+    assert "skipped steps 3" in text
+
+
+def test_the_empty_file_gets_a_summary_with_its_problem(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    text = format_summary(summarize(load_run(path)))
+    assert "loss       no steps recorded" in text and "problem    the file holds no records" in text
+    assert "nan" not in text.lower()
