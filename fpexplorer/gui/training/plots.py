@@ -707,7 +707,7 @@ class GradientHistogramPlot(QWidget):
         self.window.blockSignals(False)
         hist = self.current_histogram()
         if hist is None:
-            self.what_if_label.setText("What-if: waiting for a statistics step.")
+            self.what_if_label.setText(f"What-if: {no_histogram_reason(self._model, None)}.")
             self.last_what_if = None
             return
         result = what_if(hist, k, recorded)

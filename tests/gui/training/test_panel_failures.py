@@ -37,6 +37,22 @@ def test_a_run_that_failed_before_its_first_step_shows_its_error(panel, tmp_path
     assert panel.scale_plot.empty_note.text == reason
     assert panel.hist_plot.empty_note.text == reason
     assert panel.heatmap.empty_note.text == reason
+    assert panel.hist_plot.what_if_label.text() == f"What-if: {reason}."
+
+
+def test_a_run_with_statistics_off_says_so(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    header = _header()
+    header["config"]["stats_every"] = 0
+    steps = [
+        {"type": "step", "step": i, "loss": 1.0 / (i + 1), "scale": 1.0, "skipped": False}
+        for i in range(5)
+    ]
+    panel.load_run(_write(tmp_path / "nostats.jsonl", [header, *steps]))
+    reason = "statistics were off for this run (stats-every 0)"
+    assert panel.loss_plot.empty_note.text is None
+    assert panel.hist_plot.empty_note.text == reason
+    assert panel.heatmap.empty_note.text == reason
+    assert panel.hist_plot.what_if_label.text() == f"What-if: {reason}."
 
 
 def test_a_nan_storm_says_why_loss_and_histograms_are_empty(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
