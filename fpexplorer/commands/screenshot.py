@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 HELP = "render the app window (formats or training panel) offscreen to a PNG"
@@ -136,8 +137,8 @@ def render(window: object, width: int, height: int) -> object:
     On a high-DPI screen (or with QT_SCALE_FACTOR) the window is width/ratio logical
     pixels wide and painted at the device pixel ratio, so text stays sharp.
     """
-    from PySide6.QtCore import QSize, QTimer
-    from PySide6.QtGui import QImage
+    from PySide6.QtCore import QSize, Qt, QTimer
+    from PySide6.QtGui import QImage, QPainter
     from PySide6.QtWidgets import QApplication, QWidget
 
     assert isinstance(window, QWidget)
@@ -152,6 +153,25 @@ def render(window: object, width: int, height: int) -> object:
         QTimer.singleShot(0, lambda: None)
     window.resize(logical_width, logical_height)
     QApplication.processEvents()
+    if window.width() > logical_width or window.height() > logical_height:
+        # The window cannot be that small (its layouts have a minimum): paint all of it at
+        # the size it took and scale the picture down, rather than save a cut-off corner.
+        full = QImage(round(window.width() * ratio), round(window.height() * ratio),
+                      QImage.Format.Format_ARGB32)
+        full.setDevicePixelRatio(ratio)
+        full.fill(window.palette().window().color())
+        window.render(full)
+        full.setDevicePixelRatio(1.0)
+        scaled = full.scaled(width, height, Qt.AspectRatioMode.KeepAspectRatio,
+                             Qt.TransformationMode.SmoothTransformation)
+        image = QImage(width, height, QImage.Format.Format_ARGB32)
+        image.fill(window.palette().window().color())
+        painter = QPainter(image)
+        painter.drawImage((width - scaled.width()) // 2, (height - scaled.height()) // 2, scaled)
+        painter.end()
+        print(f"note: the window is at least {full.width()}x{full.height()} pixels; "
+              f"drawn at that size and scaled down to {width}x{height}", file=sys.stderr)
+        return image
     image = QImage(width, height, QImage.Format.Format_ARGB32)
     image.setDevicePixelRatio(ratio)
     image.fill(window.palette().window().color())

@@ -31,6 +31,16 @@ def test_formats_screenshot_has_the_requested_size(tmp_path: Path, qapp: object)
     assert len(colours) > 20
 
 
+def test_a_size_below_the_windows_minimum_is_scaled_not_cut(tmp_path: Path,
+                                                             qapp: object) -> None:
+    out = tmp_path / "small.png"
+    result = run_cli("screenshot", "--out", str(out), "--size", "640x480", "--value", "0.1")
+    assert result.returncode == 0, result.stderr
+    assert "scaled down to 640x480" in result.stderr  # was: the window's top-left corner
+    image = QImage(str(out))
+    assert (image.width(), image.height()) == (640, 480)
+
+
 def test_training_screenshot_replays_a_run(tmp_path: Path, qapp: object) -> None:
     from fpexplorer.gui.training.synthetic import synthetic_records
     from fpexplorer.training.runlog import RunWriter
