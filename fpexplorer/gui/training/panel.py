@@ -334,7 +334,9 @@ class TrainingPanel(QWidget):
             if model.header is None and not model.steps_seen:
                 if entry is not None:
                     self._remove_run(entry)
-                self._show_status(f"{path}: no run records found. " + "; ".join(model.problems[:3]))
+                self._show_status(
+                    f"{path}: no run records found. " + "; ".join(model.problems[:3]), error=True
+                )
                 self.run_loaded.emit(str(path))
                 return
             if entry is None:

@@ -40,6 +40,7 @@ from fpexplorer.gui.training.run_model import (
     Histogram,
     RunModel,
     WhatIf,
+    format_ranges,
     to_float,
     what_if,
 )
@@ -626,7 +627,8 @@ class GradientHistogramPlot(QWidget):
             self._scale_set_by_user = False
         self._model = model
         self._shown_revision = model.revision if model is not None else -1
-        ranges = model.ranges if model is not None else {}
+        # With no run, the formats' own ranges: the rulers are the reference, never blank.
+        ranges = model.ranges if model is not None else format_ranges(None)
         for name, (thin, thick, _label) in self._rulers.items():
             y = -self.RULER_STEP * (self.FORMAT_ORDER.index(name) + 1)
             if name in ranges:

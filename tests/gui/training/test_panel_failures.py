@@ -138,3 +138,15 @@ def test_damaged_values_in_a_run_file_never_raise_in_the_window(
         panel.refresh()
     assert not exceptions, exceptions
     assert panel.status_label.text().startswith("Opened run.jsonl: 20 steps")
+
+
+def test_with_no_run_the_format_rulers_are_still_drawn(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    junk = tmp_path / "junk.jsonl"
+    junk.write_bytes(b"\x00\xffnot json\n")
+    panel.load_run(junk)
+    assert "no run records found" in panel.status_label.text()
+    assert "c00000" in panel.status_label.styleSheet()  # shown as a problem
+    panel.refresh()
+    for name, (_thin, thick, _label) in panel.hist_plot._rulers.items():
+        x, _y = thick.getData()
+        assert x is not None and len(x) == 2 and x[1] > x[0], name
