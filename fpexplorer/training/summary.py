@@ -168,9 +168,12 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
     """A Markdown table comparing runs (the underflow table of the README)."""
     rows = [list(TABLE_COLUMNS)]
     for s in summaries:
-        scale = (
-            f"{s.scale_min:g}" if s.scale_min == s.scale_max else f"{s.scale_min:g}–{s.scale_max:g}"
-        )
+        if not s.steps:
+            scale = "-"  # no step, no scale (not "nan–nan")
+        elif s.scale_min == s.scale_max:
+            scale = f"{s.scale_min:g}"
+        else:
+            scale = f"{s.scale_min:g}–{s.scale_max:g}"
         rows.append(
             [
                 s.precision,
@@ -178,7 +181,7 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
                 _share(s.act_zero_share),
                 str(s.skipped_steps),
                 scale,
-                f"{s.steps_per_s:.1f}",
+                f"{s.steps_per_s:.1f}" if math.isfinite(s.steps_per_s) else "-",
             ]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

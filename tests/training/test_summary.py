@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fpexplorer.training.runlog import RunWriter, load_run
-from fpexplorer.training.summary import format_summary, summarize
+from fpexplorer.training.summary import format_summary, format_table, summarize
 
 HEADER = {
     "type": "header", "schema": 1, "config": {"task": "mlp", "precision": "fp16"},
@@ -45,3 +45,11 @@ def test_the_empty_file_gets_a_summary_with_its_problem(tmp_path: Path) -> None:
     text = format_summary(summarize(load_run(path)))
     assert "loss       no steps recorded" in text and "problem    the file holds no records" in text
     assert "nan" not in text.lower()
+
+
+def test_compare_row_of_a_run_without_steps_has_no_nan_scale(tmp_path: Path) -> None:
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    row = format_table([summarize(load_run(path))]).splitlines()[2]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[4:] == ["-", "-"]  # loss scale and steps/s
