@@ -27,6 +27,7 @@ Cost: all statistics are reductions on the device, batched into one concatenated
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import math
@@ -390,7 +391,9 @@ def _segment_of(layer: int, tensor: torch.Tensor, scratch: _Scratch | None) -> _
         bits = data.view(torch.int16)[..., _HIGH_HALF::2]
         table = "float32_high"
         keep = data
-        zeros = data.numel() - torch.count_nonzero(data)
+        # On a CPU the zeros are counted later, only where pattern 0 is occupied (reading
+        # one count there costs nothing); on an accelerator that would be a host sync.
+        zeros = None if data.device.type == "cpu" else data.numel() - torch.count_nonzero(data)
         amax = _abs_max(data)
     if scratch is not None and bits.is_contiguous():
         out = scratch.get("patterns", bits.numel(), torch.int16, bits.device).view(bits.shape)
@@ -403,6 +406,27 @@ def _segment_of(layer: int, tensor: torch.Tensor, scratch: _Scratch | None) -> _
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+
+def _count_deferred_zeros(segments: list[_Segment]) -> list[_Segment]:
+    """Float32 segments with their zeros counted: 0 where pattern 0 (zero and |x| < 2**-133)
+    is empty, one counting pass otherwise."""
+    deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
+    if not deferred:
+        return segments
+    occupied = torch.stack([segments[i].counts[0] for i in deferred]).tolist()
+    result = list(segments)
+    for index, pattern_zero in zip(deferred, occupied, strict=True):
+        segment = segments[index]
+        tensor = segment.tensor
+        assert tensor is not None
+        zeros = (
+            tensor.numel() - torch.count_nonzero(tensor)
+            if pattern_zero
+            else torch.zeros((), dtype=torch.int64, device=tensor.device)
+        )
+        result[index] = dataclasses.replace(segment, zeros=zeros)
+    return result
 
 
 def _pattern_values(device: torch.device) -> dict[str, torch.Tensor]:
@@ -796,9 +820,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         """Queue every statistic as device tensors appended to `parts`; returns how to read
         them back from the host vector."""
         param_grads = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
-        act_segments = self._act_segments
+        act_segments = _count_deferred_zeros(self._act_segments)
         n_param = sum(g.numel() for _, g in param_grads)
-        groups = self._param_groups([g for _, g in param_grads])
+        nonzero = self._nonzero_grads([g for _, g in param_grads])
+        groups = self._param_groups([g for _, g in param_grads], nonzero)
         # Histogram rows: the parameter gradients (one row per dtype group, when there are
         # any), then one row per activation gradient, in the order backward produced them.
         segments = [segment for segment, _ in groups] + act_segments
@@ -833,32 +858,50 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             # The raw pattern counts of the parameter gradients: the format shares are read
             # from them on the host.
             parts.append(torch.cat([segment.counts for segment, _ in groups]).to(torch.float64))
-            lost_updates = self._lost_updates([g for _, g in param_grads])
+            lost_updates = self._lost_updates([g for _, g in param_grads], nonzero)
             if lost_updates is not None:
                 parts.append(lost_updates.to(torch.float64))
                 layout.has_lost_updates = True
         return layout
 
-    def _param_groups(self, grads: list[torch.Tensor]) -> list[tuple[_Segment, list[torch.Tensor]]]:
+    def _nonzero_grads(self, grads: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """(g != 0 for every gradient element, in order; the count per gradient tensor):
+        the zeros of the histogram and the intended updates of the lost-update share."""
+        if not grads:
+            return torch.zeros(0, dtype=torch.bool), []
+        total = sum(g.numel() for g in grads)
+        mask = self._scratch.get("nonzero", total, torch.bool, grads[0].device)
+        counts: list[torch.Tensor] = []
+        offset = 0
+        for grad in grads:
+            end = offset + grad.numel()
+            torch.ne(grad.detach().reshape(-1), 0, out=mask[offset:end])
+            counts.append(torch.count_nonzero(mask[offset:end]))  # cheap: bytes, not floats
+            offset = end
+        return mask, counts
+
+    def _param_groups(
+        self, grads: list[torch.Tensor], nonzero: tuple[torch.Tensor, list[torch.Tensor]]
+    ) -> list[tuple[_Segment, list[torch.Tensor]]]:
         """One pattern-count segment per gradient dtype (float16, bfloat16, else float32):
         the masked bit patterns of all the group's gradients go into one buffer (one pass
         each, no concatenated copy of the gradients), then one bincount."""
-        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-        for grad in grads:
+        by_dtype: dict[torch.dtype, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for grad, nonzero_count in zip(grads, nonzero[1], strict=True):
             dtype = grad.dtype if grad.dtype in (torch.float16, torch.bfloat16) else torch.float32
-            by_dtype.setdefault(dtype, []).append(grad.detach())
+            by_dtype.setdefault(dtype, []).append((grad.detach(), nonzero_count))
         groups: list[tuple[_Segment, list[torch.Tensor]]] = []
-        for dtype, members in by_dtype.items():
+        for dtype, pairs in by_dtype.items():
+            members = [grad for grad, _ in pairs]
             total = sum(g.numel() for g in members)
             patterns = self._scratch.get("patterns", total, torch.int16, members[0].device)
-            zeros: list[torch.Tensor] = []
+            zeros = [grad.numel() - count for grad, count in pairs]
             offset = 0
             for grad in members:
                 data = _bits_view(grad)
                 if dtype == torch.float32:
                     data = data if data.dtype == torch.float32 else data.float()
                     bits = data.view(torch.int16)[..., _HIGH_HALF::2]
-                    zeros.append(data.numel() - torch.count_nonzero(data))
                 else:
                     bits = data.view(torch.int16)
                 target = patterns[offset : offset + data.numel()].view(bits.shape)
@@ -874,7 +917,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             groups.append((segment, members))
         return groups
 
-    def _lost_updates(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
+    def _lost_updates(
+        self, grads: list[torch.Tensor], nonzero_grads: tuple[torch.Tensor, list[torch.Tensor]]
+    ) -> torch.Tensor | None:
         """[updates lost, updates intended]: among weights with a non-zero gradient, those
         whose FP16 weight would not change (FP32 master weights) or did not (FP16 weights).
         None when the optimizer did not step (a skipped step) or the gradients changed since.
@@ -889,7 +934,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             return None
         device = old.device
         unchanged = self._scratch.get("unchanged", total, torch.bool, device)
-        nonzero = self._scratch.get("nonzero", total, torch.bool, device)
+        nonzero = nonzero_grads[0]
         uniform = all(p.dtype == old.dtype for p in params)
         if old.dtype == torch.float16 and uniform:
             offset = 0
@@ -916,12 +961,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             new = torch.cat(params)
             old16 = old.to(torch.float16)
             unchanged = torch.add(old16, new - old).to(torch.float16) == old16
-        offset = 0
-        for grad in grads:
-            end = offset + grad.numel()
-            torch.ne(grad.detach().reshape(-1), 0, out=nonzero[offset:end])
-            offset = end
-        intended = torch.count_nonzero(nonzero)
+        intended = torch.stack(nonzero_grads[1]).sum()
         lost = torch.count_nonzero(unchanged.logical_and_(nonzero))
         return torch.stack([lost, intended])
 

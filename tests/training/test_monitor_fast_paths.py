@@ -169,6 +169,13 @@ def test_layer_amax_is_the_largest_activation_gradient(tmp_path: Path, dtype: to
         record = monitor.step(loss)
     if dtype != torch.float32:  # the 16-bit path reads max |g| from the pattern counts
         assert captured["0"][0].dtype == dtype
+    # The activation histogram too (ReLU makes exact zeros; float32 counts them apart).
+    values = np.concatenate([g.float().numpy().ravel() for gs in captured.values() for g in gs])
+    _, exponent = np.frexp(np.abs(values[values != 0]))
+    binades = exponent - 1
+    counts = np.bincount(binades - binades.min()).tolist()
+    assert record["act_hist"]["lo"] == binades.min() and record["act_hist"]["counts"] == counts
+    assert record["act_hist"]["zero"] == np.sum(values == 0) > 0
     for layer in record["layers"]:
         grads = captured[layer["name"]]
         expected = max(float(g.abs().max()) for g in grads)
