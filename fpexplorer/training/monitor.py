@@ -359,6 +359,9 @@ class _Segment:
     zeros: torch.Tensor | None
     amax: torch.Tensor | None
     tensor: torch.Tensor | None
+    # float32 only: True when no element has low bits set (the patterns are the values),
+    # False when some has, None when not looked at.
+    top_exact: bool | None = None
 
 
 class _Scratch:
@@ -891,31 +894,53 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             dtype = grad.dtype if grad.dtype in (torch.float16, torch.bfloat16) else torch.float32
             by_dtype.setdefault(dtype, []).append((grad.detach(), nonzero_count))
         groups: list[tuple[_Segment, list[torch.Tensor]]] = []
-        for dtype, pairs in by_dtype.items():
-            members = [grad for grad, _ in pairs]
-            total = sum(g.numel() for g in members)
-            patterns = self._scratch.get("patterns", total, torch.int16, members[0].device)
-            zeros = [grad.numel() - count for grad, count in pairs]
-            offset = 0
-            for grad in members:
-                data = _bits_view(grad)
-                if dtype == torch.float32:
-                    data = data if data.dtype == torch.float32 else data.float()
-                    bits = data.view(torch.int16)[..., _HIGH_HALF::2]
-                else:
-                    bits = data.view(torch.int16)
-                target = patterns[offset : offset + data.numel()].view(bits.shape)
-                torch.bitwise_and(bits, 0x7FFF, out=target)
-                offset += data.numel()
-            counts = torch.bincount(patterns, minlength=32768)
-            if dtype == torch.float32:
-                segment = _Segment(-1, "float32", total, "float32_high", counts,
-                                   torch.stack(zeros).sum(), None, None)  # fmt: skip
+        for dtype, all_pairs in by_dtype.items():
+            subgroups: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], bool | None]]
+            if dtype == torch.float32 and all_pairs[0][0].device.type == "cpu":
+                # float32 gradients holding BF16 values (BF16 matmuls under autocast) have
+                # nothing in their low 16 bits: their patterns answer every threshold. One
+                # cheap pass per tensor sorts them out (a host sync: only on a CPU).
+                low = torch.stack([_count_low_bits_set([g]) for g, _ in all_pairs]).tolist()
+                subgroups = [
+                    ([pair for pair, bits in zip(all_pairs, low, strict=True) if not bits], True),
+                    ([pair for pair, bits in zip(all_pairs, low, strict=True) if bits], False),
+                ]
             else:
-                name = dtype_name(dtype)
-                segment = _Segment(-1, name, total, name, counts, None, None, None)
-            groups.append((segment, members))
+                subgroups = [(all_pairs, None if dtype == torch.float32 else True)]
+            for pairs, top_exact in subgroups:
+                if pairs:
+                    groups.append(self._param_group(dtype, pairs, top_exact))
         return groups
+
+    def _param_group(
+        self,
+        dtype: torch.dtype,
+        pairs: list[tuple[torch.Tensor, torch.Tensor]],
+        top_exact: bool | None,
+    ) -> tuple[_Segment, list[torch.Tensor]]:
+        members = [grad for grad, _ in pairs]
+        total = sum(g.numel() for g in members)
+        patterns = self._scratch.get("patterns", total, torch.int16, members[0].device)
+        offset = 0
+        for grad in members:
+            data = _bits_view(grad)
+            if dtype == torch.float32:
+                data = data if data.dtype == torch.float32 else data.float()
+                bits = data.view(torch.int16)[..., _HIGH_HALF::2]
+            else:
+                bits = data.view(torch.int16)
+            target = patterns[offset : offset + data.numel()].view(bits.shape)
+            torch.bitwise_and(bits, 0x7FFF, out=target)
+            offset += data.numel()
+        counts = torch.bincount(patterns, minlength=32768)
+        if dtype == torch.float32:
+            zeros = torch.stack([grad.numel() - count for grad, count in pairs]).sum()
+            segment = _Segment(-1, "float32", total, "float32_high", counts, zeros, None, None,
+                               top_exact)  # fmt: skip
+        else:
+            name = dtype_name(dtype)
+            segment = _Segment(-1, name, total, name, counts, None, None, None, True)
+        return segment, members
 
     def _lost_updates(
         self, grads: list[torch.Tensor], nonzero_grads: tuple[torch.Tensor, list[torch.Tensor]]
@@ -1195,7 +1220,7 @@ class _StatsLayout:
             for index, limit in enumerate(limits):
                 pattern, low = limit >> 16, limit & 0xFFFF
                 inside = int(counts[pattern])
-                if low == 0xFFFF:
+                if low == 0xFFFF or segment.top_exact:
                     totals[index] += int(below[pattern]) + inside
                 elif inside == 0:
                     totals[index] += int(below[pattern])
@@ -1206,7 +1231,7 @@ class _StatsLayout:
             if not pending:
                 continue
             # Further host syncs, only when a limit splits an occupied pattern.
-            if int(_count_low_bits_set(members)) == 0:
+            if segment.top_exact is None and int(_count_low_bits_set(members)) == 0:
                 for index, limit, below_pattern in pending:
                     totals[index] += below_pattern + int(counts[limit >> 16])
                 continue

@@ -182,3 +182,24 @@ def test_layer_amax_is_the_largest_activation_gradient(tmp_path: Path, dtype: to
         assert layer["amax"] == expected, layer["name"]
         headroom = math.log2(65504.0 / expected) if expected > 0 else None
         assert layer["headroom_log2"] == headroom
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0**16, 1000.0])
+def test_format_shares_of_mixed_gradient_tensors(tmp_path: Path, scale: float) -> None:
+    # One tensor of BF16 values (read from its patterns alone), one of full float32 values.
+    coarse = tricky_gradients(scale, seed=8).bfloat16().float()
+    coarse = coarse[torch.isfinite(coarse)]
+    fine = tricky_gradients(scale, seed=9)
+    model = nn.ModuleDict({"a": nn.Linear(coarse.numel(), 1), "b": nn.Linear(fine.numel(), 1)})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpMonitor(model, optimizer, FixedScale(scale), out=tmp_path / "run.jsonl") as monitor:
+        model["a"].weight.grad = coarse.reshape(1, -1).clone()
+        model["a"].bias.grad = torch.tensor([2.0**-25])
+        model["b"].weight.grad = fine.reshape(1, -1).clone()
+        model["b"].bias.grad = torch.tensor([3.0])
+        optimizer.step()
+        record = monitor.step(0.0)
+    everything = np.concatenate([coarse.numpy(), [2.0**-25], fine.numpy(), [3.0]])
+    assert record["format_shares"] == expected_shares(everything.astype(np.float32), scale)
+    hist = record["grad_hist"]
+    assert sum(hist["counts"]) + hist["zero"] == everything.size
