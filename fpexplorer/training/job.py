@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import torch
 
+from fpexplorer import __version__
 from fpexplorer.training.config import TrainConfig, split_user_task
 from fpexplorer.training.monitor import (
     FORMAT_RANGES,
@@ -201,6 +202,7 @@ def _fallback_header(config: TrainConfig, device: torch.device) -> dict[str, Any
     return {
         "type": "header",
         "schema": SCHEMA_VERSION,
+        "fpexplorer": __version__,
         "torch": torch.__version__,
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "config": config.to_dict(),

@@ -210,6 +210,10 @@ def test_a_user_task_that_calls_sys_exit_fails_with_an_end_record(tmp_path: Path
     assert result.state is RunState.FAILED  # type: ignore[attr-defined]
     assert run.status == "failed" and run.problems == ()
     assert run.end is not None and run.end.error == "SystemExit: 3"
+    # The header of a run whose task never got built still has every schema field.
+    assert run.header is not None
+    for key in ("schema", "fpexplorer", "torch", "started", "config", "device", "model"):
+        assert key in run.header.raw, key
 
 
 @pytest.mark.parametrize(
