@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QProcess, Signal
+from PySide6.QtCore import QProcess, Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -182,7 +182,13 @@ class TrainForm(QWidget):
         layout.addRow("", self.precision_note)
 
         self.device_combo = _narrow_combo()
-        self.device_combo.addItem("auto (CUDA when available)", "auto")
+        # Short: the form column is narrow and a clipped "auto (CUDA when availab" reads
+        # badly; what "auto" means is in the tooltip, what was found in the note below.
+        self.device_combo.addItem("auto", "auto")
+        self.device_combo.setItemData(
+            0, "CUDA when available, else the CPU", Qt.ItemDataRole.ToolTipRole
+        )
+        self.device_combo.setToolTip("auto: CUDA when available, else the CPU")
         self.device_combo.addItem("cpu", "cpu")
         self.device_note = QLabel("looking for CUDA devices…")
         self.device_note.setWordWrap(True)

@@ -387,6 +387,7 @@ class TrainingPanel(QWidget):
         self._next_key += 1
         self._runs.append(entry)
         item = QListWidgetItem(self._run_title(entry))
+        item.setToolTip(self._run_title(entry))  # the list is narrow: the full name on hover
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setCheckState(Qt.CheckState.Checked)
         item.setForeground(Qt.GlobalColor.black)
@@ -604,6 +605,7 @@ class TrainingPanel(QWidget):
             if item is not None and item.text() != title:
                 self.run_list.blockSignals(True)
                 item.setText(title)
+                item.setToolTip(title)
                 self.run_list.blockSignals(False)
 
     def _refresh_progress(self) -> None:

@@ -150,3 +150,21 @@ def test_with_no_run_the_format_rulers_are_still_drawn(panel, tmp_path: Path) ->
     for name, (_thin, thick, _label) in panel.hist_plot._rulers.items():
         x, _y = thick.getData()
         assert x is not None and len(x) == 2 and x[1] > x[0], name
+
+
+def test_the_device_choice_is_not_clipped_in_the_form(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QFontMetrics
+
+    panel.window().resize(1280, 800)  # the screenshot's size
+    qtbot.waitUntil(lambda: panel.form.device_combo.width() > 0)
+    combo = panel.form.device_combo
+    combo.setCurrentIndex(combo.findData("auto"))
+    text_width = QFontMetrics(combo.font()).horizontalAdvance(combo.currentText())
+    assert text_width + 30 <= combo.width(), (combo.currentText(), combo.width())
+    assert "CUDA when available" in combo.toolTip()
+
+
+def test_a_run_name_too_long_for_the_list_is_in_its_tooltip(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(synthetic_run)
+    item = panel.run_list.item(0)
+    assert item.toolTip() == item.text() and "synthetic fp16" in item.toolTip()
