@@ -6,6 +6,7 @@ a scaler, an optimizer) watched by `AmpMonitor`, which writes the run log.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import enum
 import os
@@ -243,6 +244,11 @@ def run_job(
     stop = _StopFlag()
     if handle_signals:
         stop.install()
+    # With --stream, stdout carries records only: a print() in the user's task (without a
+    # newline, even) would otherwise glue itself to a record and the reader would lose it.
+    quiet_stdout = contextlib.ExitStack()
+    if config.stream:
+        quiet_stdout.enter_context(contextlib.redirect_stdout(stderr))
     monitor: AmpMonitor | None = None
     steps_done = 0
     try:
@@ -319,6 +325,7 @@ def run_job(
             monitor.close(RunState.FAILED.value, message)
         return JobResult(RunState.FAILED, steps_done, path, message)
     finally:
+        quiet_stdout.close()
         if handle_signals:
             stop.restore()
         if not writer.closed:

@@ -271,6 +271,28 @@ def _wait_for_steps(out: Path, count: int, process: subprocess.Popen[str]) -> No
     raise AssertionError(f"the job did not write {count} steps")
 
 
+def test_prints_of_a_user_task_stay_out_of_the_record_stream(tmp_path: Path) -> None:
+    task = tmp_path / "chatty.py"
+    task.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def make():\n"
+        "    print('loading', end='')\n"
+        "    def loss_fn(output, target):\n"
+        "        print('step!', end='')\n"
+        "        return nn.functional.mse_loss(output, target)\n"
+        "    return nn.Linear(3, 3), [(torch.ones(4, 3), torch.zeros(4, 3))], loss_fn\n"
+    )
+    stdout, stderr = io.StringIO(), io.StringIO()
+    config = TrainConfig(task=f"{task}:make", device="cpu", steps=2, stream=True,
+                         out=str(tmp_path / "chatty.jsonl"))  # fmt: skip
+    result = run_job(config, stdout=stdout, stderr=stderr, handle_signals=False)
+    assert result.state is RunState.COMPLETED
+    kinds = [parse_record(line).raw["type"] for line in stdout.getvalue().splitlines()]
+    assert kinds == ["header", "step", "step", "end"]
+    assert "loading" in stderr.getvalue() and "step!" in stderr.getvalue()
+
+
 def test_sigkill_leaves_a_readable_log(tmp_path: Path) -> None:
     out = tmp_path / "killed.jsonl"
     process = _start_long_job(out)
