@@ -143,7 +143,9 @@ class Histogram:
             zero=int(value.get("zero", 0)),
             inf=int(value.get("inf", 0)),
             nan=int(value.get("nan", 0)),
-            dtype=value.get("dtype"),
+            # A name or nothing: anything else is damage, and must not reach code that
+            # counts dtypes (a list there is unhashable).
+            dtype=dtype if isinstance(dtype := value.get("dtype"), str) else None,
         )
 
 

@@ -53,3 +53,13 @@ def test_compare_row_of_a_run_without_steps_has_no_nan_scale(tmp_path: Path) -> 
     row = format_table([summarize(load_run(path))]).splitlines()[2]
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[4:] == ["-", "-"]  # loss scale and steps/s
+
+
+def test_a_damaged_histogram_dtype_is_dropped_not_raised(tmp_path: Path) -> None:
+    hist = {"lo": -3, "counts": [1, 1], "zero": 0, "inf": 0, "nan": 0}
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "skipped": False,
+            "grad_hist": hist, "act_hist": {**hist, "dtype": ["float16"]}}  # fmt: skip
+    text = _summary_text(tmp_path / "damaged.jsonl", [HEADER, step])
+    run = load_run(tmp_path / "damaged.jsonl")
+    assert run.steps[0].act_hist is not None and run.steps[0].act_hist.dtype is None
+    assert "act grads  zero 0.0% (?)" in text
