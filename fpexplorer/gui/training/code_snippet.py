@@ -29,6 +29,10 @@ def _optimizer(config: TrainConfig) -> str:
             # Adam's default eps=1e-8 rounds to 0 in FP16 and 0/0 is NaN (the job uses 1e-4).
             return "torch.optim.Adam(model.parameters(), lr=lr, eps=1e-4)"
         return "torch.optim.Adam(model.parameters(), lr=lr)"
+    if config.optimizer is None:
+        # "task default": the job's task chooses (most built-in tasks use Adam); the code
+        # must not pretend to know which.
+        return "torch.optim.SGD(model.parameters(), lr=lr)  # or the optimizer you use"
     return "torch.optim.SGD(model.parameters(), lr=lr)"
 
 
