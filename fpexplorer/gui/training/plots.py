@@ -861,8 +861,9 @@ class LayerTable(QWidget):
             headroom = layer.get("headroom_log2")
             cells = (
                 name + ("  ◀ first non-finite" if name == marked else ""),
-                f"{to_float(layer.get('grad_norm')):.3g}",
-                f"{to_float(layer.get('amax')):.3g}",
+                # + 0.0: a recorded -0.0 (all-zero gradient) reads 0, magnitudes have no sign.
+                f"{to_float(layer.get('grad_norm')) + 0.0:.3g}",
+                f"{to_float(layer.get('amax')) + 0.0:.3g}",
                 "–" if headroom is None else f"2^{to_float(headroom):.1f}",
                 f"{100 * to_float(layer.get('underflow_share')):.3g}%",
                 "yes" if layer.get("nonfinite") else "",
