@@ -78,6 +78,9 @@ class LatencyProbe:
 
     def summary(self) -> str:
         s = self.samples
+        if not s:
+            # A small run file is read in one go (SYNC_LOAD_BYTES): the loop never turned.
+            return "no samples (read in one go, the loop did not turn)"
         return (
             f"p50 {percentile(s, 50):6.2f} ms  p99 {percentile(s, 99):6.2f} ms  "
             f"max {max(s) if s else float('nan'):6.2f} ms  ({len(s)} samples)"
