@@ -48,6 +48,9 @@ def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_or_none
 
 
+_parse_optional_int = _optional(_parse_int)
+
+
 def _narrow_combo() -> QComboBox:
     """A combo box that may be narrower than its longest item (the form column is narrow)."""
     combo = QComboBox()
@@ -131,7 +134,7 @@ class TrainForm(QWidget):
     TEXT_FIELDS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
         ("steps", "Steps", _parse_int, "training steps"),
         ("lr", "Learning rate", _optional(_parse_float), "empty: the task's default"),
-        ("batch_size", "Batch size", _optional(_parse_int), "empty: the task's default"),
+        ("batch_size", "Batch size", _parse_optional_int, "empty: the task's default"),
         ("seed", "Seed", _parse_int, "random seed"),
         ("stats_every", "Statistics every", _parse_int, "record histograms every N steps (0: off)"),
         ("init_scale", "Initial scale", _parse_float, "GradScaler init_scale (65536 = 2^16)"),
@@ -264,7 +267,8 @@ class TrainForm(QWidget):
             try:
                 values[name] = self._parsers[name](row.edit.text())
             except ValueError:
-                kind = "a whole number" if self._parsers[name] in (_parse_int,) else "a number"
+                whole = self._parsers[name] in (_parse_int, _parse_optional_int)
+                kind = "a whole number" if whole else "a number"
                 errors[name] = f"“{row.edit.text()}” is not {kind}"
         return values, errors
 

@@ -141,6 +141,13 @@ def test_form_refuses_invalid_values_at_the_field(panel, qtbot) -> None:  # type
     assert "not a whole number" in form.fields["steps"].error.text()
     assert not panel.start_button.isEnabled()
     form.fields["steps"].edit.setText("10")
+    form.fields["batch_size"].edit.setText("1.5")  # optional, but whole when given
+    assert form.fields["batch_size"].error.text() == "“1.5” is not a whole number"
+    form.fields["batch_size"].edit.setText("")
+    form.fields["seed"].edit.setText(str(2**64))  # torch cannot take it: refused here
+    assert "the seed must be" in form.fields["seed"].error.text()
+    assert not panel.start_button.isEnabled()
+    form.fields["seed"].edit.setText("0")
     form.fields["growth_factor"].edit.setText("0.5")
     assert "greater than 1" in form.fields["growth_factor"].error.text()
     assert not panel.start_button.isEnabled()
