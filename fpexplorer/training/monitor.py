@@ -13,16 +13,22 @@
 What it hooks (all removed on close):
 - a forward hook on every leaf module registers, on statistics steps, a tensor hook on the
   module's output: it receives the activation gradient during backward, in its actual
-  dtype and still multiplied by the loss scale (the paper's figure). The gradients are
-  held until `step()`, which analyses them all at once.
+  dtype and still multiplied by the loss scale (the paper's figure). Each is counted there
+  and then (a bincount of its bit patterns), so backward can free it as usual.
 - forward pre/post hooks on the model enter saved-tensor hooks that count the bytes autograd
   saves for backward (activations, and autocast's low-precision copies of the weights).
 - optimizer step pre/post hooks: a step that the scaler skipped never calls
   `optimizer.step()`, which is how a skipped step is recognised whatever the scaler; the
   pre-hook also keeps the old weights for the lost-update statistic.
 
-Cost: all statistics are reductions on the device, batched into one concatenated vector;
-`step()` copies one small vector to the host (a single sync) per step.
+Cost: a statistics step makes a fixed number of passes over the data, no logarithms: two
+per 16-bit activation gradient (mask, bincount of the bit patterns), three or four per
+float32 one, and about a dozen over the parameters, most of them the lost-update check.
+Every histogram, zero count, max |x| and format-threshold count is read from those pattern
+counts; a threshold that splits an occupied pattern costs one comparison pass. Work
+buffers are reused (fresh large temporaries cost page faults on every step on a CPU).
+`step()` copies one vector to the host (one sync); on a CPU a few more cheap reads decide
+which of the rare extra passes are needed.
 """
 
 from __future__ import annotations
@@ -225,51 +231,6 @@ def _bits_view(tensor: torch.Tensor) -> torch.Tensor:
     return data if data.stride(-1) == 1 else data.contiguous()
 
 
-def _pattern_counts(tensor: torch.Tensor) -> tuple[str, torch.Tensor, torch.Tensor | None]:
-    """(table name, counts of the 32768 magnitude patterns, zeros for float32 else None).
-
-    The bits are read through a view (no copy unless the last dimension is strided); the
-    masking makes the one contiguous temporary that bincount needs.
-    """
-    data = _bits_view(tensor)
-    if data.dtype in (torch.float16, torch.bfloat16):
-        patterns = (data.view(torch.int16) & 0x7FFF).reshape(-1)
-        return dtype_name(data.dtype), torch.bincount(patterns, minlength=32768), None
-    values = data if data.dtype == torch.float32 else data.float()
-    patterns = (values.view(torch.int16)[..., _HIGH_HALF::2] & 0x7FFF).reshape(-1)
-    zeros = values.numel() - torch.count_nonzero(values)
-    return "float32_high", torch.bincount(patterns, minlength=32768), zeros
-
-
-def fast_code_rows(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
-    """Code histograms of many tensors at once: ([rows, CODES + 1] counts, row of each tensor).
-
-    Column CODES holds, for float32 tensors, the elements below 2**-133 *including* zeros,
-    which are also counted in ZERO_CODE: when the column exceeds the zeros, some deep
-    subnormals need `code_histogram` to be placed exactly (in practice: never).
-    """
-    device = tensors[0].device
-    tables = _code_tables(device)
-    groups: dict[str, list[tuple[int, torch.Tensor, torch.Tensor | None]]] = {}
-    for index, tensor in enumerate(tensors):
-        name, counts, zeros = _pattern_counts(tensor)
-        groups.setdefault(name, []).append((index, counts, zeros))
-    blocks: list[torch.Tensor] = []
-    row_of = [0] * len(tensors)
-    next_row = 0
-    for name, items in groups.items():
-        stacked = torch.stack([counts for _, counts, _ in items])
-        mapped = torch.zeros(len(items), CODES + 1, dtype=torch.int64, device=device)
-        mapped.index_add_(1, tables[name], stacked)
-        if name == "float32_high":
-            mapped[:, ZERO_CODE] += torch.stack([z for _, _, z in items if z is not None])
-        blocks.append(mapped)
-        for offset, (index, _, _) in enumerate(items):
-            row_of[index] = next_row + offset
-        next_row += len(items)
-    return torch.cat(blocks), row_of
-
-
 def _count_at_most(values: torch.Tensor, bounds: Sequence[float]) -> torch.Tensor:
     """[count of |v| <= b for each b in bounds (ascending float32 values), count of v == 0].
 
@@ -345,10 +306,11 @@ class _Segment:
     """Pattern counts of one tensor (or one group of parameter gradients), made as soon as
     the tensor exists so that activation gradients need not be kept until `step()`.
 
-    `counts`: the 32768 magnitude-pattern counts (see `_pattern_counts`); `zeros`: exact
-    zeros (float32 only, where pattern 0 also holds |x| < 2**-133); `amax`: max |x| of a
-    float32 tensor (16-bit ones read theirs from the counts); `tensor`: a float32 tensor kept
-    for the exact fallback of `code_histogram` (deep subnormals), None for 16-bit ones.
+    `counts`: the counts of the 32768 magnitude patterns (the 15 bits below the sign of a
+    16-bit value, or of a float32's top half); `zeros`: exact zeros (float32 only, where
+    pattern 0 also holds |x| < 2**-133); `amax`: max |x| of a float32 tensor (16-bit ones
+    read theirs from the counts); `tensor`: a float32 tensor kept for the exact fallback of
+    `code_histogram` (deep subnormals) and deferred zero counts, None for 16-bit ones.
     """
 
     layer: int
