@@ -312,18 +312,23 @@ def run_job(
         state = RunState.STOPPED if stop.requested else RunState.COMPLETED
         monitor.close(state.value)
         return JobResult(state, steps_done, path, None)
-    except (Exception, SystemExit) as error:
+    except (Exception, SystemExit, KeyboardInterrupt) as error:
         # The task's code can raise anything (sys.exit() included): it ends the run, logged.
-        message = one_line_error(error)
+        # A KeyboardInterrupt (Ctrl-C without our handler, e.g. handle_signals=False) is a
+        # stop asked for, not a failure: the log still ends with its `end` record.
+        interrupted = isinstance(error, KeyboardInterrupt)
+        state = RunState.STOPPED if interrupted else RunState.FAILED
+        message = None if interrupted else one_line_error(error)
         if monitor is None:
             writer.write(_fallback_header(config, device))
             writer.write(
-                {"type": "end", "status": "failed", "error": message, "steps": 0, "elapsed": 0.0}
-            )
+                {"type": "end", "status": state.value, "error": message, "steps": 0,
+                 "elapsed": 0.0}
+            )  # fmt: skip
             writer.close()
         else:
-            monitor.close(RunState.FAILED.value, message)
-        return JobResult(RunState.FAILED, steps_done, path, message)
+            monitor.close(state.value, message)
+        return JobResult(state, steps_done, path, message)
     finally:
         quiet_stdout.close()
         if handle_signals:

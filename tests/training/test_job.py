@@ -271,6 +271,26 @@ def _wait_for_steps(out: Path, count: int, process: subprocess.Popen[str]) -> No
     raise AssertionError(f"the job did not write {count} steps")
 
 
+def test_keyboard_interrupt_in_a_step_ends_the_log_as_stopped(tmp_path: Path) -> None:
+    task = tmp_path / "interrupted.py"
+    task.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "calls = 0\n"
+        "def make():\n"
+        "    def loss_fn(output, target):\n"
+        "        global calls\n"
+        "        calls += 1\n"
+        "        if calls == 3:\n"
+        "            raise KeyboardInterrupt\n"
+        "        return nn.functional.mse_loss(output, target)\n"
+        "    return nn.Linear(3, 3), [(torch.ones(4, 3), torch.zeros(4, 3))], loss_fn\n"
+    )
+    run, result = job(tmp_path, task=f"{task}:make", steps=10)
+    assert result.state is RunState.STOPPED  # type: ignore[attr-defined]
+    assert run.status == "stopped" and len(run.steps) == 2 and run.problems == ()
+
+
 def test_prints_of_a_user_task_stay_out_of_the_record_stream(tmp_path: Path) -> None:
     task = tmp_path / "chatty.py"
     task.write_text(
