@@ -360,7 +360,7 @@ def _segment_of(layer: int, tensor: torch.Tensor, scratch: _Scratch | None) -> _
         # one count there costs nothing); on an accelerator that would be a host sync.
         zeros = None if data.device.type == "cpu" else data.numel() - torch.count_nonzero(data)
         amax = _abs_max(data)
-    if scratch is not None and bits.is_contiguous():
+    if scratch is not None:
         out = scratch.get("patterns", bits.numel(), torch.int16, bits.device).view(bits.shape)
         patterns = torch.bitwise_and(bits, 0x7FFF, out=out)
     else:
