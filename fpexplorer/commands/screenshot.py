@@ -105,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
             if not callable(load_run):
                 raise UsageError(f"training panel unavailable: {window.training_problem}")
             load_run(args.run)
+            finish_loading = getattr(window.training_panel, "finish_loading", None)
+            if callable(finish_loading):
+                finish_loading()  # a large run file is otherwise read in pieces, later
     image = render(window, width, height)
     app.processEvents()
     if not image.save(str(out), "PNG"):

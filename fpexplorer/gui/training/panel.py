@@ -315,6 +315,18 @@ class TrainingPanel(QWidget):
         """True while a large run file is still being read in pieces."""
         return bool(self._replays)
 
+    def finish_loading(self) -> None:
+        """Read the rest of every run file still loading, now (blocking).
+
+        For a picture of the whole run (`fpexplorer screenshot`): rendered mid-way, a large
+        file shows a part of the run and "Loading… 6%".
+        """
+        for replay, entry in list(self._replays):
+            replay.advance(None)
+            self._replays.remove((replay, entry))
+            self._finish_replay(replay, entry)
+        self.replay_timer.stop()
+
     def _advance_replays(self) -> None:
         if not self._replays:
             self.replay_timer.stop()

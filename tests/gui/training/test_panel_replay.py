@@ -230,6 +230,22 @@ def test_a_large_run_file_is_read_in_pieces(panel, qtbot, make_run, monkeypatch)
     assert "Opened large.jsonl: 400 steps, completed" in panel.status_label.text()
 
 
+def test_finish_loading_reads_a_large_file_to_its_end_at_once(panel, make_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # What `fpexplorer screenshot` calls before it renders: the picture shows the whole run.
+    from fpexplorer.gui.training import panel as panel_module
+
+    monkeypatch.setattr(panel_module, "SYNC_LOAD_BYTES", 10_000)
+    path = make_run("large.jsonl", steps=400, stats_every=1)
+    panel.load_run(path)
+    assert panel.loading
+    panel.finish_loading()
+    assert not panel.loading
+    model = panel.current_run.model
+    assert model.steps_seen == 400 and model.status == "completed"
+    assert "Opened large.jsonl: 400 steps, completed" in panel.status_label.text()
+    assert len(panel.runs) == 1
+
+
 def test_what_if_band_can_be_dragged(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
     hist = panel.hist_plot
