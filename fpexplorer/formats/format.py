@@ -849,7 +849,10 @@ def to_exact_value(x: ValueLike, fmt: FloatFormat | None = None) -> ExactValue:
             return ExactValue.nan(negative)
         if x.is_infinite():
             return ExactValue.infinity(negative)
-        return ExactValue("finite", negative, abs(Fraction(x)))
+        # Through the text parser and its exponent limits: Fraction(Decimal("1e999999999"))
+        # would build a billion-digit integer (minutes, gigabytes).
+        exact = parse_value(str(x.copy_abs()))
+        return ExactValue("finite", negative, exact.magnitude)
     # numpy scalars and other number types: through float (numpy floats) or int.
     for convert in (_numpy_like_float, _numpy_like_int):
         converted = convert(x)
@@ -862,6 +865,13 @@ def _numpy_like_float(x: object) -> float | None:
     kind = getattr(getattr(x, "dtype", None), "kind", None)
     if kind == "f" and getattr(x, "ndim", 1) == 0:
         return float(x)  # type: ignore[arg-type]
+    if kind == "V" and getattr(x, "ndim", 1) == 0:
+        # ml_dtypes scalars (bfloat16, float8_*, ...) are numpy "V" kinds; every one of
+        # their values is a float64 exactly.
+        try:
+            return float(x)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return None
     return None
 
 

@@ -6,6 +6,8 @@ import math
 from decimal import Decimal
 from fractions import Fraction
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 from fpexplorer.formats import (
@@ -141,6 +143,13 @@ def test_every_input_type() -> None:
     assert fp32.classify(fp32.from_value(Decimal("NaN"))) == "nan"
     assert fp32.from_value("max") == 0x7F7FFFFF
     assert fp32.from_value("-min_subnormal") == 0x80000001
+    assert fp32.from_value(Decimal("-1.5E+3")) == 0xC4BB8000
+    # Decimals go through the text limits, not a billion-digit integer (that hung).
+    with pytest.raises(ValueError, match="exponent out of range"):
+        fp32.from_value(Decimal("1e999999999"))
+    # ml_dtypes scalars, as in a user's notebook.
+    assert fp32.from_value(ml_dtypes.bfloat16(-2.5)) == 0xC0200000
+    assert fp32.from_value(np.array(1.0, dtype=ml_dtypes.float8_e4m3fn)) == one
     with pytest.raises(ValueError):
         fp32.from_value(True)
     with pytest.raises(ValueError, match="rounding mode"):
