@@ -7,6 +7,7 @@ from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QHBoxLayout,
     QHeaderView,
     QLabel,
     QTableWidget,
@@ -68,6 +69,10 @@ class CrossFormatTable(LazyView):
         self.session = session
         self.caption = QLabel()
         self.caption.setWordWrap(True)
+        self.only_stacked = QCheckBox("only the stacked formats")
+        self.only_stacked.setToolTip(
+            "Compare just the formats of the editors above instead of every format"
+        )
         self.table = QTableWidget(0, len(COMPARE_COLUMNS))
         self.table.setHorizontalHeaderLabels(COMPARE_COLUMNS)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
@@ -85,9 +90,14 @@ class CrossFormatTable(LazyView):
         self.rows: list[tuple[FloatFormat, int]] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.caption)
+        top = QHBoxLayout()
+        top.addWidget(self.caption, 1)
+        top.addWidget(self.only_stacked)
+        layout.addLayout(top)
         layout.addWidget(self.table, 1)
         self.table.cellClicked.connect(self._on_table_cell_clicked)
+        self.only_stacked.toggled.connect(lambda _checked: self.mark_stale())
+        session.editors_changed.connect(self.mark_stale)
         session.changed.connect(self.mark_stale)
         session.custom_formats_changed.connect(self.mark_stale)
 
@@ -98,11 +108,15 @@ class CrossFormatTable(LazyView):
     def render_view(self) -> None:
         session = self.session
         value = session.comparison_input()
-        formats = session.known_formats()
+        if self.only_stacked.isChecked():
+            formats = list(dict.fromkeys(editor.format for editor in session.editors))
+        else:
+            formats = session.known_formats()
+        which = "the stacked formats" if self.only_stacked.isChecked() else "every format"
         self.caption.setText(
-            f"<b>{short(value, 17)}</b> rounded into "
-            f"every format ({session.rounding}, overflow: {session.overflow or 'format default'}"
-            "). Click a row to load it into the active editor."
+            f"<b>{short(value, 17)}</b> rounded into {which} ({session.rounding}, "
+            f"overflow: {session.overflow or 'format default'}). Click a row to load it into "
+            "the active editor."
         )
         self.table.setUpdatesEnabled(False)
         self.table.setRowCount(len(formats))

@@ -166,6 +166,20 @@ def test_table_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert panel.rows[panel.session.active_index].picker.currentText() == "bfloat16"
 
 
+def test_table_can_show_only_the_stacked_formats(qtbot: QtBot, panel: FormatsPanel) -> None:
+    panel.show_view("table")
+    type_value(qtbot, panel, "0.1")
+    view = panel.cross_table
+    assert view.table.rowCount() == len(panel.session.known_formats())
+    qtbot.mouseClick(view.only_stacked, Qt.MouseButton.LeftButton)
+    names = [view.table.item(row, 0).text() for row in range(view.table.rowCount())]
+    assert names == ["float32", "float16"]
+    qtbot.mouseClick(panel.entry.add_button, Qt.MouseButton.LeftButton)  # + bfloat16
+    names = [view.table.item(row, 0).text() for row in range(view.table.rowCount())]
+    assert names == ["float32", "float16", "bfloat16"]
+    assert view.table.item(2, 1).text() == f"0x{oracle_code(0.1, ml_dtypes.bfloat16):04X}"
+
+
 def test_codes_map_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None:
     panel.session.set_active(panel.session.editors[1])
     panel.session.set_format(panel.session.active, get_format("float8_e4m3fn"))
