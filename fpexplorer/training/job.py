@@ -128,6 +128,18 @@ def default_out_path(config: TrainConfig) -> Path:
     return Path(f"run-{task}-{config.precision}-{stamp}.jsonl")
 
 
+def _new_default_writer(path: Path, echo: IO[str] | None) -> RunWriter:
+    """A writer on a new file: the default name has one-second resolution, and two jobs
+    started in the same second (a seed sweep in the background) must not share a file."""
+    candidate = path
+    for counter in range(2, 1000):
+        try:
+            return RunWriter(candidate, echo=echo, exclusive=True)
+        except FileExistsError:
+            candidate = path.with_name(f"{path.stem}-{counter}{path.suffix}")
+    return RunWriter(candidate, echo=echo, exclusive=True)  # raises: reported as such
+
+
 def _to_device(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> Any:
     if isinstance(value, torch.Tensor):
         if float_dtype is not None and value.is_floating_point():
@@ -237,7 +249,11 @@ def run_job(
     plan = PLANS[config.precision]
     path = Path(config.out) if config.out else default_out_path(config)
     try:
-        writer = RunWriter(path, echo=stdout if config.stream else None)
+        if config.out:
+            writer = RunWriter(path, echo=stdout if config.stream else None)
+        else:
+            writer = _new_default_writer(path, stdout if config.stream else None)
+            path = writer.path
     except OSError as error:
         raise JobSetupError(f"cannot write {path}: {error.strerror or error}") from None
 

@@ -291,6 +291,19 @@ def test_keyboard_interrupt_in_a_step_ends_the_log_as_stopped(tmp_path: Path) ->
     assert run.status == "stopped" and len(run.steps) == 2 and run.problems == ()
 
 
+def test_default_run_file_names_never_overwrite(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("fpexplorer.training.job.default_out_path",
+                        lambda config: Path("run-same-second.jsonl"))  # fmt: skip
+    config = TrainConfig(task="regression", device="cpu", steps=1, stats_every=0)
+    first = run_job(config, stderr=io.StringIO(), handle_signals=False)
+    second = run_job(config.replace(seed=1), stderr=io.StringIO(), handle_signals=False)
+    assert first.path == Path("run-same-second.jsonl")
+    assert second.path == Path("run-same-second-2.jsonl")
+    assert load_run(first.path).header.config["seed"] == 0  # type: ignore[union-attr]
+    assert load_run(second.path).header.config["seed"] == 1  # type: ignore[union-attr]
+
+
 def test_prints_of_a_user_task_stay_out_of_the_record_stream(tmp_path: Path) -> None:
     task = tmp_path / "chatty.py"
     task.write_text(
