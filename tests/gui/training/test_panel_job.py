@@ -170,6 +170,31 @@ def test_shutdown_ends_a_device_search_still_running(panel, qtbot) -> None:  # t
     assert finder.state() == QProcess.ProcessState.NotRunning
 
 
+def test_stop_kills_a_job_that_ignores_sigterm_after_the_timeout(
+    panel, qtbot, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    # A job stuck in a long step does not act on SIGTERM: Stop falls back to killing it.
+    stubborn = textwrap.dedent(
+        """
+        import signal, sys, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print('{"type": "header", "schema": 1, "config": {"task": "x", "steps": 5}}', flush=True)
+        time.sleep(60)
+        """
+    )
+    job = panel.job
+    job.stop_timeout_ms = 300
+    # Its header arrives after it has installed SIG_IGN: from then on SIGTERM is ignored.
+    with qtbot.waitSignal(job.records_received, timeout=10_000):
+        job.start_command([sys.executable, "-c", stubborn], tmp_path / "stubborn.jsonl")
+    job.stop()
+    assert job.state is JobState.STOPPING
+    with qtbot.waitSignal(job.finished, timeout=10_000) as finished:
+        pass
+    assert job.state is JobState.FAILED
+    assert "killed" in finished.args[0] and "did not stop in time" in finished.args[0]
+
+
 def test_misuse_of_the_job_controller_raises_a_clear_error(panel) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(JobStateError, match="cannot pause a job that is idle"):
         panel.job.pause()
