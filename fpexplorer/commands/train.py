@@ -68,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--loss-scale", type=float, default=_DEFAULTS.loss_scale,
-        help="the fixed loss scale of fp16-static (default: 1024.0)",
+        help="the fixed loss scale of fp16-static and pure-fp16 (default: 1024.0)",
     )  # fmt: skip
     parser.add_argument(
         "--out", default=None,

@@ -141,7 +141,7 @@ class TrainForm(QWidget):
         ("growth_factor", "Growth factor", _parse_float, "GradScaler growth_factor"),
         ("backoff_factor", "Backoff factor", _parse_float, "GradScaler backoff_factor"),
         ("growth_interval", "Growth interval", _parse_int, "clean steps before the scale grows"),
-        ("loss_scale", "Fixed loss scale", _parse_float, "the scale of fp16-static"),
+        ("loss_scale", "Fixed loss scale", _parse_float, "the scale of fp16-static and pure-fp16"),
     )
 
     def __init__(self, parent: QWidget | None = None) -> None:
