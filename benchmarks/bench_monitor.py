@@ -1,8 +1,9 @@
 """The monitor's overhead: the same training job with statistics every step vs statistics off.
 
 Both variants run in ONE process, on the same model, interleaved in blocks of steps, so that
-a busy machine slows both alike; the figure is the ratio of the median step times (and, as
-a second reading on a shared machine, of the fastest step times: the least disturbed). A
+a busy machine slows both alike; the figure is the ratio of the median step times. On a
+shared machine two more readings help: the ratio of the fastest steps (the least disturbed)
+and of the median CPU times of the stepping thread (the work itself, not the waiting). A
 third variant without any monitor shows what the hooks cost when statistics are off.
 
     python benchmarks/bench_monitor.py                  # transformer, width 256, fp32 and bf16
@@ -52,7 +53,7 @@ def wide_mlp(width: int, layers: int, batch: int) -> Task:
 
 def step_times(precision: str, blocks: int, block_steps: int, device: torch.device,
                model_name: str, width: int, layers: int, batch: int,
-               ) -> dict[str, list[float]]:  # fmt: skip
+               ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:  # fmt: skip
     plan = PLANS[precision]
     if model_name == "mlp":
         task = wide_mlp(width, layers, batch)
@@ -62,12 +63,14 @@ def step_times(precision: str, blocks: int, block_steps: int, device: torch.devi
     optimizer = make_optimizer("adam", model.parameters(), 1e-3, plan.params_dtype == torch.float16)
     scaler = torch.amp.GradScaler(device.type) if plan.scaler == "dynamic" else None
     times: dict[str, list[float]] = {"bare": [], "stats off": [], "stats every step": []}
+    cpu_times: dict[str, list[float]] = {"bare": [], "stats off": [], "stats every step": []}
 
-    def one_step(monitor: AmpMonitor | None) -> float:
+    def one_step(monitor: AmpMonitor | None) -> tuple[float, float]:
         inputs, target = (t.to(device) for t in next(task.batches))
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
+        cpu_start = time.thread_time()
         with torch.autocast(device.type, dtype=plan.autocast_dtype or torch.float32,
                             enabled=plan.autocast_dtype is not None):  # fmt: skip
             loss = task.loss_fn(model(inputs), target)
@@ -83,7 +86,7 @@ def step_times(precision: str, blocks: int, block_steps: int, device: torch.devi
             monitor.step(loss)  # ends with the monitor's host sync
         else:
             loss.item()  # the bare loop reads its loss too
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.thread_time() - cpu_start
 
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(3):  # warm-up
@@ -100,10 +103,13 @@ def step_times(precision: str, blocks: int, block_steps: int, device: torch.devi
                         stats_every=1 if variant == "stats every step" else 0,
                     )  # fmt: skip
                 one_step(monitor)  # the first step of a block pays for set-up: not timed
-                times[variant] += [one_step(monitor) for _ in range(block_steps)]
+                for _ in range(block_steps):
+                    wall, cpu = one_step(monitor)
+                    times[variant].append(wall)
+                    cpu_times[variant].append(cpu)
                 if monitor is not None:
                     monitor.close()
-    return times
+    return times, cpu_times
 
 
 def main() -> int:
@@ -125,15 +131,18 @@ def main() -> int:
     print(f"{args.model} width {args.width}, {args.layers} layers, batch {args.batch} {shape} "
           f"on {device} ({threads} thread(s)), torch {torch.__version__}")  # fmt: skip
     print(f"{'precision':10} {'bare ms':>8} {'off ms':>8} {'every ms':>9} {'every/off':>10}"
-          f" {'off/bare':>9} {'best every/off':>15}")  # fmt: skip
+          f" {'off/bare':>9} {'best every/off':>15} {'cpu every/off':>14}")  # fmt: skip
     for precision in args.precision.split(","):
-        times = step_times(precision, args.blocks, args.block_steps, device, args.model,
+        times, cpu_times = step_times(precision, args.blocks, args.block_steps, device, args.model,
                            args.width, args.layers, args.batch)  # fmt: skip
         bare, off, every = (statistics.median(times[k]) for k in
                             ("bare", "stats off", "stats every step"))  # fmt: skip
         best = min(times["stats every step"]) / min(times["stats off"])
+        cpu = statistics.median(cpu_times["stats every step"]) / statistics.median(
+            cpu_times["stats off"]
+        )
         print(f"{precision:10} {bare * 1e3:8.1f} {off * 1e3:8.1f} {every * 1e3:9.1f}"
-              f" {every / off:10.3f} {off / bare:9.3f} {best:15.3f}")  # fmt: skip
+              f" {every / off:10.3f} {off / bare:9.3f} {best:15.3f} {cpu:14.3f}")  # fmt: skip
     if device.type != "cuda":
         print("CUDA: not measured (no GPU on this machine)")
     return 0
