@@ -35,6 +35,7 @@ NEIGHBOURS_EACH_SIDE = 3
 # distance and marked off scale: 1e10 typed into FP16 would otherwise squash the neighbours
 # into one dot, and 1e99999 into a 16-exponent-bit format does not even fit a float.
 OFF_SCALE_MARGIN = 1.5
+STAGGER_LABELS_LONGER_THAN = 12  # characters
 
 FINITE = ("zero", "subnormal", "normal")
 
@@ -59,6 +60,7 @@ class NumberLineView(LazyView):
         )
         plot.getAxis("left").setWidth(110)
         self.plot = plot
+        self._bottom = -1.1  # lower end of the y range: lower when labels take two lines
         colors = plot_colors()
         self.axis_line = pg.PlotDataItem(pen=pg.mkPen(colors.foreground, width=2))
         self.midpoints = pg.PlotDataItem(
@@ -147,9 +149,15 @@ class NumberLineView(LazyView):
         mid_x = np.repeat([x_of(m) for m in mids], 2)
         mid_y = np.tile([-0.25, 0.25], len(mids))
         self.midpoints.setData(mid_x, mid_y)
-        for label, code, x in zip(self.value_labels, codes, xs, strict=False):
-            label.setText(display_text(fmt, code))
-            label.setPos(x, -0.35)
+        texts = [display_text(fmt, code) for code in codes]
+        # Long values (FP64's 17 digits) overlap their neighbours' in a window of 1024 px:
+        # every other one goes on a second line.
+        staggered = max(len(text) for text in texts) > STAGGER_LABELS_LONGER_THAN
+        for index, (label, text, x) in enumerate(zip(self.value_labels, texts, xs,
+                                                     strict=False)):
+            label.setText(text)
+            label.setPos(x, -0.8 if staggered and index % 2 else -0.35)
+        self._bottom = -1.55 if staggered else -1.1
         for label in self.value_labels[len(codes):]:
             label.setText("")
         left, right = float(xs.min()) - 0.6, float(xs.max()) + 0.6
@@ -206,7 +214,7 @@ class NumberLineView(LazyView):
         self.mode_picks.setData(picks_x, picks_y, symbol=symbols)
         self.axis_line.setData([left, right], [0, 0])
         self.plot.setXRange(left, right, padding=0)
-        self.plot.setYRange(-1.1, len(DETERMINISTIC_MODES) + 0.9, padding=0)
+        self.plot.setYRange(self._bottom, len(DETERMINISTIC_MODES) + 0.9, padding=0)
 
     def _pick_x(self, fmt: FloatFormat, typed: ExactValue, mode: str,
                 clamped_x: Callable[[Fraction], tuple[float, bool]], left: float,

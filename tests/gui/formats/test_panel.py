@@ -278,6 +278,20 @@ def test_number_line_shows_neighbours_midpoints_and_mode_picks(qtbot: QtBot,
     assert len(mids_x) == 2 * 6
 
 
+def test_number_line_puts_long_neighbour_values_on_two_lines(qtbot: QtBot,
+                                                             panel: FormatsPanel) -> None:
+    panel.show_view("number-line")
+    line = panel.number_line
+    panel.session.set_format(panel.session.editors[0], get_format("fp64"))
+    type_value(qtbot, panel, "-1e-310")  # neighbours read -1.0000000000000015e-310 ...
+    heights = [label.pos().y() for label in line.value_labels]
+    assert heights[0] != heights[1] and heights[0] == heights[2]
+    type_value(qtbot, panel, "1")  # 1, 1.0000000000000002 ... still long: two lines
+    panel.session.set_format(panel.session.editors[0], get_format("fp4"))
+    heights = [label.pos().y() for label in line.value_labels]
+    assert len(set(heights)) == 1  # short values: one line
+
+
 def test_number_line_explains_nan(qtbot: QtBot, panel: FormatsPanel) -> None:
     panel.show_view("number-line")
     type_value(qtbot, panel, "nan")
