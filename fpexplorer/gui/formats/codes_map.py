@@ -149,9 +149,13 @@ class CodesMap(LazyView):
             self.image.setRect(0, 0, columns, rows)
             self.plot.setRange(xRange=(0, columns), yRange=(0, rows), padding=0.02)
             self._set_ticks(fmt, rows, columns)
+            if (columns.bit_length() - 1) % 4 == 0:
+                how = "the row's hex digits then the column's spell the code"
+            else:  # the low bits are not whole hex digits (FP4: 2 of 4; e5m5: 6 of 11)
+                how = f"code = row × {columns} + column"
             self.caption.setText(
                 f"All {1 << fmt.width:,} codes of {fmt.name} ({rows} rows × {columns} "
-                "columns: the row's hex digits then the column's spell the code). Blue: "
+                f"columns: {how}). Blue: "
                 "positive, orange: negative (brighter = larger), purple: subnormal, grey: zero, "
                 "red: inf, gold: NaN. Click a cell to load it."
             )

@@ -195,6 +195,15 @@ def test_codes_map_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None
     assert panel.session.active.readout().exact == "1"
 
 
+def test_codes_map_caption_says_how_a_cell_spells_its_code(qtbot: QtBot,
+                                                           panel: FormatsPanel) -> None:
+    panel.show_view("codes")
+    for name, how in (("float8_e4m3fn", "hex digits"), ("fp16", "hex digits"),
+                      ("fp4", "row × 4 + column"), ("e5m5", "row × 64 + column")):
+        panel.session.set_format(panel.session.active, get_format(name))
+        assert how in panel.codes_map.caption.text(), name
+
+
 def test_format_switch_from_the_picker(qtbot: QtBot, panel: FormatsPanel) -> None:
     type_value(qtbot, panel, "3.25")
     row = panel.rows[0]
