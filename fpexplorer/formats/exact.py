@@ -116,7 +116,9 @@ class ExactValue:
             return f"{sign}{int_to_decimal_str(magnitude.numerator)}"
         if _is_terminating(magnitude):
             return sign + exact_decimal(magnitude)
-        return f"{sign}{magnitude.numerator}/{magnitude.denominator}"
+        numerator = int_to_decimal_str(magnitude.numerator)  # any length (str() stops at
+        denominator = int_to_decimal_str(magnitude.denominator)  # 4300 digits)
+        return f"{sign}{numerator}/{denominator}"
 
 
 def _twos_and_fives(denominator: int) -> tuple[int, int] | None:

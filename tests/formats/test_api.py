@@ -315,6 +315,8 @@ def test_shortest_decimal() -> None:
 
 
 def test_exact_value_strings() -> None:
+    # More digits than Python's int/str limit (4300): 10**5000 / 3.
+    assert str(parse_value("-1e5000/3")) == "-1" + "0" * 5000 + "/3"
     assert str(ExactValue.of(Fraction(1, 3))) == "1/3"
     assert str(ExactValue.of(Fraction(1, 2))) == "0.5"
     assert str(ExactValue.nan()) == "nan" and str(ExactValue.infinity()) == "inf"
