@@ -36,6 +36,8 @@ NEIGHBOURS_EACH_SIDE = 3
 # into one dot, and 1e99999 into a 16-exponent-bit format does not even fit a float.
 OFF_SCALE_MARGIN = 1.5
 STAGGER_LABELS_LONGER_THAN = 12  # characters
+MIN_SEPARATION = Fraction(1, 3)  # units: closer neighbours are not drawn (they would overlap)
+MAX_STEP = 8  # units: neither are neighbours this far beyond the previous one
 
 FINITE = ("zero", "subnormal", "normal")
 
@@ -136,12 +138,17 @@ class NumberLineView(LazyView):
         codes = self._neighbour_codes(fmt, anchor_code)
         values = [fmt.to_fraction(code) for code in codes]
         center = fmt.to_fraction(anchor_code)
+        # The unit is the smaller gap next to the value shown: around a flushed zero (no
+        # subnormals) that gap is 2**23 times the next ones, and counting in those would
+        # push min_normal millions of units out.
+        here = [gap for gap in (fmt.gap_down(anchor_code), fmt.gap_up(anchor_code)) if gap]
         gaps = [b - a for a, b in pairwise(values) if b != a]
-        unit = min(gaps) if gaps else Fraction(1)
+        unit = min(here) if here else (min(gaps) if gaps else Fraction(1))
 
         def x_of(value: Fraction) -> float:
             return float((value - center) / unit)
 
+        codes, values = self._apart(codes, values, codes.index(anchor_code), unit)
         xs = np.array([x_of(v) for v in values])
         self.message.setText("")
         self.neighbours.setData(xs, np.zeros_like(xs))
@@ -232,6 +239,24 @@ class NumberLineView(LazyView):
         if (typed.negative and not fmt.signed) or typed.is_zero:
             return fmt.min_subnormal or fmt.min_normal
         return -fmt.max if typed.negative else fmt.max
+
+    @staticmethod
+    def _apart(codes: list[int], values: list[Fraction], anchor: int,
+               unit: Fraction) -> tuple[list[int], list[Fraction]]:
+        """The neighbours out to the first one that would sit on top of the previous one
+        (less than MIN_SEPARATION units on: min_normal, min_normal + 2**-149, ... beyond a
+        flushed zero) or far off (more than MAX_STEP units: zero, seen from min_normal).
+        Cut, not thinned, so adjacent points stay adjacent codes."""
+
+        def fits(step: Fraction) -> bool:
+            return MIN_SEPARATION <= step / unit <= MAX_STEP
+
+        low, high = anchor, anchor
+        while low > 0 and fits(values[low] - values[low - 1]):
+            low -= 1
+        while high < len(values) - 1 and fits(values[high + 1] - values[high]):
+            high += 1
+        return codes[low : high + 1], values[low : high + 1]
 
     @staticmethod
     def _neighbour_codes(fmt: FloatFormat, code: int) -> list[int]:

@@ -301,6 +301,18 @@ def test_number_line_puts_long_neighbour_values_on_two_lines(qtbot: QtBot,
     assert len(set(heights)) == 1  # short values: one line
 
 
+def test_number_line_around_a_flushed_zero_counts_in_its_own_gaps(qtbot: QtBot,
+                                                                   panel: FormatsPanel) -> None:
+    panel.show_view("number-line")
+    line = panel.number_line
+    panel.session.set_format(panel.session.editors[0], get_format("e8m23:subnormals=off"))
+    type_value(qtbot, panel, "1e-39")  # rounds to 0; the neighbours are +-min_normal
+    neighbours_x, _ = line.neighbours.getData()
+    # min_normal one gap away, not 2**23 gaps of the values beyond it (all squashed there).
+    assert list(neighbours_x) == [-1.0, 0.0, 1.0]
+    assert 0 < line.input_line.value() < 0.5
+
+
 def test_number_line_explains_nan(qtbot: QtBot, panel: FormatsPanel) -> None:
     panel.show_view("number-line")
     type_value(qtbot, panel, "nan")
