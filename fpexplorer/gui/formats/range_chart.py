@@ -60,8 +60,12 @@ def spacing_curve(fmt: FloatFormat) -> tuple[np.ndarray, np.ndarray]:
         if start < lowest:
             start = lowest
         code = fmt.from_value(start)
-        # End of the binade: the largest value below the next power of two (or max).
-        end_code = fmt.next_down(fmt.from_value(Fraction(2) ** (exponent + 1)))
+        # End of the binade: the largest value below the next power of two, or max (found
+        # without overflowing: in E4M3FN or FP4 the next power of two has no code at all).
+        top = Fraction(2) ** (exponent + 1)
+        end_code = fmt.from_value(top, rounding="toward_zero", overflow="saturate")
+        if fmt.classify(end_code) in ("subnormal", "normal") and fmt.to_fraction(end_code) >= top:
+            end_code = fmt.next_down(end_code)
         if fmt.classify(end_code) not in ("subnormal", "normal"):
             end_code = code
         for edge in (code, end_code):

@@ -358,6 +358,18 @@ def test_range_chart_and_properties_show_the_chosen_formats(qtbot: QtBot,
     assert table.item(fp16_row, 3).text() == "65504"
 
 
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float4_e2m1fn", "float8_e5m2fnuz",
+                                  "float16", "float8_e8m0fnu"])
+def test_range_chart_spacing_curve_reaches_max(name: str) -> None:
+    from fpexplorer.gui.formats.range_chart import spacing_curve
+
+    fmt = get_format(name)
+    xs, _ = spacing_curve(fmt)
+    # The top binade ends at max, also where the next power of two has no code (NaN, or
+    # saturated to max in FP4): the curve stopped a binade short there.
+    assert max(xs) == pytest.approx(np.log2(float(fmt.max)))
+
+
 def test_add_and_remove_editors(qtbot: QtBot, panel: FormatsPanel) -> None:
     qtbot.mouseClick(panel.entry.add_button, Qt.MouseButton.LeftButton)
     assert len(panel.rows) == 3
