@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from fpexplorer import __version__
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.bundle]
 
@@ -69,6 +71,7 @@ def test_bundle_selftest_passes(bundle: Path, tmp_path: Path) -> None:
     # The job really was the bundled executable re-invoked, not a Python interpreter.
     assert "`fpexplorer train" in result.stdout
     assert lines[-1].startswith("selftest: ") and " 0 failed" in lines[-1]
+    assert any(line.startswith(f"PASS application: fpexplorer {__version__},") for line in lines)
     assert (tmp_path / "out" / "selftest-run.jsonl").stat().st_size > 0
 
 

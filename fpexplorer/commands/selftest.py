@@ -130,7 +130,8 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
 
         app = create_application(theme="light")
         state["app"] = app
-        return f"QApplication on platform {app.platformName()!r}"
+        name = f"{app.applicationDisplayName()} {app.applicationVersion()}"
+        return f"{name}, QApplication on platform {app.platformName()!r}"
 
     def main_window() -> str:
         from fpexplorer.gui.main_window import MainWindow

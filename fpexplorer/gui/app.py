@@ -11,6 +11,7 @@ from PySide6.QtCore import QCoreApplication, QSize
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
+from fpexplorer import __version__
 from fpexplorer.gui.settings import APPLICATION, ORGANIZATION
 from fpexplorer.resources import resource_path
 
@@ -49,6 +50,7 @@ def create_application(argv: Sequence[str] | None = None, theme: str = "system")
         QCoreApplication.setApplicationName(APPLICATION)
         app = QApplication(list(argv) if argv is not None else [sys.argv[0]])
         app.setApplicationDisplayName("fpexplorer")
+        app.setApplicationVersion(__version__)
         app.setDesktopFileName("fpexplorer")
     app.setWindowIcon(app_icon())
     pg.setConfigOptions(antialias=True)

@@ -1,0 +1,29 @@
+"""The linters of pyproject.toml, run as tests so that CI enforces them.
+
+ruff (E W F I UP B RUF) on the whole tree; mypy --strict on the layers that must stay
+typed (formats/ and training/, as configured in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_ruff_is_clean() -> None:
+    result = _run("ruff", "check", "--no-cache", ".")
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
+def test_mypy_is_clean_on_formats_and_training() -> None:
+    result = _run("mypy", "--no-incremental")
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
