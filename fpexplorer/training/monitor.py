@@ -343,8 +343,8 @@ class _Scratch:
 
 
 def _segment_of(layer: int, tensor: torch.Tensor, scratch: _Scratch | None) -> _Segment:
-    """Pattern counts of `tensor`: two passes for 16-bit tensors (mask, bincount), four for
-    float32 ones (mask, bincount, zeros, max)."""
+    """Pattern counts of `tensor`: two passes for 16-bit tensors (mask, bincount), three or
+    four for float32 ones (mask, bincount, max; zeros where pattern 0 is occupied)."""
     data = _bits_view(tensor)
     if data.dtype in (torch.float16, torch.bfloat16):
         bits = data.view(torch.int16)
@@ -1165,7 +1165,7 @@ class _StatsLayout:
         |g| pass and one comparison per such limit."""
         scale = self.scale
         groups = self.param_groups
-        if not (math.isfinite(scale) and scale > 0):
+        if not 0 < scale <= _FLOAT32_MAX:  # also a scale whose float32 would be inf
             values = torch.cat([g.reshape(-1).float() for _, members in groups for g in members])
             return [int(c) for c in _count_at_most(values * scale, self.boundaries).tolist()[:-1]]
         limits = _magnitude_limits(tuple(self.boundaries), scale)

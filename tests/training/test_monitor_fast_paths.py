@@ -203,3 +203,12 @@ def test_format_shares_of_mixed_gradient_tensors(tmp_path: Path, scale: float) -
     assert record["format_shares"] == expected_shares(everything.astype(np.float32), scale)
     hist = record["grad_hist"]
     assert sum(hist["counts"]) + hist["zero"] == everything.size
+
+
+@pytest.mark.parametrize("scale", [1e39, 1e-50])
+def test_format_shares_at_scales_float32_cannot_hold(tmp_path: Path, scale: float) -> None:
+    grads = tricky_gradients(1.0, seed=11)
+    record = one_step(tmp_path, grads, scale, torch.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected = expected_shares(grads.numpy(), float(np.float32(scale)))
+    assert record["format_shares"] == expected
