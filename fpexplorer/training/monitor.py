@@ -476,11 +476,28 @@ def _bytes_by_dtype(tensors: Iterator[torch.Tensor]) -> dict[str, int]:
     return totals
 
 
+@functools.cache
+def cpu_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The processor's model name ("AMD EPYC 7B13"), else its architecture ("x86_64")."""
+    try:
+        # Linux says it in /proc/cpuinfo; platform.processor() would fork `uname -p` there
+        # and usually answers only the architecture anyway.
+        with open(cpuinfo, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    if sys.platform != "linux" and platform.processor():
+        return platform.processor()
+    return platform.machine() or "cpu"
+
+
 def device_description(device: torch.device) -> dict[str, str]:
     if device.type == "cuda":
         return {"type": "cuda", "name": torch.cuda.get_device_name(device)}
-    # platform.machine(), not platform.processor(): the latter forks `uname -p`.
-    return {"type": device.type, "name": platform.machine() or "cpu"}
+    return {"type": device.type, "name": cpu_name()}
 
 
 @dataclass(frozen=True, slots=True)
