@@ -85,11 +85,15 @@ def main() -> int:
             panel.show_view(view)
             app.processEvents()
             times = measure(editor_index, bits, every_view=False)
-            print(f"{label:<22} {view:<14} {statistics.median(times):>10.2f} "
-                  f"{percentile(times, 0.9):>8.2f}")
+            print(
+                f"{label:<22} {view:<14} {statistics.median(times):>10.2f} "
+                f"{percentile(times, 0.9):>8.2f}"
+            )
         times = measure(editor_index, bits, every_view=True)
-        print(f"{label:<22} {'EVERY view':<14} {statistics.median(times):>10.2f} "
-              f"{percentile(times, 0.9):>8.2f}")
+        print(
+            f"{label:<22} {'EVERY view':<14} {statistics.median(times):>10.2f} "
+            f"{percentile(times, 0.9):>8.2f}"
+        )
     window.close()
     return 0
 

@@ -64,8 +64,14 @@ sys.exit(app.exec())
 
 def time_child(code: str, env: dict[str, str]) -> float:
     start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert process.stdout is not None
     line = process.stdout.readline().strip()
     elapsed = time.perf_counter() - start
@@ -94,10 +100,14 @@ def main() -> int:
             bare.append(time_child(BARE_CHILD, env))
     ours_median, bare_median = statistics.median(ours), statistics.median(bare)
     print(f"platform: {env.get('QT_QPA_PLATFORM', 'native')}, repetitions: {args.repeat}")
-    print(f"fpexplorer gui   first window: median {ours_median * 1000:7.1f} ms "
-          f"(min {min(ours) * 1000:.1f}, max {max(ours) * 1000:.1f})")
-    print(f"bare PySide6+pg  first window: median {bare_median * 1000:7.1f} ms "
-          f"(min {min(bare) * 1000:.1f}, max {max(bare) * 1000:.1f})")
+    print(
+        f"fpexplorer gui   first window: median {ours_median * 1000:7.1f} ms "
+        f"(min {min(ours) * 1000:.1f}, max {max(ours) * 1000:.1f})"
+    )
+    print(
+        f"bare PySide6+pg  first window: median {bare_median * 1000:7.1f} ms "
+        f"(min {min(bare) * 1000:.1f}, max {max(bare) * 1000:.1f})"
+    )
     print(f"ratio fpexplorer / bare: {ours_median / bare_median:.2f}x (aim: <= 1.3x)")
     return 0
 

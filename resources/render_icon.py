@@ -1,6 +1,6 @@
 """Render resources/icon.svg to the PNGs next to it (run from the repository root).
 
-    QT_QPA_PLATFORM=offscreen python resources/render_icon.py
+QT_QPA_PLATFORM=offscreen python resources/render_icon.py
 """
 
 import sys

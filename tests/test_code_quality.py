@@ -24,6 +24,11 @@ def test_ruff_is_clean() -> None:
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
 
 
+def test_ruff_format_is_applied() -> None:
+    result = _run("ruff", "format", "--check", "--no-cache", ".")
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+
+
 def test_mypy_is_clean_on_formats_and_training() -> None:
     result = _run("mypy", "--no-incremental")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]

@@ -159,21 +159,31 @@ def render(window: object, width: int, height: int) -> object:
     if window.width() > logical_width or window.height() > logical_height:
         # The window cannot be that small (its layouts have a minimum): paint all of it at
         # the size it took and scale the picture down, rather than save a cut-off corner.
-        full = QImage(round(window.width() * ratio), round(window.height() * ratio),
-                      QImage.Format.Format_ARGB32)
+        full = QImage(
+            round(window.width() * ratio),
+            round(window.height() * ratio),
+            QImage.Format.Format_ARGB32,
+        )
         full.setDevicePixelRatio(ratio)
         full.fill(window.palette().window().color())
         window.render(full)
         full.setDevicePixelRatio(1.0)
-        scaled = full.scaled(width, height, Qt.AspectRatioMode.KeepAspectRatio,
-                             Qt.TransformationMode.SmoothTransformation)
+        scaled = full.scaled(
+            width,
+            height,
+            Qt.AspectRatioMode.KeepAspectRatio,
+            Qt.TransformationMode.SmoothTransformation,
+        )
         image = QImage(width, height, QImage.Format.Format_ARGB32)
         image.fill(window.palette().window().color())
         painter = QPainter(image)
         painter.drawImage((width - scaled.width()) // 2, (height - scaled.height()) // 2, scaled)
         painter.end()
-        print(f"note: the window is at least {full.width()}x{full.height()} pixels; "
-              f"drawn at that size and scaled down to {width}x{height}", file=sys.stderr)
+        print(
+            f"note: the window is at least {full.width()}x{full.height()} pixels; "
+            f"drawn at that size and scaled down to {width}x{height}",
+            file=sys.stderr,
+        )
         return image
     image = QImage(width, height, QImage.Format.Format_ARGB32)
     image.setDevicePixelRatio(ratio)

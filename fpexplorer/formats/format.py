@@ -570,8 +570,9 @@ class FloatFormat:
             low_code, high_code = 0, 1 << m
             # where it lies between 0 and min_normal: numerator / (denominator * min_normal)
             rest, scale = _scaled(numerator, denominator, d.emin)
-            up = _round_up(rest, scale, rounding, negative, low_odd=False, high_odd=False,
-                           seed=seed)
+            up = _round_up(
+                rest, scale, rounding, negative, low_odd=False, high_odd=False, seed=seed
+            )
             return (high_code if up else low_code), False, False, True
         quantum_exponent = max(exponent, d.emin) - m
         scaled_numerator, scale = _scaled(numerator, denominator, quantum_exponent)

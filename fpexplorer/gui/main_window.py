@@ -55,8 +55,13 @@ def _training_panel() -> tuple[QWidget, str | None]:
 class MainWindow(QMainWindow):
     """fpexplorer's window. `settings` keeps geometry and the Formats state between runs."""
 
-    def __init__(self, settings: SettingsStore | None = None, *, restore: bool = True,
-                 session: FormatsSession | None = None) -> None:
+    def __init__(
+        self,
+        settings: SettingsStore | None = None,
+        *,
+        restore: bool = True,
+        session: FormatsSession | None = None,
+    ) -> None:
         super().__init__()
         self.settings = settings or SettingsStore(persistent=False)
         self.setWindowTitle("fpexplorer")
@@ -127,8 +132,9 @@ class MainWindow(QMainWindow):
             self.training_panel  # noqa: B018 - builds it
 
     # -- menus ---------------------------------------------------------------------------
-    def _action(self, text: str, slot: object, shortcut: QKeySequence | str | None = None,
-                tip: str = "") -> QAction:
+    def _action(
+        self, text: str, slot: object, shortcut: QKeySequence | str | None = None, tip: str = ""
+    ) -> QAction:
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
@@ -149,21 +155,35 @@ class MainWindow(QMainWindow):
 
         edit_menu = menu_bar.addMenu("&Edit")
         self.copy_value_action = self._action(
-            "&Copy Value", self.copy_value, QKeySequence.StandardKey.Copy,
+            "&Copy Value",
+            self.copy_value,
+            QKeySequence.StandardKey.Copy,
             "Copy the exact decimal value of the active editor's code",
         )
         self.copy_code_action = self._action(
-            "Copy C&ode", self.copy_code, "Ctrl+Shift+C", "Copy the code in hexadecimal",
+            "Copy C&ode",
+            self.copy_code,
+            "Ctrl+Shift+C",
+            "Copy the code in hexadecimal",
         )
         self.copy_shortest_action = self._action(
-            "Copy &Shortest Decimal", self.copy_shortest, "Ctrl+Alt+C",
+            "Copy &Shortest Decimal",
+            self.copy_shortest,
+            "Ctrl+Alt+C",
             "Copy the shortest decimal that reads back to this code",
         )
         self.focus_entry_action = self._action(
-            "&Type a Value…", self._on_focus_entry, "Ctrl+L", "Type a value or a code",
+            "&Type a Value…",
+            self._on_focus_entry,
+            "Ctrl+L",
+            "Type a value or a code",
         )
-        for action in (self.copy_value_action, self.copy_code_action,
-                       self.copy_shortest_action, self.focus_entry_action):
+        for action in (
+            self.copy_value_action,
+            self.copy_code_action,
+            self.copy_shortest_action,
+            self.focus_entry_action,
+        ):
             edit_menu.addAction(action)
         edit_menu.addSeparator()
         self.step_actions: dict[str, QAction] = {}
@@ -180,22 +200,31 @@ class MainWindow(QMainWindow):
             self.step_actions[how] = action
 
         view_menu = menu_bar.addMenu("&View")
-        view_menu.addAction(self._action("&Formats", lambda: self.tabs.setCurrentIndex(0),
-                                         "Ctrl+1"))
-        view_menu.addAction(self._action("&Training", lambda: self.tabs.setCurrentIndex(1),
-                                         "Ctrl+2"))
+        view_menu.addAction(
+            self._action("&Formats", lambda: self.tabs.setCurrentIndex(0), "Ctrl+1")
+        )
+        view_menu.addAction(
+            self._action("&Training", lambda: self.tabs.setCurrentIndex(1), "Ctrl+2")
+        )
         view_menu.addSeparator()
-        view_menu.addAction(self._action("&Add Format to Stack",
-                                         self.formats_panel._on_add_clicked, "Ctrl+Shift+A"))
-        view_menu.addAction(self._action(
-            "&Custom Format…",
-            lambda: self.formats_panel.open_custom_format_dialog(self.session.active),
-            "Ctrl+Shift+F",
-        ))
+        view_menu.addAction(
+            self._action("&Add Format to Stack", self.formats_panel._on_add_clicked, "Ctrl+Shift+A")
+        )
+        view_menu.addAction(
+            self._action(
+                "&Custom Format…",
+                lambda: self.formats_panel.open_custom_format_dialog(self.session.active),
+                "Ctrl+Shift+F",
+            )
+        )
         view_menu.addSeparator()
-        for name, title in (("number-line", "Number Line"), ("table", "All Formats Table"),
-                            ("range", "Range && Precision"), ("codes", "All Codes Map"),
-                            ("properties", "Properties")):
+        for name, title in (
+            ("number-line", "Number Line"),
+            ("table", "All Formats Table"),
+            ("range", "Range && Precision"),
+            ("codes", "All Codes Map"),
+            ("properties", "Properties"),
+        ):
             view_menu.addAction(self._action(title, lambda _=False, n=name: self._show_view(n)))
 
         help_menu = menu_bar.addMenu("&Help")

@@ -123,7 +123,10 @@ def apply_dark_palette() -> None:
     palette.setColor(QPalette.ColorRole.Dark, QColor(20, 22, 26))
     palette.setColor(QPalette.ColorRole.Light, QColor(80, 85, 95))
     palette.setColor(QPalette.ColorRole.Link, QColor(110, 160, 255))
-    for role in (QPalette.ColorRole.WindowText, QPalette.ColorRole.Text,
-                 QPalette.ColorRole.ButtonText):
+    for role in (
+        QPalette.ColorRole.WindowText,
+        QPalette.ColorRole.Text,
+        QPalette.ColorRole.ButtonText,
+    ):
         palette.setColor(QPalette.ColorGroup.Disabled, role, QColor(120, 124, 132))
     app.setPalette(palette)

@@ -51,8 +51,9 @@ def test_window_has_formats_and_training_tabs(window: MainWindow) -> None:
 def test_ctrl_c_copies_the_exact_value(qtbot: QtBot, window: MainWindow) -> None:
     window.session.enter_text("0.1")
     window.formats_panel.rows[0].bits.setFocus()
-    qtbot.keyClick(window.formats_panel.rows[0].bits, Qt.Key.Key_C,
-                   Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        window.formats_panel.rows[0].bits, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier
+    )
     assert QGuiApplication.clipboard().text() == "0.100000001490116119384765625"
     window.copy_code()
     assert QGuiApplication.clipboard().text() == "0x3DCCCCCD"
@@ -87,8 +88,9 @@ def test_state_is_kept_between_runs(qtbot: QtBot) -> None:
     second.close()
 
 
-def test_unwritable_settings_location_is_reported_not_fatal(qtbot: QtBot, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unwritable_settings_location_is_reported_not_fatal(
+    qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     # A folder below a plain file can never be created, even by root.
@@ -117,18 +119,35 @@ def test_gui_startup_does_not_import_torch() -> None:
         "w.close()\n"
     )
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, cwd=REPO, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert "NO-TORCH" in result.stdout
     assert "PANEL TrainingPanel" in result.stdout
 
 
 def test_gui_without_a_display_says_so(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
-    result = subprocess.run([sys.executable, "-m", "fpexplorer", "gui"], capture_output=True,
-                            text=True, env=env, cwd=REPO, timeout=60, check=False)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "fpexplorer", "gui"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
     if sys.platform.startswith("linux"):
         assert result.returncode == 2
         assert "no display" in result.stderr
@@ -143,8 +162,9 @@ def test_application_icon_is_shipped(qapp: object) -> None:
     assert len(icon.availableSizes()) >= 6
 
 
-def test_fpexplorer_without_arguments_opens_the_main_window(qapp: object,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fpexplorer_without_arguments_opens_the_main_window(
+    qapp: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`fpexplorer` runs the gui command; its event loop is replaced by a check."""
     from PySide6.QtWidgets import QApplication
 
@@ -153,8 +173,9 @@ def test_fpexplorer_without_arguments_opens_the_main_window(qapp: object,
     shown: list[MainWindow] = []
 
     def check_instead_of_exec() -> int:
-        windows = [w for w in QApplication.topLevelWidgets()
-                   if isinstance(w, MainWindow) and w.isVisible()]
+        windows = [
+            w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()
+        ]
         shown.extend(windows)
         for window in windows:
             window.close()
@@ -218,12 +239,23 @@ def test_unwritable_home_is_reported_not_fatal(tmp_path: Path) -> None:
         "w.close()\n"
         "print('STATUS', w.statusBar().currentMessage())\n"
     )
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("XDG_CONFIG_HOME", "FPEXPLORER_SETTINGS_DIR")}
-    env.update(QT_QPA_PLATFORM="offscreen", FPEXPLORER_SETTINGS_SCOPE="user",
-               HOME=str(blocker / "home"))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, cwd=REPO, timeout=120, check=False)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("XDG_CONFIG_HOME", "FPEXPLORER_SETTINGS_DIR")
+    }
+    env.update(
+        QT_QPA_PLATFORM="offscreen", FPEXPLORER_SETTINGS_SCOPE="user", HOME=str(blocker / "home")
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     assert str(blocker) in result.stdout  # it really used the (unwritable) home
     assert "STATUS Settings" in result.stdout

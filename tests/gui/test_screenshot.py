@@ -14,14 +14,35 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    return subprocess.run([sys.executable, "-m", "fpexplorer", *args], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "fpexplorer", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=180,
+        check=False,
+    )
 
 
 def test_formats_screenshot_has_the_requested_size(tmp_path: Path, qapp: object) -> None:
     out = tmp_path / "formats.png"
-    result = run_cli("screenshot", "--panel", "formats", "--out", str(out), "--size",
-                     "1000x700", "--format", "fp16", "e6m9", "--value", "0.1", "--view", "table")
+    result = run_cli(
+        "screenshot",
+        "--panel",
+        "formats",
+        "--out",
+        str(out),
+        "--size",
+        "1000x700",
+        "--format",
+        "fp16",
+        "e6m9",
+        "--value",
+        "0.1",
+        "--view",
+        "table",
+    )
     assert result.returncode == 0, result.stderr
     assert out.stat().st_size > 10_000
     image = QImage(str(out))
@@ -31,8 +52,7 @@ def test_formats_screenshot_has_the_requested_size(tmp_path: Path, qapp: object)
     assert len(colours) > 20
 
 
-def test_a_size_below_the_windows_minimum_is_scaled_not_cut(tmp_path: Path,
-                                                             qapp: object) -> None:
+def test_a_size_below_the_windows_minimum_is_scaled_not_cut(tmp_path: Path, qapp: object) -> None:
     out = tmp_path / "small.png"
     result = run_cli("screenshot", "--out", str(out), "--size", "640x480", "--value", "0.1")
     assert result.returncode == 0, result.stderr
@@ -50,8 +70,17 @@ def test_training_screenshot_replays_a_run(tmp_path: Path, qapp: object) -> None
         for record in synthetic_records(60):
             writer.write(record)
     out = tmp_path / "training.png"
-    result = run_cli("screenshot", "--panel", "training", "--run", str(run), "--out", str(out),
-                     "--size", "800x600")
+    result = run_cli(
+        "screenshot",
+        "--panel",
+        "training",
+        "--run",
+        str(run),
+        "--out",
+        str(out),
+        "--size",
+        "800x600",
+    )
     assert result.returncode == 0, result.stderr
     image = QImage(str(out))
     assert (image.width(), image.height()) == (800, 600)

@@ -181,9 +181,13 @@ class BitRow(QWidget):
     def _cache_key(self) -> tuple[object, ...]:
         palette = self.palette()
         return (
-            self.size().width(), self.size().height(), self.devicePixelRatioF(), self._format,
+            self.size().width(),
+            self.size().height(),
+            self.devicePixelRatioF(),
+            self._format,
             palette.color(QPalette.ColorRole.Base).rgba(),
-            palette.color(QPalette.ColorRole.WindowText).rgba(), self.font().key(),
+            palette.color(QPalette.ColorRole.WindowText).rgba(),
+            self.font().key(),
         )
 
     def _ensure_caches(self) -> None:
@@ -237,12 +241,12 @@ class BitRow(QWidget):
             group = self._group_rect(cell.field)
             at_edge = cell.rect.left() == group.left() or cell.rect.right() == group.right()
             if cell.bit % index_every == 0 or at_edge:
-                index_rect = QRect(cell.rect.left() - 6, 0, cell.rect.width() + 12,
-                                   cell.rect.top())
+                index_rect = QRect(cell.rect.left() - 6, 0, cell.rect.width() + 12, cell.rect.top())
                 painter.drawText(index_rect, Qt.AlignmentFlag.AlignCenter, str(cell.bit))
         for (_, rect), text in zip(self._groups, self.field_labels(), strict=True):
-            label_rect = QRect(rect.left() - 10, rect.bottom() + 1, rect.width() + 20,
-                               small_metrics.height())
+            label_rect = QRect(
+                rect.left() - 10, rect.bottom() + 1, rect.width() + 20, small_metrics.height()
+            )
             painter.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, text)
 
     def field_labels(self) -> list[str]:
@@ -255,8 +259,9 @@ class BitRow(QWidget):
             count = len(self._group_bits(name))
             candidates = [label] if name == "sign" else [f"{label} ({count})", label]
             candidates.append(SHORT_FIELD_NAMES[name])
-            fitting = (text for text in candidates
-                       if metrics.horizontalAdvance(text) <= rect.width() + 8)
+            fitting = (
+                text for text in candidates if metrics.horizontalAdvance(text) <= rect.width() + 8
+            )
             labels.append(next(fitting, ""))
         return labels
 

@@ -97,11 +97,17 @@ class CodesMap(LazyView):
         # A ring of fixed screen size finds the code in a 256 x 256 map; a square outlines
         # the cell itself when cells are large.
         self.marker = pg.ScatterPlotItem(
-            symbol="s", size=1.0, pxMode=False, brush=None,
+            symbol="s",
+            size=1.0,
+            pxMode=False,
+            brush=None,
             pen=pg.mkPen(colors.foreground, width=3),
         )
         self.ring = pg.ScatterPlotItem(
-            symbol="o", size=18, brush=None, pen=pg.mkPen(colors.accent, width=3),
+            symbol="o",
+            size=18,
+            brush=None,
+            pen=pg.mkPen(colors.accent, width=3),
         )
         plot.addItem(self.marker)
         plot.addItem(self.ring)
@@ -169,13 +175,17 @@ class CodesMap(LazyView):
         row_digits = max((fmt.width - (fmt.width + 1) // 2 + 3) // 4, 1)
         column_step = 1 if columns <= 16 else columns // 8
         row_step = 1 if rows <= 16 else rows // 8
-        self.plot.getAxis("bottom").setTicks([[
-            (column + 0.5, f"{column:0{column_digits}X}")
-            for column in range(0, columns, column_step)
-        ]])
-        self.plot.getAxis("left").setTicks([[
-            (row + 0.5, f"{row:0{row_digits}X}") for row in range(0, rows, row_step)
-        ]])
+        self.plot.getAxis("bottom").setTicks(
+            [
+                [
+                    (column + 0.5, f"{column:0{column_digits}X}")
+                    for column in range(0, columns, column_step)
+                ]
+            ]
+        )
+        self.plot.getAxis("left").setTicks(
+            [[(row + 0.5, f"{row:0{row_digits}X}") for row in range(0, rows, row_step)]]
+        )
         self.plot.setLabel("bottom", f"low {(fmt.width + 1) // 2} bits of the code (hex)")
         self.plot.setLabel("left", f"high {fmt.width - (fmt.width + 1) // 2} bits (hex)")
 

@@ -56,8 +56,7 @@ def _check_name(fmt: FloatFormat) -> None:
 class CustomFormatDialog(QDialog):
     """Build a format from its parameters; `chosen_format()` after exec() returns it."""
 
-    def __init__(self, parent: QWidget | None = None,
-                 start: FloatFormat | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, start: FloatFormat | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Custom format")
         self.exponent_bits = QSpinBox()

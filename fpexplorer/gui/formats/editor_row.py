@@ -108,8 +108,9 @@ class EditorRow(QFrame):
 
     custom_requested = Signal(object)  # EditorState
 
-    def __init__(self, session: FormatsSession, editor: EditorState,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self, session: FormatsSession, editor: EditorState, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.session = session
         self.editor = editor
@@ -227,8 +228,9 @@ class EditorRow(QFrame):
             text += f" &nbsp; ← {typed(editor.input)}, rel. error {short(rounded.error_rel, 3)}"
         flags = []
         if rounded is not None:
-            flags = [name for name in ("invalid", "overflow", "underflow")
-                     if getattr(rounded, name)]
+            flags = [
+                name for name in ("invalid", "overflow", "underflow") if getattr(rounded, name)
+            ]
         if flags:
             text += " &nbsp; <b style='color:#d9463b'>" + ", ".join(flags) + "</b>"
         self.summary.setText(text)

@@ -64,8 +64,9 @@ class EntryBar(QWidget):
         self.rounding = QComboBox()
         for mode in ROUNDING_MODES:
             self.rounding.addItem(mode, mode)
-            self.rounding.setItemData(self.rounding.count() - 1, ROUNDING_HELP.get(mode, ""),
-                                      Qt.ItemDataRole.ToolTipRole)
+            self.rounding.setItemData(
+                self.rounding.count() - 1, ROUNDING_HELP.get(mode, ""), Qt.ItemDataRole.ToolTipRole
+            )
         self.rounding.setToolTip("Rounding mode used for typed values")
         self.overflow = QComboBox()
         self.overflow.addItem(DEFAULT_OVERFLOW_LABEL, "")
@@ -73,8 +74,9 @@ class EntryBar(QWidget):
             self.overflow.addItem(policy, policy)
         for index in range(self.overflow.count()):
             label = self.overflow.itemText(index)
-            self.overflow.setItemData(index, OVERFLOW_HELP.get(label, ""),
-                                      Qt.ItemDataRole.ToolTipRole)
+            self.overflow.setItemData(
+                index, OVERFLOW_HELP.get(label, ""), Qt.ItemDataRole.ToolTipRole
+            )
         self.overflow.setToolTip("What happens to values beyond the format's max")
         self.linked = QCheckBox("linked")
         self.linked.setToolTip(

@@ -77,13 +77,19 @@ class NumberLineView(LazyView):
         self.input_line = pg.InfiniteLine(
             angle=90, pen=pg.mkPen(colors.input, width=2, style=Qt.PenStyle.DashLine)
         )
-        self.mode_arrows = pg.PlotDataItem(pen=pg.mkPen(colors.input, width=1.5),
-                                           connect="pairs")
+        self.mode_arrows = pg.PlotDataItem(pen=pg.mkPen(colors.input, width=1.5), connect="pairs")
         self.mode_picks = pg.ScatterPlotItem(
             symbol="t2", size=12, pen=pg.mkPen(colors.foreground), brush=pg.mkBrush(colors.accent)
         )
-        for item in (self.axis_line, self.midpoints, self.input_line, self.mode_arrows,
-                     self.neighbours, self.mode_picks, self.result):
+        for item in (
+            self.axis_line,
+            self.midpoints,
+            self.input_line,
+            self.mode_arrows,
+            self.neighbours,
+            self.mode_picks,
+            self.result,
+        ):
             plot.addItem(item)
         small = QFont()
         small.setPointSizeF(max(small.pointSizeF() * 0.85, 7.0))
@@ -160,12 +166,11 @@ class NumberLineView(LazyView):
         # Long values (FP64's 17 digits) overlap their neighbours' in a window of 1024 px:
         # every other one goes on a second line.
         staggered = max(len(text) for text in texts) > STAGGER_LABELS_LONGER_THAN
-        for index, (label, text, x) in enumerate(zip(self.value_labels, texts, xs,
-                                                     strict=False)):
+        for index, (label, text, x) in enumerate(zip(self.value_labels, texts, xs, strict=False)):
             label.setText(text)
             label.setPos(x, -0.8 if staggered and index % 2 else -0.35)
         self._bottom = -1.55 if staggered else -1.1
-        for label in self.value_labels[len(codes):]:
+        for label in self.value_labels[len(codes) :]:
             label.setText("")
         left, right = float(xs.min()) - 0.6, float(xs.max()) + 0.6
         low_reach = float(xs.min()) - OFF_SCALE_MARGIN
@@ -191,7 +196,7 @@ class NumberLineView(LazyView):
             left, right = min(left, input_x - 0.3), max(right, input_x + 0.3)
             self.input_line.setValue(input_x)
             self.input_line.show()
-            where = (" (far right, off scale)" if input_x > 0 else " (far left, off scale)")
+            where = " (far right, off scale)" if input_x > 0 else " (far left, off scale)"
             self.input_label.setText(f" typed {typed_text(typed)}{where if off_scale else ''}")
             self.input_label.setAnchor((1.0, 0.5) if off_scale and input_x > 0 else (0.0, 0.5))
             self.input_label.setPos(input_x, len(DETERMINISTIC_MODES) + 0.55)
@@ -216,16 +221,23 @@ class NumberLineView(LazyView):
             )
         self.mode_arrows.setData(arrows_x, arrows_y)
         # Each triangle points the way its mode moved the typed value.
-        symbols = ["t3" if arrows_x[2 * i + 1] < arrows_x[2 * i] else "t2"
-                   for i in range(len(picks_x))]
+        symbols = [
+            "t3" if arrows_x[2 * i + 1] < arrows_x[2 * i] else "t2" for i in range(len(picks_x))
+        ]
         self.mode_picks.setData(picks_x, picks_y, symbol=symbols)
         self.axis_line.setData([left, right], [0, 0])
         self.plot.setXRange(left, right, padding=0)
         self.plot.setYRange(self._bottom, len(DETERMINISTIC_MODES) + 0.9, padding=0)
 
-    def _pick_x(self, fmt: FloatFormat, typed: ExactValue, mode: str,
-                clamped_x: Callable[[Fraction], tuple[float, bool]], left: float,
-                right: float) -> float:
+    def _pick_x(
+        self,
+        fmt: FloatFormat,
+        typed: ExactValue,
+        mode: str,
+        clamped_x: Callable[[Fraction], tuple[float, bool]],
+        left: float,
+        right: float,
+    ) -> float:
         rounded = fmt.round(typed, mode, self.session.overflow, seed=STOCHASTIC_SEED)
         if rounded.value.kind != "finite":
             return right - 0.1 if not rounded.value.negative else left + 0.1
@@ -241,8 +253,9 @@ class NumberLineView(LazyView):
         return -fmt.max if typed.negative else fmt.max
 
     @staticmethod
-    def _apart(codes: list[int], values: list[Fraction], anchor: int,
-               unit: Fraction) -> tuple[list[int], list[Fraction]]:
+    def _apart(
+        codes: list[int], values: list[Fraction], anchor: int, unit: Fraction
+    ) -> tuple[list[int], list[Fraction]]:
         """The neighbours out to the first one that would sit on top of the previous one
         (less than MIN_SEPARATION units on: min_normal, min_normal + 2**-149, ... beyond a
         flushed zero) or far off (more than MAX_STEP units: zero, seen from min_normal).

@@ -31,15 +31,29 @@ if TYPE_CHECKING:
     from fpexplorer.gui.formats.tables import CrossFormatTable, PropertiesTable
 
 # Suggested formats for "+ Add format", in order, skipping those already stacked.
-ADD_ORDER = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float64", "float32",
-             "float6_e2m3fn", "float4_e2m1fn")
+ADD_ORDER = (
+    "float16",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float64",
+    "float32",
+    "float6_e2m3fn",
+    "float4_e2m1fn",
+)
 VIEWS_MIN_HEIGHT = 230  # number line, tables and charts stay readable
 VIEW_TABS = (
-    ("number-line", "Number line",
-     "Neighbours, midpoints and where each rounding mode sends the typed value"),
+    (
+        "number-line",
+        "Number line",
+        "Neighbours, midpoints and where each rounding mode sends the typed value",
+    ),
     ("table", "All formats", "The value rounded into every format; click a row to load it"),
-    ("range", "Range && precision",
-     "Subnormal/normal range, overflow and relative spacing on a log2 axis"),
+    (
+        "range",
+        "Range && precision",
+        "Subnormal/normal range, overflow and relative spacing on a log2 axis",
+    ),
     ("codes", "All codes", "Every code of a format of ≤ 16 bits; click a cell to load it"),
     ("properties", "Properties", "Max, min normal, min subnormal, eps, digits, finite-value count"),
 )
@@ -53,11 +67,13 @@ VIEW_CLASSES: dict[str, tuple[str, str]] = {
     "properties": ("fpexplorer.gui.formats.tables", "PropertiesTable"),
 }
 
+
 class FormatsPanel(QWidget):
     """Everything of the bit editor; the session is its one model."""
 
-    def __init__(self, session: FormatsSession | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self, session: FormatsSession | None = None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.session = session or FormatsSession(
             [get_format("float32"), get_format("float16"), get_format("bfloat16")]

@@ -26,8 +26,18 @@ from fpexplorer.gui.formats.tables import chosen_formats
 from fpexplorer.gui.theme import class_color, plot_colors
 
 # Curve colours stay clear of the class colours of the bars (green, purple, red, grey).
-CURVE_COLORS = ("#4f7fe0", "#e08a1e", "#17a2b8", "#e377c2", "#8c6d31", "#bcbd22",
-                "#1f3b73", "#7f7f7f", "#ff9f6b", "#5ad1e8")
+CURVE_COLORS = (
+    "#4f7fe0",
+    "#e08a1e",
+    "#17a2b8",
+    "#e377c2",
+    "#8c6d31",
+    "#bcbd22",
+    "#1f3b73",
+    "#7f7f7f",
+    "#ff9f6b",
+    "#5ad1e8",
+)
 MAX_BINADES = 400  # wider formats are sampled every few binades (the curve is periodic)
 
 
@@ -120,17 +130,24 @@ class RangeChart(LazyView):
         self.spacing_plot.setLabel("left", "log2 ulp/|x|")
         self.spacing_plot.showGrid(x=True, y=True, alpha=0.2)
         self.bars_plot.showGrid(x=True, y=False, alpha=0.2)
-        self.underflow_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[],
-                                              brush=class_color("zero").lighter(150),
-                                              pen=None)
-        self.subnormal_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[],
-                                              brush=class_color("subnormal"), pen=None)
-        self.normal_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[],
-                                           brush=class_color("normal"), pen=None)
-        self.overflow_bars = pg.BarGraphItem(x0=[], x1=[], y0=[], y1=[],
-                                             brush=class_color("inf"), pen=None)
-        for bars in (self.underflow_bars, self.subnormal_bars, self.normal_bars,
-                     self.overflow_bars):
+        self.underflow_bars = pg.BarGraphItem(
+            x0=[], x1=[], y0=[], y1=[], brush=class_color("zero").lighter(150), pen=None
+        )
+        self.subnormal_bars = pg.BarGraphItem(
+            x0=[], x1=[], y0=[], y1=[], brush=class_color("subnormal"), pen=None
+        )
+        self.normal_bars = pg.BarGraphItem(
+            x0=[], x1=[], y0=[], y1=[], brush=class_color("normal"), pen=None
+        )
+        self.overflow_bars = pg.BarGraphItem(
+            x0=[], x1=[], y0=[], y1=[], brush=class_color("inf"), pen=None
+        )
+        for bars in (
+            self.underflow_bars,
+            self.subnormal_bars,
+            self.normal_bars,
+            self.overflow_bars,
+        ):
             self.bars_plot.addItem(bars)
         colors = plot_colors()
         dashed = pg.mkPen(colors.foreground, width=1.5, style=Qt.PenStyle.DashLine)

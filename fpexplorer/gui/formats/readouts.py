@@ -48,9 +48,13 @@ class ExactValueBox(QPlainTextEdit):
     def _height_for(self, lines: int) -> int:
         margins = self.contentsMargins()
         line = self.fontMetrics().lineSpacing()
-        return lines * line + margins.top() + margins.bottom() + 2 * int(
-            self.document().documentMargin()
-        ) + 2
+        return (
+            lines * line
+            + margins.top()
+            + margins.bottom()
+            + 2 * int(self.document().documentMargin())
+            + 2
+        )
 
     def show_text(self, text: str) -> None:
         if text != self.toPlainText():
@@ -128,8 +132,7 @@ class ReadoutPanel(QFrame):
         grid.addWidget(QLabel("Exact"), 1, 0, Qt.AlignmentFlag.AlignTop)
         grid.addWidget(self.exact, 1, 1, 1, 5)
         for column, (name, widget) in enumerate(
-            (("Shortest", self.shortest), ("Scientific", self.scientific),
-             ("Hex", self.hex_code))
+            (("Shortest", self.shortest), ("Scientific", self.scientific), ("Hex", self.hex_code))
         ):
             grid.addWidget(QLabel(name), 2, 2 * column)
             grid.addWidget(widget, 2, 2 * column + 1)
@@ -204,8 +207,11 @@ class ReadoutPanel(QFrame):
             mark = "●" if on else "○"
             flags.append(f"<span style='color:{color}'>{mark} {name}</span>")
         if rounded.invalid:
-            flags.insert(0, f"<b style='color:#d9463b'>invalid: {readout.format.name} has no "
-                            "code for this value</b>")
+            flags.insert(
+                0,
+                f"<b style='color:#d9463b'>invalid: {readout.format.name} has no "
+                "code for this value</b>",
+            )
         elif not rounded.inexact:
             flags.insert(0, "<b>exact</b>")
         return "<br>".join(parts) + "<br>" + " &nbsp; ".join(flags)

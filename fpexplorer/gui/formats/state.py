@@ -552,9 +552,15 @@ class FormatsSession:
             try:
                 fmt = get_format(spec)
                 if name != spec:
-                    fmt = make_format(fmt.exponent_bits, fmt.mantissa_bits, bias=fmt.bias,
-                                      encoding=fmt.encoding, subnormals=fmt.subnormals,
-                                      signed=fmt.signed, name=name)
+                    fmt = make_format(
+                        fmt.exponent_bits,
+                        fmt.mantissa_bits,
+                        bias=fmt.bias,
+                        encoding=fmt.encoding,
+                        subnormals=fmt.subnormals,
+                        signed=fmt.signed,
+                        name=name,
+                    )
                 self.add_custom_format(fmt)
             except ValueError as error:
                 problems.append(f"custom format {spec!r}: {error}")

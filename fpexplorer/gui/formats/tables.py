@@ -27,10 +27,30 @@ from fpexplorer.gui.formats.state import (
 from fpexplorer.gui.formats.text import short
 from fpexplorer.gui.theme import class_hex
 
-COMPARE_COLUMNS = ("Format", "Code", "Value", "Class", "Abs. error", "Rel. error", "Error (ulp)",
-                   "Flags")
-PROPERTY_COLUMNS = ("Format", "Bits s/e/m", "Bias", "Max", "Min normal", "Min subnormal",
-                    "Epsilon", "Decimal digits", "Finite values", "Inf", "NaN", "−0")
+COMPARE_COLUMNS = (
+    "Format",
+    "Code",
+    "Value",
+    "Class",
+    "Abs. error",
+    "Rel. error",
+    "Error (ulp)",
+    "Flags",
+)
+PROPERTY_COLUMNS = (
+    "Format",
+    "Bits s/e/m",
+    "Bias",
+    "Max",
+    "Min normal",
+    "Min subnormal",
+    "Epsilon",
+    "Decimal digits",
+    "Finite values",
+    "Inf",
+    "NaN",
+    "−0",
+)
 PROPERTY_TIPS = {
     "Max": "Largest finite value. Above it values overflow (to inf, NaN or max by policy).",
     "Min normal": "Smallest value with full precision (exponent field 1).",
@@ -123,8 +143,7 @@ class CrossFormatTable(LazyView):
         self.rows = []
         for row, fmt in enumerate(formats):
             try:
-                rounded = fmt.round(value, session.rounding, session.overflow,
-                                    seed=STOCHASTIC_SEED)
+                rounded = fmt.round(value, session.rounding, session.overflow, seed=STOCHASTIC_SEED)
             except ValueError as error:
                 self.rows.append((fmt, 0))
                 self._fill(row, [fmt.name, "—", str(error), "", "", "", "", ""], None)
@@ -148,8 +167,11 @@ class CrossFormatTable(LazyView):
     def _cells(fmt: FloatFormat, rounded: Rounded) -> list[str]:
         kind = fmt.classify(rounded.code)
         # invalid: the format has no code for the value (NaN into FP4, -1 into E8M0).
-        flags = [name for name in ("invalid", "overflow", "underflow", "inexact")
-                 if getattr(rounded, name)]
+        flags = [
+            name
+            for name in ("invalid", "overflow", "underflow", "inexact")
+            if getattr(rounded, name)
+        ]
         return [
             fmt.name,
             hex_code(fmt, rounded.code),
@@ -168,8 +190,9 @@ class CrossFormatTable(LazyView):
                 item.setForeground(QBrush(QColor(class_hex(text))))
             if column == 7:
                 flagged = rounded is not None and (rounded.overflow or rounded.underflow)
-                item.setForeground(QBrush(QColor("#d9463b")) if flagged
-                                   else self.table.palette().text())
+                item.setForeground(
+                    QBrush(QColor("#d9463b")) if flagged else self.table.palette().text()
+                )
             if column == 0 and rounded is not None:
                 item.setToolTip(rounded.format.description)
 

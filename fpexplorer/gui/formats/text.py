@@ -81,8 +81,11 @@ def short(x: Fraction | ExactValue | int | None, max_digits: int = 7) -> str:
 
 def typed(value: ExactValue, max_length: int = 22) -> str:
     """A typed value as the user would write it ("1/3", "0.1"), shortened when long."""
-    if value.is_finite and max(value.magnitude.numerator.bit_length(),
-                               value.magnitude.denominator.bit_length()) > 4 * max_length:
+    if (
+        value.is_finite
+        and max(value.magnitude.numerator.bit_length(), value.magnitude.denominator.bit_length())
+        > 4 * max_length
+    ):
         return short(value, 12)  # far too long to write out (and slow to: 1e99999)
     text = str(value)
     return text if len(text) <= max_length else short(value, 12)

@@ -38,8 +38,9 @@ def type_value(qtbot: QtBot, panel: FormatsPanel, text: str) -> None:
     qtbot.keyClick(field, Qt.Key.Key_Return)
 
 
-def test_clicking_a_bit_changes_the_value_and_the_readouts(qtbot: QtBot,
-                                                          panel: FormatsPanel) -> None:
+def test_clicking_a_bit_changes_the_value_and_the_readouts(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     row = panel.rows[1]  # fp16
     type_value(qtbot, panel, "1")
     assert row.editor.code == 0x3C00
@@ -103,16 +104,16 @@ def test_keyboard_moves_and_toggles(qtbot: QtBot, panel: FormatsPanel) -> None:
         ("0b0011110000000000", 0x3C00),
     ],
 )
-def test_typing_each_kind_of_value(qtbot: QtBot, panel: FormatsPanel, text: str,
-                                   fp16_code: int) -> None:
+def test_typing_each_kind_of_value(
+    qtbot: QtBot, panel: FormatsPanel, text: str, fp16_code: int
+) -> None:
     panel.session.set_active(panel.session.editors[1])
     type_value(qtbot, panel, text)
     assert panel.session.editors[1].code == fp16_code
     assert not panel.entry.message.isVisible()
 
 
-def test_bad_input_shows_a_message_and_keeps_the_state(qtbot: QtBot,
-                                                       panel: FormatsPanel) -> None:
+def test_bad_input_shows_a_message_and_keeps_the_state(qtbot: QtBot, panel: FormatsPanel) -> None:
     type_value(qtbot, panel, "0.1")
     codes = [editor.code for editor in panel.session.editors]
     exact = panel.readouts.exact.toPlainText()
@@ -125,8 +126,9 @@ def test_bad_input_shows_a_message_and_keeps_the_state(qtbot: QtBot,
     assert not panel.entry.message.isVisible()
 
 
-def test_a_value_without_a_code_is_flagged_invalid_not_exact(qtbot: QtBot,
-                                                              panel: FormatsPanel) -> None:
+def test_a_value_without_a_code_is_flagged_invalid_not_exact(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     panel.show_view("table")
     panel.session.set_format(panel.session.editors[1], get_format("e8m0"))
     type_value(qtbot, panel, "-1")  # E8M0 is unsigned: -1 has no code (NaN stands in)
@@ -156,8 +158,9 @@ def test_table_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None:
     panel.show_view("table")
     type_value(qtbot, panel, "0.1")
     table = panel.cross_table.table
-    row = next(i for i, (fmt, _) in enumerate(panel.cross_table.rows)
-               if fmt == get_format("bfloat16"))
+    row = next(
+        i for i, (fmt, _) in enumerate(panel.cross_table.rows) if fmt == get_format("bfloat16")
+    )
     rect = table.visualRect(table.model().index(row, 0))
     qtbot.mouseClick(table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     active = panel.session.active
@@ -189,17 +192,21 @@ def test_codes_map_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None
     # Cell of code 0x38 (1.0): row 3, column 8 of the 16 x 16 map.
     scene_point = codes_map.plot.vb.mapViewToScene(QPointF(8.5, 3.5))
     widget_point = codes_map.plot_widget.mapFromScene(scene_point)
-    qtbot.mouseClick(codes_map.plot_widget.viewport(), Qt.MouseButton.LeftButton,
-                     pos=widget_point)
+    qtbot.mouseClick(codes_map.plot_widget.viewport(), Qt.MouseButton.LeftButton, pos=widget_point)
     assert panel.session.active.code == 0x38
     assert panel.session.active.readout().exact == "1"
 
 
-def test_codes_map_caption_says_how_a_cell_spells_its_code(qtbot: QtBot,
-                                                           panel: FormatsPanel) -> None:
+def test_codes_map_caption_says_how_a_cell_spells_its_code(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     panel.show_view("codes")
-    for name, how in (("float8_e4m3fn", "hex digits"), ("fp16", "hex digits"),
-                      ("fp4", "row × 4 + column"), ("e5m5", "row × 64 + column")):
+    for name, how in (
+        ("float8_e4m3fn", "hex digits"),
+        ("fp16", "hex digits"),
+        ("fp4", "row × 4 + column"),
+        ("e5m5", "row × 64 + column"),
+    ):
         panel.session.set_format(panel.session.active, get_format(name))
         assert how in panel.codes_map.caption.text(), name
 
@@ -241,15 +248,17 @@ def test_custom_format_builder(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert other.picker.findData(editor.format.spec) >= 0
 
 
-def test_custom_format_names_are_plain_and_not_taken(qtbot: QtBot,
-                                                     panel: FormatsPanel) -> None:
+def test_custom_format_names_are_plain_and_not_taken(qtbot: QtBot, panel: FormatsPanel) -> None:
     dialog = CustomFormatDialog(panel)
     qtbot.addWidget(dialog)
     ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
     dialog.exponent_bits.setValue(6)
     dialog.mantissa_bits.setValue(9)
-    for bad, message in (("fp16", "already means float16"), ("<b>x</b>", "letters, digits"),
-                         ("my format", "no spaces")):
+    for bad, message in (
+        ("fp16", "already means float16"),
+        ("<b>x</b>", "letters, digits"),
+        ("my format", "no spaces"),
+    ):
         dialog.name.setText(bad)
         assert dialog.chosen_format() is None and not ok.isEnabled()
         assert message in dialog.preview.text().replace("&#x27;", "'")
@@ -257,8 +266,9 @@ def test_custom_format_names_are_plain_and_not_taken(qtbot: QtBot,
     assert dialog.chosen_format() == make_format(6, 9, name="my_e6m9") and ok.isEnabled()
 
 
-def test_a_named_custom_format_keeps_its_name_when_picked(qtbot: QtBot,
-                                                          panel: FormatsPanel) -> None:
+def test_a_named_custom_format_keeps_its_name_when_picked(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     fmt = make_format(6, 9, name="my_e6m9")
     panel.use_custom_format(panel.session.editors[0], fmt)
     other = panel.rows[1]
@@ -269,8 +279,9 @@ def test_a_named_custom_format_keeps_its_name_when_picked(qtbot: QtBot,
     assert [other.picker.itemText(i) for i in range(other.picker.count())].count("my_e6m9") == 1
 
 
-def test_number_line_shows_neighbours_midpoints_and_mode_picks(qtbot: QtBot,
-                                                               panel: FormatsPanel) -> None:
+def test_number_line_shows_neighbours_midpoints_and_mode_picks(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     panel.show_view("number-line")
     panel.session.set_active(panel.session.editors[1])
     type_value(qtbot, panel, "0.1")
@@ -287,8 +298,9 @@ def test_number_line_shows_neighbours_midpoints_and_mode_picks(qtbot: QtBot,
     assert len(mids_x) == 2 * 6
 
 
-def test_number_line_puts_long_neighbour_values_on_two_lines(qtbot: QtBot,
-                                                             panel: FormatsPanel) -> None:
+def test_number_line_puts_long_neighbour_values_on_two_lines(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     panel.show_view("number-line")
     line = panel.number_line
     panel.session.set_format(panel.session.editors[0], get_format("fp64"))
@@ -301,8 +313,9 @@ def test_number_line_puts_long_neighbour_values_on_two_lines(qtbot: QtBot,
     assert len(set(heights)) == 1  # short values: one line
 
 
-def test_number_line_around_a_flushed_zero_counts_in_its_own_gaps(qtbot: QtBot,
-                                                                   panel: FormatsPanel) -> None:
+def test_number_line_around_a_flushed_zero_counts_in_its_own_gaps(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     panel.show_view("number-line")
     line = panel.number_line
     panel.session.set_format(panel.session.editors[0], get_format("e8m23:subnormals=off"))
@@ -319,8 +332,9 @@ def test_number_line_explains_nan(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert "no place" in panel.number_line.message.textItem.toPlainText()
 
 
-def test_number_line_keeps_an_overflowing_value_off_scale(qtbot: QtBot,
-                                                          panel: FormatsPanel) -> None:
+def test_number_line_keeps_an_overflowing_value_off_scale(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     panel.show_view("number-line")
     line = panel.number_line
     panel.session.set_active(panel.session.editors[1])  # fp16
@@ -332,8 +346,12 @@ def test_number_line_keeps_an_overflowing_value_off_scale(qtbot: QtBot,
     assert max(neighbours_x) < line.input_line.value() < max(neighbours_x) + 2
     assert "off scale" in line.input_label.textItem.toPlainText()
     # Far beyond a float64 (a 16-exponent-bit format), and no code at all (E8M0, -1).
-    for spec, text in (("e16m47", "1e99999"), ("e16m47", "-1e-99999"), ("e8m0", "-1"),
-                       ("e8m0", "0")):
+    for spec, text in (
+        ("e16m47", "1e99999"),
+        ("e16m47", "-1e-99999"),
+        ("e8m0", "-1"),
+        ("e8m0", "0"),
+    ):
         panel.session.set_format(panel.session.active, get_format(spec))
         type_value(qtbot, panel, text)
         assert not panel.entry.message.isVisible()
@@ -342,8 +360,9 @@ def test_number_line_keeps_an_overflowing_value_off_scale(qtbot: QtBot,
         assert len(neighbours_x) >= 4 and np.all(np.isfinite(neighbours_x))
 
 
-def test_range_chart_and_properties_show_the_chosen_formats(qtbot: QtBot,
-                                                            panel: FormatsPanel) -> None:
+def test_range_chart_and_properties_show_the_chosen_formats(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
     panel.show_view("range")
     chart = panel.range_chart
     qtbot.waitUntil(lambda: len(chart.curves) >= 2)
@@ -358,8 +377,9 @@ def test_range_chart_and_properties_show_the_chosen_formats(qtbot: QtBot,
     assert table.item(fp16_row, 3).text() == "65504"
 
 
-@pytest.mark.parametrize("name", ["float8_e4m3fn", "float4_e2m1fn", "float8_e5m2fnuz",
-                                  "float16", "float8_e8m0fnu"])
+@pytest.mark.parametrize(
+    "name", ["float8_e4m3fn", "float4_e2m1fn", "float8_e5m2fnuz", "float16", "float8_e8m0fnu"]
+)
 def test_range_chart_spacing_curve_reaches_max(name: str) -> None:
     from fpexplorer.gui.formats.range_chart import spacing_curve
 

@@ -256,8 +256,11 @@ def test_restore_skips_what_it_cannot_use() -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(text=st.text(max_size=40) | st.from_regex(r"[-+]?0[xXbB][0-9a-fA-F_.p+-]{0,20}") |
-       st.from_regex(r"[-+]?[0-9.]{0,30}([eE][-+]?[0-9]{1,12})?"))
+@given(
+    text=st.text(max_size=40)
+    | st.from_regex(r"[-+]?0[xXbB][0-9a-fA-F_.p+-]{0,20}")
+    | st.from_regex(r"[-+]?[0-9.]{0,30}([eE][-+]?[0-9]{1,12})?")
+)
 def test_any_text_gives_a_result_or_a_message_never_an_exception(text: str) -> None:
     session = session_of("fp16", "float8_e4m3fn", "float4_e2m1fn")
     before = [editor.code for editor in session.editors]
@@ -292,4 +295,8 @@ def test_a_value_of_a_hundred_thousand_digits_is_shown_short() -> None:
     assert typed(session.active.input).startswith("-1.00000000000…e30000")
     # The same texts as before for ordinary values.
     assert [short(x) for x in (65504, Fraction(1, 2**24), Fraction(-1, 3), 10**8)] == [
-        "65504", "5.960464…e-8", "-3.333333…e-1", "1e8"]
+        "65504",
+        "5.960464…e-8",
+        "-3.333333…e-1",
+        "1e8",
+    ]
