@@ -478,6 +478,19 @@ class LossScalePlot(QWidget):
             self.skips.setData(xs[keep], ys[keep])
         else:
             self.skips.setData([], [])
+        self._show_skips_in_legend(bool(events))
+
+    def _show_skips_in_legend(self, shown: bool) -> None:
+        # A "skipped step" entry on a run that skipped nothing reads as a skip: list it
+        # only when there is one to see.
+        legend = self.curves.legend
+        if legend is None:
+            return
+        listed = legend.getLabel(self.skips) is not None
+        if shown and not listed:
+            legend.addItem(self.skips, "skipped step")
+        elif listed and not shown:
+            legend.removeItem(self.skips)
 
     def refresh_growth(self, current: RunModel | None) -> None:
         """The growth tracker read-out (slow cadence: a progress bar repaints at once)."""

@@ -255,3 +255,11 @@ def test_what_if_band_can_be_dragged(panel, synthetic_run: Path) -> None:  # typ
     assert hist.last_what_if is not None
     assert hist.scale_spin.value() == hist.last_what_if.log2_scale
     assert hist.window.getRegion()[0] == pytest.approx(lo - 5)
+
+
+def test_skipped_step_is_in_the_legend_only_when_a_run_skipped(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    legend = panel.scale_plot.curves.legend
+    panel.load_run(make_run("clean.jsonl", steps=50, overflow_every=1000))
+    assert legend.getLabel(panel.scale_plot.skips) is None
+    panel.load_run(make_run("skips.jsonl", steps=50, overflow_every=20))
+    assert legend.getLabel(panel.scale_plot.skips) is not None
