@@ -156,6 +156,12 @@ def render(window: object, width: int, height: int) -> object:
         QTimer.singleShot(0, lambda: None)
     window.resize(logical_width, logical_height)
     QApplication.processEvents()
+    # pyqtgraph places some items (TextItem labels) only when they are first painted: paint
+    # once into a scratch image, let the updates that schedules run, then take the picture.
+    scratch = QImage(max(window.width(), 1), max(window.height(), 1), QImage.Format.Format_ARGB32)
+    window.render(scratch)
+    for _ in range(2):
+        QApplication.processEvents()
     if window.width() > logical_width or window.height() > logical_height:
         # The window cannot be that small (its layouts have a minimum): paint all of it at
         # the size it took and scale the picture down, rather than save a cut-off corner.

@@ -533,6 +533,7 @@ class GradientHistogramPlot(QWidget):
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.9, brush="#4a7fb5", pen=None)
         self.plot.addItem(self.bars)
         self._rulers: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem, pg.TextItem]] = {}
+        self._ruler_step = self.RULER_STEP
         for row, name in enumerate(self.FORMAT_ORDER):
             colour = FORMAT_COLOURS[name]
             y = -self.RULER_STEP * (row + 1)
@@ -642,12 +643,6 @@ class GradientHistogramPlot(QWidget):
         self._shown_revision = model.revision if model is not None else -1
         # With no run, the formats' own ranges: the rulers are the reference, never blank.
         ranges = model.ranges if model is not None else format_ranges(None)
-        for name, (thin, thick, _label) in self._rulers.items():
-            y = -self.RULER_STEP * (self.FORMAT_ORDER.index(name) + 1)
-            if name in ranges:
-                sub, normal, top = ranges[name]
-                thin.setData([sub, normal], [y, y])
-                thick.setData([normal, top], [y, y])
         hist = self.current_histogram()
         x_lo, x_hi, y_hi = -30.0, 20.0, 1.0
         if hist is None or not len(hist.counts):
@@ -686,13 +681,21 @@ class GradientHistogramPlot(QWidget):
             )
         # Fixed by the data, not auto-ranged: BF16's ruler would stretch the view to ±130.
         x_lo -= 0.12 * (x_hi - x_lo)  # room for the format names on the left
+        # The rulers keep about a third of the height however tall the bars are (counts of
+        # 10^5 would otherwise squeeze them into hairlines and hide their names).
+        self._ruler_step = max(self.RULER_STEP, 0.18 * y_hi - 0.075)
+        for name, (thin, thick, label) in self._rulers.items():
+            y = -self._ruler_step * (self.FORMAT_ORDER.index(name) + 1)
+            if name in ranges:
+                sub, normal, top = ranges[name]
+                thin.setData([sub, normal], [y, y])
+                thick.setData([normal, top], [y, y])
+            label.setPos(x_lo, y)
         self.plot.getPlotItem().setRange(
             xRange=(x_lo, x_hi),
-            yRange=(-self.RULER_STEP * len(self.FORMAT_ORDER) - 0.3, y_hi * 1.08),
+            yRange=(-self._ruler_step * len(self.FORMAT_ORDER) - 0.3, y_hi * 1.08),
             padding=0,
         )
-        for name, (_thin, _thick, label) in self._rulers.items():
-            label.setPos(x_lo, -self.RULER_STEP * (self.FORMAT_ORDER.index(name) + 1))
         self._on_view_resized()
         if not self._scale_set_by_user and model is not None and model.latest_stats is not None:
             scale = model.latest_stats.scale
@@ -708,7 +711,7 @@ class GradientHistogramPlot(QWidget):
         view = self.plot.getPlotItem().getViewBox()
         (_x_range, (y_lo, y_hi)) = view.viewRange()
         pixels_per_unit = view.height() / max(y_hi - y_lo, 1e-9)
-        room = pixels_per_unit * self.RULER_STEP >= 13
+        room = pixels_per_unit * self._ruler_step >= 13
         for _thin, _thick, label in self._rulers.values():
             label.setVisible(room)
 
