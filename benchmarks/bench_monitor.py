@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fpexplorer.training.job import PLANS, make_optimizer
+from fpexplorer.training.job import PLANS, amp_step, make_optimizer
 from fpexplorer.training.monitor import AmpMonitor
 from fpexplorer.training.tasks import Task, make_transformer
 
@@ -71,17 +71,7 @@ def step_times(precision: str, blocks: int, block_steps: int, device: torch.devi
             torch.cuda.synchronize()
         start = time.perf_counter()
         cpu_start = time.thread_time()
-        with torch.autocast(device.type, dtype=plan.autocast_dtype or torch.float32,
-                            enabled=plan.autocast_dtype is not None):  # fmt: skip
-            loss = task.loss_fn(model(inputs), target)
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is None:
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-        else:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+        loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan, device)
         if monitor is not None:
             monitor.step(loss)  # ends with the monitor's host sync
         else:

@@ -13,13 +13,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
 import torch
+from torch import nn
 
 from fpexplorer import __version__
 from fpexplorer.training.config import TrainConfig, split_user_task
@@ -107,6 +108,36 @@ class StaticLossScaler:
 
     def get_scale(self) -> float:
         return self._scale
+
+
+def amp_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | StaticLossScaler | None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    inputs: Any,
+    target: Any,
+    plan: PrecisionPlan,
+    device: torch.device,
+) -> torch.Tensor:
+    """One training step as the precision plan says: forward under autocast, backward of
+    the (scaled) loss, optimizer step (skipped by the scaler on inf/NaN), scaler update.
+    Returns the unscaled loss. The job and the monitor benchmark share it."""
+    with torch.autocast(
+        device.type,
+        dtype=plan.autocast_dtype or torch.float32,
+        enabled=plan.autocast_dtype is not None,
+    ):
+        loss = loss_fn(model(inputs), target)
+    optimizer.zero_grad(set_to_none=True)
+    if scaler is None:
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+    else:
+        scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+        scaler.step(optimizer)
+        scaler.update()
+    return loss
 
 
 def resolve_device(name: str) -> torch.device:
@@ -307,20 +338,7 @@ def run_job(
                 break
             inputs = _to_device(batch[0], device, input_dtype)
             target = _to_device(batch[1], device, input_dtype)
-            with torch.autocast(
-                device.type,
-                dtype=plan.autocast_dtype or torch.float32,
-                enabled=plan.autocast_dtype is not None,
-            ):
-                loss = task.loss_fn(model(inputs), target)
-            optimizer.zero_grad(set_to_none=True)
-            if scaler is None:
-                loss.backward()  # type: ignore[no-untyped-call]
-                optimizer.step()
-            else:
-                scaler.scale(loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
+            loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan, device)
             record = monitor.step(loss)
             steps_done += 1
             progress.update(record)
