@@ -7,7 +7,8 @@ import argparse
 HELP = "open the desktop app (also what `fpexplorer` with no arguments does)"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_start_state_arguments(parser: argparse.ArgumentParser) -> None:
+    """--format and --value: what the bit editor starts with (`gui` and `screenshot`)."""
     parser.add_argument(
         "--format",
         dest="formats",
@@ -15,7 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="extend",
         nargs="+",
         default=None,
-        help="formats to stack in the bit editor (e.g. --format fp32 fp16 bf16 or e6m9)",
+        help="formats to stack in the bit editor (e.g. --format fp32 fp16 bf16 or e6m9; "
+        "default: float32 float16 bfloat16)",
     )
     parser.add_argument(
         "--value",
@@ -23,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="value or code to load (1/3, 0x1.8p3, max, 0x3C00, ...)",
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_start_state_arguments(parser)
     parser.add_argument(
         "--theme",
         choices=("system", "light", "dark"),

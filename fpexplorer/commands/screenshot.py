@@ -12,6 +12,8 @@ VIEWS = ("number-line", "table", "range", "codes", "properties")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from fpexplorer.commands.gui import add_start_state_arguments
+
     parser.add_argument(
         "--panel",
         choices=("formats", "training"),
@@ -19,18 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="which tab to show (default: formats)",
     )
     parser.add_argument("--out", required=True, metavar="FILE.png", help="PNG file to write")
-    parser.add_argument(
-        "--format",
-        dest="formats",
-        metavar="NAME",
-        action="extend",
-        nargs="+",
-        default=None,
-        help="formats to stack in the bit editor (default: float32 float16 bfloat16)",
-    )
-    parser.add_argument(
-        "--value", metavar="TEXT", default=None, help="value or raw code to type into the editor"
-    )
+    add_start_state_arguments(parser)
     parser.add_argument(
         "--size",
         metavar="WxH",
