@@ -366,6 +366,7 @@ def _fast_kernel(
     sign_buffer = np.empty(_BLOCK, dtype=np.uint32)
     tiny_buffer = np.empty(_BLOCK, dtype=np.float32)
     mask_buffer = np.empty(_BLOCK, dtype=bool)
+    special_buffer = np.empty(_BLOCK, dtype=bool)
 
     def kernel(block: np.ndarray[Any, Any], out: np.ndarray[Any, Any]) -> None:
         n = block.size
@@ -383,6 +384,11 @@ def _fast_kernel(
         small = np.less(magnitude, min_normal_bits, out=mask_buffer[:n])
         np.copyto(code, tiny_code, where=small)
         big = np.greater(code, max_magnitude, out=mask_buffer[:n])  # overflow, inf, NaN
+        # In a format whose range is wider than float32's (e8m3:bias=120) the rebiased bits
+        # of inf and NaN land on finite codes below max: test those inputs by their bits.
+        np.logical_or(
+            big, np.greater_equal(magnitude, infinity_bits, out=special_buffer[:n]), out=big
+        )
         where_big = np.flatnonzero(big) if big.any() else None
         sign = np.right_shift(bits, np.uint32(31), out=sign_buffer[:n])
         if not has_negative_zero:

@@ -30,6 +30,9 @@ CUSTOM = [
         # Negative biases: quanta above 1, where float64 subnormals scaled down underflow.
         "e1m2:encoding=finite:bias=-3",
         "e3m1:bias=-2:subnormals=off",
+        # Ranges wider than float32's: the float32 kernel must still see inf and NaN.
+        "e8m3:bias=120",
+        "e8m10:bias=100",
     )
 ]
 FORMATS = list_formats() + CUSTOM
@@ -161,3 +164,18 @@ def test_any_memory_layout(name: str) -> None:
     np.testing.assert_array_equal(fmt.from_float_array(x.astype(">f4")), expected)
     grid = np.asfortranarray(x[:1000].reshape(20, 50))
     np.testing.assert_array_equal(fmt.from_float_array(grid), expected[:1000].reshape(20, 50))
+
+
+@pytest.mark.parametrize(("spec", "mantissa_bits"), [("e8m3:bias=120", 3), ("e8m10:bias=100", 10)])
+def test_float32_kernel_keeps_inf_and_nan_in_formats_wider_than_float32(
+    spec: str, mantissa_bits: int
+) -> None:
+    """Regression: the float32 kernel rebiased the bits of inf to 0x7c0 (3.4e38) in e8m3 with
+    bias 120, and NaN to a finite code in e8m10 with bias 100."""
+    fmt = get_format(spec)
+    x = np.array([np.inf, -np.inf, np.nan, -np.nan, 3e38], dtype=np.float32)
+    codes = fmt.from_float_array(x)
+    assert [fmt.classify(int(c)) for c in codes] == ["inf", "inf", "nan", "nan", "normal"]
+    infinity = 0xFF << mantissa_bits
+    assert int(codes[0]) == infinity and int(codes[1]) == infinity | (1 << (8 + mantissa_bits))
+    assert codes[4] == fmt.from_value(float(x[4]))
