@@ -18,6 +18,10 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from fpexplorer.errors import UsageError
+
+__all__ = ["COMMANDS", "UsageError", "build_parser", "gui_main", "main"]
+
 # Order is the order shown by --help.
 COMMANDS: dict[str, str] = {
     "gui": "fpexplorer.commands.gui",
@@ -28,10 +32,6 @@ COMMANDS: dict[str, str] = {
     "screenshot": "fpexplorer.commands.screenshot",
     "selftest": "fpexplorer.commands.selftest",
 }
-
-
-class UsageError(Exception):
-    """Bad input from the user: reported as one line on stderr, exit status 2."""
 
 
 class _Parser(argparse.ArgumentParser):

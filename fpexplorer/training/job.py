@@ -374,7 +374,7 @@ def run_job(
 def run_job_cli(config: TrainConfig) -> int:
     """`fpexplorer train`: exit status 0 (completed or stopped), 1 (the task failed),
     2 (the job could not start; raised as UsageError)."""
-    from fpexplorer.cli import UsageError
+    from fpexplorer.errors import UsageError
 
     try:
         result = run_job(config)
