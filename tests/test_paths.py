@@ -43,3 +43,44 @@ def test_no_home_falls_back(tmp_path: Path, monkeypatch) -> None:
     chosen = run_directory()
     assert chosen.problem is not None and "not writable" in chosen.problem
     assert chosen.path.is_dir()
+
+
+def _train_with_default_out(capsys) -> Path:  # type: ignore[no-untyped-def]
+    from fpexplorer.cli import main
+
+    status = main(["train", "--task", "regression", "--device", "cpu", "--steps", "1",
+                   "--stats-every", "0"])  # fmt: skip
+    assert status == 0
+    last_line = capsys.readouterr().err.strip().splitlines()[-1]
+    return Path(last_line.split("run log: ")[1])
+
+
+def test_train_without_out_writes_to_the_apps_run_directory(
+    tmp_path: Path,
+    monkeypatch,  # type: ignore[no-untyped-def]
+    capsys,  # type: ignore[no-untyped-def]
+) -> None:
+    """`fpexplorer train` and the app save runs in one folder; the current folder (a
+    repository, say) stays clean. Before, the CLI wrote run-*.jsonl into the current folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv(RUN_DIR_VARIABLE, raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    written = _train_with_default_out(capsys)
+    expected_folder = tmp_path / "home" / ".local" / "share" / "fpexplorer" / "runs"
+    assert written.parent == expected_folder == run_directory().path
+    assert written.name.startswith("run-regression-") and written.is_file()
+    assert list(work.iterdir()) == []
+
+
+def test_train_without_out_follows_the_configured_run_directory(
+    tmp_path: Path,
+    monkeypatch,  # type: ignore[no-untyped-def]
+    capsys,  # type: ignore[no-untyped-def]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RUN_DIR_VARIABLE, str(tmp_path / "my-runs"))
+    written = _train_with_default_out(capsys)
+    assert written.parent == tmp_path / "my-runs" and written.is_file()

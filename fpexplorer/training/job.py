@@ -153,10 +153,13 @@ def resolve_device(name: str) -> torch.device:
 
 
 def default_out_path(config: TrainConfig) -> Path:
+    """A new file in the run directory, the one folder where the app saves its runs too."""
+    from fpexplorer.paths import run_directory
+
     user = split_user_task(config.task)
     task = Path(user[0]).stem if user else config.task
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path(f"run-{task}-{config.precision}-{stamp}.jsonl")
+    return run_directory().path / f"run-{task}-{config.precision}-{stamp}.jsonl"
 
 
 def _new_default_writer(path: Path, echo: IO[str] | None) -> RunWriter:
