@@ -1,11 +1,22 @@
-"""Shortest round-trip decimal strings, found exactly (no float64 in the loop)."""
+"""Decimal strings of exact values: the display rule, and shortest round-trip decimals.
+
+Both are found exactly (integers and Fractions, no float64 in the loop).
+
+The display rule (`display_decimal`), used wherever the app shows a value: a value whose
+exact decimal has at most `EXACT_DIGITS` significant digits is written in full; any other
+is cut to `CUT_DIGITS` significant digits, truncated (never rounded up) and marked with
+"…", so that a reader can always tell an exact value from a shortened one. One notation
+throughout: positional between 1e-4 and 1e16, otherwise "1.52587890625e-5" (no "+", no
+padded exponent digits).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from .exact import ExactValue, int_to_decimal_str
+from .exact import ExactValue, int_to_decimal_str, leading_digits
 
 if TYPE_CHECKING:
     from .format import FloatFormat
@@ -54,6 +65,33 @@ def shortest_decimal(fmt: FloatFormat, code: int) -> str:
         return "-inf" if exact.negative else "inf"
     if exact.is_zero:
         return "-0.0" if exact.negative else "0.0"
+    found = _shortest_digits(fmt, code, exact)
+    if found is None:
+        from .exact import exact_decimal
+
+        return exact_decimal(exact)
+    digits, first_exponent = found
+    return format_repr_style(exact.negative, digits, first_exponent)
+
+
+def shortest_display(fmt: FloatFormat, code: int) -> str:
+    """`shortest_decimal` written in the display rule's notation ("2e-5", "65500", "-0").
+
+    A label of its own wherever it is shown: it reads back to the code, but it is not the
+    value (E5M2's smallest subnormal 1.52587890625e-5 reads back from "2e-5").
+    """
+    exact = fmt.to_exact(code)
+    if not exact.is_finite or exact.is_zero:
+        return display_decimal(exact)
+    found = _shortest_digits(fmt, code, exact)
+    if found is None:
+        return display_decimal(exact)
+    digits, first_exponent = found
+    return _written(exact.negative, digits.rstrip("0") or "0", first_exponent, cut=False)
+
+
+def _shortest_digits(fmt: FloatFormat, code: int, exact: ExactValue) -> tuple[str, int] | None:
+    """(digits, decimal exponent of the first digit) of the shortest decimal, or None."""
     target = exact.magnitude
     exponent10 = _floor_log10(target)
     # Enough digits always suffice: ceil((m+1)*log10 2) + 1 identifies any value of the format.
@@ -70,8 +108,99 @@ def shortest_decimal(fmt: FloatFormat, code: int) -> str:
             if fmt.from_value(candidate) == code:
                 digits = int_to_decimal_str(integer)
                 # low + 1 may carry into one more digit (9.99 -> 10.0).
-                first_exponent = exponent10 + len(digits) - count
-                return format_repr_style(exact.negative, digits, first_exponent)
-    from .exact import exact_decimal
+                return digits, exponent10 + len(digits) - count
+    return None
 
-    return exact_decimal(exact)
+
+EXACT_DIGITS = 20  # exact decimals this short are shown whole (2**-27 = 7.450580596923828125e-9)
+CUT_DIGITS = 9  # significant digits kept of a longer one, then "…"
+POSITIONAL_EXPONENTS = range(-4, 16)  # 0.0001 .. 9999999999999999 are written without "e"
+MAX_DISTINGUISHING_DIGITS = 1100  # more than any float64 value has (767)
+
+ValueLike = Fraction | ExactValue | int
+
+
+def display_decimal(
+    x: ValueLike, *, exact_digits: int = EXACT_DIGITS, cut_digits: int = CUT_DIGITS
+) -> str:
+    """A value as the app shows it: exact when short, else cut and marked with "…".
+
+    >>> display_decimal(Fraction(1, 2**16))  # E5M2's smallest subnormal, exactly
+    '1.52587890625e-5'
+    >>> display_decimal(Fraction(13421773, 2**27))  # float32 0.1: 27 digits, cut
+    '0.100000001…'
+    >>> display_decimal(Fraction(1, 3)), display_decimal(65504), display_decimal(2**128)
+    ('0.333333333…', '65504', '3.40282366…e38')
+
+    The kept digits are the value's own (truncated, not rounded): "0.100000001…" is
+    0.100000001 followed by more digits, never a rounded neighbour.
+    """
+    if exact_digits < 1 or cut_digits < 1:
+        raise ValueError("exact_digits and cut_digits must be at least 1")
+    if isinstance(x, ExactValue):
+        if not x.is_finite:
+            return str(x)
+        negative, magnitude = x.negative, x.magnitude
+    else:
+        value = Fraction(x)
+        negative, magnitude = value < 0, abs(value)
+    if magnitude == 0:
+        return "-0" if negative else "0"
+    digits, exponent10, exact = leading_digits(magnitude, max(exact_digits, cut_digits))
+    if exact and len(digits) <= max(exact_digits, cut_digits):
+        return _written(negative, digits, exponent10, cut=False)  # nothing left out
+    return _written(negative, digits[:cut_digits], exponent10, cut=True)
+
+
+def display_decimals(
+    values: Sequence[ValueLike | None],
+    *,
+    exact_digits: int = EXACT_DIGITS,
+    cut_digits: int = CUT_DIGITS,
+) -> list[str | None]:
+    """`display_decimal` of each value (None stays None), with more digits where needed so
+    that two different values never read the same: float32's and float64's 1/3 share nine
+    digits ("0.333333343…" and "0.333333333…" differ, but float64's and an e11m60's do not).
+    """
+    count = cut_digits
+    while True:
+        texts = [
+            None if v is None else display_decimal(v, exact_digits=exact_digits, cut_digits=count)
+            for v in values
+        ]
+        seen: dict[str, object] = {}
+        clash = False
+        for value, text in zip(values, texts, strict=True):
+            if value is None or text is None:
+                continue
+            key = _comparable(value)
+            if seen.setdefault(text, key) != key:
+                clash = True
+                break
+        if not clash or count >= MAX_DISTINGUISHING_DIGITS:
+            return texts
+        count += max(1, count // 4)
+
+
+def _comparable(value: ValueLike) -> object:
+    """What makes two values the same value: -0 and +0 differ, as do NaN and inf."""
+    if isinstance(value, ExactValue):
+        return (value.kind, value.negative, value.magnitude)
+    fraction = Fraction(value)
+    return ("finite", fraction < 0, abs(fraction))
+
+
+def _written(negative: bool, digits: str, exponent10: int, *, cut: bool) -> str:
+    """Digits d1d2… meaning d1.d2… × 10**exponent10, in the app's one notation."""
+    sign = "-" if negative else ""
+    mark = "…" if cut else ""
+    # Positional only when every shown digit keeps its place (a cut value needs its whole
+    # integer part among the shown digits: "123456789…" would hide where the point is).
+    if exponent10 in POSITIONAL_EXPONENTS and (not cut or exponent10 < len(digits)):
+        if exponent10 >= 0:
+            whole = digits[: exponent10 + 1].ljust(exponent10 + 1, "0")
+            decimals = digits[exponent10 + 1 :]
+            return f"{sign}{whole}{'.' + decimals if decimals else ''}{mark}"
+        return f"{sign}0.{'0' * (-exponent10 - 1)}{digits}{mark}"
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    return f"{sign}{mantissa}{mark}e{exponent10}"

@@ -1,0 +1,137 @@
+"""The display rule: a shown value is exact, or cut and marked with "…", in one notation."""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fpexplorer.formats import ExactValue, get_format, parse_value
+from fpexplorer.formats.decimal import (
+    CUT_DIGITS,
+    EXACT_DIGITS,
+    display_decimal,
+    display_decimals,
+    shortest_display,
+)
+
+# The app's one notation: optional "-", digits with at most one ".", optional "…", optional
+# "e" and a plain exponent ("e-5", "e38": no "+", no padded digits).
+NOTATION = re.compile(r"-?[0-9]+(\.[0-9]+)?…?(e-?[1-9][0-9]*)?")
+
+
+def _check_truthful(value: Fraction, text: str, cut_digits: int | None = CUT_DIGITS) -> None:
+    """`text` is the value exactly, or a truncation of it marked with "…"."""
+    assert NOTATION.fullmatch(text), text
+    shown = parse_value(text.replace("…", "")).fraction
+    if "…" not in text:
+        assert shown == value, text
+        return
+    # Truncated toward zero, and the next digit up would be too far.
+    assert abs(shown) < abs(value), text
+    mantissa = text.split("e")[0].replace("…", "").lstrip("-")
+    significant = len(mantissa.replace(".", "").lstrip("0"))
+    if cut_digits is not None:
+        assert significant == cut_digits
+    exponent = int(text.split("e")[1]) if "e" in text else 0
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    last_place = Fraction(10) ** (exponent - decimals)
+    assert abs(value) - abs(shown) < last_place, text
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "expected"),
+    [
+        # The issue's cases: the shortest round-trip strings read "2e-05", "9e-41", "6e-08".
+        ("float8_e5m2", 0x01, "1.52587890625e-5"),
+        ("bfloat16", 0x0001, "9.18354961…e-41"),
+        ("float16", 0x0001, "5.9604644775390625e-8"),
+        ("float16", 0x7BFF, "65504"),
+        ("float32", 0x3DCCCCCD, "0.100000001…"),
+        ("float32", 0x7F7FFFFF, "3.40282346…e38"),
+        ("float64", 0x0000000000000001, "4.94065645…e-324"),
+        ("float16", 0x8000, "-0"),
+        ("float16", 0x7C00, "inf"),
+        ("float16", 0xFC00, "-inf"),
+        ("float16", 0x7E00, "nan"),
+    ],
+)
+def test_display_of_codes(name: str, code: int, expected: str) -> None:
+    fmt = get_format(name)
+    assert display_decimal(fmt.to_exact(code)) == expected
+
+
+def test_gaps_that_are_short_show_exactly() -> None:
+    # 2**-27 has 19 significant digits: short enough to be shown whole.
+    assert display_decimal(Fraction(1, 2**27)) == "7.450580596923828125e-9"
+    assert EXACT_DIGITS >= 19
+
+
+def test_shortest_round_trip_uses_the_same_notation() -> None:
+    e5m2, fp16 = get_format("float8_e5m2"), get_format("float16")
+    assert shortest_display(e5m2, 0x01) == "2e-5"  # repr style would be "2e-05"
+    assert shortest_display(fp16, 0x7BFF) == "65500"
+    assert shortest_display(fp16, 0x8000) == "-0"
+    assert shortest_display(fp16, 0x7C00) == "inf"
+    assert shortest_display(get_format("float32"), 0x3DCCCCCD) == "0.1"
+    # The CLI keeps Python's repr style for the shortest decimal.
+    assert e5m2.shortest_decimal(0x01) == "2e-05"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("float16", marks=pytest.mark.slow),
+        pytest.param("bfloat16", marks=pytest.mark.slow),
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float6_e2m3fn",
+        "float4_e2m1fn",
+    ],
+)
+def test_every_code_of_small_formats_is_shown_truthfully(name: str) -> None:
+    fmt = get_format(name)
+    for code in range(1 << fmt.width):
+        value = fmt.to_exact(code)
+        text = display_decimal(value)
+        if not value.is_finite:
+            assert text in ("inf", "-inf", "nan", "-nan")
+            continue
+        _check_truthful(value.fraction, text)
+        shortest = shortest_display(fmt, code)
+        assert NOTATION.fullmatch(shortest), shortest
+        assert fmt.from_value(shortest.replace("…", "")) == code or value.is_zero
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_float64_values_are_shown_truthfully(x: float) -> None:
+    _check_truthful(Fraction(x), display_decimal(Fraction(x)))
+
+
+@given(st.fractions(max_denominator=10**12).filter(lambda f: f != 0))
+def test_fractions_are_shown_truthfully(x: Fraction) -> None:
+    _check_truthful(x, display_decimal(x))
+
+
+def test_values_that_differ_look_different_in_a_column() -> None:
+    fp32, fp64, wide = get_format("float32"), get_format("float64"), get_format("e11m50")
+    third = parse_value("1/3")
+    values = [fmt.to_exact(fmt.from_value(third)) for fmt in (fp32, fp64, wide)]
+    alone = [display_decimal(value) for value in values]
+    assert alone[1] == alone[2]  # nine digits cannot tell float64's 1/3 from e11m50's
+    texts = display_decimals([*values, None, values[0]])
+    assert len(set(texts[:3])) == 3
+    assert texts[3] is None and texts[4] == texts[0]
+    for value, text in zip(values, texts[:3], strict=True):
+        assert text is not None
+        _check_truthful(value.fraction, text, cut_digits=None)
+    # Equal values keep equal texts, and -0 is not 0.
+    assert display_decimals([ExactValue.of(0), parse_value("-0")]) == ["0", "-0"]
+
+
+def test_bad_digit_counts_are_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        display_decimal(Fraction(1, 3), cut_digits=0)
