@@ -76,6 +76,11 @@ def to_float(value: Any) -> float:
     return math.nan
 
 
+def _nonfinite(value: Any) -> bool:
+    """True for a recorded inf/NaN (a missing value is not a non-finite one)."""
+    return value is not None and not math.isfinite(to_float(value))
+
+
 def raw_of(record: Any) -> dict[str, Any] | None:
     """The raw dict of a record object (`.raw`) or the dict itself; None for anything else."""
     if isinstance(record, Mapping):
@@ -423,7 +428,9 @@ class RunModel:
         # later ones only counted, so memory stays bounded.
         self.skip_events: list[SkipEvent] = []
         self.skipped_count = 0
-        self.first_nonfinite_event: SkipEvent | None = None
+        self.first_nonfinite_event: SkipEvent | None = None  # the first step naming a layer
+        self.first_nonfinite_step: int | None = None  # inf/NaN gradients, named or not
+        self.first_nan_loss_step: int | None = None  # the first inf/NaN loss
         self.steps_seen = 0
         self.problems: list[str] = []
         self.source: str | None = None
@@ -506,16 +513,23 @@ class RunModel:
         self.scalars.append(step, (to_float(raw.get(name)) for name in SCALAR_FIELDS))
         first_nonfinite = raw.get("first_nonfinite")
         first_nonfinite = first_nonfinite if isinstance(first_nonfinite, str) else None
+        forward = raw.get("first_nonfinite_forward")
+        event = SkipEvent(
+            step, scale, first_nonfinite, forward if isinstance(forward, str) else None
+        )
         if skipped:
             self.skipped_count += 1
-            forward = raw.get("first_nonfinite_forward")
-            event = SkipEvent(
-                step, scale, first_nonfinite, forward if isinstance(forward, str) else None
-            )
             if len(self.skip_events) < self.MAX_SKIP_EVENTS:
                 self.skip_events.append(event)
-            if first_nonfinite and self.first_nonfinite_event is None:
-                self.first_nonfinite_event = event
+        # Runs without a scaler never skip, yet their gradients go inf/NaN all the same: the
+        # first non-finite step and layer are kept whatever the precision.
+        if first_nonfinite and self.first_nonfinite_event is None:
+            self.first_nonfinite_event = event
+        nonfinite_grads = skipped or first_nonfinite is not None or _nonfinite(raw.get("grad_norm"))
+        if nonfinite_grads and self.first_nonfinite_step is None:
+            self.first_nonfinite_step = step
+        if _nonfinite(raw.get("loss")) and self.first_nan_loss_step is None:
+            self.first_nan_loss_step = step
         self.latest_step = raw
         if any(key in raw for key in ("grad_hist", "act_hist", "layers", "memory")):
             self._add_stats(step, scale, raw, first_nonfinite)

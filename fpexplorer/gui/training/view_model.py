@@ -1,0 +1,662 @@
+"""What the training panel shows, decided without Qt (tested without a window).
+
+The panel and its plots only render what this module computes:
+
+- `RunList`: the runs shown, which one is selected, which are overlaid, what each is
+  called in the list (and whether it is still live), which runs are kept when a job ends;
+- the read-outs of one run: the first non-finite step and layer (`first_nonfinite_view`),
+  the layer table (`layer_table_view`), lost updates (`lost_updates_text`), the progress
+  bar (`progress_view`);
+- what the plots draw besides the curves: ranges from the data alone (`data_range`),
+  the optional smoothing of the loss (`smoothed`), markers at the first NaN loss and the
+  first non-finite gradients (`run_markers`), hover read-outs (`hover_text`), and the limits
+  of the format the shown gradients were held in (`heatmap_limits`), computed exactly by
+  `fpexplorer.formats` for any format.
+
+A run file is data from outside: every text made from it is elided (`elide`) so that
+nothing a run contains can widen the window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from fpexplorer.formats import get_format
+from fpexplorer.gui.training.run_model import RunModel, distinguishing_details, to_float
+from fpexplorer.training.config import TrainConfig
+
+FloatArray = npt.NDArray[np.float64]
+
+# Distinct colours for overlaid runs (colour-blind friendly, Okabe-Ito). No black: it
+# vanishes on the dark theme's plot background.
+RUN_COLOURS: tuple[str, ...] = (
+    "#0072B2",
+    "#D55E00",
+    "#009E73",
+    "#CC79A7",
+    "#E69F00",
+    "#56B4E9",
+    "#999999",
+    "#F0E442",
+)
+
+# Texts from a run file (names, settings, numbers) are cut to this many characters.
+MAX_TEXT = 80
+ELLIPSIS = "…"
+
+
+def run_colour(index: int) -> str:
+    return RUN_COLOURS[index % len(RUN_COLOURS)]
+
+
+def elide(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` cut in the middle to at most `limit` characters, the cut marked with '…'.
+
+    The middle goes: a run's name starts with its task and ends with what tells it apart.
+    """
+    text = " ".join(text.split())  # a newline in a file's string must not add a line
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) // 2
+    tail = limit - 1 - head
+    return text[:head] + ELLIPSIS + text[len(text) - tail :]
+
+
+def share_text(share: float) -> str:
+    """A share as a percentage; 'n/a' where it was computed over inf/NaN (it means nothing)."""
+    if not math.isfinite(share):
+        return "n/a"
+    return f"{100 * share:.3g}%"
+
+
+def number_text(value: float) -> str:
+    """A recorded float in 4 significant digits (marked '…' where that rounds it)."""
+    if not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    value += 0.0  # -0.0 reads 0: these are magnitudes and losses
+    text = f"{value:.4g}"
+    return text if float(text) == value else f"{value:.4g}{ELLIPSIS}"
+
+
+# ----- the formats gradients are held in ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FormatRange:
+    """A format's positive range as exact Fractions, and their log2 for plotting."""
+
+    name: str
+    label: str
+    min_positive: Fraction  # the smallest subnormal, or the smallest normal without them
+    min_normal: Fraction
+    max: Fraction
+
+    @property
+    def log2_min_positive(self) -> float:
+        return _log2(self.min_positive)
+
+    @property
+    def log2_min_normal(self) -> float:
+        return _log2(self.min_normal)
+
+    @property
+    def log2_max(self) -> float:
+        return _log2(self.max)
+
+
+def _log2(value: Fraction) -> float:
+    # math.log2 takes ints of any size: exact powers of two come out exact.
+    return math.log2(value.numerator) - math.log2(value.denominator)
+
+
+_SHORT_LABELS = {
+    "float64": "FP64",
+    "float32": "FP32",
+    "float16": "FP16",
+    "bfloat16": "BF16",
+    "float8_e4m3fn": "E4M3",
+    "float8_e5m2": "E5M2",
+}
+
+
+@lru_cache(maxsize=64)
+def format_range(name: str) -> FormatRange:
+    """The exact range of format `name` (any name or spec `fpexplorer.formats` knows)."""
+    fmt = get_format(name)
+    min_normal = Fraction(fmt.min_normal)
+    subnormal = fmt.min_subnormal
+    return FormatRange(
+        name=fmt.name,
+        label=_SHORT_LABELS.get(fmt.name, fmt.name),
+        min_positive=Fraction(subnormal) if subnormal is not None else min_normal,
+        min_normal=min_normal,
+        max=Fraction(fmt.max),
+    )
+
+
+def format_ranges_log2(names: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+    """log2 (smallest positive, smallest normal, largest finite) per format, from the engine."""
+    out: dict[str, tuple[float, float, float]] = {}
+    for name in names:
+        try:
+            fmt = format_range(name)
+        except (KeyError, ValueError):
+            continue  # a name this version does not know: no ruler rather than a wrong one
+        out[name] = (fmt.log2_min_positive, fmt.log2_min_normal, fmt.log2_max)
+    return out
+
+
+# The format a precision mode's low-precision gradients are held in.
+_PRECISION_FORMAT = {
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "fp16-static": "float16",
+    "fp16-noscale": "float16",
+    "pure-fp16": "float16",
+}
+# Modes whose backward runs on a scaled loss.
+_SCALED = frozenset({"fp16", "fp16-static", "pure-fp16"})
+
+
+def gradient_format(model: RunModel) -> str:
+    """The format the run's (activation) gradients were held in.
+
+    What the data says first (the histogram's dtype), else what the precision mode implies.
+    """
+    stats = model.latest_stats
+    dtype = stats.act_hist.dtype if stats is not None and stats.act_hist is not None else None
+    if dtype:
+        try:
+            return format_range(dtype).name
+        except (KeyError, ValueError):
+            pass
+    return _PRECISION_FORMAT.get(model.precision, "float32")
+
+
+def is_scaled(model: RunModel) -> bool:
+    return model.precision in _SCALED
+
+
+# ----- the run list --------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RunEntry:
+    """A run shown by the panel: its model, colour, run file and whether its curves show."""
+
+    key: int
+    model: RunModel
+    colour: str
+    path: Path | None
+    visible: bool = True
+    live: bool = False  # fed by the running job (until the job ends)
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayRun:
+    """A run drawn in the plots and named in their legends."""
+
+    key: int
+    name: str  # elided
+    colour: str
+    model: RunModel
+
+
+class RunList:
+    """The runs in the panel, the selected one and the overlay. Qt-free.
+
+    Every change is made here; the panel re-renders its list widget, plots and form from
+    `runs`, `current`, `overlay()` and `title()`.
+    """
+
+    def __init__(self) -> None:
+        self.runs: list[RunEntry] = []
+        self.current: RunEntry | None = None
+        self._next_key = 0
+
+    def add(self, model: RunModel, path: Path | None, live: bool = False) -> RunEntry:
+        entry = RunEntry(self._next_key, model, run_colour(self._next_key), path, live=live)
+        self._next_key += 1
+        self.runs.append(entry)
+        return entry
+
+    def remove(self, entry: RunEntry) -> int:
+        """Remove `entry`; returns the row it had. The selection moves to the last run."""
+        row = self.runs.index(entry)
+        self.runs.pop(row)
+        if self.current is entry:
+            self.current = self.runs[-1] if self.runs else None
+        return row
+
+    def select(self, entry: RunEntry | None) -> bool:
+        """Select `entry`; True when the selection changed."""
+        changed = entry is not self.current
+        self.current = entry
+        return changed
+
+    def select_row(self, row: int) -> bool:
+        if 0 <= row < len(self.runs):
+            return self.select(self.runs[row])
+        return False
+
+    def row_of(self, entry: RunEntry | None) -> int:
+        return self.runs.index(entry) if entry in self.runs else -1
+
+    def set_visible(self, row: int, visible: bool) -> None:
+        if 0 <= row < len(self.runs):
+            self.runs[row].visible = visible
+
+    def name_runs(self) -> None:
+        """Runs whose settings-names coincide get the settings that differ added."""
+        details = distinguishing_details([entry.model.config for entry in self.runs])
+        for entry, detail in zip(self.runs, details, strict=True):
+            if entry.model.label_detail != detail:
+                entry.model.label_detail = detail
+
+    @staticmethod
+    def title(entry: RunEntry, job_active: bool) -> str:
+        """The run's line in the list: name, status, and "(live)" only while its job runs."""
+        model = entry.model
+        live = " (live)" if entry.live and job_active else ""
+        return f"{elide(model.label, 60)} — {model.status}{live}"
+
+    def end_live(self, entry: RunEntry, keep_empty: bool = False) -> bool:
+        """The job feeding `entry` ended. A run that holds no step is removed unless asked
+        (its file stays on disk); returns whether the entry is still in the list."""
+        entry.live = False
+        entry.model.closed = True
+        if entry.model.steps_seen == 0 and not keep_empty and entry in self.runs:
+            self.remove(entry)
+            return False
+        return entry in self.runs
+
+    def overlay(self) -> list[OverlayRun]:
+        """The runs the plots draw and their legends name: ticked and holding a step."""
+        return [
+            OverlayRun(entry.key, elide(entry.model.label, 48), entry.colour, entry.model)
+            for entry in self.runs
+            if entry.visible and len(entry.model.scalars)
+        ]
+
+    def shown_models(self) -> list[RunModel]:
+        """The ticked runs, with or without steps (for the plots' "why empty" notes)."""
+        return [entry.model for entry in self.runs if entry.visible]
+
+
+def settings_of(model: RunModel) -> TrainConfig | str:
+    """The run's configuration for the form and the code view, or why it cannot be shown."""
+    config = model.config
+    if not config:
+        return "this run's file holds no settings"
+    try:
+        settings = TrainConfig.from_dict(config)
+    except (TypeError, ValueError, OverflowError) as error:
+        return f"this run's settings cannot be shown: {elide(str(error), 60)}"
+    problems = settings.validate()
+    # A run from another machine: its task file may not exist here, which the form shows
+    # at the field; any other problem means the form cannot hold these settings.
+    problems.pop("task", None)
+    if problems:
+        name, message = next(iter(problems.items()))
+        return f"this run's settings cannot be shown ({name}: {elide(message, 60)})"
+    return settings
+
+
+# ----- ranges, smoothing, markers, hover -------------------------------------------------
+
+
+def data_range(arrays: Sequence[FloatArray], log: bool = False) -> tuple[float, float] | None:
+    """(lo, hi) of the finite values (positive ones on a log axis, as log10); None if none.
+
+    From the data alone: nothing else (a legend, a note) ever widens a plot's range.
+    """
+    lo, hi = math.inf, -math.inf
+    for values in arrays:
+        keep = np.isfinite(values) & (values > 0) if log else np.isfinite(values)
+        if keep.any():
+            lo = min(lo, float(values[keep].min()))
+            hi = max(hi, float(values[keep].max()))
+    if not math.isfinite(lo):
+        return None
+    if log:
+        return math.log10(lo), math.log10(hi)
+    return lo, hi
+
+
+def smoothed(values: FloatArray, weight: float) -> FloatArray:
+    """Exponential moving average (TensorBoard's), debiased, skipping inf/NaN points.
+
+    `weight` in [0, 1): 0 returns the values unchanged. A non-finite point keeps NaN in
+    the output and does not enter the average.
+    """
+    if not 0.0 < weight < 1.0:
+        return values.astype(np.float64, copy=True)
+    out = np.full(len(values), np.nan, dtype=np.float64)
+    average = 0.0
+    count = 0
+    for index, value in enumerate(values.tolist()):
+        if not math.isfinite(value):
+            continue
+        count += 1
+        average = weight * average + (1.0 - weight) * value
+        out[index] = average / (1.0 - weight**count)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RunMarker:
+    """A vertical marker at a step of one run."""
+
+    key: int
+    colour: str
+    step: int
+    text: str
+
+
+def run_markers(overlay: Sequence[OverlayRun]) -> list[RunMarker]:
+    """Markers at each overlaid run's first NaN loss and first non-finite gradients."""
+    markers: list[RunMarker] = []
+    for run in overlay:
+        model = run.model
+        if model.first_nan_loss_step is not None:
+            markers.append(
+                RunMarker(run.key, run.colour, model.first_nan_loss_step, "first NaN loss")
+            )
+        event = model.first_nonfinite_event
+        step = model.first_nonfinite_step
+        if event is not None and (step is None or event.step <= step):
+            layer = elide(event.first_nonfinite or "?", 30)
+            markers.append(RunMarker(run.key, run.colour, event.step, f"first inf/NaN: {layer}"))
+        elif step is not None:
+            markers.append(RunMarker(run.key, run.colour, step, "first inf/NaN gradient"))
+    return markers
+
+
+def value_at(steps: FloatArray, values: FloatArray, step: float) -> tuple[int, float] | None:
+    """The recorded (step, value) at or before `step` (the nearest one kept), or None."""
+    if not len(steps) or step < steps[0]:
+        return None
+    index = int(np.searchsorted(steps, step, side="right")) - 1
+    return int(steps[index]), float(values[index])
+
+
+def hover_text(
+    overlay: Sequence[OverlayRun],
+    step: float,
+    column: str,
+    show: Callable[[float], str] = number_text,
+) -> str:
+    """The values of `column` under the cursor: "step 120 · run A: 0.4312 · run B: NaN"."""
+    parts: list[str] = []
+    at_step: int | None = None
+    for run in overlay:
+        found = value_at(run.model.scalars.steps, run.model.scalars.column(column), step)
+        if found is None:
+            continue
+        at_step = found[0] if at_step is None else max(at_step, found[0])
+        parts.append(f"<span style='color:{run.colour}'>■</span> {elide(run.name, 24)}: "
+                     f"{show(found[1])}")  # fmt: skip
+    if at_step is None:
+        return ""
+    return f"step {at_step} · " + " · ".join(parts)
+
+
+def scale_text(scale: float) -> str:
+    """A loss scale: 2^k when it is a power of two (exactly), else its value."""
+    if scale > 0 and math.isfinite(scale):
+        mantissa, exponent = math.frexp(scale)
+        if mantissa == 0.5:
+            return f"2^{exponent - 1}"
+    return number_text(scale)
+
+
+# ----- the heatmap's format limits -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeatLimit:
+    """A format limit drawn over the heatmap: log2 of the limit per step, in the data's units."""
+
+    label: str
+    steps: FloatArray
+    log2: FloatArray
+
+
+def heatmap_limits(model: RunModel | None, activations: bool) -> tuple[str, list[HeatLimit]]:
+    """The limits of the format the shown gradients were held in, where they apply.
+
+    Activation gradients are recorded as backward held them (scaled): the format's smallest
+    subnormal and largest value are fixed lines. Parameter gradients are recorded unscaled,
+    while backward held them times the loss scale: in the recorded units the limits sit at
+    limit / scale, a line that moves whenever the scale does.
+    """
+    if model is None:
+        return "", []
+    fmt = format_range(gradient_format(model))
+    lo, hi = fmt.log2_min_positive, fmt.log2_max
+    steps = model.scalars.steps
+    if activations or not is_scaled(model) or not len(steps):
+        span = np.array([0.0, max(float(steps[-1]) + 1.0, 1.0) if len(steps) else 1.0])
+        limits = [
+            HeatLimit(f"{fmt.label} smallest subnormal", span, np.array([lo, lo])),
+            HeatLimit(f"{fmt.label} largest", span, np.array([hi, hi])),
+        ]
+        where = "scaled, as backward held them" if activations and is_scaled(model) else ""
+        note = f"dashed: {fmt.label}'s smallest subnormal and largest value" + (
+            f" ({where})" if where else ""
+        )
+        return note, limits
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shift = np.log2(model.scalars.column("scale"))
+    keep = np.isfinite(shift)
+    xs = steps[keep]
+    limits = [
+        HeatLimit(f"{fmt.label} smallest subnormal / scale", xs, lo - shift[keep]),
+        HeatLimit(f"{fmt.label} largest / scale", xs, hi - shift[keep]),
+    ]
+    note = (
+        f"dashed: {fmt.label}'s smallest subnormal and largest value divided by the loss "
+        "scale (parameter gradients are shown unscaled)"
+    )
+    return note, limits
+
+
+# ----- read-outs of one run --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FirstNonfiniteView:
+    """The line above the layer table: plain text, and whether it is an alarm."""
+
+    text: str
+    alarm: bool
+
+
+def first_nonfinite_view(model: RunModel | None) -> FirstNonfiniteView:
+    """The first non-finite step and layer, for every precision (skipping or not)."""
+    if model is None or not model.steps_seen:
+        return FirstNonfiniteView("No steps yet.", False)
+    event = model.first_nonfinite_event
+    step = model.first_nonfinite_step
+    if event is not None:
+        text = (
+            f"First non-finite layer: {elide(event.first_nonfinite or '?', 40)} (step {event.step}"
+        )
+        text += ", skipped" if event in model.skip_events else ""
+        if is_scaled(model):
+            text += f" at scale {scale_text(event.scale)}"
+        text += "; first in backward order)"
+        if event.first_nonfinite_forward:
+            text += (
+                "; the overflow began in the forward pass at "
+                f"{elide(event.first_nonfinite_forward, 40)}"
+            )
+        if step is not None and step < event.step:
+            text += f". Gradients first went inf/NaN at step {step} (no layer named there)"
+        return FirstNonfiniteView(text + ".", True)
+    if step is not None:
+        skipped = f"; {model.skipped_count} skipped steps" if model.skipped_count else ""
+        return FirstNonfiniteView(
+            f"Gradients first went inf/NaN at step {step}{skipped}; no layer named "
+            "(no statistics on those steps).",
+            True,
+        )
+    return FirstNonfiniteView("No non-finite gradients so far.", False)
+
+
+def lost_updates_text(model: RunModel | None) -> str:
+    """The share of weight updates lost (pure-fp16) or that FP16 weights would lose.
+
+    A share over inf/NaN gradients means nothing (no update was there to lose): "n/a".
+    """
+    stats = model.latest_stats if model is not None else None
+    lost = stats.lost_updates if stats is not None else None
+    if stats is None or not lost:
+        return "lost updates: –"
+    share = to_float(lost.get("share"))
+    hist = stats.grad_hist
+    nonfinite_grads = hist is not None and (hist.inf + hist.nan) > 0
+    layers_bad = any(bool(layer.get("nonfinite")) for layer in stats.layers)
+    if not math.isfinite(share) or nonfinite_grads or layers_bad:
+        return (
+            f"lost updates: n/a on step {stats.step} (its gradients held inf/NaN: there "
+            "was no finite update to lose)"
+        )
+    if lost.get("kind") == "actual":
+        return f"<b>{share_text(share)}</b> of weight updates lost to FP16 rounding."
+    return f"FP16 weights would lose {share_text(share)} of these updates to rounding."
+
+
+@dataclass(frozen=True, slots=True)
+class LayerRow:
+    cells: tuple[str, ...]
+    alarm: bool  # non-finite, or the first layer to go non-finite
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTableView:
+    columns: tuple[str, ...]
+    tooltips: tuple[str, ...]
+    rows: tuple[LayerRow, ...]
+
+
+def layer_table_view(model: RunModel | None) -> LayerTableView:
+    """The layer table of the latest statistics step, in the run's own format.
+
+    ‖g‖ is of the parameter gradients, unscaled; max |g|, headroom and the underflow share
+    are of the activation gradients as backward held them (scaled by the loss scale in the
+    scaled modes). Headroom is measured against the largest value of the format those
+    gradients were held in, computed exactly by the engine; the underflow share is recorded
+    against FP16's smallest subnormal, so it is shown only where FP16 held the gradients.
+    """
+    fmt = format_range(gradient_format(model)) if model is not None else format_range("float16")
+    scaled = model is not None and is_scaled(model)
+    held = "scaled" if scaled else "as held"
+    fp16 = fmt.name == "float16"
+    columns = (
+        "layer",
+        "‖g‖ unscaled",
+        f"max |g| {held}",
+        f"headroom in {fmt.label}",
+        "< 2^-24 (FP16)" if fp16 else "underflow",
+        "inf/NaN",
+    )
+    tooltips = (
+        "module name",
+        "L2 norm of the layer's parameter gradients, unscaled; blank for a module without "
+        "parameters",
+        "largest magnitude of the layer's activation gradient"
+        + (", times the loss scale" if scaled else ""),
+        f"log2({fmt.label} largest / max |g|): how many doublings before the layer overflows "
+        f"{fmt.label}",
+        "share of the layer's activation gradients below FP16's smallest subnormal 2^-24"
+        if fp16
+        else f"recorded against FP16's range, which does not apply to {fmt.label} gradients",
+        "the layer's gradient held inf or NaN",
+    )
+    stats = model.latest_stats if model is not None else None
+    if stats is None or model is None:
+        return LayerTableView(columns, tooltips, ())
+    event = model.first_nonfinite_event
+    marked = stats.first_nonfinite or (event.first_nonfinite if event is not None else None)
+    rows: list[LayerRow] = []
+    for layer in stats.layers:
+        name = str(layer.get("name", "?"))
+        norm = layer.get("grad_norm")
+        amax = to_float(layer.get("amax"))
+        if amax > 0 and math.isfinite(amax):
+            headroom = f"2^{fmt.log2_max - math.log2(amax):.1f}"
+        else:
+            headroom = "–"
+        underflow = to_float(layer.get("underflow_share"))
+        nonfinite = bool(layer.get("nonfinite"))
+        cells = (
+            elide(name, 48) + ("  ◀ first non-finite" if name == marked else ""),
+            "" if norm is None else number_text(abs(to_float(norm))),
+            number_text(abs(amax)),
+            headroom,
+            share_text(underflow) if fp16 else "–",
+            "yes" if nonfinite else "",
+        )
+        rows.append(LayerRow(cells, nonfinite or name == marked))
+    return LayerTableView(columns, tooltips, tuple(rows))
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressView:
+    """The progress bar: a fraction in thousandths (Qt's bar holds 32-bit ints) and a text."""
+
+    permille: int
+    text: str
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def progress_view(model: RunModel, job_active: bool, state: str | None) -> ProgressView:
+    done, planned = model.progress()
+    if planned:
+        permille = min(max(done * 1000 // planned, 0), 1000)
+    else:
+        permille = 1000 if model.end is not None else 0
+    text = f"{elide(str(done), 20)}/{elide(str(planned), 20) if planned else '?'} steps"
+    rate = model.steps_per_second()
+    if rate is not None:
+        text += f" · {rate:.1f} steps/s"
+    left = model.seconds_left()
+    if left is not None and job_active and left < 1e7:
+        text += f" · {_duration(left)} left"
+    if state is not None:
+        text += f" · {state}"
+    return ProgressView(permille, text)
+
+
+def throughput_text(model: RunModel | None) -> str:
+    rate = model.steps_per_second() if model is not None else None
+    if model is None or rate is None:
+        return "throughput: –"
+    done, planned = model.progress()
+    of = f" of {elide(str(planned), 20)}" if planned else ""
+    return f"throughput: {rate:.1f} steps/s · step {elide(str(done), 20)}{of}"
+
+
+def summarize_problems(problems: dict[str, str], titles: dict[str, str]) -> str:
+    """One line for beside Start: which fields stop it, e.g. "Fix 2 fields: Steps, Seed"."""
+    if not problems:
+        return ""
+    names = [titles.get(name, name) for name in problems]
+    noun = "field" if len(names) == 1 else "fields"
+    return f"Fix {len(names)} {noun}: " + ", ".join(names)

@@ -1,0 +1,263 @@
+"""The training panel's view model, tested without Qt: what each view shows for a run."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from fractions import Fraction
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.synthetic import synthetic_records
+from fpexplorer.gui.training.view_model import (
+    RunList,
+    data_range,
+    elide,
+    first_nonfinite_view,
+    format_range,
+    format_ranges_log2,
+    heatmap_limits,
+    hover_text,
+    layer_table_view,
+    lost_updates_text,
+    progress_view,
+    run_markers,
+    settings_of,
+    share_text,
+    smoothed,
+    summarize_problems,
+)
+from fpexplorer.training.config import TrainConfig
+
+
+def _header(precision: str = "fp16", **config: Any) -> dict[str, Any]:
+    settings = {**TrainConfig(task="synthetic", precision=precision).to_dict(), **config}
+    return {"type": "header", "schema": 1, "config": settings}
+
+
+def _layer(name: str, **values: Any) -> dict[str, Any]:
+    layer = {"name": name, "grad_norm": 1.0, "amax": 0.5, "headroom_log2": 17.0,
+             "underflow_share": 1.0, "nonfinite": False}  # fmt: skip
+    layer.update(values)
+    return layer
+
+
+def _nan_step(step: int, **extra: Any) -> dict[str, Any]:
+    """A step of a run without a scaler whose gradients are all NaN: never skipped."""
+    nan_hist = {"lo": 0, "counts": [], "zero": 0, "inf": 0, "nan": 1000}
+    record = {"type": "step", "step": step, "loss": math.nan, "scale": 1.0, "skipped": False,
+              "grad_norm": math.nan, "grad_hist": nan_hist,
+              "layers": [_layer("fc1", grad_norm=math.nan, nonfinite=True),
+                         _layer("relu", grad_norm=None), _layer("head", nonfinite=True)],
+              "first_nonfinite": "head",
+              "lost_updates": {"share": 0.0, "kind": "fp16_would_lose"}}  # fmt: skip
+    record.update(extra)
+    return record
+
+
+def _model(records: list[dict[str, Any]]) -> RunModel:
+    model = RunModel()
+    model.add_records(records)
+    return model
+
+
+def test_the_view_model_imports_no_qt_and_no_torch() -> None:
+    code = (
+        "import sys, fpexplorer.gui.training.view_model\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'pyqtgraph', 'torch')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("precision", ["fp16-noscale", "pure-fp16", "bf16", "fp32"])
+def test_first_nonfinite_layer_shows_for_runs_that_never_skip(precision: str) -> None:
+    clean = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "skipped": False,
+             "grad_norm": 0.5}  # fmt: skip
+    model = _model([_header(precision), clean, _nan_step(1), _nan_step(2)])
+    view = first_nonfinite_view(model)
+    # Was: "No non-finite gradients so far." while every layer was NaN.
+    assert view.alarm
+    assert view.text.startswith("First non-finite layer: head (step 1")
+    assert "skipped" not in view.text
+    assert model.first_nan_loss_step == 1
+
+
+def test_first_nonfinite_step_without_statistics_is_still_named() -> None:
+    steps = [{"type": "step", "step": i, "loss": 1.0, "scale": 1.0, "skipped": False,
+              "grad_norm": math.inf if i >= 3 else 1.0} for i in range(5)]  # fmt: skip
+    view = first_nonfinite_view(_model([_header("bf16"), *steps]))
+    assert view.alarm and "step 3" in view.text and "no layer named" in view.text
+
+
+def test_a_share_over_nan_gradients_is_n_a_not_zero() -> None:
+    model = _model([_header("fp16-noscale"), _nan_step(0)])
+    text = lost_updates_text(model)
+    assert "n/a" in text and "0%" not in text  # was "FP16 weights would lose 0% ..."
+    assert share_text(math.nan) == "n/a"
+    assert share_text(0.25) == "25%"
+
+
+def test_layer_norm_is_blank_for_a_module_without_parameters() -> None:
+    view = layer_table_view(_model([_header("fp16"), _nan_step(0)]))
+    relu = next(row for row in view.rows if row.cells[0] == "relu")
+    assert relu.cells[1] == ""  # blank, not 0
+    head = next(row for row in view.rows if row.cells[0].startswith("head"))
+    assert head.alarm and "first non-finite" in head.cells[0]
+
+
+def test_layer_columns_follow_the_runs_format_and_say_what_is_scaled() -> None:
+    healthy = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "skipped": False,
+               "layers": [_layer("fc", amax=2.0**-30, underflow_share=1.0)],
+               "act_hist": {"lo": -31, "counts": [5], "zero": 0, "inf": 0, "nan": 0,
+                            "dtype": "bfloat16"}}  # fmt: skip
+    bf16 = layer_table_view(_model([_header("bf16"), healthy]))
+    # A healthy BF16 run showed "< 2^-24: 100%" on every layer.
+    assert "< 2^-24 (FP16)" not in bf16.columns
+    assert bf16.rows[0].cells[4] == "–" and not bf16.rows[0].alarm
+    # Headroom against BF16's largest value, exactly: log2(0x1.fep127) + 30.
+    expected = math.log2(float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)) + 30
+    assert bf16.rows[0].cells[3] == f"2^{expected:.1f}"
+    assert bf16.columns[3] == "headroom in BF16"
+    fp16 = layer_table_view(_model([_header("fp16"), {**healthy, "act_hist": None}]))
+    assert fp16.columns[1] == "‖g‖ unscaled" and fp16.columns[2] == "max |g| scaled"
+    assert fp16.columns[4] == "< 2^-24 (FP16)" and fp16.rows[0].cells[4] == "100%"
+
+
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16),
+     ("float8_e4m3fn", ml_dtypes.float8_e4m3fn), ("float8_e5m2", ml_dtypes.float8_e5m2),
+     ("float6_e2m3fn", ml_dtypes.float6_e2m3fn), ("float6_e3m2fn", ml_dtypes.float6_e3m2fn),
+     ("float4_e2m1fn", ml_dtypes.float4_e2m1fn), ("float8_e8m0fnu", ml_dtypes.float8_e8m0fnu)],
+)  # fmt: skip
+def test_format_ranges_come_from_the_engine_for_any_format(name: str, dtype: Any) -> None:
+    info = ml_dtypes.finfo(dtype) if dtype is not np.float16 else np.finfo(np.float16)
+    fmt = format_range(name)
+    assert fmt.max == Fraction(float(info.max))
+    assert fmt.min_normal == Fraction(float(info.smallest_normal))
+    assert fmt.min_positive == Fraction(float(info.smallest_subnormal))
+    lo, normal, hi = format_ranges_log2([name])[name]
+    assert 2.0**lo == float(info.smallest_subnormal) and 2.0**normal == float(info.smallest_normal)
+    assert hi == math.log2(float(info.max))
+
+
+def test_format_ranges_of_a_custom_spec_and_unknown_names() -> None:
+    assert format_ranges_log2(["e3m2"])["e3m2"][2] == math.log2(28.0)  # IEEE-style e3m2
+    assert format_ranges_log2(["no-such-format"]) == {}
+
+
+def test_heatmap_limits_follow_the_scale_for_unscaled_parameter_gradients() -> None:
+    steps = [
+        {"type": "step", "step": i, "loss": 1.0, "scale": 2.0 ** (16 - (i >= 2)), "skipped": i == 1}
+        for i in range(4)
+    ]
+    records = [_header("fp16"), *steps]
+    model = _model(records)
+    note, limits = heatmap_limits(model, activations=False)
+    assert "divided by the loss scale" in note
+    low = limits[0]
+    assert low.steps.tolist() == [0, 1, 2, 3]
+    assert low.log2.tolist() == [-40.0, -40.0, -39.0, -39.0]  # -24 - log2(scale)
+    note, limits = heatmap_limits(model, activations=True)
+    assert limits[0].log2.tolist() == [-24.0, -24.0]
+    assert limits[1].log2.tolist() == [math.log2(65504.0)] * 2
+    _note, bf16_limits = heatmap_limits(_model([_header("bf16"), records[1]]), False)
+    assert bf16_limits[0].log2.tolist() == [-133.0, -133.0]
+
+
+def test_ranges_come_from_the_data_alone() -> None:
+    values = np.array([2.0**-3, 2.0**5, math.nan, math.inf])
+    assert data_range([values]) == (0.125, 32.0)
+    assert data_range([values], log=True) == (math.log10(0.125), math.log10(32.0))
+    assert data_range([np.array([math.nan])]) is None
+
+
+def test_smoothing_is_an_exponential_average_that_skips_nan() -> None:
+    values = np.array([1.0, math.nan, 3.0])
+    out = smoothed(values, 0.5)
+    assert out[0] == 1.0 and math.isnan(out[1])
+    assert out[2] == (0.5 * 0.5 * 1.0 + 0.5 * 3.0) / (1 - 0.25)
+    assert np.array_equal(smoothed(values, 0.0), values, equal_nan=True)
+
+
+def _synthetic_model(**options: Any) -> RunModel:
+    return _model(list(synthetic_records(**options)))
+
+
+def test_markers_at_the_first_nan_loss_and_first_nonfinite_layer() -> None:
+    runs = RunList()
+    runs.add(_synthetic_model(steps=40, stats_every=1, overflow_every=30), None)
+    runs.add(_synthetic_model(steps=40, precision="bf16"), None)
+    markers = run_markers(runs.overlay())
+    assert [(m.key, m.step, m.text) for m in markers] == [
+        (0, 29, "first NaN loss"),
+        (0, 29, "first inf/NaN: head"),
+    ]
+
+
+def test_hover_reads_every_overlaid_run_at_the_step() -> None:
+    runs = RunList()
+    first = runs.add(_synthetic_model(steps=20), None)
+    runs.add(_synthetic_model(steps=10, seed=1), None)
+    text = hover_text(runs.overlay(), 15.4, "loss")
+    loss = first.model.scalars.column("loss")[15]
+    assert text.startswith("step 15 · ")
+    assert f"{loss:.4g}" in text
+    assert text.count("■") == 2  # the shorter run shows its last step
+    assert hover_text(runs.overlay(), -1.0, "loss") == ""
+
+
+def test_run_list_titles_live_only_while_the_job_runs_and_drops_empty_runs() -> None:
+    runs = RunList()
+    live_model = RunModel()
+    live_model.header = _header()
+    live = runs.add(live_model, None, live=True)
+    runs.select(live)
+    assert runs.title(live, job_active=True).endswith("(live)")
+    assert runs.overlay() == []  # no step: no legend entry
+    # Quick Start/Stop: the job ended before its first step; the run is not kept.
+    assert runs.end_live(live) is False
+    assert runs.runs == [] and runs.current is None
+    kept = runs.add(_synthetic_model(steps=5), None, live=True)
+    assert runs.end_live(kept) is True
+    assert "(live)" not in runs.title(kept, job_active=False)
+    assert "(live)" not in runs.title(kept, job_active=True)  # the job now feeds another run
+
+
+def test_selected_runs_settings_are_what_start_would_run() -> None:
+    model = _synthetic_model(steps=5, precision="bf16", seed=7)
+    settings = settings_of(model)
+    assert isinstance(settings, TrainConfig)
+    assert (settings.precision, settings.seed, settings.steps) == ("bf16", 7, 5)
+    broken = _model([_header(steps="many")])
+    assert isinstance(settings_of(broken), str)
+
+
+def test_long_texts_from_a_run_file_are_elided() -> None:
+    huge = str(10**308)
+    text = elide(f"task {huge}", 40)
+    assert len(text) == 40 and "…" in text and text.startswith("task 1")
+    assert elide("a\nb") == "a b"
+    model = _model([_header(steps=10**309), {"type": "step", "step": 3, "loss": 1.0}])
+    progress = progress_view(model, job_active=False, state=None)
+    assert progress.permille == 0 and len(progress.text) < 60
+
+
+def test_progress_is_in_thousandths_whatever_the_step_count() -> None:
+    model = _model([_header(steps=2**40), {"type": "step", "step": 2**39 - 1, "loss": 1.0}])
+    view = progress_view(model, job_active=True, state="running")
+    assert view.permille == 500  # Qt's bar holds 32-bit ints: 2**40 raised OverflowError
+    assert view.text.startswith(f"{2**39}/{2**40} steps")
+
+
+def test_form_problems_summarized_in_one_line() -> None:
+    titles = {"steps": "Steps", "seed": "Seed"}
+    assert summarize_problems({}, titles) == ""
+    assert summarize_problems({"steps": "x"}, titles) == "Fix 1 field: Steps"
+    assert summarize_problems({"steps": "x", "seed": "y"}, titles) == "Fix 2 fields: Steps, Seed"
