@@ -13,6 +13,7 @@ from .format import (
     CLASSES,
     ENCODINGS,
     OVERFLOW_POLICIES,
+    P3109_ENCODINGS,
     ROUNDING_MODES,
     Fields,
     FloatFormat,
@@ -20,6 +21,7 @@ from .format import (
     make_format,
     to_exact_value,
 )
+from .p3109 import SATURATION_MODES, P3109Parameters, p3109_format, p3109_parameters
 from .parse import parse_value
 from .registry import get_format, list_formats
 
@@ -27,16 +29,21 @@ __all__ = [
     "CLASSES",
     "ENCODINGS",
     "OVERFLOW_POLICIES",
+    "P3109_ENCODINGS",
     "ROUNDING_MODES",
+    "SATURATION_MODES",
     "ExactValue",
     "Fields",
     "FloatFormat",
+    "P3109Parameters",
     "Rounded",
     "exact_decimal",
     "get_format",
     "leading_digits",
     "list_formats",
     "make_format",
+    "p3109_format",
+    "p3109_parameters",
     "parse_value",
     "to_exact_value",
 ]

@@ -8,9 +8,34 @@ Encodings of the special values (`encoding`):
 - ``finite``: no inf, no NaN: every code is a number (float6_e2m3fn, float4_e2m1fn).
 - ``fnu``: unsigned, NaN at all ones, no zero and no subnormals: exponent field 0 is an
   ordinary binade (float8_e8m0fnu, whose values are the powers of two 2**-127 .. 2**127).
+- ``p3109_extended`` / ``p3109_finite``: the IEEE P3109 family (see `fpexplorer.formats.p3109`):
+  one zero (no -0) and one NaN, at the negative-zero code when signed (0x80 in 8 bits) and at
+  the all-ones code when unsigned; the extended domain has ±inf at the top magnitude code
+  (0x7F/0xFF signed, 0xFE unsigned), the finite domain uses those codes for numbers.
 
 With ``subnormals=False`` (and not ``fnu``) every code with exponent field 0 reads as zero of
 its sign, as flush-to-zero hardware reads them; rounding then goes to 0 or ±min_normal.
+
+Rounding modes (`ROUNDING_MODES`): the five IEEE 754 ones, ``round_to_odd`` (truncate, then
+make the last code bit 1 when the result is inexact: the sticky rounding that makes a later
+rounding into a narrower format correct), and ``stochastic`` with ``random_bits`` N: the
+distance to the lower neighbour, as a fraction of the gap, is rounded to N bits (ties to
+even) giving d / 2**N, and N uniform random bits r round up when r + d >= 2**N, so the
+probability of rounding up is exactly d / 2**N (gfloat's ``RoundMode.Stochastic``).
+
+Overflow policies (`OVERFLOW_POLICIES`), for a magnitude beyond max:
+
+- ``ieee``: ±inf, else NaN, else ±max (P3109 OvfInf);
+- ``saturate``: ±max, infinite inputs included (P3109 SatFinite);
+- ``saturate_propagate``: finite overflow to ±max, ±inf stays ±inf (NaN where the format
+  has no inf) (P3109 SatPropagate);
+- ``nan``: NaN, else ±inf, else ±max.
+
+Under every policy the directions that round toward zero (toward_zero; toward_negative for
+positive values; toward_positive for negative ones; round_to_odd, which truncates first)
+give ±max for a finite input beyond max, as IEEE 754 §7.4 says: the rounded result of those
+directions is max itself, so there is no overflow to represent. That holds under ``nan`` too:
+the policy names what an overflow becomes, and those directions do not overflow past max.
 """
 
 from __future__ import annotations
@@ -36,10 +61,15 @@ ROUNDING_MODES = (
     "toward_zero",
     "toward_positive",
     "toward_negative",
+    "round_to_odd",
     "stochastic",
 )
-OVERFLOW_POLICIES = ("ieee", "saturate", "nan")
-ENCODINGS = ("ieee", "fn", "fnuz", "finite", "fnu")
+OVERFLOW_POLICIES = ("ieee", "saturate", "saturate_propagate", "nan")
+P3109_ENCODINGS = ("p3109_extended", "p3109_finite")
+ENCODINGS = ("ieee", "fn", "fnuz", "finite", "fnu", *P3109_ENCODINGS)
+# Stochastic rounding's default number of random bits: the whole of one 64-bit draw.
+DEFAULT_RANDOM_BITS = 64
+MAX_RANDOM_BITS = 64
 CLASSES = ("zero", "subnormal", "normal", "inf", "nan")
 
 MAX_WIDTH = 64
@@ -102,6 +132,8 @@ class _Derived:
     has_zero: bool
     default_overflow: str
     nan_code: int  # canonical (quiet, positive) NaN, -1 if none
+    nan_is_signed: bool  # a NaN of either sign exists (ieee, fn); fnuz and P3109 have one NaN
+    infinity_magnitude_code: int  # the code of +inf, -1 if none
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +168,12 @@ class FloatFormat:
     @property
     def spec(self) -> str:
         """A spec string that `get_format` turns back into these parameters."""
+        from .p3109 import p3109_name
         from .registry import parameters_named
 
+        p3109 = p3109_name(self)
+        if p3109 is not None:
+            return p3109
         text = f"e{self.exponent_bits}m{self.mantissa_bits}"
         named = parameters_named(text)
         if named is not None and named != self._parameters():
@@ -147,8 +183,8 @@ class FloatFormat:
             text += f":bias={self.bias}"
         if self.encoding != "ieee":
             text += f":encoding={self.encoding}"
-        if not self.subnormals and self.encoding != "fnu":
-            text += ":subnormals=off"
+        if self.subnormals != _default_subnormals(self.encoding, self.mantissa_bits):
+            text += ":subnormals=" + ("on" if self.subnormals else "off")
         if not self.signed and self.encoding != "fnu":
             text += ":unsigned"
         return text
@@ -184,10 +220,14 @@ class FloatFormat:
             "fnuz": "no inf, no -0, NaN at -0",
             "finite": "no inf, no NaN",
             "fnu": "unsigned, no zero, NaN at all ones",
+            "p3109_extended": "P3109 extended: ±inf at the top codes, one NaN, no -0",
+            "p3109_finite": "P3109 finite: no inf, one NaN, no -0",
         }[self.encoding]
         text = f"{self.width} bits: {', '.join(parts)}, bias {self.bias}, {special}"
-        if not self.subnormals and self.encoding != "fnu":
+        if not self.subnormals and self.encoding != "fnu" and self.mantissa_bits:
             text += ", no subnormals"
+        if not self.signed and self.encoding not in ("fnu", *P3109_ENCODINGS):
+            text += ", unsigned"
         note = note_of(self.name)
         return f"{note}; {text}" if note else text
 
@@ -272,6 +312,11 @@ class FloatFormat:
             return "inf" if fraction == 0 else "nan"
         if self.encoding == "fnuz" and sign == 1 and magnitude == 0:
             return "nan"
+        if self.encoding in P3109_ENCODINGS:
+            if code == d.nan_code:
+                return "nan"
+            if magnitude == d.infinity_magnitude_code:
+                return "inf"
         if self.encoding in ("fn", "fnu") and magnitude == (1 << d.sign_shift) - 1:
             return "nan"
         if self.encoding == "fnu":
@@ -392,7 +437,7 @@ class FloatFormat:
         if away:
             if magnitude >= d.max_magnitude_code:
                 if d.has_inf:
-                    return self._signed_code(negative, d.exponent_all_ones << self.mantissa_bits)
+                    return self._signed_code(negative, d.infinity_magnitude_code)
                 return code
             if kind == "zero":
                 target = d.smallest_positive_code
@@ -444,14 +489,20 @@ class FloatFormat:
         rounding: str = "nearest_even",
         overflow: str | None = None,
         seed: int | None = None,
+        *,
+        random_bits: int | None = None,
+        random_draw: int | None = None,
     ) -> int:
         """The code of `x` rounded into this format.
 
         `x`: int, float, Fraction, Decimal, str (see `parse_value`) or ExactValue. `overflow`
         None means this format's `default_overflow`, which is what ml_dtypes does, so default
         conversions agree with ml_dtypes bit for bit (see the README for the exceptions).
+        Stochastic rounding uses `random_bits` random bits (default 64): drawn from `seed`,
+        or given as `random_draw` (an int in [0, 2**random_bits)) to replay one draw.
         """
-        return self._round(to_exact_value(x, self), rounding, overflow, seed).code
+        exact = to_exact_value(x, self)
+        return self._round(exact, rounding, overflow, seed, random_bits, random_draw).code
 
     def round(
         self,
@@ -459,10 +510,16 @@ class FloatFormat:
         rounding: str = "nearest_even",
         overflow: str | None = None,
         seed: int | None = None,
+        *,
+        random_bits: int | None = None,
+        random_draw: int | None = None,
     ) -> Rounded:
-        """Round `x` into this format: the code, its value, the errors and the flags."""
+        """Round `x` into this format: the code, its value, the errors and the flags.
+
+        The arguments are those of `from_value`.
+        """
         exact = to_exact_value(x, self)
-        outcome = self._round(exact, rounding, overflow, seed)
+        outcome = self._round(exact, rounding, overflow, seed, random_bits, random_draw)
         value = self.to_exact(outcome.code)
         error_abs = error_rel = error_ulps = None
         if exact.is_finite and value.is_finite:
@@ -489,13 +546,26 @@ class FloatFormat:
         )
 
     def _round(
-        self, x: ExactValue, rounding: str, overflow: str | None, seed: int | None
+        self,
+        x: ExactValue,
+        rounding: str,
+        overflow: str | None,
+        seed: int | None,
+        random_bits: int | None = None,
+        random_draw: int | None = None,
     ) -> _Outcome:
         if rounding not in ROUNDING_MODES:
             raise ValueError(f"unknown rounding mode {rounding!r}; one of {ROUNDING_MODES}")
         policy = overflow or _derived(self).default_overflow
         if policy not in OVERFLOW_POLICIES:
             raise ValueError(f"unknown overflow policy {overflow!r}; one of {OVERFLOW_POLICIES}")
+        bits = check_random_bits(rounding, random_bits)
+        if random_draw is not None:
+            if isinstance(random_draw, bool) or not isinstance(random_draw, int):
+                raise ValueError("random_draw must be an int")
+            if rounding != "stochastic" or not 0 <= random_draw < 1 << bits:
+                raise ValueError(f"random_draw must be in [0, 2**{bits}) with stochastic rounding")
+        draw = _Draw(bits, seed, random_draw)
         d = _derived(self)
         if x.is_nan:
             if d.has_nan:
@@ -512,7 +582,7 @@ class FloatFormat:
                 return self._invalid(x)
             return _Outcome(self._signed_code(x.negative, 0), False, False, False, False)
         magnitude_code, exact, overflowed, tiny = self._round_magnitude(
-            x.magnitude, x.negative, rounding, seed
+            x.magnitude, x.negative, rounding, draw
         )
         if overflowed:
             if _rounds_toward_max(rounding, x.negative):
@@ -530,14 +600,14 @@ class FloatFormat:
 
     def _nan_with_sign(self, negative: bool) -> int:
         d = _derived(self)
-        if negative and self.signed and self.encoding != "fnuz":
+        if negative and d.nan_is_signed:
             return d.nan_code | (1 << d.sign_shift)
         return d.nan_code
 
     def _too_large(self, negative: bool, policy: str, *, from_infinity: bool) -> int:
         """The code for a magnitude beyond max, under an overflow policy."""
         d = _derived(self)
-        infinity = self._signed_code(negative, d.exponent_all_ones << self.mantissa_bits)
+        infinity = self._signed_code(negative, d.infinity_magnitude_code)
         kind = _too_large_kind(d, policy, from_infinity)
         if kind == "inf":
             return infinity
@@ -546,7 +616,7 @@ class FloatFormat:
         return self._signed_code(negative, d.max_magnitude_code)
 
     def _round_magnitude(
-        self, magnitude: Fraction, negative: bool, rounding: str, seed: int | None
+        self, magnitude: Fraction, negative: bool, rounding: str, draw: _Draw
     ) -> tuple[int, bool, bool, bool]:
         """Round a positive magnitude: (magnitude code, exact, overflowed, tiny).
 
@@ -571,7 +641,7 @@ class FloatFormat:
             # where it lies between 0 and min_normal: numerator / (denominator * min_normal)
             rest, scale = _scaled(numerator, denominator, d.emin)
             up = _round_up(
-                rest, scale, rounding, negative, low_odd=False, high_odd=False, seed=seed
+                rest, scale, rounding, negative, low_odd=False, high_odd=not m, draw=draw
             )
             return (high_code if up else low_code), False, False, True
         quantum_exponent = max(exponent, d.emin) - m
@@ -592,7 +662,7 @@ class FloatFormat:
                 negative,
                 low_odd=bool(low_code & 1),
                 high_odd=not low_code & 1,
-                seed=seed,
+                draw=draw,
             )
             result = low_code + up
         if result > d.max_magnitude_code:
@@ -642,6 +712,45 @@ def _scaled(numerator: int, denominator: int, exponent: int) -> tuple[int, int]:
     return numerator << -exponent, denominator
 
 
+@dataclass(frozen=True, slots=True)
+class _Draw:
+    """Where stochastic rounding's random bits come from: a given draw, or a seeded one."""
+
+    bits: int
+    seed: int | None
+    given: int | None
+
+    def take(self) -> int:
+        if self.given is not None:
+            return self.given
+        return random.Random(self.seed).getrandbits(self.bits)
+
+
+def check_random_bits(rounding: str, random_bits: int | None) -> int:
+    """The number of random bits stochastic rounding uses; ValueError when it makes no sense."""
+    if random_bits is None:
+        return DEFAULT_RANDOM_BITS
+    if isinstance(random_bits, bool) or not isinstance(random_bits, int):
+        raise ValueError("random_bits must be an int")
+    if rounding != "stochastic":
+        raise ValueError("random_bits goes with rounding='stochastic' only")
+    if not 1 <= random_bits <= MAX_RANDOM_BITS:
+        raise ValueError(f"random_bits must be 1..{MAX_RANDOM_BITS}, not {random_bits}")
+    return random_bits
+
+
+def stochastic_threshold(rest: int, scale: int, random_bits: int) -> int:
+    """d: the fraction rest / scale rounded to `random_bits` bits, ties to even, times 2**N.
+
+    Stochastic rounding goes up when r + d >= 2**N for N uniform random bits r, so exactly
+    d of the 2**N draws go up (gfloat's ``RoundMode.Stochastic`` computes the same d).
+    """
+    quotient, remainder = divmod(rest << random_bits, scale)
+    if 2 * remainder > scale or (2 * remainder == scale and quotient & 1):
+        quotient += 1
+    return quotient
+
+
 def _round_up(
     rest: int,
     scale: int,
@@ -650,7 +759,7 @@ def _round_up(
     *,
     low_odd: bool,
     high_odd: bool,
-    seed: int | None,
+    draw: _Draw,
 ) -> int:
     """1 when a magnitude strictly between two neighbours goes to the larger one.
 
@@ -671,22 +780,26 @@ def _round_up(
         return int(not negative)
     if rounding == "toward_negative":
         return int(negative)
-    # stochastic: up with probability rest / scale (to 2**-64).
-    draw = random.Random(seed).getrandbits(64)
-    return int(draw * scale < rest << 64)
+    if rounding == "round_to_odd":
+        # The odd one of two adjacent codes. Where neither is odd (0 and min_normal without
+        # subnormals) the nonzero one: an inexact result must never look exact.
+        return int(not low_odd)
+    threshold = stochastic_threshold(rest, scale, draw.bits)
+    return int(draw.take() + threshold >= 1 << draw.bits)
 
 
 def _too_large_kind(d: _Derived, policy: str, from_infinity: bool) -> str:
     """What stands for a magnitude beyond max: "inf", "nan" or "max".
 
-    saturate: max. ieee: inf, else NaN, else max. nan: NaN, else inf, else max. An infinite
-    input stays infinite where the format has inf (unless saturating): it is exact.
+    saturate: max. ieee: inf, else NaN, else max. saturate_propagate: max for a finite
+    input, and an infinite one as under ieee. nan: NaN, else inf, else max. An infinite input
+    stays infinite where the format has inf (unless saturating): it is exact.
     """
-    if policy == "saturate":
+    if policy == "saturate" or (policy == "saturate_propagate" and not from_infinity):
         return "max"
     if from_infinity and d.has_inf:
         return "inf"
-    preference = ("inf", "nan") if policy == "ieee" else ("nan", "inf")
+    preference = ("nan", "inf") if policy == "nan" else ("inf", "nan")
     for kind in preference:
         if (kind == "inf" and d.has_inf) or (kind == "nan" and d.has_nan):
             return kind
@@ -694,8 +807,11 @@ def _too_large_kind(d: _Derived, policy: str, from_infinity: bool) -> str:
 
 
 def _rounds_toward_max(rounding: str, negative: bool) -> bool:
-    """IEEE 754: directed roundings toward zero overflow to ±max, not to infinity."""
-    if rounding == "toward_zero":
+    """IEEE 754: directed roundings toward zero overflow to ±max, not to infinity.
+
+    round_to_odd truncates first, so it is one of them.
+    """
+    if rounding in ("toward_zero", "round_to_odd"):
         return True
     if rounding == "toward_positive":
         return negative
@@ -722,8 +838,9 @@ def _power_of_two(exponent: int) -> Fraction:
 
 
 def default_bias(exponent_bits: int, encoding: str) -> int:
-    """2**(e-1) - 1, or 2**(e-1) for fnuz (one more binade of small values, as ml_dtypes)."""
-    if encoding == "fnuz":
+    """2**(e-1) - 1, or 2**(e-1) for fnuz (one more binade of small values, as ml_dtypes)
+    and for P3109 (signed: 2**(K-P-1); unsigned: 2**(K-P), which is 2**(e-1) in both)."""
+    if encoding == "fnuz" or encoding in P3109_ENCODINGS:
         return 1 << (exponent_bits - 1)
     return (1 << (exponent_bits - 1)) - 1
 
@@ -750,6 +867,8 @@ def _validate(fmt: FloatFormat) -> None:
         raise ValueError("the fnu encoding is unsigned and has no subnormals")
     if fmt.encoding == "fnuz" and not fmt.signed:
         raise ValueError("the fnuz encoding needs a sign bit (NaN is the negative-zero code)")
+    if fmt.encoding in P3109_ENCODINGS and fmt.exponent_bits + fmt.mantissa_bits < 2:
+        raise ValueError("a P3109 format needs at least 2 bits besides the sign")
     if fmt.encoding == "fn" and fmt.exponent_bits + fmt.mantissa_bits < 2:
         # e1m0 with NaN at all ones: the one other magnitude code is zero, no number left.
         raise ValueError("too narrow for NaN at all ones: no nonzero value would remain")
@@ -768,19 +887,28 @@ def _derived(fmt: FloatFormat) -> _Derived:
     exponent_all_ones = (1 << e_bits) - 1
     first_field = 0 if fmt.encoding == "fnu" else 1
     emin = first_field - fmt.bias
+    p3109 = fmt.encoding in P3109_ENCODINGS
+    extended = fmt.encoding == "p3109_extended"
     if fmt.encoding == "ieee":
         max_code = (exponent_all_ones << m) - 1
     elif fmt.encoding in ("fn", "fnu"):
         max_code = all_magnitude - 1
+    elif p3109:
+        # Below the top: inf (extended), and NaN when unsigned (signed, it is the -0 code).
+        max_code = all_magnitude - int(extended) - int(not fmt.signed)
     else:  # fnuz, finite
         max_code = all_magnitude
-    has_inf = fmt.encoding == "ieee"
-    has_nan = fmt.encoding in ("fn", "fnuz", "fnu") or (fmt.encoding == "ieee" and m > 0)
+    has_inf = fmt.encoding == "ieee" or extended
+    has_nan = fmt.encoding in ("fn", "fnuz", "fnu") or p3109 or (fmt.encoding == "ieee" and m > 0)
     has_zero = fmt.encoding != "fnu"
-    has_negative_zero = fmt.signed and fmt.encoding not in ("fnuz", "fnu")
+    has_negative_zero = fmt.signed and fmt.encoding not in ("fnuz", "fnu") and not p3109
+    if fmt.encoding == "ieee":
+        infinity_magnitude_code = exponent_all_ones << m
+    else:
+        infinity_magnitude_code = max_code + 1 if extended else -1
     if fmt.encoding == "ieee":
         nan_code = (exponent_all_ones << m) | (1 << (m - 1)) if m > 0 else -1
-    elif fmt.encoding == "fnuz":
+    elif fmt.encoding == "fnuz" or (p3109 and fmt.signed):
         nan_code = 1 << magnitude_bits
     elif has_nan:
         nan_code = all_magnitude
@@ -822,6 +950,8 @@ def _derived(fmt: FloatFormat) -> _Derived:
         has_zero=has_zero,
         default_overflow=default_overflow,
         nan_code=nan_code,
+        nan_is_signed=has_nan and fmt.signed and fmt.encoding in ("ieee", "fn"),
+        infinity_magnitude_code=infinity_magnitude_code,
     )
 
 
@@ -903,7 +1033,7 @@ def make_format(
     if not 1 <= exponent_bits <= MAX_EXPONENT_BITS:
         raise ValueError(f"exponent bits must be 1..{MAX_EXPONENT_BITS}, not {exponent_bits}")
     if subnormals is None:
-        subnormals = encoding != "fnu"
+        subnormals = _default_subnormals(encoding, mantissa_bits)
     if signed is None:
         signed = encoding != "fnu"
     if bias is None:
@@ -912,3 +1042,11 @@ def make_format(
     if name is None:
         object.__setattr__(fmt, "name", fmt.spec)
     return fmt
+
+
+def _default_subnormals(encoding: str, mantissa_bits: int) -> bool:
+    """Subnormals are on unless fnu; P3109 says a format of precision 1 has none (with no
+    fraction bits, exponent field 0 holds only zero either way)."""
+    if encoding == "fnu":
+        return False
+    return not (encoding in P3109_ENCODINGS and mantissa_bits == 0)

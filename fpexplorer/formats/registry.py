@@ -6,6 +6,7 @@ import difflib
 import re
 
 from .format import ENCODINGS, FloatFormat, make_format
+from .p3109 import named_p3109_formats, p3109_parameters, parse_p3109_name
 
 # name: (exponent bits, mantissa bits, bias, encoding, subnormals, signed, aliases, note)
 _TABLE: tuple[tuple[str, int, int, int, str, bool, bool, tuple[str, ...], str], ...] = (
@@ -151,12 +152,25 @@ for _name, _e, _m, _bias, _enc, _sub, _signed, _aliases, _note in _TABLE:
     for _alias in _aliases:
         _LOOKUP[_alias] = _format
 
+for _format in named_p3109_formats():
+    _p3109 = p3109_parameters(_format)
+    assert _p3109 is not None
+    _FORMATS[_format.name] = _format
+    # gfloat's spelling of the same name.
+    _ALIASES[_format.name] = (_format.name.replace("binary", "p3109_k"),)
+    _NOTES[_format.name] = (
+        f"IEEE P3109 {'signed' if _p3109.signed else 'unsigned'} "
+        f"{'extended' if _p3109.extended else 'finite'}, precision {_p3109.precision}"
+    )
+    _LOOKUP[_format.name] = _format
+    _LOOKUP[_ALIASES[_format.name][0]] = _format
+
 _SPEC = re.compile(r"e(?P<e>[0-9]{1,3})m(?P<m>[0-9]{1,3})(?P<options>(?::[^:]*)*)")
 
 
 def list_formats() -> list[FloatFormat]:
-    """The named formats, widest first."""
-    return list(_FORMATS.values())
+    """The named formats, widest first (in table order within a width, P3109 last)."""
+    return sorted(_FORMATS.values(), key=lambda fmt: -fmt.width)
 
 
 def parameters_named(name: str) -> tuple[int, int, int, str, bool, bool] | None:
@@ -176,8 +190,10 @@ def note_of(name: str) -> str:
 def get_format(name_or_spec: str | FloatFormat) -> FloatFormat:
     """A named format ("float16", "fp16", "e4m3", ...) or a custom one from a spec string.
 
-    Specs: "eXmY" plus ":"-separated options bias=N, encoding=ieee|fn|fnuz|finite|fnu,
-    subnormals=on|off, unsigned; e.g. "e6m9" or "e4m3:bias=11:encoding=fnuz". A name wins
+    P3109 formats by name: binary{K}p{P}{s|u}{e|f} for K = 3..16, e.g. "binary8p3se" (see
+    `fpexplorer.formats.p3109`). Specs: "eXmY" plus ":"-separated options bias=N,
+    encoding=ieee|fn|fnuz|finite|fnu|p3109_extended|p3109_finite, subnormals=on|off,
+    unsigned; e.g. "e6m9" or "e4m3:bias=11:encoding=fnuz". A name wins
     over a spec of the same spelling ("e4m3" is float8_e4m3fn, as the OCP FP8 spec says).
     """
     if isinstance(name_or_spec, FloatFormat):
@@ -187,13 +203,17 @@ def get_format(name_or_spec: str | FloatFormat) -> FloatFormat:
     key = name_or_spec.strip().lower()
     if key in _LOOKUP:
         return _LOOKUP[key]
+    p3109 = parse_p3109_name(key)
+    if p3109 is not None:
+        return p3109
     match = _SPEC.fullmatch(key)
     if match is None:
         close = difflib.get_close_matches(key, list(_LOOKUP), n=4, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ValueError(
             f"unknown format {name_or_spec.strip()[:40]!r}{hint} "
-            "(see `fpexplorer formats`, or give a spec such as e6m9 or e4m3:encoding=fnuz)"
+            "(see `fpexplorer formats`, or give a spec such as e6m9, e4m3:encoding=fnuz "
+            "or binary8p3se)"
         )
     return _from_spec(match, name_or_spec.strip())
 

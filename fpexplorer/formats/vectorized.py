@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .format import CLASSES, OVERFLOW_POLICIES, ROUNDING_MODES, _derived, _too_large_kind
+from .format import (
+    CLASSES,
+    OVERFLOW_POLICIES,
+    P3109_ENCODINGS,
+    ROUNDING_MODES,
+    _derived,
+    _too_large_kind,
+    check_random_bits,
+)
 
 if TYPE_CHECKING:
     from .format import FloatFormat
@@ -78,6 +86,14 @@ def _decode(fmt: FloatFormat, c: CodeArray) -> tuple[FloatArray, ClassArray]:
         nan = magnitude == np.uint64(d.nan_code)
         classes[nan] = _NAN
         values[nan] = np.nan
+    elif fmt.encoding in P3109_ENCODINGS:
+        if d.has_inf:
+            infinite = magnitude == np.uint64(d.infinity_magnitude_code)
+            classes[infinite] = _INF
+            values[infinite] = np.inf
+        nan = c == np.uint64(d.nan_code)
+        classes[nan] = _NAN
+        values[nan] = np.nan
     values = np.copysign(values, np.where(negative, -1.0, 1.0))
     return values, classes
 
@@ -112,12 +128,15 @@ def from_float_array(
     rounding: str = "nearest_even",
     overflow: str | None = None,
     seed: int | None = None,
+    random_bits: int | None = None,
+    random_draws: npt.ArrayLike | None = None,
 ) -> np.ndarray[Any, Any]:
     if rounding not in ROUNDING_MODES:
         raise ValueError(f"unknown rounding mode {rounding!r}; one of {ROUNDING_MODES}")
     policy = overflow or _derived(fmt).default_overflow
     if policy not in OVERFLOW_POLICIES:
         raise ValueError(f"unknown overflow policy {overflow!r}; one of {OVERFLOW_POLICIES}")
+    bits = check_random_bits(rounding, random_bits)
     array = np.asarray(x)
     if array.dtype.kind != "f":
         if array.dtype.kind in "iub":
@@ -125,7 +144,10 @@ def from_float_array(
         raise ValueError(f"from_float_array takes a float array, not {array.dtype}")
     flat = array.reshape(-1)
     out = np.empty(flat.shape, dtype=code_dtype(fmt))
-    rng = np.random.default_rng(seed) if rounding == "stochastic" else None
+    draws = _given_draws(random_draws, rounding, bits, array.shape)
+    stochastic = None
+    if rounding == "stochastic":
+        stochastic = _Stochastic(bits, np.random.default_rng(seed), draws)
     kernel = _fast_kernel(fmt, flat.dtype, rounding, policy)
     # Signalling NaNs and huge values make numpy warn inside the kernels; they are handled.
     with np.errstate(invalid="ignore", over="ignore"):
@@ -134,8 +156,42 @@ def from_float_array(
             if kernel is not None:
                 kernel(block, out[start : start + _BLOCK])
             else:
-                out[start : start + _BLOCK] = _round_block(fmt, block, rounding, policy, rng)
+                if stochastic is not None:
+                    stochastic.start = start
+                out[start : start + _BLOCK] = _round_block(fmt, block, rounding, policy, stochastic)
     return out.reshape(array.shape)
+
+
+class _Stochastic:
+    """Random bits for stochastic rounding: N-bit draws from a generator, or given ones."""
+
+    def __init__(self, bits: int, rng: np.random.Generator, given: CodeArray | None) -> None:
+        self.bits = bits
+        self.rng = rng
+        self.given = given
+        self.start = 0  # where the block being rounded starts (indexes the given draws)
+
+    def draws(self, shape: tuple[int, ...]) -> CodeArray:
+        if self.given is not None:
+            size = int(np.prod(shape))
+            return self.given[self.start : self.start + size].reshape(shape)
+        high = np.uint64((1 << self.bits) - 1)
+        return self.rng.integers(0, high, size=shape, dtype=np.uint64, endpoint=True)
+
+
+def _given_draws(
+    random_draws: npt.ArrayLike | None, rounding: str, bits: int, shape: tuple[int, ...]
+) -> CodeArray | None:
+    if random_draws is None:
+        return None
+    if rounding != "stochastic":
+        raise ValueError("random_draws go with rounding='stochastic' only")
+    draws = np.asarray(random_draws)
+    if draws.dtype.kind not in "iu" or draws.shape != shape:
+        raise ValueError(f"random_draws must be an integer array of the input's shape {shape}")
+    if draws.size and (draws.min() < 0 or int(draws.max()) >= 1 << bits):
+        raise ValueError(f"random_draws must lie in [0, 2**{bits})")
+    return draws.astype(np.uint64).reshape(-1)
 
 
 def _round_block(
@@ -143,7 +199,7 @@ def _round_block(
     block: np.ndarray[Any, Any],
     rounding: str,
     policy: str,
-    rng: np.random.Generator | None,
+    stochastic: _Stochastic | None,
 ) -> CodeArray:
     """The general path: any format, any mode, any float input (exact via float64)."""
     d = _derived(fmt)
@@ -177,13 +233,16 @@ def _round_block(
     if d.first_exponent_field == 0:
         low_code -= np.uint64(1 << m)
     low_odd = (low_code & np.uint64(1)).astype(bool)
-    up = _round_up(remainder, rounding, negative, low_odd, rng)
+    draws = stochastic.draws(remainder.shape) if stochastic is not None else None
+    up = _round_up(remainder, rounding, negative, low_odd, stochastic, draws)
     code = low_code + up.astype(np.uint64)
     if tiny.any() and not fmt.subnormals:
         if d.has_zero:
             fraction_of_min = np.ldexp(safe, np.int32(-d.emin))
             _keep_above_zero(fraction_of_min, finite_nonzero)
-            tiny_up = _round_up(fraction_of_min, rounding, negative, np.zeros_like(tiny), rng)
+            # The lower neighbour is 0, an even code.
+            tiny_odd = np.zeros(tiny.shape, dtype=bool)
+            tiny_up = _round_up(fraction_of_min, rounding, negative, tiny_odd, stochastic, draws)
             tiny_code = np.where(tiny_up, np.uint64(1 << m), np.uint64(0))
         else:
             tiny_code = np.full(code.shape, np.uint64(d.smallest_positive_code))
@@ -226,8 +285,14 @@ def _round_up(
     rounding: str,
     negative: BoolArray,
     low_odd: BoolArray,
-    rng: np.random.Generator | None,
+    stochastic: _Stochastic | None,
+    draws: CodeArray | None,
 ) -> BoolArray:
+    """Where a magnitude `remainder` of the way from its lower neighbour goes up.
+
+    `low_odd`: where going up would leave an odd code for an even one (the lower code is odd),
+    so ties to even and round to odd both read it.
+    """
     if rounding == "nearest_even":
         nearest: BoolArray = (remainder > 0.5) | ((remainder == 0.5) & low_odd)
         return nearest
@@ -239,13 +304,21 @@ def _round_up(
         return (remainder > 0) & ~negative
     if rounding == "toward_negative":
         return (remainder > 0) & negative
-    assert rng is not None
-    draws: BoolArray = rng.random(remainder.shape) < remainder
-    return draws
+    if rounding == "round_to_odd":
+        odd: BoolArray = (remainder > 0) & ~low_odd
+        return odd
+    assert stochastic is not None and draws is not None
+    # d = remainder * 2**N rounded to an integer, ties to even (exact: remainder is a float64
+    # below 1, so the product and np.rint are exact and d < 2**64); up where r + d >= 2**N.
+    threshold = np.rint(np.ldexp(remainder, stochastic.bits)).astype(np.uint64)
+    # 2**N - d without leaving uint64 (d = 0 never goes up).
+    complement = np.uint64((1 << stochastic.bits) - 1) - threshold + np.uint64(1)
+    stochastic_up: BoolArray = (threshold != 0) & (draws >= complement)
+    return stochastic_up
 
 
 def _toward_max(rounding: str, negative: BoolArray) -> Any:
-    if rounding == "toward_zero":
+    if rounding in ("toward_zero", "round_to_odd"):
         return True
     if rounding == "toward_positive":
         return negative
@@ -274,7 +347,7 @@ def _nan_codes(fmt: FloatFormat, negative: BoolArray) -> CodeArray:
     if not d.has_nan:
         # No NaN to give: like ml_dtypes, a zero whose sign bit is the NaN's inverted.
         return _with_sign(fmt, np.zeros(negative.shape, np.uint64), ~negative)
-    if fmt.signed and fmt.encoding != "fnuz":
+    if d.nan_is_signed:
         return _with_sign(fmt, np.full(negative.shape, np.uint64(d.nan_code)), negative)
     return np.full(negative.shape, np.uint64(d.nan_code))
 
@@ -291,7 +364,7 @@ def _too_large_codes(
     if kind == "nan":
         return _nan_codes(fmt, negative)
     if kind == "inf":
-        magnitude = d.exponent_all_ones << fmt.mantissa_bits
+        magnitude = d.infinity_magnitude_code
     else:
         magnitude = d.max_magnitude_code
     return _with_sign(fmt, np.full(negative.shape, np.uint64(magnitude)), negative)

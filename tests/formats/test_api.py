@@ -162,9 +162,10 @@ def test_every_input_type() -> None:
         "toward_zero",
         "toward_positive",
         "toward_negative",
+        "round_to_odd",
         "stochastic",
     }
-    assert OVERFLOW_POLICIES == ("ieee", "saturate", "nan")
+    assert OVERFLOW_POLICIES == ("ieee", "saturate", "saturate_propagate", "nan")
 
 
 def test_overflow_policies_and_directed_overflow() -> None:
@@ -202,14 +203,16 @@ def test_rounding_values_of_a_hundred_thousand_digits() -> None:
         for mode in ROUNDING_MODES:
             big = fmt.round(huge, mode)
             assert big.overflow and big.inexact
-            expected = fmt.max if mode in ("toward_zero", "toward_negative") else None
+            truncating = ("toward_zero", "toward_negative", "round_to_odd")
+            expected = fmt.max if mode in truncating else None
             assert (big.value.fraction if big.value.is_finite else None) == (
                 expected if fmt.has_inf or fmt.has_nan else fmt.max
             )
             small = fmt.round(tiny, mode)
             if fmt.signed and fmt.subnormals:
                 assert small.underflow and small.inexact
-                away = mode == "toward_negative"
+                # round_to_odd: -0 would look exact; -min_subnormal has the odd code.
+                away = mode in ("toward_negative", "round_to_odd")
                 assert small.value.fraction == (-fmt.min_subnormal if away else 0)
     deep = get_format("e16m47")
     assert deep.round(parse_value("1e-9900"), "toward_positive").code == 1
