@@ -49,10 +49,10 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(summaries))
         return 0
     if args.json:
-        from fpexplorer.training.runlog import encode_record
+        from fpexplorer.training.runlog import encode_json_line
 
         for summary in summaries:
-            print(json.dumps(json.loads(encode_record(dataclasses.asdict(summary))), indent=1))
+            print(json.dumps(json.loads(encode_json_line(dataclasses.asdict(summary))), indent=1))
         return 0
     print("\n\n".join(format_summary(summary) for summary in summaries))
     return 0

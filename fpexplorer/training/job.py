@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -30,7 +30,17 @@ from fpexplorer.training.monitor import (
     device_description,
     one_line_error,
 )
-from fpexplorer.training.runlog import SCHEMA_VERSION, RunWriter
+from fpexplorer.training.records import (
+    SCHEMA_VERSION,
+    DeviceInfo,
+    EndRecord,
+    FormatRange,
+    HeaderRecord,
+    ModelInfo,
+    StepRecord,
+    from_schema1_dict,
+)
+from fpexplorer.training.runlog import RunWriter
 from fpexplorer.training.tasks import Task, make_task
 
 
@@ -224,17 +234,22 @@ class _Progress:
         self.enabled = stream.isatty()
         self._last = 0.0
 
-    def update(self, record: dict[str, Any]) -> None:
+    def update(self, record: StepRecord | Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
+        # The monitor returns the record it wrote (a dict until it builds records itself).
+        step = record if isinstance(record, StepRecord) else from_schema1_dict(record)
+        assert isinstance(step, StepRecord)
         now = time.perf_counter()
-        if not self.enabled or (now - self._last < 0.1 and record["step"] + 1 < self.total):
+        if now - self._last < 0.1 and step.step + 1 < self.total:
             return
         self._last = now
-        done = record["step"] + 1
+        done = step.step + 1
         filled = int(20 * done / self.total)
         self.stream.write(
             f"\r[{'#' * filled}{'.' * (20 - filled)}] {done}/{self.total}"
-            f"  loss {record['loss']:.4g}  scale {record['scale']:g}"
-            f"  {record['steps_per_s']:.1f} steps/s "
+            f"  loss {step.loss:.4g}  scale {step.scale:g}"
+            f"  {step.steps_per_s:.1f} steps/s "
         )
         self.stream.flush()
 
@@ -244,19 +259,21 @@ class _Progress:
             self.stream.flush()
 
 
-def _fallback_header(config: TrainConfig, device: torch.device) -> dict[str, Any]:
+def _fallback_header(config: TrainConfig, device: torch.device) -> HeaderRecord:
     """The header of a run whose task could not even be built."""
-    return {
-        "type": "header",
-        "schema": SCHEMA_VERSION,
-        "fpexplorer": __version__,
-        "torch": torch.__version__,
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "config": config.to_dict(),
-        "device": device_description(device),
-        "model": {"params": 0, "layers": []},
-        "formats": {fmt.name: fmt.header_json() for fmt in FORMAT_RANGES},
-    }
+    return HeaderRecord(
+        schema=SCHEMA_VERSION,
+        fpexplorer_version=__version__,
+        torch_version=torch.__version__,
+        started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        config=config.to_dict(),
+        device=DeviceInfo(**device_description(device)),
+        model=ModelInfo(params=0, layers=()),
+        formats={
+            fmt.name: FormatRange(fmt.max, fmt.min_normal, fmt.min_subnormal)
+            for fmt in FORMAT_RANGES
+        },
+    )
 
 
 def run_job(
@@ -358,10 +375,7 @@ def run_job(
         message = None if interrupted else one_line_error(error)
         if monitor is None:
             writer.write(_fallback_header(config, device))
-            writer.write(
-                {"type": "end", "status": state.value, "error": message, "steps": 0,
-                 "elapsed": 0.0}
-            )  # fmt: skip
+            writer.write(EndRecord(status=state.value, error=message, steps=0, elapsed=0.0))
             writer.close()
         else:
             monitor.close(state.value, message)

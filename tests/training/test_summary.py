@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fpexplorer.training.runlog import RunWriter, load_run
@@ -55,11 +56,18 @@ def test_compare_row_of_a_run_without_steps_has_no_nan_scale(tmp_path: Path) -> 
     assert cells[4:] == ["-", "-"]  # loss scale and steps/s
 
 
-def test_a_damaged_histogram_dtype_is_dropped_not_raised(tmp_path: Path) -> None:
+def test_a_damaged_histogram_dtype_is_reported_not_raised(tmp_path: Path) -> None:
+    """A dtype that is not a name is damage: the step is reported and skipped, the summary
+    of the rest is made (it used to reach a dtype counter and raise there)."""
     hist = {"lo": -3, "counts": [1, 1], "zero": 0, "inf": 0, "nan": 0}
-    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "skipped": False,
-            "grad_hist": hist, "act_hist": {**hist, "dtype": ["float16"]}}  # fmt: skip
-    text = _summary_text(tmp_path / "damaged.jsonl", [HEADER, step])
-    run = load_run(tmp_path / "damaged.jsonl")
-    assert run.steps[0].act_hist is not None and run.steps[0].act_hist.dtype is None
-    assert "act grads  zero 0.0% (?)" in text
+    good = {"type": "step", "step": 0, "loss": 1.0, "stats": {"act_hist": {**hist,
+            "dtype": "float16"}}}  # fmt: skip
+    bad = {"type": "step", "step": 1, "loss": 1.0, "stats": {"act_hist": {**hist,
+           "dtype": ["float16"]}}}  # fmt: skip
+    path = tmp_path / "damaged.jsonl"
+    header = {**HEADER, "schema": 2}
+    path.write_text("".join(json.dumps(r) + "\n" for r in (header, good, bad)))
+    run = load_run(path)
+    assert len(run.steps) == 1 and "expected a string" in run.problems[0]
+    text = format_summary(summarize(run))
+    assert "act grads  zero 0.0% (float16)" in text and "problem    line 3" in text

@@ -72,10 +72,10 @@ def _rows_from_file(path: Path, problems: list[str]) -> Iterator[list[str]]:
             break
         for record in records:
             if isinstance(record, StepRecord):
-                yield [str(record.step)] + [_number(record.raw.get(f)) for f in SCALAR_FIELDS]
+                yield [str(record.step)] + [_number(getattr(record, f)) for f in SCALAR_FIELDS]
     for record in reader.finish():
         if isinstance(record, StepRecord):
-            yield [str(record.step)] + [_number(record.raw.get(f)) for f in SCALAR_FIELDS]
+            yield [str(record.step)] + [_number(getattr(record, f)) for f in SCALAR_FIELDS]
     problems.extend(reader.problems)
 
 

@@ -18,20 +18,19 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from fpexplorer.entry import self_command
 from fpexplorer.gui.training.job_state import JobState, JobStateError, JobStateMachine
 from fpexplorer.training.config import TrainConfig
-from fpexplorer.training.runlog import parse_record
+from fpexplorer.training.runlog import EndRecord, Record, RecordStream
 
 PAUSE_SUPPORTED = hasattr(signal, "SIGSTOP") and sys.platform != "win32"
 MAX_STDERR_LINES = 200
-MAX_LINE_BYTES = 64 * 1024 * 1024
 PARSE_BUDGET_S = 0.005  # parse records for at most this long per event-loop turn
-MAX_BACKLOG_LINES = 20_000
+FEED_BYTES = 16 * 1024  # parsed in pieces of this size (~8 records with statistics)
+MAX_BACKLOG_BYTES = 64 * 1024 * 1024
 
 
 def job_argv(config: TrainConfig, run_path: str | os.PathLike[str]) -> list[str]:
@@ -44,7 +43,7 @@ class TrainingJob(QObject):
     """One child process at a time; its state in a JobStateMachine.
 
     Signals:
-        records_received(list): raw record dicts, in order, as lines arrive on stdout.
+        records_received(list): typed records (`runlog.Record`), in order, as they arrive.
         state_changed(JobState)
         problem(str): a line of stdout that was not a record, or a failure explanation.
         finished(str): one line saying how the job ended (also after failures).
@@ -59,12 +58,14 @@ class TrainingJob(QObject):
         super().__init__(parent)
         self._machine = JobStateMachine()
         self._process: QProcess | None = None
-        self._stdout_pending = b""
         self._stderr_pending = b""
-        self._backlog: deque[bytes] = deque()
+        self._stream = RecordStream()
+        self._problems_passed = 0
+        self._backlog: deque[bytes] = deque()  # output not parsed yet, in FEED_BYTES pieces
+        self._backlog_bytes = 0
         self._drain_scheduled = False
         self.stderr_tail: deque[str] = deque(maxlen=MAX_STDERR_LINES)
-        self.end_record: dict[str, Any] | None = None
+        self.end_record: EndRecord | None = None
         self.run_path: Path | None = None
         self.stop_timeout_ms = stop_timeout_ms
         self.exit_summary = ""
@@ -119,8 +120,11 @@ class TrainingJob(QObject):
         self.run_path = Path(run_path)
         self.end_record = None
         self.stderr_tail.clear()
-        self._stdout_pending = self._stderr_pending = b""
+        self._stderr_pending = b""
+        self._stream = RecordStream()
+        self._problems_passed = 0
         self._backlog.clear()
+        self._backlog_bytes = 0
         self._killed_by_us = False
         self._stop_sent = False
         self.exit_summary = ""
@@ -191,13 +195,11 @@ class TrainingJob(QObject):
     def _on_process_stdout(self) -> None:
         if self._process is None:
             return
-        data = self._stdout_pending + bytes(self._process.readAllStandardOutput().data())
-        lines = data.split(b"\n")
-        self._stdout_pending = lines.pop()
-        if len(self._stdout_pending) > MAX_LINE_BYTES:
-            self.problem.emit("a line of the job's output was too long and was dropped")
-            self._stdout_pending = b""
-        self._backlog.extend(lines)
+        data = bytes(self._process.readAllStandardOutput().data())
+        # Cut into pieces so that parsing one never holds the event loop for long.
+        for start in range(0, len(data), FEED_BYTES):
+            self._backlog.append(data[start : start + FEED_BYTES])
+            self._backlog_bytes += min(FEED_BYTES, len(data) - start)
         if not self._drain_scheduled:
             # Parsed on a later turn of the loop, so reading the pipe and parsing never add
             # up in one turn.
@@ -205,46 +207,33 @@ class TrainingJob(QObject):
             QTimer.singleShot(0, self._drain)
 
     def _drain(self, budget_s: float | None = PARSE_BUDGET_S) -> None:
-        """Parse waiting lines for at most `budget_s`, then let the event loop breathe.
+        """Parse waiting output for at most `budget_s`, then let the event loop breathe.
 
         A job that streams faster than one loop iteration can parse would otherwise hold
-        the loop for as long as its burst takes. Past MAX_BACKLOG_LINES the budget is
+        the loop for as long as its burst takes. Past MAX_BACKLOG_BYTES the budget is
         ignored so that memory stays bounded when the panel cannot keep up.
         """
         self._drain_scheduled = False
-        if len(self._backlog) > MAX_BACKLOG_LINES:
+        if self._backlog_bytes > MAX_BACKLOG_BYTES:
             budget_s = None
         deadline = None if budget_s is None else time.perf_counter() + budget_s
-        batch: list[bytes] = []
         while self._backlog:
-            batch.append(self._backlog.popleft())
-            if len(batch) == 4:
-                self._emit_lines(batch)
-                batch = []
-                if deadline is not None and time.perf_counter() > deadline:
-                    break
-        if batch:
-            self._emit_lines(batch)
+            piece = self._backlog.popleft()
+            self._backlog_bytes -= len(piece)
+            self._emit(self._stream.feed(piece))
+            if deadline is not None and time.perf_counter() > deadline:
+                break
         if self._backlog and not self._drain_scheduled:
             self._drain_scheduled = True
             QTimer.singleShot(0, self._drain)
 
-    def _emit_lines(self, lines: list[bytes]) -> None:
-        records: list[dict[str, Any]] = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                record = parse_record(line)
-            except ValueError as error:
-                text = line[:200].decode("utf-8", "replace")
-                self.problem.emit(f"job output that is not a record ({error}): {text}")
-                continue
-            if record is None:
-                continue
-            if record.raw.get("type") == "end":
-                self.end_record = record.raw
-            records.append(record.raw)
+    def _emit(self, records: list[Record]) -> None:
+        for message in self._stream.problems[self._problems_passed :]:
+            self.problem.emit(f"job output that is not a record: {message}")
+        self._problems_passed = len(self._stream.problems)
+        for record in records:
+            if isinstance(record, EndRecord):
+                self.end_record = record
         if records:
             self.records_received.emit(records)
 
@@ -283,20 +272,13 @@ class TrainingJob(QObject):
             self._on_process_stdout()
             self._drain(budget_s=None)  # the end record may still be waiting
             self._on_process_stderr()
-            if self._stdout_pending.strip():
-                tail, self._stdout_pending = self._stdout_pending, b""
-                try:
-                    parse_record(tail)
-                except ValueError:
-                    self.problem.emit("the job's last output line was torn; ignored")
-                else:
-                    self._emit_lines([tail])
+            self._emit(self._stream.finish())  # a torn last line is reported there
         if not self.active:
             return  # already failed (e.g. never started)
         crashed = exit_status == QProcess.ExitStatus.CrashExit
         end = self.end_record
-        if end is not None and end.get("status") in ("completed", "stopped"):
-            summary = f"job {end.get('status')} after {end.get('steps', '?')} steps"
+        if end is not None and end.status in ("completed", "stopped"):
+            summary = f"job {end.status} after {end.steps} steps"
             self._move("finish")
         elif end is None and self._stop_sent and not self._killed_by_us and crashed:
             # Stop pressed while the job was still starting (importing torch takes seconds):
@@ -307,8 +289,8 @@ class TrainingJob(QObject):
             )
             self._move("finish")
         else:
-            if end is not None and end.get("status") == "failed":
-                summary = f"job failed: {end.get('error') or 'no reason given'}"
+            if end is not None and end.status == "failed":
+                summary = f"job failed: {end.error or 'no reason given'}"
             elif self._killed_by_us:
                 summary = "job killed (it did not stop in time)"
             elif crashed:
@@ -316,7 +298,7 @@ class TrainingJob(QObject):
             else:
                 summary = f"job exited with status {exit_code} without an end record"
             last = [line for line in self.stderr_tail if line.strip()][-3:]
-            if last and (end is None or not end.get("error")):
+            if last and (end is None or not end.error):
                 summary += " — " + " | ".join(last)
             self._move("fail")
         self.exit_summary = summary

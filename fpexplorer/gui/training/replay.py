@@ -1,14 +1,11 @@
 """Replaying a run file into a RunModel piece by piece, in bounded memory. Qt-free.
 
-`RunReader.read_new()` returns every record of the file at once, which for a long run
-with statistics on every step means hundreds of MB of record objects and seconds of
-parsing in one go. The panel instead reads a chunk at a time, hands each record's raw
-dict to the model straight away (the model keeps only bounded buffers), and stops after
-a time budget so the event loop can run between pieces.
-
-The damage rules are the run log's: a line that is not a record is reported in the
-model's problems and skipped; a last line without its newline is accepted if it parses
-and otherwise reported as a torn last line.
+Reading a long run with statistics on every step in one go means hundreds of MB of
+record objects and seconds of parsing. The panel instead reads a chunk at a time through
+the run log's `RecordStream` (the one reader: its damage rules, schema upgrades and
+resynchronisation), hands the typed records to the model straight away (the model keeps
+only bounded buffers), and stops after a time budget so the event loop can run between
+pieces. The stream's problems become the model's.
 """
 
 from __future__ import annotations
@@ -16,9 +13,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 from fpexplorer.gui.training.run_model import RunModel
-from fpexplorer.training.runlog import MAX_LINE_BYTES, parse_record
+from fpexplorer.training.runlog import Record, RecordStream
 
 CHUNK_BYTES = 16 * 1024  # ~8 records with statistics: fine-grained time budget
 
@@ -32,9 +30,9 @@ class RunFileReplay:
         self.size = 0
         self.bytes_read = 0
         self.done = False
-        self._pending = b""
-        self._line_number = 0
-        self._handle = None
+        self._stream = RecordStream()
+        self._problems_passed = 0
+        self._handle: BinaryIO | None = None
         try:
             self._handle = open(self.path, "rb")
             self.size = os.fstat(self._handle.fileno()).st_size
@@ -61,44 +59,21 @@ class RunFileReplay:
                 self._finish()
                 break
             self.bytes_read += len(chunk)
-            lines = (self._pending + chunk).split(b"\n")
-            self._pending = lines.pop()
-            if len(self._pending) > MAX_LINE_BYTES:
-                self._line_number += 1
-                self.model.add_problem(f"line {self._line_number}: too long, skipped")
-                self._pending = b""
-            self._apply(lines)
+            self._apply(self._stream.feed(chunk))
             if deadline is not None and time.perf_counter() > deadline:
                 break
         return self.done
 
-    def _apply(self, lines: list[bytes]) -> None:
-        records = []
-        for line in lines:
-            self._line_number += 1
-            if not line.strip():
-                continue
-            try:
-                record = parse_record(line)
-            except ValueError as error:
-                self.model.add_problem(f"line {self._line_number}: {error}")
-                continue
-            if record is not None:
-                records.append(record.raw)
+    def _apply(self, records: list[Record]) -> None:
         if records:
             self.model.add_records(records)
+        problems = self._stream.problems
+        for message in problems[self._problems_passed :]:
+            self.model.add_problem(message)
+        self._problems_passed = len(problems)
 
     def _finish(self) -> None:
-        if self._pending.strip():
-            self._line_number += 1
-            try:
-                record = parse_record(self._pending)
-            except ValueError:
-                self.model.add_problem(f"line {self._line_number}: torn last line ignored")
-            else:
-                if record is not None:
-                    self.model.add_records([record.raw])
-        self._pending = b""
+        self._apply(self._stream.finish())
         if self._handle is not None:
             self._handle.close()
         self.done = True

@@ -85,6 +85,11 @@ def raw_of(record: Any) -> dict[str, Any] | None:
     """The raw dict of a record object (`.raw`) or the dict itself; None for anything else."""
     if isinstance(record, Mapping):
         return dict(record)
+    to_json = getattr(record, "to_json", None)
+    if to_json is not None:  # a typed record: its statistics sit flat beside the step's
+        raw = dict(to_json())
+        raw.update(raw.pop("stats", None) or {})
+        return raw
     raw = getattr(record, "raw", None)
     if isinstance(raw, Mapping):
         return dict(raw)

@@ -19,29 +19,45 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from fpexplorer.training.runlog import SCHEMA_VERSION, RunWriter
+from fpexplorer.training.records import (
+    SCHEMA_VERSION,
+    DeviceInfo,
+    EndRecord,
+    FormatRange,
+    FormatShares,
+    HeaderRecord,
+    Histogram,
+    LayerStats,
+    LostUpdates,
+    Memory,
+    ModelInfo,
+    Record,
+    StepRecord,
+    StepStats,
+)
+from fpexplorer.training.runlog import RunWriter
 
 LAYERS = ("embed", "block0.fc1", "block0.fc2", "block1.fc1", "block1.fc2", "head")
 FORMATS = {
-    "float16": {"max": 65504.0, "min_normal": 2.0**-14, "min_subnormal": 2.0**-24},
-    "bfloat16": {
-        "max": float.fromhex("0x1.fep127"),
-        "min_normal": 2.0**-126,
-        "min_subnormal": 2.0**-133,
-    },
-    "float8_e4m3fn": {"max": 448.0, "min_normal": 2.0**-6, "min_subnormal": 2.0**-9},
-    "float8_e5m2": {"max": 57344.0, "min_normal": 2.0**-14, "min_subnormal": 2.0**-16},
+    "float16": FormatRange(max=65504.0, min_normal=2.0**-14, min_subnormal=2.0**-24),
+    "bfloat16": FormatRange(
+        max=float.fromhex("0x1.fep127"), min_normal=2.0**-126, min_subnormal=2.0**-133
+    ),
+    "float8_e4m3fn": FormatRange(max=448.0, min_normal=2.0**-6, min_subnormal=2.0**-9),
+    "float8_e5m2": FormatRange(max=57344.0, min_normal=2.0**-14, min_subnormal=2.0**-16),
 }
 
 
-def _histogram(rng: random.Random, centre: float, spread: float, total: int) -> dict[str, Any]:
+def _histogram(
+    rng: random.Random, centre: float, spread: float, total: int, **specials: Any
+) -> Histogram:
     lo = math.floor(centre - 4 * spread)
     width = int(8 * spread) + 2
     weights = [math.exp(-(((lo + i + 0.5) - centre) ** 2) / (2 * spread**2)) for i in range(width)]
     norm = sum(weights)
-    counts = [int(total * w / norm * rng.uniform(0.9, 1.1)) for w in weights]
+    counts = tuple(int(total * w / norm * rng.uniform(0.9, 1.1)) for w in weights)
     zero = rng.randrange(0, total // 100 + 1)
-    return {"lo": lo, "counts": counts, "zero": zero, "inf": 0, "nan": 0}
+    return Histogram(lo=lo, counts=counts, zero=zero, **specials)
 
 
 def synthetic_records(
@@ -52,7 +68,7 @@ def synthetic_records(
     growth_interval: int = 200,
     seed: int = 0,
     overflow_every: int = 997,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[Record]:
     """header, `steps` step records, end — all plausible and within the schema."""
     rng = random.Random(seed)
     config = {
@@ -73,17 +89,16 @@ def synthetic_records(
         "out": None,
         "stream": True,
     }
-    yield {
-        "type": "header",
-        "schema": SCHEMA_VERSION,
-        "fpexplorer": "synthetic",
-        "torch": None,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "config": config,
-        "device": {"type": "cpu", "name": "synthetic"},
-        "model": {"params": 12345, "layers": list(LAYERS)},
-        "formats": FORMATS,
-    }
+    yield HeaderRecord(
+        schema=SCHEMA_VERSION,
+        fpexplorer_version="synthetic",
+        torch_version=None,
+        started=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        config=config,
+        device=DeviceInfo(type="cpu", name="synthetic"),
+        model=ModelInfo(params=12345, layers=LAYERS),
+        formats=FORMATS,
+    )
     scale = 65536.0 if precision == "fp16" else 1.0
     tracker = 0
     started = time.perf_counter()
@@ -94,64 +109,61 @@ def synthetic_records(
         skipped = overflow
         loss = 2.5 * math.exp(-3.0 * step / max(steps, 1)) + 0.05 * rng.random()
         elapsed = time.perf_counter() - started
-        record: dict[str, Any] = {
-            "type": "step",
-            "step": step,
-            "loss": math.nan if overflow else loss,
-            "scale": scale,
-            "skipped": skipped,
-            "growth_tracker": tracker,
-            "lr": 0.01,
-            "grad_norm": math.inf if overflow else 2.0**grad_log2 * 100,
-            "steps_per_s": (step + 1) / elapsed if elapsed > 0 else 0.0,
-            "time": elapsed,
-        }
+        stats: StepStats | None = None
         if stats_every and step % stats_every == 0:
             log2_scale = math.log2(scale)
             # Parameter gradients are recorded unscaled, activation gradients scaled.
-            grad_hist = _histogram(rng, grad_log2, 3.0, 12345)
-            act_hist = _histogram(rng, grad_log2 + log2_scale - 4.0, 4.0, 50000)
-            act_hist["dtype"] = "float16"
-            if overflow:
-                grad_hist["inf"] = 17
-                grad_hist["nan"] = 3
+            specials = {"inf": 17, "nan": 3} if overflow else {}
+            grad_hist = _histogram(rng, grad_log2, 3.0, 12345, **specials)
+            act_hist = _histogram(rng, grad_log2 + log2_scale - 4.0, 4.0, 50000, dtype="float16")
             layers = []
             for index, name in enumerate(LAYERS):
                 amax = 2.0 ** (grad_log2 + log2_scale + 4 - index)
                 bad = overflow and index >= 4
                 layers.append(
-                    {
-                        "name": name,
-                        "grad_norm": amax / 10,
-                        "amax": math.inf if bad else amax,
-                        "headroom_log2": None if bad else math.log2(65504.0 / amax),
-                        "underflow_share": min(1.0, 0.02 * index),
-                        "nonfinite": bad,
-                    }
+                    LayerStats(
+                        name=name,
+                        grad_norm=amax / 10,
+                        amax=math.inf if bad else amax,
+                        headroom_log2=None if bad else math.log2(65504.0 / amax),
+                        underflow_share=min(1.0, 0.02 * index),
+                        nonfinite=bad,
+                    )
                 )
-            record.update(
+            stats = StepStats(
                 grad_hist=grad_hist,
                 act_hist=act_hist,
                 act_zero_share=0.01,
-                layers=layers,
+                layers=tuple(layers),
                 first_nonfinite="head" if overflow else None,
                 format_shares={
-                    name: {"underflow": 0.01, "subnormal": 0.02, "overflow": 0.0}
+                    name: FormatShares(underflow=0.01, subnormal=0.02, overflow=0.0)
                     for name in FORMATS
                 },
-                lost_updates={
-                    "share": 0.3 if precision == "pure-fp16" else 0.05,
-                    "kind": "actual" if precision == "pure-fp16" else "fp16_would_lose",
-                },
-                memory={
-                    "params": {"float32": 49380},
-                    "grads": {"float32": 49380},
-                    "optimizer": {"float32": 49380},
-                    "activations": {"float16": 131072, "float32": 8192},
-                    "peak_device": None,
-                },
+                lost_updates=LostUpdates(
+                    share=0.3 if precision == "pure-fp16" else 0.05,
+                    kind="actual" if precision == "pure-fp16" else "fp16_would_lose",
+                ),
+                memory=Memory(
+                    params={"float32": 49380},
+                    grads={"float32": 49380},
+                    optimizer={"float32": 49380},
+                    activations={"float16": 131072, "float32": 8192},
+                    peak_device=None,
+                ),
             )
-        yield record
+        yield StepRecord(
+            step=step,
+            loss=math.nan if overflow else loss,
+            scale=scale,
+            skipped=skipped,
+            growth_tracker=tracker,
+            lr=0.01,
+            grad_norm=math.inf if overflow else 2.0**grad_log2 * 100,
+            steps_per_s=(step + 1) / elapsed if elapsed > 0 else 0.0,
+            time=elapsed,
+            stats=stats,
+        )
         if precision == "fp16":
             if overflow:
                 scale *= 0.5
@@ -161,13 +173,9 @@ def synthetic_records(
                 if tracker == growth_interval:
                     scale *= 2.0
                     tracker = 0
-    yield {
-        "type": "end",
-        "status": "completed",
-        "error": None,
-        "steps": steps,
-        "elapsed": time.perf_counter() - started,
-    }
+    yield EndRecord(
+        status="completed", error=None, steps=steps, elapsed=time.perf_counter() - started
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             args.steps, precision=args.precision, stats_every=args.stats_every, seed=args.seed
         ):
             writer.write(record)
-            if args.delay and record["type"] == "step":
+            if args.delay and isinstance(record, StepRecord):
                 time.sleep(args.delay)
     return 0
 

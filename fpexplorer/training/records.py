@@ -1,0 +1,583 @@
+"""The run-log record contract: the one place that knows what a record holds. Torch-free.
+
+A run log is JSON Lines: one `HeaderRecord`, one `StepRecord` per training step, one
+`EndRecord`. Every writer (the monitor, the training job, the GUI's synthetic job) builds
+these frozen dataclasses; every reader (file tail, replay, the panel's job reader, the
+`fpexplorer runs` commands) gets them back from `RecordStream` (in `runlog`). Nobody else
+spells a field name as a string.
+
+Writing::
+
+    record = StepRecord(step=3, loss=0.25, scale=65536.0, skipped=False, growth_tracker=3,
+                        lr=1e-3, grad_norm=0.5, steps_per_s=12.0, time=0.3,
+                        stats=StepStats(grad_hist=Histogram(lo=-30, counts=(1, 2), zero=0)))
+    line = encode_line(record)          # one line of strict JSON, no newline
+    writer.write(record)                # RunWriter: flushed, locked file (see runlog)
+
+Reading::
+
+    record = decode_record(json_object, schema=header_schema)   # or use RecordStream
+
+How fields map to JSON: each dataclass field is a JSON key of the same name (unless its
+metadata says `json="other"`), encoded from its type hint (`_Codec`): floats that are not
+finite become the strings "NaN", "Infinity", "-Infinity" (strict JSON parsers read the
+file; `decode_float` turns them back), tuples become lists, nested records objects. A
+field whose value is None and whose default is None is left out of the line. Adding a
+field to a record is therefore one line here (with a default, so older logs still read),
+plus the one consumer that shows it: the codec, the writers' plumbing and the readers
+follow from the dataclass.
+
+Schema versions: the header carries `schema`. Records of an older schema are upgraded on
+reading, one `UPGRADES[n]` step per version (n -> n + 1), so a schema-1 log reads forever.
+A log of a newer schema than `SCHEMA_VERSION` is refused (`NewerSchemaError`) rather than
+read as if it were old.
+
+- schema 1: statistics fields (`grad_hist`, `layers`, ...) flat on the step record.
+- schema 2: statistics grouped in `stats` (absent on steps without statistics); the end
+  record may carry the `traceback` of a failure; `lost_updates.intended` is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Union
+
+SCHEMA_VERSION = 2
+
+# Binade exponents of any float format lie well within this (FP64's reach is -1074..1023).
+MAX_BINADE = 4096
+END_STATUSES = ("completed", "stopped", "failed")
+
+_TEXT_TO_FLOAT = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+class NewerSchemaError(ValueError):
+    """A log written by a newer fpexplorer than this one: its fields may mean other things."""
+
+
+# ---------------------------------------------------------------------------------------
+# Scalars
+
+
+def decode_float(value: Any) -> float:
+    """A float from a JSON value: numbers, "NaN", "Infinity", "-Infinity". Raises ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value in _TEXT_TO_FLOAT:
+        return _TEXT_TO_FLOAT[value]
+    raise ValueError(f"expected a number, got {value!r}")
+
+
+def encode_float(value: float) -> float | str:
+    """A float as strict JSON allows it: non-finite values as their string spellings."""
+    value = float(value)
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
+
+def _decode_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"expected an integer, got {value!r}")
+    return int(value)
+
+
+def _decode_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _decode_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def encode_json_value(value: Any) -> Any:
+    """Free-form JSON (a header's config): non-finite floats spelled out, numpy scalars
+    as Python numbers. Raises TypeError for anything JSON cannot hold."""
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, float):
+        return encode_float(value)
+    if isinstance(value, Mapping):
+        return {str(key): encode_json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_json_value(item) for item in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return encode_json_value(value.item())
+    raise TypeError(f"cannot write {type(value).__name__} to a run log")
+
+
+# ---------------------------------------------------------------------------------------
+# The codec: JSON <-> dataclass, derived from the fields' type hints
+
+_Encode = Callable[[Any], Any]
+_Decode = Callable[[Any], Any]
+
+
+def _codec_of(hint: Any) -> tuple[_Encode, _Decode]:
+    """(encode, decode) for one type hint; the small set of shapes records use."""
+    if hint is Any:
+        return encode_json_value, lambda value: value
+    if hint is float:
+        return encode_float, decode_float
+    if hint is int:
+        return int, _decode_int
+    if hint is bool:
+        return bool, _decode_bool
+    if hint is str:
+        return str, _decode_str
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (Union, types.UnionType) and len(args) == 2 and type(None) in args:
+        inner_encode, inner_decode = _codec_of(next(a for a in args if a is not type(None)))
+        return (
+            lambda value: None if value is None else inner_encode(value),
+            lambda value: None if value is None else inner_decode(value),
+        )
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        item_encode, item_decode = _codec_of(args[0])
+
+        def decode_tuple(value: Any) -> tuple[Any, ...]:
+            if not isinstance(value, list):
+                raise ValueError(f"expected a list, got {type(value).__name__}")
+            return tuple(item_decode(item) for item in value)
+
+        return lambda value: [item_encode(item) for item in value], decode_tuple
+    if origin in (dict, Mapping) and args and args[0] is str:
+        item_encode, item_decode = _codec_of(args[1])
+
+        def decode_mapping(value: Any) -> dict[str, Any]:
+            if not isinstance(value, dict):
+                raise ValueError(f"expected an object, got {type(value).__name__}")
+            return {str(key): item_decode(item) for key, item in value.items()}
+
+        return (
+            lambda value: {str(key): item_encode(item) for key, item in value.items()},
+            decode_mapping,
+        )
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _encode_dataclass, lambda value: _decode_dataclass(hint, value)
+    raise TypeError(f"no run-log codec for {hint!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldCodec:
+    name: str  # the attribute
+    key: str  # the JSON key
+    encode: _Encode
+    decode: _Decode
+    required: bool
+    omit_none: bool  # None is the default: leave the key out
+
+
+_PLANS: dict[type, tuple[_FieldCodec, ...]] = {}
+
+
+def _plan(cls: type) -> tuple[_FieldCodec, ...]:
+    """The codec of each field of a record class, built once per class."""
+    plan = _PLANS.get(cls)
+    if plan is None:
+        hints = typing.get_type_hints(cls)
+        codecs = []
+        for item in dataclasses.fields(cls):
+            encode, decode = _codec_of(hints[item.name])
+            no_default = (
+                item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING
+            )
+            codecs.append(
+                _FieldCodec(
+                    name=item.name,
+                    key=item.metadata.get("json", item.name),
+                    encode=encode,
+                    decode=decode,
+                    required=no_default,
+                    omit_none=item.default is None,
+                )
+            )
+        plan = _PLANS[cls] = tuple(codecs)
+    return plan
+
+
+def record_fields(cls: type) -> tuple[str, ...]:
+    """The JSON keys of a record class, in the order they are written."""
+    return tuple(codec.key for codec in _plan(cls))
+
+
+def _encode_dataclass(value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    kind = getattr(value, "kind", None)
+    if kind is not None:
+        out["type"] = kind  # first on the line: the stream resynchronises on it
+    for codec in _plan(type(value)):
+        item = getattr(value, codec.name)
+        if item is None and codec.omit_none:
+            continue
+        out[codec.key] = codec.encode(item)
+    return out
+
+
+def _decode_dataclass(cls: type, value: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected an object for {cls.__name__}, got {type(value).__name__}")
+    arguments = {}
+    for codec in _plan(cls):
+        if codec.key in value:
+            arguments[codec.name] = codec.decode(value[codec.key])
+        elif codec.required:
+            raise ValueError(f"{cls.__name__} without {codec.key!r}")
+    return cls(**arguments)
+
+
+class _Codable:
+    """`to_json()` / `from_json()` for the record dataclasses below."""
+
+    __slots__ = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """This record as a JSON-ready dict (strict JSON: non-finite floats spelled out)."""
+        return _encode_dataclass(self)
+
+    @classmethod
+    def from_json(cls, value: Any) -> Any:
+        """The record from a decoded JSON object; ValueError when it is malformed."""
+        return _decode_dataclass(cls, value)
+
+
+# ---------------------------------------------------------------------------------------
+# Nested records
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram(_Codable):
+    """Counts of |x| by binade: `counts[i]` = number of finite non-zero x with
+    floor(log2 |x|) == lo + i; plus exact zeros, infinities and NaNs."""
+
+    lo: int
+    counts: tuple[int, ...]
+    zero: int = 0
+    inf: int = 0
+    nan: int = 0
+    dtype: str | None = None  # the dtype the values had (activation gradients)
+
+    def __post_init__(self) -> None:
+        if abs(self.lo) > MAX_BINADE:  # no format has such exponents: damage
+            raise ValueError(f"histogram starts at binade {self.lo}, beyond any format")
+        if min((self.zero, self.inf, self.nan, *self.counts)) < 0:
+            raise ValueError("a histogram count is negative")
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts) + self.zero + self.inf + self.nan
+
+    @property
+    def exponents(self) -> range:
+        """floor(log2 |x|) of each bin."""
+        return range(self.lo, self.lo + len(self.counts))
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStats(_Codable):
+    """Statistics of one module's gradients on a statistics step."""
+
+    name: str
+    grad_norm: float = math.nan
+    amax: float = math.nan  # max |scaled activation gradient|
+    headroom_log2: float | None = None  # log2(65504 / amax); None when amax is 0 or not finite
+    underflow_share: float = 0.0  # share below FP16's smallest subnormal (2**-24)
+    nonfinite: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FormatShares(_Codable):
+    """Shares of the current gradients that a format would flush, make subnormal or overflow."""
+
+    underflow: float
+    subnormal: float
+    overflow: float
+
+
+@dataclass(frozen=True, slots=True)
+class LostUpdates(_Codable):
+    """Share of parameter updates lost to rounding: kind "actual" in pure-fp16, otherwise
+    "fp16_would_lose" (what FP16 weights would have lost)."""
+
+    share: float
+    kind: str
+    intended: int | None = None  # updates that were not zero before rounding
+
+
+@dataclass(frozen=True, slots=True)
+class Memory(_Codable):
+    """Bytes by dtype of parameters, gradients, optimizer state and saved activations."""
+
+    params: dict[str, int] = field(default_factory=dict)
+    grads: dict[str, int] = field(default_factory=dict)
+    optimizer: dict[str, int] = field(default_factory=dict)
+    activations: dict[str, int] = field(default_factory=dict)
+    peak_device: int | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(
+            sum(part.values())
+            for part in (self.params, self.grads, self.optimizer, self.activations)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FormatRange(_Codable):
+    """A format's range as the header states it: largest finite, smallest normal and
+    smallest subnormal magnitudes."""
+
+    max: float
+    min_normal: float
+    min_subnormal: float
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo(_Codable):
+    type: str = ""  # "cpu", "cuda", ...
+    name: str = ""  # the CPU model or the GPU's name
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo(_Codable):
+    params: int = 0
+    layers: tuple[str, ...] = ()  # the monitored modules, in forward order
+    class_name: str | None = field(default=None, metadata={"json": "class"})
+
+
+@dataclass(frozen=True, slots=True)
+class StepStats(_Codable):
+    """What a statistics step adds to a step (every `stats_every` steps)."""
+
+    grad_hist: Histogram | None = None  # parameter gradients, unscaled
+    act_hist: Histogram | None = None  # activation gradients, as scaled by the loss scale
+    act_zero_share: float | None = None
+    layers: tuple[LayerStats, ...] = ()
+    first_nonfinite: str | None = None  # backward order: where the gradient overflow started
+    first_nonfinite_forward: str | None = None  # forward order: first module with an inf output
+    format_shares: dict[str, FormatShares] = field(default_factory=dict)
+    lost_updates: LostUpdates | None = None
+    memory: Memory | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# The three record types
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderRecord(_Codable):
+    """The first record of a run: settings, device, model and the formats' ranges."""
+
+    kind: ClassVar[str] = "header"
+    schema: int = SCHEMA_VERSION
+    config: dict[str, Any] = field(default_factory=dict)  # the job's TrainConfig, or the loop's
+    fpexplorer_version: str | None = field(default=None, metadata={"json": "fpexplorer"})
+    torch_version: str | None = field(default=None, metadata={"json": "torch"})
+    started: str | None = None  # ISO 8601, UTC
+    device: DeviceInfo = field(default_factory=DeviceInfo)
+    model: ModelInfo = field(default_factory=ModelInfo)
+    formats: dict[str, FormatRange] = field(default_factory=dict)
+
+    @property
+    def precision(self) -> str:
+        return str(self.config.get("precision", ""))
+
+    @property
+    def task(self) -> str:
+        return str(self.config.get("task", ""))
+
+    @property
+    def device_type(self) -> str:
+        return self.device.type
+
+    @property
+    def device_name(self) -> str:
+        return self.device.name
+
+    @property
+    def params(self) -> int:
+        return self.model.params
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        return self.model.layers
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord(_Codable):
+    """One training step: the cheap signals always, `stats` on statistics steps."""
+
+    kind: ClassVar[str] = "step"
+    step: int
+    loss: float
+    scale: float = 1.0  # the loss scale this step used
+    skipped: bool = False  # the optimizer step was skipped (inf/NaN gradients)
+    growth_tracker: int = 0
+    lr: float = math.nan
+    grad_norm: float = math.nan
+    steps_per_s: float = math.nan
+    time: float = math.nan  # seconds since the monitor started
+    stats: StepStats | None = None
+
+    @property
+    def has_stats(self) -> bool:
+        return self.stats is not None
+
+    # Read-side shortcuts into `stats` (None on steps without statistics).
+    @property
+    def grad_hist(self) -> Histogram | None:
+        return self.stats.grad_hist if self.stats else None
+
+    @property
+    def act_hist(self) -> Histogram | None:
+        return self.stats.act_hist if self.stats else None
+
+    @property
+    def act_zero_share(self) -> float | None:
+        return self.stats.act_zero_share if self.stats else None
+
+    @property
+    def layers(self) -> tuple[LayerStats, ...]:
+        return self.stats.layers if self.stats else ()
+
+    @property
+    def format_shares(self) -> dict[str, FormatShares]:
+        return self.stats.format_shares if self.stats else {}
+
+    @property
+    def first_nonfinite(self) -> str | None:
+        return self.stats.first_nonfinite if self.stats else None
+
+    @property
+    def first_nonfinite_forward(self) -> str | None:
+        return self.stats.first_nonfinite_forward if self.stats else None
+
+    @property
+    def lost_updates(self) -> LostUpdates | None:
+        return self.stats.lost_updates if self.stats else None
+
+    @property
+    def memory(self) -> Memory | None:
+        return self.stats.memory if self.stats else None
+
+
+@dataclass(frozen=True, slots=True)
+class EndRecord(_Codable):
+    """The last record: how the run ended."""
+
+    kind: ClassVar[str] = "end"
+    status: str  # one of END_STATUSES
+    error: str | None = None  # one line
+    steps: int = 0
+    elapsed: float = math.nan
+    traceback: str | None = None  # the failure's Python traceback, when there was one
+
+    def __post_init__(self) -> None:
+        if self.status not in END_STATUSES:
+            raise ValueError(f"unknown end status {self.status!r}")
+
+
+Record = Union[HeaderRecord, StepRecord, EndRecord]  # noqa: UP007 (runtime alias on 3.10)
+RECORD_TYPES: dict[str, type[HeaderRecord] | type[StepRecord] | type[EndRecord]] = {
+    "header": HeaderRecord,
+    "step": StepRecord,
+    "end": EndRecord,
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Schema upgrades: UPGRADES[n] turns a record of schema n into one of schema n + 1
+
+_SCHEMA1_STATS_KEYS = tuple(item.name for item in dataclasses.fields(StepStats))
+
+
+def _upgrade_1_to_2(raw: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 wrote the statistics flat on the step record: group them in `stats`."""
+    kind = raw.get("type")
+    if kind == "header":
+        return {**raw, "schema": 2}
+    if kind != "step":
+        return raw
+    flat = {key: raw[key] for key in _SCHEMA1_STATS_KEYS if key in raw}
+    if not flat:
+        return raw
+    upgraded = {key: value for key, value in raw.items() if key not in flat}
+    upgraded["stats"] = flat
+    return upgraded
+
+
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _upgrade_1_to_2}
+
+
+def upgrade(raw: dict[str, Any], schema: int) -> dict[str, Any]:
+    """A decoded record of `schema` brought to SCHEMA_VERSION, one step per version."""
+    if schema > SCHEMA_VERSION:
+        raise NewerSchemaError(
+            f"schema {schema} is newer than this fpexplorer reads ({SCHEMA_VERSION}): "
+            "update fpexplorer to read this run"
+        )
+    if schema < 1:
+        raise ValueError(f"no run-log schema {schema}")
+    for version in range(schema, SCHEMA_VERSION):
+        raw = UPGRADES[version](raw)
+    return raw
+
+
+def decode_record(raw: Any, schema: int = SCHEMA_VERSION) -> Record | None:
+    """A typed record from one decoded JSON object written under `schema` (a header
+    states its own). None for a record type this version does not know. Raises
+    ValueError (NewerSchemaError for a newer schema) when it cannot be read."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"a record is a JSON object, got {type(raw).__name__}")
+    kind = raw.get("type")
+    if kind is None:
+        raise ValueError('a record without a "type"')
+    cls = RECORD_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        return None  # newer writers may add record types; skipping them is allowed
+    if cls is HeaderRecord:
+        if "schema" not in raw:
+            raise ValueError("malformed header record: no schema")
+        schema = _decode_int(raw["schema"])
+    upgraded = upgrade(raw, schema)
+    try:
+        return typing.cast(Record, cls.from_json(upgraded))
+    except (TypeError, ValueError, AttributeError) as error:
+        raise ValueError(f"malformed {kind} record: {error}") from None
+
+
+def encode_line(record: Record) -> str:
+    """One record as one line of strict JSON (no newline), `"type"` first."""
+    return json.dumps(record.to_json(), separators=(",", ":"), allow_nan=False)
+
+
+def from_schema1_dict(raw: Mapping[str, Any]) -> Record:
+    """A record from a dict laid out as schema 1 (the monitor's hand-built dicts, until it
+    builds records itself). Raises ValueError when the dict is not a record."""
+    decoded = json.loads(json.dumps(encode_json_value(dict(raw))))
+    kind = decoded.get("type")
+    if kind == "header":
+        decoded["schema"] = 1
+    record = decode_record(decoded, schema=1)
+    if record is None:
+        raise ValueError(f"not a record type: {kind!r}")
+    return record
