@@ -59,6 +59,7 @@ def create_application(argv: Sequence[str] | None = None, theme: str = "system")
 
         apply_dark_palette()
     elif theme == "light":
-        app.setStyle("Fusion")
-        app.setPalette(app.style().standardPalette())
+        from fpexplorer.gui.theme import apply_light_palette
+
+        apply_light_palette()
     return app

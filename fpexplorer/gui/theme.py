@@ -7,6 +7,7 @@ between light and dark re-colours the whole window without a restart.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
@@ -21,6 +22,89 @@ _CLASS_COLORS = {
     "inf": "#d9463b",
     "nan": "#c9a227",
 }
+
+
+# WCAG 2 "AA" for normal text: every text role is at least this far from its background.
+MIN_CONTRAST = 4.5
+# Hues of text roles; `role_color` darkens or lightens each (hue kept) until it reads on the
+# current palette's backgrounds, so the same role works in the light and the dark theme.
+_TEXT_ROLE_HUES = {
+    "error": "#d9463b",  # bad input, overflow, non-finite
+    "warning": "#c08000",  # inexact, worth a look
+    "muted": "#808080",  # secondary text, hints
+    "ok": "#2e9e63",
+    "input": "#4f7fe0",  # the typed value
+    "link": "#4f7fe0",
+    **{f"class_{kind}": hue for kind, hue in _CLASS_COLORS.items()},
+}
+TEXT_ROLES = tuple(_TEXT_ROLE_HUES)
+# Backgrounds text is drawn on: windows and labels, fields and tables, alternate rows.
+TEXT_BACKGROUND_ROLES = (
+    QPalette.ColorRole.Window,
+    QPalette.ColorRole.Base,
+    QPalette.ColorRole.AlternateBase,
+)
+
+
+def relative_luminance(color: QColor) -> float:
+    """WCAG 2 relative luminance of an sRGB colour (0 black .. 1 white)."""
+
+    def linear(channel: float) -> float:
+        return channel / 12.92 if channel <= 0.04045 else ((channel + 0.055) / 1.055) ** 2.4
+
+    return (
+        0.2126 * linear(color.redF())
+        + 0.7152 * linear(color.greenF())
+        + 0.0722 * linear(color.blueF())
+    )
+
+
+def contrast_ratio(first: QColor, second: QColor) -> float:
+    """WCAG 2 contrast ratio, 1 (same) .. 21 (black on white)."""
+    a, b = relative_luminance(first), relative_luminance(second)
+    return (max(a, b) + 0.05) / (min(a, b) + 0.05)
+
+
+def readable(color: QColor, backgrounds: Sequence[QColor]) -> QColor:
+    """`color` made dark enough (on light backgrounds) or light enough (on dark ones) to
+    have MIN_CONTRAST against every background; its hue and saturation are kept."""
+    if all(contrast_ratio(color, b) >= MIN_CONTRAST for b in backgrounds):
+        return QColor(color)
+    light_backgrounds = sum(relative_luminance(b) for b in backgrounds) / len(backgrounds) > 0.18
+    hue, saturation, lightness, _ = color.getHslF()
+    hue = max(hue, 0.0)  # -1 for greys
+    step = -0.01 if light_backgrounds else 0.01
+    candidate = QColor(color)
+    while 0.0 <= lightness <= 1.0:
+        lightness += step
+        candidate = QColor.fromHslF(hue, saturation, min(max(lightness, 0.0), 1.0))
+        if all(contrast_ratio(candidate, b) >= MIN_CONTRAST for b in backgrounds):
+            return candidate
+    return QColor("#000000") if light_backgrounds else QColor("#ffffff")
+
+
+def text_backgrounds(palette: QPalette | None = None) -> list[QColor]:
+    """The colours text is drawn on in this palette (window, fields, alternate rows)."""
+    palette = palette or QGuiApplication.palette()
+    return [palette.color(role) for role in TEXT_BACKGROUND_ROLES]
+
+
+def role_color(role: str, palette: QPalette | None = None) -> QColor:
+    """The text colour of a role (see TEXT_ROLES) that reads on the current palette."""
+    return readable(QColor(_TEXT_ROLE_HUES[role]), text_backgrounds(palette))
+
+
+def role_hex(role: str, palette: QPalette | None = None) -> str:
+    """`role_color` as "#rrggbb", for rich text."""
+    return str(role_color(role, palette).name())
+
+
+def best_text_on(background: QColor) -> QColor:
+    """Black or white, whichever contrasts more with a filled background (badges, cells)."""
+    black, white = QColor("#000000"), QColor("#ffffff")
+    if contrast_ratio(black, background) >= contrast_ratio(white, background):
+        return black
+    return white
 
 
 def is_dark() -> bool:
@@ -50,7 +134,7 @@ def field_colors(field: str) -> FieldColors:
     return FieldColors(
         one=hue,
         zero=faint,
-        text_one=QColor("#ffffff"),
+        text_one=best_text_on(hue),
         text_zero=palette.color(QPalette.ColorRole.Text),
     )
 
@@ -73,7 +157,7 @@ class PlotColors:
     foreground: QColor
     grid: QColor
     accent: QColor  # the rounded value
-    input: QColor  # the typed value
+    input: QColor  # the typed value (also its label: a text role)
     muted: QColor  # midpoints, neighbours
 
 
@@ -90,7 +174,7 @@ def plot_colors() -> PlotColors:
         foreground=foreground,
         grid=grid,
         accent=QColor("#d9463b"),
-        input=QColor("#4f7fe0"),
+        input=role_color("input"),
         muted=muted,
     )
 
@@ -102,6 +186,29 @@ def apply_dark_palette() -> None:
     app = QApplication.instance()
     assert isinstance(app, QApplication)
     app.setStyle("Fusion")
+    app.setPalette(dark_palette())
+
+
+def apply_light_palette() -> None:
+    """Fusion's own light palette (`--theme light`)."""
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    app.setStyle("Fusion")
+    app.setPalette(light_palette())
+
+
+def light_palette() -> QPalette:
+    """The light theme's palette: Fusion's standard one."""
+    from PySide6.QtWidgets import QStyleFactory
+
+    style = QStyleFactory.create("Fusion")
+    return style.standardPalette()
+
+
+def dark_palette() -> QPalette:
+    """The dark theme's palette."""
     palette = QPalette()
     window = QColor(37, 40, 46)
     base = QColor(27, 29, 34)
@@ -129,4 +236,4 @@ def apply_dark_palette() -> None:
         QPalette.ColorRole.ButtonText,
     ):
         palette.setColor(QPalette.ColorGroup.Disabled, role, QColor(120, 124, 132))
-    app.setPalette(palette)
+    return palette

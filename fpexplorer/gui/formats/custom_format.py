@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.formats import FloatFormat, get_format, make_format
 from fpexplorer.gui.formats.text import short
+from fpexplorer.gui.theme import role_hex
 
 ENCODINGS = {
     "ieee": "IEEE 754: all-ones exponent holds ±inf and NaNs",
@@ -135,7 +136,9 @@ class CustomFormatDialog(QDialog):
             _check_name(fmt)
         except ValueError as error:
             self._format = None
-            self.preview.setText(f"<span style='color:#d9463b'>{html.escape(str(error))}</span>")
+            self.preview.setText(
+                f"<span style='color:{role_hex('error')}'>{html.escape(str(error))}</span>"
+            )
             self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
             return
         self._format = fmt

@@ -19,7 +19,7 @@ from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.bit_row import BitRow
 from fpexplorer.gui.formats.state import EditorState, FormatsSession
 from fpexplorer.gui.formats.text import short, typed
-from fpexplorer.gui.theme import class_hex
+from fpexplorer.gui.theme import best_text_on, class_color, class_hex, role_hex
 
 CUSTOM_ITEM = "__custom__"
 
@@ -86,7 +86,7 @@ class ClassBadge(QLabel):
         font.setBold(True)
         self.setFont(font)
         self.setContentsMargins(8, 1, 8, 1)
-        self._color = QColor("gray")
+        self._color = class_color("zero")
 
     def set_color(self, color: QColor) -> None:
         self._color = color
@@ -98,7 +98,7 @@ class ClassBadge(QLabel):
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(self._color)
         painter.drawRoundedRect(self.rect().adjusted(0, 1, 0, -1), 4, 4)
-        painter.setPen(QColor("white"))
+        painter.setPen(best_text_on(self._color))
         painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.text())
         painter.end()
 
@@ -225,14 +225,14 @@ class EditorRow(QFrame):
         text = f"<b>{readout.display}</b> &nbsp; <code>{readout.hex_code}</code>"
         rounded = readout.rounded
         if rounded is not None and rounded.inexact and editor.input is not None:
-            text += f" &nbsp; ← {typed(editor.input)}, rel. error {short(rounded.error_rel, 3)}"
+            text += f" &nbsp; ← {typed(editor.input)}, rel. error {short(rounded.error_rel)}"
         flags = []
         if rounded is not None:
             flags = [
                 name for name in ("invalid", "overflow", "underflow") if getattr(rounded, name)
             ]
         if flags:
-            text += " &nbsp; <b style='color:#d9463b'>" + ", ".join(flags) + "</b>"
+            text += f" &nbsp; <b style='color:{role_hex('error')}'>" + ", ".join(flags) + "</b>"
         self.summary.setText(text)
         self.problem.setText(editor.problem or "")
         self.problem.setVisible(bool(editor.problem))

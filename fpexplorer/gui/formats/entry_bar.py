@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -17,11 +17,18 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer.formats import OVERFLOW_POLICIES, ROUNDING_MODES
-from fpexplorer.gui.formats.state import DEFAULT_OVERFLOW_LABEL, FormatsSession
+from fpexplorer.gui.formats.state import (
+    DEFAULT_OVERFLOW_LABEL,
+    FormatsSession,
+    entry_placeholder,
+)
+from fpexplorer.gui.theme import role_color
 
 ENTRY_HELP = (
     "Type a number and press Enter: 0.1, -2.5e-8, 1/3, 0x1.8p3 (hex float), inf, -inf, nan, "
-    "-0, max, min_normal, min_subnormal, eps — or a raw code: 0x3C00, 0b0011110000000000."
+    "-0, max, min_normal, min_subnormal, eps — or a raw code, read in the active editor's "
+    "format (0x3C00, 0b0011110000000000) or in the format named before it (fp16:0x3C00, "
+    "e5m2:0x7C, bf16:0x3F80)."
 )
 ROUNDING_HELP = {
     "nearest_even": "Round to the nearest value; ties go to the even code (IEEE default).",
@@ -48,7 +55,6 @@ class EntryBar(QWidget):
         super().__init__(parent)
         self.session = session
         self.field = QLineEdit()
-        self.field.setPlaceholderText("value or code, e.g. 0.1, 1/3, 65504, max, 0x3C00")
         self.field.setToolTip(ENTRY_HELP)
         self.field.setClearButtonEnabled(True)
         self.field.setMinimumWidth(220)
@@ -58,9 +64,11 @@ class EntryBar(QWidget):
         self.message.setWordWrap(True)
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
-        palette = self.message.palette()
-        palette.setColor(QPalette.ColorRole.WindowText, QColor("#d9463b"))
-        self.message.setPalette(palette)
+        # Which format a raw code was read in: said on screen, not only in a tooltip.
+        self.note = QLabel()
+        self.note.setObjectName("entryNote")
+        self.note.setWordWrap(True)
+        self.note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.rounding = QComboBox()
         for mode in ROUNDING_MODES:
             self.rounding.addItem(mode, mode)
@@ -101,6 +109,7 @@ class EntryBar(QWidget):
         layout.setSpacing(2)
         layout.addLayout(row)
         layout.addWidget(self.message)
+        layout.addWidget(self.note)
 
         self.field.returnPressed.connect(lambda: self.session.enter_text(self.field.text()))
         self.rounding.activated.connect(
@@ -118,8 +127,14 @@ class EntryBar(QWidget):
         session = self.session
         if self.field.text() != session.entry_text and not self.field.hasFocus():
             self.field.setText(session.entry_text)
+        self.field.setPlaceholderText(entry_placeholder(session.active.format))
+        palette = self.message.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, role_color("error"))
+        self.message.setPalette(palette)
         self.message.setText(session.entry_error or "")
         self.message.setVisible(bool(session.entry_error))
+        self.note.setText(session.entry_note or "")
+        self.note.setVisible(bool(session.entry_note) and not session.entry_error)
         self.rounding.setCurrentIndex(max(self.rounding.findData(session.rounding), 0))
         self.overflow.setCurrentIndex(max(self.overflow.findData(session.overflow or ""), 0))
         if self.linked.isChecked() != session.linked:

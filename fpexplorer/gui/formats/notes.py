@@ -34,7 +34,7 @@ def _fp16_note(fmt: FloatFormat) -> str:
         f"<b>FP16 range.</b> 5 exponent bits give powers up to 2^15; with 10 fraction bits "
         f"the largest value is (2 − 2^−10) × 2^15 = {short(fmt.max)}. Anything from 65520 "
         "up rounds to infinity. The smallest subnormal is 2^−24 ≈ "
-        f"{short(fmt.min_subnormal, 3)}: smaller gradients underflow to 0, which is why "
+        f"{short(fmt.min_subnormal)}: smaller gradients underflow to 0, which is why "
         "FP16 training needs loss scaling."
     )
 
@@ -42,7 +42,7 @@ def _fp16_note(fmt: FloatFormat) -> str:
 def _bf16_note(fmt: FloatFormat) -> str:
     return (
         "<b>BF16 vs FP32.</b> BF16 keeps FP32's 8 exponent bits, so it has FP32's range "
-        f"(max {short(fmt.max, 4)}) and rarely overflows or underflows; it pays with only "
+        f"(max {short(fmt.max)}) and rarely overflows or underflows; it pays with only "
         "7 fraction bits (about 2–3 decimal digits, eps = 2^−7). FP32 master weights keep "
         "small updates from being rounded away."
     )

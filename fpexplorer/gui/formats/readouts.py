@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 from fpexplorer.gui.formats.notes import side_note
 from fpexplorer.gui.formats.state import CodeReadout, FormatsSession
 from fpexplorer.gui.formats.text import short, typed
+from fpexplorer.gui.theme import role_hex
 
 
 def _read_only_line(tip: str) -> QLineEdit:
@@ -84,7 +85,8 @@ class ReadoutPanel(QFrame):
         self.title.setWordWrap(True)  # a long description must not widen the window
         self.exact = ExactValueBox()
         self.shortest = _read_only_line(
-            "Shortest decimal that converts back to exactly this code (what print() shows)."
+            "The shortest decimal that converts back to exactly this code (what print() "
+            "shows). It reads back to the code but is not its value: the value is above."
         )
         self.scientific = _read_only_line(
             "The exact value in scientific notation, up to 21 digits (… marks digits left "
@@ -132,7 +134,11 @@ class ReadoutPanel(QFrame):
         grid.addWidget(QLabel("Exact"), 1, 0, Qt.AlignmentFlag.AlignTop)
         grid.addWidget(self.exact, 1, 1, 1, 5)
         for column, (name, widget) in enumerate(
-            (("Shortest", self.shortest), ("Scientific", self.scientific), ("Hex", self.hex_code))
+            (
+                ("Shortest round-trip", self.shortest),
+                ("Scientific", self.scientific),
+                ("Hex", self.hex_code),
+            )
         ):
             grid.addWidget(QLabel(name), 2, 2 * column)
             grid.addWidget(widget, 2, 2 * column + 1)
@@ -162,7 +168,7 @@ class ReadoutPanel(QFrame):
         readout = editor.readout()
         fmt = readout.format
         self.title.setText(
-            f"<b>{fmt.name}</b> — {fmt.description} &nbsp; <span style='color:gray'>"
+            f"<b>{fmt.name}</b> — {fmt.description} &nbsp; <span style='color:{role_hex('muted')}'>"
             f"spec {fmt.spec}, bias {fmt.bias}</span>"
         )
         self.exact.show_text(readout.exact)
@@ -183,33 +189,37 @@ class ReadoutPanel(QFrame):
     def _gaps_text(readout: CodeReadout) -> str:
         if readout.gap_down is None and readout.gap_up is None:
             return "— (not a finite value)"
-        down = short(readout.gap_down, 8) if readout.gap_down is not None else "— (none below)"
-        up = short(readout.gap_up, 8) if readout.gap_up is not None else "— (none above)"
+        down = short(readout.gap_down) if readout.gap_down is not None else "— (none below)"
+        up = short(readout.gap_up) if readout.gap_up is not None else "— (none above)"
         ulp = readout.format.ulp(readout.code)
-        ulp_text = f" &nbsp;&nbsp; ulp {short(ulp, 8)}" if ulp is not None else ""
+        ulp_text = f" &nbsp;&nbsp; ulp {short(ulp)}" if ulp is not None else ""
         return f"↓ {down} &nbsp;&nbsp; ↑ {up}{ulp_text}"
 
     @staticmethod
     def _error_text(readout: CodeReadout, was_typed: bool) -> str:
         rounded = readout.rounded
         if rounded is None or not was_typed:
-            return "<span style='color:gray'>type a value above to see how it rounds</span>"
+            return (
+                f"<span style='color:{role_hex('muted')}'>type a value above to see how it "
+                "rounds</span>"
+            )
         parts = [
             f"input {typed(rounded.input)} → {readout.display} ({rounded.rounding}"
             f", overflow: {rounded.overflow_policy}) &nbsp; error abs "
-            f"{short(rounded.error_abs, 6)}, rel {short(rounded.error_rel, 6)}, "
-            f"{short(rounded.error_ulps, 6)} ulp",
+            f"{short(rounded.error_abs)}, rel {short(rounded.error_rel)}, "
+            f"{short(rounded.error_ulps)} ulp",
         ]
         flags = []
         for name in ("inexact", "overflow", "underflow"):
             on = bool(getattr(rounded, name))
-            color = "#d9463b" if on and name != "inexact" else ("#c08000" if on else "gray")
+            role = ("error" if name != "inexact" else "warning") if on else "muted"
+            color = role_hex(role)
             mark = "●" if on else "○"
             flags.append(f"<span style='color:{color}'>{mark} {name}</span>")
         if rounded.invalid:
             flags.insert(
                 0,
-                f"<b style='color:#d9463b'>invalid: {readout.format.name} has no "
+                f"<b style='color:{role_hex('error')}'>invalid: {readout.format.name} has no "
                 "code for this value</b>",
             )
         elif not rounded.inexact:

@@ -34,6 +34,7 @@ from fpexplorer.formats import (
     make_format,
     parse_value,
 )
+from fpexplorer.formats.decimal import display_decimal, shortest_display
 from fpexplorer.gui.formats.text import scientific
 
 # Stochastic rounding draws a random number; a fixed seed makes what is shown repeatable.
@@ -73,8 +74,8 @@ class CodeReadout:
     value: ExactValue
     fields: Fields
     exact: str  # every digit
-    shortest: str  # shortest decimal that reads back to this code
-    display: str  # what a glance shows: exact when short, else shortest (display_text)
+    shortest: str  # shortest decimal that reads back to this code (its own label)
+    display: str  # the value by the display rule: exact, or cut and marked "…"
     scientific: str
     hex_code: str
     binary_code: str  # sign|exponent|fraction
@@ -86,30 +87,20 @@ class CodeReadout:
 
 @lru_cache(maxsize=8192)
 def shortest_text(fmt: FloatFormat, code: int) -> str:
-    """The engine's shortest decimal, remembered: views show the same codes again and again."""
-    try:
-        return fmt.shortest_decimal(code)
-    except ValueError:
-        return str(fmt.to_exact(code))
-
-
-DISPLAY_MAX_DIGITS = 12  # exact values up to this many significant digits are shown whole
+    """The shortest round-trip decimal in the app's notation, remembered: views show the
+    same codes again and again. Always shown under its own label, never as the value."""
+    return shortest_display(fmt, code)
 
 
 @lru_cache(maxsize=8192)
 def display_text(fmt: FloatFormat, code: int) -> str:
-    """A value as shown at a glance: every digit when there are few (65504, 2.75, 65536),
-    otherwise the shortest decimal that reads back to the code (0.1 for float32 0x3DCCCCCD).
+    """A code's value by the display rule: every digit when there are few (65504,
+    1.52587890625e-5), otherwise the first digits marked with "…" (0.100000001…).
 
-    The shortest decimal alone misleads where it matters most: FP16's largest value would
-    read 65500 and BF16's 65536 would too.
+    Never the shortest round-trip decimal: that reads E5M2's smallest subnormal
+    1.52587890625e-5 as "2e-5", 31% off.
     """
-    if fmt.classify(code) in ("zero", "subnormal", "normal"):
-        exact = exact_decimal(fmt.to_exact(code))
-        digits = exact.lstrip("-").replace(".", "").lstrip("0")
-        if len(digits) <= DISPLAY_MAX_DIGITS and len(exact) <= DISPLAY_MAX_DIGITS + 4:
-            return exact
-    return shortest_text(fmt, code)
+    return display_decimal(fmt.to_exact(code))
 
 
 def hex_code(fmt: FloatFormat, code: int) -> str:
@@ -134,6 +125,49 @@ def parse_code(text: str, fmt: FloatFormat) -> int | None:
             f"{hex_code(fmt, (1 << fmt.width) - 1)}"
         )
     return code
+
+
+def parse_code_entry(
+    text: str, active: FloatFormat, known: Sequence[FloatFormat] = ()
+) -> tuple[FloatFormat, int] | None:
+    """A raw code, optionally with the format to read it in: "0x3C00" (the active editor's
+    format) or "fp16:0x3C00", "e5m2:0b01111100" (any format name or spec; specs may hold
+    colons themselves, so the code is what follows the last one). None when `text` is not
+    a raw code; ValueError when the format is unknown or the code does not fit it.
+    """
+    compact = text.strip()
+    head, colon, tail = compact.rpartition(":")
+    if not colon:
+        code = parse_code(compact, active)
+        return None if code is None else (active, code)
+    head = head.strip()
+    if not head or tail.strip().lower()[:2] not in ("0x", "0b"):
+        return None  # not a code entry ("e5m2:fn" alone is a spec, not a value)
+    by_name = {fmt.name: fmt for fmt in known}
+    try:
+        fmt = by_name.get(head) or get_format(head)
+    except ValueError as error:
+        raise ValueError(f"{head!r} before ':' is not a format: {error}") from None
+    code = parse_code(tail, fmt)
+    if code is None:
+        raise ValueError(
+            f"after '{head}:' comes a raw code such as 0x3C00 or 0b0011110000000000, not "
+            f"{tail.strip()[:40]!r}"
+        )
+    return fmt, code
+
+
+def entry_placeholder(active: FloatFormat) -> str:
+    """The entry field's example text, true for the active format: its code of 1 (or of
+    its smallest value) in hex, and a code read in another format."""
+    try:
+        one = active.from_value(1)
+    except ValueError:
+        one = 0
+    return (
+        f"value or code, e.g. 0.1, 1/3, max, {hex_code(active, one)} (a code of {active.name}), "
+        "fp16:0x3C00"
+    )
 
 
 def _significand_text(fmt: FloatFormat, fields: Fields) -> str:
@@ -381,6 +415,7 @@ class FormatsSession:
         self.overflow: str | None = None
         self.entry_text = ""
         self.entry_error: str | None = None
+        self.entry_note: str | None = None  # e.g. which format a raw code was read in
         self.custom_formats: list[FloatFormat] = []
         chosen = list(formats) if formats else [get_format("fp32")]
         self.editors: list[EditorState] = [EditorState(fmt) for fmt in chosen]
@@ -447,30 +482,55 @@ class FormatsSession:
         self._user_edit(editor, lambda: editor.set_code(code))
 
     def enter_text(self, text: str) -> bool:
-        """Apply typed text to the active editor (and the linked ones). False on bad text."""
+        """Apply typed text to the active editor (and the linked ones). False on bad text.
+
+        A raw code is read in the active editor's format ("0x3C00") or in the one it names
+        ("fp16:0x3C00"); `entry_note` then says which format it was read in."""
         self.entry_text = text
         editor = self.active
         stripped = text.strip()
         try:
             if not stripped:
-                raise ValueError("type a number (1.5, 1/3, 0x1.8p3, inf, nan, max …) or a code")
-            code = parse_code(stripped, editor.format)
-            value = None if code is not None else parse_value(stripped, editor.format)
+                raise ValueError(
+                    "type a number (1.5, 1/3, 0x1.8p3, inf, nan, max …) or a code (0x3C00, "
+                    "fp16:0x3C00)"
+                )
+            entry = parse_code_entry(stripped, editor.format, self.known_formats())
+            value = None if entry is not None else parse_value(stripped, editor.format)
         except ValueError as error:
             self.entry_error = str(error)
+            self.entry_note = None
             self.entry_changed.emit()
             return False
-        if code is not None:
-            editor.set_code(code)
-            self._follow(editor, editor.value())
+        if entry is not None:
+            fmt, code = entry
+            note = f"code {hex_code(fmt, code)} read in {fmt.name} = {display_text(fmt, code)}"
+            if fmt == editor.format:
+                editor.set_code(code)
+                self._follow(editor, editor.value())
+                if ":" not in stripped:
+                    note += " (the active editor's format; write e.g. fp16:0x3C00 for another)"
+            else:
+                code_value = fmt.to_exact(code)
+                problem = editor.set_input(code_value)
+                if problem is not None:
+                    self.entry_error = f"{note}; {editor.format.name}: {problem}"
+                    self.entry_note = None
+                    self.entry_changed.emit()
+                    return False
+                self._follow(editor, code_value)
+                note += f", rounded into {editor.format.name}"
+            self.entry_note = note
         else:
             assert value is not None
             problem = editor.set_input(value)
             if problem is not None:
                 self.entry_error = problem
+                self.entry_note = None
                 self.entry_changed.emit()
                 return False
             self._follow(editor, value)
+            self.entry_note = None
         self.entry_error = None
         self.entry_changed.emit()
         self.changed.emit()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -25,7 +25,7 @@ from fpexplorer.gui.formats.state import (
     hex_code,
 )
 from fpexplorer.gui.formats.text import short
-from fpexplorer.gui.theme import class_hex
+from fpexplorer.gui.theme import role_color
 
 COMPARE_COLUMNS = (
     "Format",
@@ -134,7 +134,7 @@ class CrossFormatTable(LazyView):
             formats = session.known_formats()
         which = "the stacked formats" if self.only_stacked.isChecked() else "every format"
         self.caption.setText(
-            f"<b>{short(value, 17)}</b> rounded into {which} ({session.rounding}, "
+            f"<b>{short(value)}</b> rounded into {which} ({session.rounding}, "
             f"overflow: {session.overflow or 'format default'}). Click a row to load it into "
             "the active editor."
         )
@@ -177,9 +177,9 @@ class CrossFormatTable(LazyView):
             hex_code(fmt, rounded.code),
             display_text(fmt, rounded.code),
             kind,
-            short(rounded.error_abs, 6),
-            short(rounded.error_rel, 6),
-            short(rounded.error_ulps, 6),
+            short(rounded.error_abs),
+            short(rounded.error_rel),
+            short(rounded.error_ulps),
             ", ".join(flags) if flags else "exact",
         ]
 
@@ -187,11 +187,11 @@ class CrossFormatTable(LazyView):
         for column, text in enumerate(texts):
             item = _set_text(self.table, row, column, text)
             if column == 3 and text:
-                item.setForeground(QBrush(QColor(class_hex(text))))
+                item.setForeground(QBrush(role_color(f"class_{text}")))
             if column == 7:
                 flagged = rounded is not None and (rounded.overflow or rounded.underflow)
                 item.setForeground(
-                    QBrush(QColor("#d9463b")) if flagged else self.table.palette().text()
+                    QBrush(role_color("error")) if flagged else self.table.palette().text()
                 )
             if column == 0 and rounded is not None:
                 item.setToolTip(rounded.format.description)

@@ -1,16 +1,16 @@
 """How numbers are written on screen. Pure string work on the engine's exact decimals.
 
 No arithmetic happens here: the engine gives the digits (`exact_decimal`, every one;
-`leading_digits`, the first few), and these helpers only place the decimal point, in
-scientific notation or cut short for a table cell. A cut is always marked with "…", never
-rounded silently.
+`display_decimal`, the display rule), and these helpers only place the decimal point. A cut
+is always marked with "…", never rounded silently.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-from fpexplorer.formats import ExactValue, leading_digits
+from fpexplorer.formats import ExactValue
+from fpexplorer.formats.decimal import display_decimal
 
 ELLIPSIS = "…"
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -51,44 +51,31 @@ def scientific(decimal_text: str, max_digits: int = 17) -> str:
     return f"{'-' if negative else ''}{mantissa}e{exponent}"
 
 
-def short(x: Fraction | ExactValue | int | None, max_digits: int = 7) -> str:
-    """A compact exact-or-marked rendering for tables: "65504", "6.1035156…e-5", "—".
+def short(x: Fraction | ExactValue | int | None) -> str:
+    """A value by the display rule ("65504", "0.100000001…", "1.52587890625e-5"), "—" for None.
 
-    Built from the engine's leading digits, never a full expansion: an error of 1e99999
-    has a hundred thousand digits and writing them all out took seconds per cell.
+    The engine's `display_decimal`: exact when the exact decimal is short, otherwise cut to
+    a few significant digits and marked with "…". Built from leading digits, never a full
+    expansion: an error of 1e99999 has a hundred thousand digits.
     """
     if x is None:
         return "—"
-    if isinstance(x, ExactValue):
-        if x.kind != "finite":
-            return str(x)
-        negative, magnitude = x.negative, x.magnitude
-    else:
-        value = Fraction(x)
-        negative, magnitude = value < 0, abs(value)
-    sign = "-" if negative else ""
-    digits, exponent, exact = leading_digits(magnitude, max_digits)
-    if magnitude == 0:
-        return sign + "0"
-    if exact and exponent + 1 <= max_digits and -exponent - 1 + len(digits) <= max_digits:
-        if exponent < 0:
-            return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
-        whole, decimals = digits[: exponent + 1].ljust(exponent + 1, "0"), digits[exponent + 1 :]
-        return f"{sign}{whole}.{decimals}" if decimals else sign + whole
-    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-    return f"{sign}{mantissa}{'' if exact else ELLIPSIS}e{exponent}"
+    return display_decimal(x)
 
 
 def typed(value: ExactValue, max_length: int = 22) -> str:
-    """A typed value as the user would write it ("1/3", "0.1"), shortened when long."""
+    """A typed value as the user would write it: "1/3" stays a fraction when short,
+    anything else follows the display rule."""
     if (
         value.is_finite
+        and value.magnitude.denominator != 1
         and max(value.magnitude.numerator.bit_length(), value.magnitude.denominator.bit_length())
-        > 4 * max_length
+        <= 4 * max_length
     ):
-        return short(value, 12)  # far too long to write out (and slow to: 1e99999)
-    text = str(value)
-    return text if len(text) <= max_length else short(value, 12)
+        text = str(value)
+        if "/" in text and len(text) <= max_length:
+            return text
+    return display_decimal(value)
 
 
 def power_of_two(exponent: int) -> str:

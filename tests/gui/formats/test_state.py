@@ -271,17 +271,25 @@ def test_any_text_gives_a_result_or_a_message_never_an_exception(text: str) -> N
         assert [editor.code for editor in session.editors] == before
 
 
-def test_display_text_is_exact_when_short_and_shortest_otherwise() -> None:
+def test_display_text_is_exact_when_short_and_marked_when_cut() -> None:
     from fpexplorer.formats import get_format
-    from fpexplorer.gui.formats.state import display_text
+    from fpexplorer.gui.formats.state import build_readout, display_text
 
     # The shortest round-trip decimal of both is 65500: a glance must not show that.
     assert display_text(get_format("fp16"), 0x7BFF) == "65504"
     assert display_text(get_format("bf16"), 0x4780) == "65536"
     assert display_text(get_format("fp6_e2m3"), 0x13) == "2.75"
-    # float32 0.1 has 27 significant digits: the shortest decimal stands in for them.
-    assert display_text(get_format("fp32"), 0x3DCCCCCD) == "0.1"
+    # Was "2e-05", "9e-41", "6e-08": the shortest round-trip strings, up to 31% off.
+    assert display_text(get_format("float8_e5m2"), 0x01) == "1.52587890625e-5"
+    assert display_text(get_format("bf16"), 0x0001) == "9.18354961…e-41"
+    assert display_text(get_format("fp16"), 0x0001) == "5.9604644775390625e-8"
+    # float32 0.1 has 27 significant digits: cut and marked, never shown as "0.1".
+    assert display_text(get_format("fp32"), 0x3DCCCCCD) == "0.100000001…"
     assert display_text(get_format("fp16"), 0x7E00) == "nan"
+    # The shortest round-trip decimal is its own field, in the same notation.
+    readout = build_readout(get_format("float8_e5m2"), 0x01, None)
+    assert (readout.display, readout.shortest) == ("1.52587890625e-5", "2e-5")
+    assert readout.formula.endswith("= 1.52587890625e-5")
 
 
 @pytest.mark.timeout(10)  # a hang guard: a fraction of a second now, 10 s before
@@ -289,14 +297,67 @@ def test_a_value_of_a_hundred_thousand_digits_is_shown_short() -> None:
     session = session_of("fp32", "fp16", "bf16")
     assert session.enter_text("1e99999")
     assert typed(session.active.input) == "1e99999"
-    assert short(parse_value("-1e99999").fraction + 1) == "-9.999999…e99998"
-    assert short(Fraction(1, 3 * 10**5000), 4) == "3.333…e-5001"
+    assert short(parse_value("-1e99999").fraction + 1) == "-9.99999999…e99998"
+    assert short(Fraction(1, 3 * 10**5000)) == "3.33333333…e-5001"
     assert session.enter_text("-1" + "0" * 30000 + ".5")
-    assert typed(session.active.input).startswith("-1.00000000000…e30000")
-    # The same texts as before for ordinary values.
+    assert typed(session.active.input) == "-1.00000000…e30000"
+    # Ordinary values by the same rule.
     assert [short(x) for x in (65504, Fraction(1, 2**24), Fraction(-1, 3), 10**8)] == [
         "65504",
-        "5.960464…e-8",
-        "-3.333333…e-1",
-        "1e8",
+        "5.9604644775390625e-8",
+        "-0.333333333…",
+        "100000000",
     ]
+
+
+def test_a_raw_code_is_read_in_the_format_it_names() -> None:
+    session = session_of("fp32", "fp16")
+    # Was: "0x3C00" read as a float32 subnormal and FP16 showed "0, underflow".
+    assert session.enter_text("fp16:0x3C00")
+    assert [editor.code for editor in session.editors] == [0x3F800000, 0x3C00]
+    assert session.entry_note == "code 0x3C00 read in float16 = 1, rounded into float32"
+    # Without a format the active editor's is used, and the note says so.
+    assert session.enter_text("0x3C00")
+    assert session.active.code == 0x3C00
+    assert session.entry_note is not None
+    assert "read in float32 = 2.15239444…e-41" in session.entry_note
+    assert "fp16:0x3C00" in session.entry_note
+    # Specs hold colons of their own; the code is what follows the last one.
+    assert session.enter_text("e4m3:encoding=fn:0x7e")
+    assert session.active.value().fraction == 448
+    # A value clears the note.
+    assert session.enter_text("0.5")
+    assert session.entry_note is None
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("fp17:0x7C", "'fp17' before ':' is not a format"),
+        ("fp16:0x17C00", "more than 16 bits"),
+        ("fp16:0xZZ", "after 'fp16:' comes a raw code"),
+        ("e5m2:fn", "not a number"),
+    ],
+)
+def test_bad_code_entries_say_what_is_wrong(text: str, words: str) -> None:
+    session = session_of("fp32", "fp16")
+    before = [editor.code for editor in session.editors]
+    assert not session.enter_text(text)
+    assert session.entry_error is not None and words in session.entry_error
+    assert session.entry_note is None
+    assert [editor.code for editor in session.editors] == before
+
+
+def test_the_entry_placeholder_is_true_for_the_active_format() -> None:
+    from fpexplorer.formats import get_format
+    from fpexplorer.gui.formats.state import entry_placeholder
+
+    for name in ("fp32", "fp16", "bf16", "float8_e4m3fn", "float8_e8m0fnu", "fp4"):
+        fmt = get_format(name)
+        placeholder = entry_placeholder(fmt)
+        shown = placeholder.split("max, ")[1].split(" ")[0]
+        session = session_of(name)
+        assert session.enter_text(shown)
+        assert session.active.value().fraction == 1, (name, shown)
+        assert session.enter_text("fp16:0x3C00")
+        assert session.active.value().fraction == 1
