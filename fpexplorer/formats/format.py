@@ -689,11 +689,18 @@ class FloatFormat:
         rounding: str = "nearest_even",
         overflow: str | None = None,
         seed: int | None = None,
+        *,
+        random_bits: int | None = None,
+        random_draws: npt.ArrayLike | None = None,
     ) -> np.ndarray[Any, Any]:
-        """Round an array of floats into codes (uint8/16/32/64 by width), like `from_value`."""
+        """Round an array of floats into codes (uint8/16/32/64 by width), like `from_value`.
+
+        Stochastic rounding draws `random_bits` bits per element from a numpy generator seeded
+        with `seed`, or takes them from `random_draws` (integers of the input's shape).
+        """
         from .vectorized import from_float_array
 
-        return from_float_array(self, x, rounding, overflow, seed)
+        return from_float_array(self, x, rounding, overflow, seed, random_bits, random_draws)
 
     def classify_array(self, codes: npt.ArrayLike) -> np.ndarray[Any, np.dtype[np.int8]]:
         """Classes of an array of codes as indices into CLASSES."""
