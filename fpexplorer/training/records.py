@@ -297,7 +297,9 @@ class LayerStats(_Codable):
     """Statistics of one module's gradients on a statistics step."""
 
     name: str
-    grad_norm: float = math.nan
+    # L2 norm of the module's parameter gradients; None for a module without parameters
+    # (a ReLU has no gradient norm: 0 would read as "all its gradients are zero").
+    grad_norm: float | None = None
     amax: float = math.nan  # max |scaled activation gradient|
     headroom_log2: float | None = None  # log2(65504 / amax); None when amax is 0 or not finite
     underflow_share: float = 0.0  # share below FP16's smallest subnormal (2**-24)
