@@ -15,8 +15,10 @@ from torch import nn
 from fpexplorer.training.monitor import (
     FORMAT_RANGES,
     AmpMonitor,
+    FormatRange,
     binade_histogram,
 )
+from fpexplorer.training.monitor.kernels import count_at_most
 from fpexplorer.training.runlog import load_run
 
 
@@ -73,19 +75,18 @@ ML_DTYPES = {
 
 @pytest.mark.parametrize("fmt", FORMAT_RANGES, ids=lambda f: f.name)
 def test_format_thresholds_agree_with_ml_dtypes_rounding(fmt: object) -> None:
-    from fpexplorer.training.monitor import FormatRange
-
     assert isinstance(fmt, FormatRange)
     target = ML_DTYPES[fmt.name]
     finfo = ml_dtypes.finfo(target)
     # Every threshold and its float32 neighbours, plus values spread over the range.
-    anchors = [fmt.flush_max, fmt.subnormal_max, fmt.finite_max_input, fmt.min_normal,
-               fmt.min_subnormal, fmt.max]  # fmt: skip
+    assert fmt.min_subnormal is not None
+    anchors = [fmt.flush_max, fmt.subnormal_max, fmt.finite_max_input, float(fmt.min_normal),
+               float(fmt.min_subnormal), float(fmt.max)]  # fmt: skip
     values = []
     for anchor in anchors:
         a = np.float32(anchor)
         values += [np.nextafter(a, np.float32(0)), a, np.nextafter(a, np.float32(np.inf))]
-    values += list(np.geomspace(fmt.min_subnormal / 8, min(fmt.max * 4, 3e38), 2000))
+    values += list(np.geomspace(float(fmt.min_subnormal) / 8, min(float(fmt.max) * 4, 3e38), 2000))
     with np.errstate(over="ignore"):  # overflowing is the point of some values
         rounded_all = np.array(values, dtype=np.float32).astype(target).astype(np.float64)
     for value, rounded in zip(np.array(values, dtype=np.float32), rounded_all, strict=True):
@@ -111,7 +112,9 @@ def test_recorded_histograms_equal_numpy_on_the_same_tensors(tmp_path: Path) -> 
 
     for module in model:
         module.register_forward_hook(capture)
-    with AmpMonitor(model, optimizer, scaler, out=tmp_path / "run.jsonl") as monitor:
+    with AmpMonitor(
+        model, optimizer, scaler, out=tmp_path / "run.jsonl", stats_every=1, format_shares=True
+    ) as monitor:
         for _ in range(2):
             captured.clear()
             # Inputs from 1 down to 1e-12: the gradients span every format's range.
@@ -156,8 +159,6 @@ def test_recorded_histograms_equal_numpy_on_the_same_tensors(tmp_path: Path) -> 
 
 
 def test_count_at_most_is_exact_at_every_bound() -> None:
-    from fpexplorer.training.monitor import _count_at_most
-
     bounds = sorted({b for f in FORMAT_RANGES for b in
                      (f.flush_max, f.subnormal_max, f.finite_max_input)})  # fmt: skip
     near = []
@@ -169,7 +170,7 @@ def test_count_at_most_is_exact_at_every_bound() -> None:
     values = np.concatenate([near, -np.array(near), spread, [0.0, -0.0, np.inf, -np.inf, np.nan]])
     with np.errstate(over="ignore"):  # the spread reaches past float32's range: inf
         values = values.astype(np.float32)
-    counts = _count_at_most(torch.from_numpy(values), bounds).tolist()
+    counts = count_at_most(torch.from_numpy(values), bounds).tolist()
     with np.errstate(invalid="ignore"):
         expected = [int(np.sum(np.abs(values) <= np.float32(b))) for b in bounds]
     assert counts == [*expected, int(np.sum(values == 0))]

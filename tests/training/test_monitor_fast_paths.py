@@ -71,7 +71,9 @@ def tricky_gradients(scale: float, seed: int) -> torch.Tensor:
 def one_step(tmp_path: Path, grads: torch.Tensor, scale: float, dtype: torch.dtype) -> dict:
     model = nn.Linear(grads.numel(), 1, bias=False).to(dtype)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    with AmpMonitor(model, optimizer, FixedScale(scale), out=tmp_path / "run.jsonl") as monitor:
+    with AmpMonitor(
+        model, optimizer, FixedScale(scale), out=tmp_path / "run.jsonl", format_shares=True
+    ) as monitor:
         model.weight.grad = grads.to(dtype).reshape(1, -1).clone()
         optimizer.step()
         return monitor.step(0.0)
@@ -192,7 +194,9 @@ def test_format_shares_of_mixed_gradient_tensors(tmp_path: Path, scale: float) -
     fine = tricky_gradients(scale, seed=9)
     model = nn.ModuleDict({"a": nn.Linear(coarse.numel(), 1), "b": nn.Linear(fine.numel(), 1)})
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    with AmpMonitor(model, optimizer, FixedScale(scale), out=tmp_path / "run.jsonl") as monitor:
+    with AmpMonitor(
+        model, optimizer, FixedScale(scale), out=tmp_path / "run.jsonl", format_shares=True
+    ) as monitor:
         model["a"].weight.grad = coarse.reshape(1, -1).clone()
         model["a"].bias.grad = torch.tensor([2.0**-25])
         model["b"].weight.grad = fine.reshape(1, -1).clone()

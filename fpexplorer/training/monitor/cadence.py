@@ -1,0 +1,75 @@
+"""When the monitor takes statistics: every N steps, or within a share of the wall time.
+Torch-free."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+DEFAULT_STATS_BUDGET = 0.05
+_PLAIN_WINDOW = 16  # recent plain steps whose median is "a step without statistics"
+
+
+class StatsCadence:
+    """Decides, before each step, whether it is a statistics step.
+
+    `every=N`: steps 0, N, 2N... (0: never). `budget=b` (the default, 0.05): as often as
+    keeps the extra time of statistics steps within b of the wall time so far, the extra
+    being a statistics step's duration minus the median recent plain step. Step 0 always
+    takes statistics (its duration pays for warm-up, so it is not charged), and with a
+    budget so does the step after an alarm (a skipped step, a non-finite loss or norm).
+    """
+
+    def __init__(self, every: int | None = None, budget: float | None = None) -> None:
+        if every is not None and budget is not None:
+            raise ValueError("give stats_every or stats_budget, not both")
+        if every is None and budget is None:
+            budget = DEFAULT_STATS_BUDGET
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int)
+                                  or every < 0):  # fmt: skip
+            raise ValueError("stats_every must be a whole number >= 0 (0: off)")
+        if budget is not None and not 0 <= budget <= 1:
+            raise ValueError("stats_budget must be a share of the wall time, in [0, 1]")
+        self.every = every
+        self.budget = budget
+        self._elapsed = 0.0  # charged wall time
+        self._spent = 0.0  # extra time of the charged statistics steps
+        self._plain: deque[float] = deque(maxlen=_PLAIN_WINDOW)
+        self._last_extra: float | None = None
+        self._alarm = False
+        self._accounted = 0
+
+    @property
+    def spent_share(self) -> float:
+        """The share of the charged wall time that statistics took so far."""
+        return self._spent / self._elapsed if self._elapsed else 0.0
+
+    def account(self, duration: float, *, statistics: bool, alarm: bool) -> None:
+        """Tell the cadence how the step went (its wall time, from the previous step)."""
+        self._accounted += 1
+        self._alarm = alarm
+        if self._accounted == 1:
+            return  # warm-up: first calls allocate, compile, fill caches
+        self._elapsed += duration
+        if not statistics:
+            self._plain.append(duration)
+            return
+        plain = self._plain_median()
+        extra = max(duration - plain, 0.0) if plain is not None else duration / 2
+        self._spent += extra
+        self._last_extra = extra
+
+    def collect_next(self, step_index: int) -> bool:
+        """Whether step `step_index` (the next one) takes statistics."""
+        if self.every is not None:
+            return self.every > 0 and step_index % self.every == 0
+        assert self.budget is not None
+        if step_index == 0 or (self._alarm and self.budget > 0):
+            return True
+        plain = self._plain_median() or 0.0
+        # Until a charged statistics step is measured, assume it costs a plain step extra.
+        extra = self._last_extra if self._last_extra is not None else plain
+        return self._spent + extra <= self.budget * (self._elapsed + plain + extra)
+
+    def _plain_median(self) -> float | None:
+        return statistics.median(self._plain) if self._plain else None

@@ -1,0 +1,379 @@
+"""Counting kernels: histogram codes and threshold counts read from bit patterns. Needs torch.
+
+Every figure the monitor reports about a tensor's values (binade histograms, zeros, max |x|,
+how many magnitudes lie at or below a bound) is read from counts of bit patterns: a bincount
+of the 15 magnitude bits of a 16-bit value, or of the top half of a float32. That is exact
+and far cheaper than logarithms. Where a pattern alone cannot decide (float32 values below
+2**-133, a bound that splits an occupied pattern, the inf pattern that may hide NaNs whose
+payload lies in the low 16 bits), the values are looked at again, exactly, and only then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+# Binade histogram layout: every finite non-zero float32 has floor(log2 |x|) in
+# [-149, 127] (-149: the smallest subnormal 2**-149), so no value is ever clamped.
+BINADE_LO = -149
+BINADE_HI = 127
+NUM_BINADES = BINADE_HI - BINADE_LO + 1  # 277
+ZERO_CODE = NUM_BINADES
+INF_CODE = NUM_BINADES + 1
+NAN_CODE = NUM_BINADES + 2
+CODES = NUM_BINADES + 3
+PATTERNS = 32768  # 15-bit magnitude patterns
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+_FLOAT32_INF_PATTERN = 0x7F80  # top half of a float32 inf (and of NaNs with a low payload)
+
+
+def binade_codes(values: torch.Tensor) -> torch.Tensor:
+    """Histogram code of each element: floor(log2 |x|) - BINADE_LO for finite non-zero x,
+    ZERO_CODE, INF_CODE or NAN_CODE otherwise. `values` must be float32 (exact for
+    float16/bfloat16 converted to float32); the result is int64."""
+    _, exponent = torch.frexp(values)  # |x| = m * 2**e, m in [0.5, 1): floor(log2|x|) = e - 1
+    codes = torch.where(values == 0, ZERO_CODE, exponent.to(torch.int64) - 1 - BINADE_LO)
+    magnitude_ok = values.abs() <= FLOAT32_MAX  # False for inf and NaN
+    special = torch.where(values.isnan(), NAN_CODE, INF_CODE)
+    return torch.where(magnitude_ok, codes, special)
+
+
+def histogram_json(counts: Sequence[float], dtype: str | None = None) -> dict[str, Any]:
+    """The run-log form of CODES counts: binade counts trimmed to the non-zero range."""
+    binades = [int(c) for c in counts[:NUM_BINADES]]  # int(): counts may arrive as floats
+    nonzero = [i for i, count in enumerate(binades) if count]
+    first, last = (nonzero[0], nonzero[-1] + 1) if nonzero else (0, 0)
+    result: dict[str, Any] = {
+        "lo": BINADE_LO + first if nonzero else 0,
+        "counts": binades[first:last],
+        "zero": int(counts[ZERO_CODE]),
+        "inf": int(counts[INF_CODE]),
+        "nan": int(counts[NAN_CODE]),
+    }
+    if dtype is not None:
+        result["dtype"] = dtype
+    return result
+
+
+def binade_histogram(tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
+    """Binade histogram (run-log form) of all elements of `tensors`, each counted once."""
+    counts = torch.stack([code_histogram(t) for t in tensors]).sum(dim=0)
+    return histogram_json(counts.tolist())
+
+
+HIGH_HALF = 1 if sys.byteorder == "little" else 0  # the int16 holding a float32's top bits
+_DISCARD = CODES  # an extra bin for patterns counted elsewhere
+_TABLES: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+
+def _code_tables(device: torch.device) -> dict[str, torch.Tensor]:
+    """Maps from 15-bit magnitude patterns to histogram codes, built once per device.
+
+    A float16/bfloat16 magnitude has 15 bits, so its pattern is its value. For float32 the
+    top 15 magnitude bits fix floor(log2|x|) whenever |x| >= 2**-133; smaller values (zero
+    and the deepest subnormals) are read a second time from x * 2**24, which is exact for
+    them and lifts them into the normal range.
+    """
+    tables = _TABLES.get(device)
+    if tables is None:
+        patterns = torch.arange(PATTERNS, dtype=torch.int32).to(torch.int16)
+        high = (patterns.to(torch.int32) << 16).view(torch.float32)
+        fp32_high = binade_codes(high)
+        fp32_high[0] = _DISCARD  # zero and |x| < 2**-133: counted from the scaled copy
+        # x * 2**24 of a float32 below 2**-133 lies in [2**-125, 2**-109).
+        lifted_range = (high >= 2.0**-125) & (high < 2.0**-109)
+        tiny = torch.where(lifted_range, binade_codes(high) - 24, _DISCARD)
+        tiny[0] = ZERO_CODE
+        tables = {
+            "float16": binade_codes(patterns.view(torch.float16).float()),
+            "bfloat16": binade_codes(patterns.view(torch.bfloat16).float()),
+            "float32_high": fp32_high,
+            "float32_tiny": tiny,
+        }
+        tables = {name: table.to(device) for name, table in tables.items()}
+        _TABLES[device] = tables
+    return tables
+
+
+def _map_patterns(counts: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(CODES + 1, dtype=torch.int64, device=counts.device).index_add_(
+        0, table, counts
+    )
+
+
+def code_histogram(tensor: torch.Tensor) -> torch.Tensor:
+    """Counts by histogram code (CODES int64 counts) of every element of `tensor`.
+
+    Two passes over the data for 16-bit tensors, four for float32: the bits are binned as
+    they are (a bincount of 32768 patterns), which is exact and far cheaper than taking
+    logarithms. A float32 NaN whose payload lies only in the low 16 bits has the top half
+    of an inf: one more pass tells the infinities apart.
+    """
+    flat = tensor.detach().reshape(-1).contiguous()  # viewing the bits needs stride 1
+    tables = _code_tables(flat.device)
+    if flat.dtype in (torch.float16, torch.bfloat16):
+        counts = torch.bincount(flat.view(torch.int16) & 0x7FFF, minlength=PATTERNS)
+        return _map_patterns(counts, tables[dtype_name(flat.dtype)])[:CODES]
+    values = flat if flat.dtype == torch.float32 else flat.float()
+    high = torch.bincount(values.view(torch.int16)[HIGH_HALF::2] & 0x7FFF, minlength=PATTERNS)
+    lifted = (values * 2.0**24).view(torch.int16)[HIGH_HALF::2] & 0x7FFF
+    tiny = torch.bincount(lifted, minlength=PATTERNS)
+    merged = _map_patterns(high, tables["float32_high"])
+    merged += _map_patterns(tiny, tables["float32_tiny"])
+    # The inf pattern holds the infinities and the NaNs with a payload in the low bits only.
+    hidden_nans = high[_FLOAT32_INF_PATTERN] - torch.count_nonzero(values.isinf())
+    merged[INF_CODE] -= hidden_nans
+    merged[NAN_CODE] += hidden_nans
+    return merged[:CODES]
+
+
+def bits_view(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` (detached) in a layout whose int16 view is allowed: last stride 1."""
+    data = tensor.detach()
+    if data.dim() == 0:
+        return data.reshape(1)
+    return data if data.stride(-1) == 1 else data.contiguous()
+
+
+def count_at_most(values: torch.Tensor, bounds: Sequence[float]) -> torch.Tensor:
+    """[count of |v| <= b for each b in bounds (ascending float32 values), count of v == 0].
+
+    Counts the top 16 bits of every |v| (one bincount); only the elements whose top bits
+    equal a bound's are compared with it exactly. Far cheaper than a comparison per bound
+    (or a binary-search bucketize) over all elements. NaN is never <= a bound.
+    """
+    device = values.device
+    if int(np.float32(bounds[0]).view(np.int32)) >> 16 != 0:
+        raise ValueError("the smallest bound must lie in pattern 0 (below 2**-133)")
+    bound_tensor = torch.tensor(bounds, dtype=torch.float32, device=device)
+    bound_patterns = (bound_tensor.view(torch.int32) >> 16).to(torch.int16)
+    patterns = values.view(torch.int16)[HIGH_HALF::2] & 0x7FFF
+    below = torch.cumsum(torch.bincount(patterns, minlength=PATTERNS), 0)
+    # Elements strictly below each bound's pattern, then the exact check inside it.
+    index = bound_patterns.long()
+    strictly_below = torch.where(index > 0, below[(index - 1).clamp(min=0)], 0)
+    # A 32768-entry table lookup: torch.isin is ~5x slower here.
+    is_bound = torch.zeros(PATTERNS, dtype=torch.bool, device=device)
+    is_bound[bound_patterns.long()] = True
+    on_boundary = is_bound.index_select(0, patterns.int())
+    where = on_boundary.nonzero().squeeze(1)  # one nonzero() for both selections
+    magnitudes = values.index_select(0, where).abs()
+    boundary_patterns = patterns.index_select(0, where)
+    inside = torch.stack(
+        [
+            torch.count_nonzero((boundary_patterns == pattern) & (magnitudes <= bound))
+            for pattern, bound in zip(bound_patterns, bound_tensor, strict=True)
+        ]
+    )
+    # Zero is in pattern 0, which is always a boundary (BF16's flush bound 2**-134 is in it).
+    zeros = torch.count_nonzero(magnitudes == 0)
+    return torch.cat([strictly_below + inside, zeros.reshape(1)])
+
+
+def count_abs_at_most(
+    tensors: Sequence[torch.Tensor], bounds: Sequence[float], scratch: Scratch
+) -> torch.Tensor:
+    """For each bound (a float32 value): the count of elements with |x| <= bound over the
+    float tensors (one pass for |x|, then one comparison per bound)."""
+    total = sum(t.numel() for t in tensors)
+    device = tensors[0].device
+    magnitudes = scratch.get("magnitudes", total, torch.float32, device)
+    offset = 0
+    for tensor in tensors:
+        end = offset + tensor.numel()
+        torch.abs(tensor.detach().reshape(-1), out=magnitudes[offset:end])
+        offset = end
+    flags = scratch.get("flags", total, torch.bool, device)
+    return torch.stack(
+        [torch.count_nonzero(torch.le(magnitudes, bound, out=flags)) for bound in bounds]
+    )
+
+
+def count_low_bits_set(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Count of float32 elements whose low 16 bits are not all zero (0 for float32 copies of
+    BF16 values, such as autocast's BF16 gradients: their top 16 bits say everything)."""
+    counts = [
+        torch.count_nonzero(bits_view(t.float()).view(torch.int16)[..., 1 - HIGH_HALF :: 2])
+        for t in tensors
+    ]
+    return torch.stack(counts).sum()
+
+
+def abs_max(tensor: torch.Tensor) -> torch.Tensor:
+    """max |x| in one pass (NaN when any element is NaN)."""
+    low, high = torch.aminmax(tensor.detach().reshape(-1))
+    return torch.maximum(-low, high).float()
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Pattern counts of one tensor (or one group of parameter gradients), made as soon as
+    the tensor exists so that activation gradients need not be kept until `step()`.
+
+    `counts`: the counts of the 32768 magnitude patterns (the 15 bits below the sign of a
+    16-bit value, or of a float32's top half); `zeros`: exact zeros (float32 only, where
+    pattern 0 also holds |x| < 2**-133); `amax`: max |x| of a float32 tensor (16-bit ones
+    read theirs from the counts); `tensor`: a float32 tensor kept for the exact fallback of
+    `code_histogram` (deep subnormals) and deferred zero counts, None for 16-bit ones.
+    """
+
+    layer: int
+    dtype: str
+    numel: int
+    table: str
+    counts: torch.Tensor
+    zeros: torch.Tensor | None
+    amax: torch.Tensor | None
+    tensor: torch.Tensor | None
+    # float32 only: True when no element has low bits set (the patterns are the values),
+    # False when some has, None when not looked at.
+    top_exact: bool | None = None
+
+
+class Scratch:
+    """Reusable work buffers, grown on demand: a fresh multi-megabyte temporary costs its
+    page faults on every step on a CPU, often more than the arithmetic done in it."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, torch.dtype, torch.device], torch.Tensor] = {}
+
+    def get(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        key = (name, dtype, device)
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.numel() < numel:
+            buffer = torch.empty(numel, dtype=dtype, device=device)
+            self._buffers[key] = buffer
+        return buffer[:numel]
+
+
+def segment_of(layer: int, tensor: torch.Tensor, scratch: Scratch | None) -> Segment:
+    """Pattern counts of `tensor`: two passes for 16-bit tensors (mask, bincount), three or
+    four for float32 ones (mask, bincount, max; zeros where pattern 0 is occupied)."""
+    data = bits_view(tensor)
+    if data.dtype in (torch.float16, torch.bfloat16):
+        bits = data.view(torch.int16)
+        table = dtype_name(data.dtype)
+        keep = None
+        zeros = amax = None
+    else:
+        data = data if data.dtype == torch.float32 else data.float()
+        bits = data.view(torch.int16)[..., HIGH_HALF::2]
+        table = "float32_high"
+        keep = data
+        # On a CPU the zeros are counted later, only where pattern 0 is occupied (reading
+        # one count there costs nothing); on an accelerator that would be a host sync.
+        zeros = None if data.device.type == "cpu" else data.numel() - torch.count_nonzero(data)
+        amax = abs_max(data)
+    if scratch is not None:
+        out = scratch.get("patterns", bits.numel(), torch.int16, bits.device).view(bits.shape)
+        patterns = torch.bitwise_and(bits, 0x7FFF, out=out)
+    else:
+        patterns = bits & 0x7FFF
+    counts = torch.bincount(patterns.reshape(-1), minlength=PATTERNS)
+    return Segment(layer, dtype_name(tensor.dtype), tensor.numel(), table, counts, zeros, amax,
+                    keep)  # fmt: skip
+
+
+_PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+
+def count_deferred_zeros(segments: list[Segment]) -> list[Segment]:
+    """Float32 segments with their zeros counted: 0 where pattern 0 (zero and |x| < 2**-133)
+    is empty, one counting pass otherwise."""
+    deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
+    if not deferred:
+        return segments
+    occupied = torch.stack([segments[i].counts[0] for i in deferred]).tolist()
+    result = list(segments)
+    for index, pattern_zero in zip(deferred, occupied, strict=True):
+        segment = segments[index]
+        tensor = segment.tensor
+        assert tensor is not None
+        zeros = (
+            tensor.numel() - torch.count_nonzero(tensor)
+            if pattern_zero
+            else torch.zeros((), dtype=torch.int64, device=tensor.device)
+        )
+        result[index] = dataclasses.replace(segment, zeros=zeros)
+    return result
+
+
+def pattern_values(device: torch.device) -> dict[str, torch.Tensor]:
+    """The float32 value of each 15-bit magnitude pattern of float16 and bfloat16."""
+    values = _PATTERN_VALUES.get(device)
+    if values is None:
+        patterns = torch.arange(PATTERNS, dtype=torch.int32).to(torch.int16)
+        values = {
+            "float16": patterns.view(torch.float16).float().to(device),
+            "bfloat16": patterns.view(torch.bfloat16).float().to(device),
+        }
+        _PATTERN_VALUES[device] = values
+    return values
+
+
+def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """([len(segments), CODES + 1] code counts, [len(segments)] max |x|) on the device.
+
+    Column CODES holds, for float32 segments, the elements below 2**-133 *including* zeros
+    (also counted in ZERO_CODE): when it exceeds the zeros, `code_histogram` places them.
+    A 16-bit segment's max |x| is the value of its highest pattern present (NaN above inf).
+    """
+    device = segments[0].counts.device
+    values = pattern_values(device)
+    rows = torch.empty(len(segments), CODES + 1, dtype=torch.int64, device=device)
+    amax = torch.empty(len(segments), dtype=torch.float32, device=device)
+    by_table: dict[str, list[int]] = {}
+    for index, segment in enumerate(segments):
+        by_table.setdefault(segment.table, []).append(index)
+    positions = torch.arange(PATTERNS, device=device)
+    for table, indices in by_table.items():
+        stacked = torch.stack([segments[i].counts for i in indices])
+        mapped = torch.zeros(len(indices), CODES + 1, dtype=torch.int64, device=device)
+        mapped.index_add_(1, _code_tables(device)[table], stacked)
+        where = torch.tensor(indices, device=device)
+        if table == "float32_high":
+            zeros = [segments[i].zeros for i in indices]
+            mapped[:, ZERO_CODE] += torch.stack([torch.as_tensor(z, device=device) for z in zeros])
+            none = torch.zeros((), dtype=torch.float32, device=device)  # parameter rows
+            peaks = torch.stack([_or(segments[i].amax, none) for i in indices])
+        else:
+            highest = torch.where(stacked > 0, positions, 0).amax(dim=1)
+            peaks = values[table][highest]
+            peaks = torch.where(mapped[:, NAN_CODE] > 0, torch.nan, peaks)
+        rows.index_copy_(0, where, mapped)
+        amax.index_copy_(0, where, peaks.float())
+    return rows, amax
+
+
+def _or(value: torch.Tensor | None, default: torch.Tensor) -> torch.Tensor:
+    return default if value is None else value
+
+
+@functools.lru_cache(maxsize=256)
+def magnitude_limits(bounds: tuple[float, ...], scale: float) -> tuple[int, ...]:
+    """For each bound b >= 0: the bit pattern of the largest float32 x >= 0 whose float32
+    product with float32(scale) (a finite scale > 0) is <= b. Rounding is monotone, so
+    |g * scale| <= b exactly when |g| <= x: the counts need no multiplied copy of the
+    gradients. Found by bisection over float32 patterns, in float32 arithmetic."""
+    scale32 = np.float32(scale)
+    limit = np.asarray(bounds, dtype=np.float32)
+    low = np.zeros(len(bounds), dtype=np.int64)  # 0 * scale = 0 <= b
+    high = np.full(len(bounds), 0x7F800000, dtype=np.int64)  # inf * scale = inf > b
+    with np.errstate(over="ignore", under="ignore"):
+        while np.any(high - low > 1):
+            middle = (low + high) // 2
+            ok = middle.astype(np.int32).view(np.float32) * scale32 <= limit
+            low = np.where(ok, middle, low)
+            high = np.where(ok, high, middle)
+    return tuple(int(x) for x in low)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")

@@ -1,0 +1,336 @@
+"""The statistics of one step: queued on the device under names, read back in one copy,
+turned into the step record's statistics fields. Needs torch.
+
+`HostPack` is the one host sync of a step: every device value the step record needs is
+added under a name (`pack.add("norms", norms)`) and `fetch()` copies them all at once;
+`HostValues["norms"]` reads a part back by its name, so no decoder counts offsets into a
+packed vector. `StatsPlan` holds what a statistics step queued (the pattern-count segments
+of the parameter and activation gradients, which layer each belongs to, the formats to
+compare with) and decodes the host values into the record's fields.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from fpexplorer.training.monitor.kernels import (
+    BINADE_LO,
+    CODES,
+    FLOAT32_MAX,
+    INF_CODE,
+    NAN_CODE,
+    PATTERNS,
+    ZERO_CODE,
+    Scratch,
+    Segment,
+    code_histogram,
+    count_abs_at_most,
+    count_at_most,
+    count_low_bits_set,
+    histogram_json,
+    magnitude_limits,
+    pattern_values,
+)
+from fpexplorer.training.monitor.thresholds import (
+    FormatRange,
+    boundaries,
+    floor_log2,
+    format_range,
+)
+
+# Per-layer figures are about FP16, the format whose range a loss scale exists for.
+_FP16 = format_range("float16")
+_FP16_MAX = float(_FP16.max)  # 65504
+_FP16_MIN_SUBNORMAL_LOG2 = floor_log2(_FP16.smallest_positive)  # -24
+
+
+class HostPack:
+    """Device values queued under names and brought to the host in one copy (one sync)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._parts: list[torch.Tensor] = []
+        self._slices: dict[str, slice] = {}
+        self._size = 0
+
+    def add(self, name: str, values: torch.Tensor | float) -> None:
+        if name in self._slices:
+            raise ValueError(f"{name!r} is already in the pack")
+        tensor = torch.as_tensor(values, dtype=torch.float64).to(self.device).reshape(-1)
+        self._parts.append(tensor)
+        self._slices[name] = slice(self._size, self._size + tensor.numel())
+        self._size += tensor.numel()
+
+    def fetch(self) -> HostValues:
+        if not self._parts:
+            return HostValues(np.zeros(0), {})
+        return HostValues(torch.cat(self._parts).cpu().numpy(), dict(self._slices))
+
+
+@dataclass(frozen=True, slots=True)
+class HostValues:
+    """The host copy of a `HostPack`: parts by name (float64; counts are exact below 2**53)."""
+
+    values: npt.NDArray[np.float64]
+    slices: Mapping[str, slice]
+
+    def __getitem__(self, name: str) -> npt.NDArray[np.float64]:
+        return self.values[self.slices[name]]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.slices
+
+    def scalar(self, name: str) -> float:
+        return float(self[name][0])
+
+
+@dataclass(frozen=True, slots=True)
+class ParamGroup:
+    """The parameter gradients of one dtype class, counted together as one segment."""
+
+    segment: Segment
+    members: tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StatsPlan:
+    """What a statistics step queued in its `HostPack`, and how to read it back.
+
+    Histogram rows: one per parameter group (first), then one per activation gradient in
+    the order backward produced them.
+    """
+
+    layer_names: tuple[str, ...]
+    param_groups: tuple[ParamGroup, ...]
+    act_segments: tuple[Segment, ...]
+    param_layers: tuple[int, ...]  # the layer of each parameter gradient (for the norms)
+    forward_layers: tuple[int, ...]  # the layer of each forward finiteness flag
+    scale: float  # the loss scale the gradients were made with
+    memory: dict[str, Any]
+    formats: tuple[FormatRange, ...]  # the format shares to compute (empty: none)
+    lost_update_kind: str | None  # None: no lost-update figure queued
+    scratch: Scratch = field(repr=False)
+    # False for the statistics taken after an alarm step: its activation gradients are gone.
+    activations: bool = True
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(group.segment for group in self.param_groups) + self.act_segments
+
+    @property
+    def n_param(self) -> int:
+        return sum(group.segment.numel for group in self.param_groups)
+
+    def decode(self, host: HostValues, *, skipped: bool) -> dict[str, Any]:
+        """The statistics fields of the step record."""
+        layer_count = len(self.layer_names)
+        layer_sumsq = np.zeros(layer_count)
+        layer_nonfinite = np.zeros(layer_count, dtype=bool)
+        if self.param_layers:
+            norms = host["norms"]
+            param_layers = np.asarray(self.param_layers, dtype=np.int64)
+            np.add.at(layer_sumsq, param_layers, norms**2)
+            np.logical_or.at(layer_nonfinite, param_layers, ~np.isfinite(norms))
+        first_forward: str | None = None
+        if self.forward_layers:
+            for layer_at, finite in zip(self.forward_layers, host["forward_finite"], strict=True):
+                if not finite:
+                    first_forward = self.layer_names[layer_at]
+                    break
+        segments = self.segments
+        histograms = self._histograms(host, segments)
+        n_groups = len(self.param_groups)
+        is_act = np.arange(len(segments)) >= n_groups
+        segment_layer = np.asarray([s.layer for s in segments], dtype=np.int64)
+        grad_counts = histograms[~is_act].sum(axis=0)
+        act_counts = histograms[is_act].sum(axis=0)
+        act_layers = segment_layer[is_act]
+        layer_act = np.zeros((layer_count, CODES))
+        np.add.at(layer_act, act_layers, histograms[is_act])
+        layer_amax = np.zeros(layer_count)
+        if self.act_segments:
+            with np.errstate(invalid="ignore"):  # a NaN amax stays NaN: the layer is non-finite
+                np.maximum.at(layer_amax, act_layers, host["act_amax"])
+        segment_nonfinite = (histograms[:, INF_CODE] + histograms[:, NAN_CODE]) > 0
+        np.logical_or.at(layer_nonfinite, act_layers, segment_nonfinite[is_act])
+        record: dict[str, Any] = {"grad_hist": histogram_json(grad_counts.tolist())}
+        if self.activations:
+            record["act_hist"] = histogram_json(act_counts.tolist(), self._act_dtype())
+            record["act_zero_share"] = _share(act_counts[ZERO_CODE], act_counts.sum())
+        record["layers"] = self._layer_records(layer_act, layer_amax, layer_sumsq,
+                                               layer_nonfinite)  # fmt: skip
+        record["first_nonfinite"] = self._first_nonfinite(
+            act_layers, segment_nonfinite[is_act], layer_nonfinite
+        )
+        if self.activations:
+            record["first_nonfinite_forward"] = first_forward
+        record["memory"] = self.memory
+        if self.formats and self.param_groups:
+            group_zeros = [int(histograms[i, ZERO_CODE]) for i in range(n_groups)]
+            bounds = boundaries(self.formats)
+            at_most = self._scaled_at_most(host, group_zeros, bounds)
+            record["format_shares"] = self._format_shares(dict(zip(bounds, at_most, strict=True)))
+        if self.lost_update_kind is not None and not skipped:
+            lost, intended = (float(v) for v in host["lost_updates"])
+            record["lost_updates"] = {
+                "share": lost / intended if intended else 0.0,
+                "kind": self.lost_update_kind,
+                "intended": int(intended),
+            }
+        return record
+
+    # -- pieces of the record ------------------------------------------------------------
+
+    def _histograms(self, host: HostValues, segments: Sequence[Segment]) -> npt.NDArray[np.float64]:
+        """[segments, CODES] code counts. Float32 rows whose patterns cannot decide (values
+        below 2**-133 other than zeros, or the inf pattern, which also holds NaNs with a
+        payload in the low bits) are counted again exactly: rare, and only those rows."""
+        rows = host["rows"].reshape(len(segments), CODES + 1).copy()
+        unresolved = rows[:, CODES] > rows[:, ZERO_CODE]
+        unresolved |= rows[:, INF_CODE] > 0
+        for index in np.flatnonzero(unresolved):
+            if segments[int(index)].table == "float32_high":
+                exact = code_histogram(self._segment_tensor(int(index))).cpu().numpy()
+                rows[index, :CODES] = exact
+        histograms: npt.NDArray[np.float64] = rows[:, :CODES]
+        return histograms
+
+    def _segment_tensor(self, index: int) -> torch.Tensor:
+        """The values behind a float32 segment, for the exact (slow) histogram."""
+        if index < len(self.param_groups):
+            members = self.param_groups[index].members
+            return torch.cat([g.reshape(-1).float() for g in members])
+        tensor = self.act_segments[index - len(self.param_groups)].tensor
+        assert tensor is not None, "float32 activation segments keep their tensor"
+        return tensor
+
+    def _act_dtype(self) -> str:
+        """The dtype most activation-gradient elements had."""
+        by_dtype: dict[str, int] = {}
+        for segment in self.act_segments:
+            by_dtype[segment.dtype] = by_dtype.get(segment.dtype, 0) + segment.numel
+        return max(by_dtype.items(), key=lambda item: item[1])[0] if by_dtype else "float32"
+
+    def _first_nonfinite(
+        self,
+        act_layers: npt.NDArray[np.int64],
+        act_nonfinite: npt.NDArray[np.bool_],
+        layer_nonfinite: npt.NDArray[np.bool_],
+    ) -> str | None:
+        # Activation gradients arrive in backward order: the first non-finite one is where
+        # the overflow started.
+        for layer_at in act_layers[act_nonfinite][:1]:
+            return self.layer_names[int(layer_at)]
+        # No activation gradient went non-finite: the last layer (in forward order) whose
+        # parameter gradient did is the first one backward reached.
+        for index in reversed(range(len(self.layer_names))):
+            if layer_nonfinite[index]:
+                return self.layer_names[index]
+        return None
+
+    def _layer_records(
+        self,
+        layer_act: npt.NDArray[np.float64],
+        layer_amax: npt.NDArray[np.float64],
+        layer_sumsq: npt.NDArray[np.float64],
+        layer_nonfinite: npt.NDArray[np.bool_],
+    ) -> list[dict[str, Any]]:
+        below_fp16 = _FP16_MIN_SUBNORMAL_LOG2 - BINADE_LO  # codes < this: |x| < 2**-24
+        records = []
+        for index, name in enumerate(self.layer_names):
+            row = layer_act[index]
+            peak = float(layer_amax[index])
+            underflow = float(row[:below_fp16].sum() + row[ZERO_CODE])
+            records.append(
+                {
+                    "name": name,
+                    "grad_norm": math.sqrt(float(layer_sumsq[index])),
+                    "amax": peak,
+                    "headroom_log2": (
+                        math.log2(_FP16_MAX / peak) if peak > 0 and math.isfinite(peak) else None
+                    ),
+                    "underflow_share": _share(underflow, row.sum()),
+                    "nonfinite": bool(layer_nonfinite[index]),
+                }
+            )
+        return records
+
+    def _scaled_at_most(
+        self, host: HostValues, group_zeros: list[int], bounds: list[float]
+    ) -> list[int]:
+        """For each boundary b: the count of parameter gradients g with |g * scale| <= b
+        (products in float32, as `g * scale` would be computed), exact.
+
+        Each b becomes a limit on |g| itself (`magnitude_limits`), read from the pattern
+        counts: a 16-bit pattern is its value; a float32 pattern (top 16 bits) decides
+        unless the limit falls inside a pattern that holds gradients, and only then are
+        those gradients looked at again: when none has low bits (gradients that were BF16
+        values, as under BF16 autocast) the whole pattern is below the limit; otherwise one
+        |g| pass and one comparison per such limit."""
+        scale = self.scale
+        groups = self.param_groups
+        if not 0 < scale <= FLOAT32_MAX:  # also a scale whose float32 would be inf
+            values = torch.cat([g.reshape(-1).float() for group in groups for g in group.members])
+            return [int(c) for c in count_at_most(values * scale, bounds).tolist()[:-1]]
+        raw = host["pattern_counts"].reshape(len(groups), PATTERNS).astype(np.int64)
+        limits = magnitude_limits(tuple(bounds), scale)
+        totals = [0] * len(limits)
+        for group, counts, zeros in zip(groups, raw, group_zeros, strict=True):
+            segment = group.segment
+            pending: list[tuple[int, int, int]] = []  # (bound index, limit, count below)
+            if segment.table != "float32_high":
+                values_of = pattern_values(torch.device("cpu"))[segment.table].numpy()
+                for index, limit in enumerate(limits):
+                    bound = np.int32(limit).view(np.float32)
+                    totals[index] += int(counts[values_of <= bound].sum())
+                continue
+            below = np.concatenate([[0], np.cumsum(counts)])  # below[p]: patterns < p
+            for index, limit in enumerate(limits):
+                pattern, low = limit >> 16, limit & 0xFFFF
+                inside = int(counts[pattern])
+                if low == 0xFFFF or segment.top_exact:
+                    totals[index] += int(below[pattern]) + inside
+                elif inside == 0:
+                    totals[index] += int(below[pattern])
+                elif pattern == 0 and inside == zeros:  # only zeros there, all <= the limit
+                    totals[index] += int(below[pattern]) + inside
+                else:
+                    pending.append((index, limit, int(below[pattern])))
+            if not pending:
+                continue
+            # Further host syncs, only when a limit splits an occupied pattern.
+            if segment.top_exact is None and int(count_low_bits_set(group.members)) == 0:
+                for index, limit, below_pattern in pending:
+                    totals[index] += below_pattern + int(counts[limit >> 16])
+                continue
+            limit_values = [float(np.int32(limit).view(np.float32)) for _, limit, _ in pending]
+            counted = count_abs_at_most(group.members, limit_values, self.scratch).tolist()
+            for (index, _, _), count in zip(pending, counted, strict=True):
+                totals[index] += int(count)
+        return totals
+
+    def _format_shares(self, count: dict[float, int]) -> dict[str, Any]:
+        """Shares per format from the counts of |g * scale| <= each boundary (NaN counts as
+        overflow: it is never <= anything; 0.0 gives the products that are zero)."""
+        n_param = float(self.n_param)
+        zeros = count[0.0]
+        shares: dict[str, Any] = {}
+        for fmt in self.formats:
+            flushed = count[fmt.flush_max] - zeros
+            shares[fmt.name] = {
+                "underflow": flushed / n_param,
+                "subnormal": (count[fmt.subnormal_max] - count[fmt.flush_max]) / n_param,
+                "overflow": (n_param - count[fmt.finite_max_input]) / n_param,
+            }
+        return shares
+
+
+def _share(part: float, total: float) -> float:
+    return float(part) / float(total) if total else 0.0
