@@ -10,7 +10,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -160,25 +159,27 @@ def test_a_run_log_that_cannot_be_written_never_stops_the_training() -> None:
     assert monitor.write_error is not None and monitor.closed
 
 
-def low_payload_nan() -> float:
-    """A float32 NaN whose mantissa bits are all in the low 16 bits (top half: inf)."""
-    return float(np.array(0x7F800001, dtype=np.uint32).view(np.float32))
+def low_payload_nans(*others: float) -> torch.Tensor:
+    """float32 NaNs whose mantissa bits are all in the low 16 bits (their top half is
+    inf's), then `others`. Made from bits: a float64 round trip would quiet them."""
+    bits = torch.tensor([0x7F800001, 0xFF80FFFF - 2**32], dtype=torch.int32)
+    return torch.cat([bits.view(torch.float32), torch.tensor(others, dtype=torch.float32)])
 
 
 def test_a_nan_with_its_payload_in_the_low_bits_is_counted_as_nan() -> None:
-    value = low_payload_nan()
-    assert math.isnan(value)
-    tensor = torch.tensor([value, math.inf, -math.inf, 1.0, math.nan], dtype=torch.float32)
+    tensor = low_payload_nans(math.inf, -math.inf, 1.0, math.nan)
+    assert bool(tensor[:2].isnan().all())
+    assert (tensor[:2].view(torch.int32) & 0x7FFF0000 == 0x7F800000).all()
     counts = code_histogram(tensor)
-    assert int(counts[NAN_CODE]) == 2 and int(counts[INF_CODE]) == 2
+    assert int(counts[NAN_CODE]) == 3 and int(counts[INF_CODE]) == 2
 
 
 def test_the_monitor_counts_low_payload_nans_as_nan(tmp_path: Path) -> None:
-    model = nn.Linear(4, 1, bias=False)
+    model = nn.Linear(6, 1, bias=False)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl") as monitor:
-        model.weight.grad = torch.tensor([[low_payload_nan(), math.inf, 2.0, 0.0]])
+        model.weight.grad = low_payload_nans(math.inf, 2.0, 0.0, 1e-40).reshape(1, -1)
         optimizer.step()
         record = monitor.step(0.0)
     hist = record["grad_hist"]
-    assert (hist["nan"], hist["inf"], hist["zero"], sum(hist["counts"])) == (1, 1, 1, 1)
+    assert (hist["nan"], hist["inf"], hist["zero"], sum(hist["counts"])) == (2, 1, 1, 2)
