@@ -239,7 +239,8 @@ class _Progress:
             return
         # The monitor returns the record it wrote (a dict until it builds records itself).
         step = record if isinstance(record, StepRecord) else from_schema1_dict(record)
-        assert isinstance(step, StepRecord)
+        if not isinstance(step, StepRecord):
+            return
         now = time.perf_counter()
         if now - self._last < 0.1 and step.step + 1 < self.total:
             return

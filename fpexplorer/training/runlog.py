@@ -148,6 +148,8 @@ class RunWriter:
         hand-built dicts) and written as the current schema; build records instead.
         """
         typed = record if not isinstance(record, Mapping) else from_schema1_dict(record)
+        if typed is None:
+            raise ValueError(f"not a record type: {record.get('type')!r}")
         line = encode_line(typed)
         data = (line + "\n").encode("utf-8")
         self._file.write(data)

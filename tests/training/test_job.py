@@ -99,7 +99,7 @@ def test_every_precision_mode_runs_and_records_everything(tmp_path: Path, precis
     for step in run.steps:
         assert step.act_hist is not None and step.act_hist.dtype == expected_dtype
         assert step.grad_hist is not None and step.grad_hist.total == 4482
-        assert set(step.format_shares) == {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"}
+        assert not step.format_shares  # shown nowhere, so the monitor does not compute it
         assert step.memory is not None and step.memory.activations
         assert [layer.name for layer in step.layers] == list(run.header.layers)
     kinds = {s.lost_updates.kind for s in run.steps if s.lost_updates}

@@ -49,6 +49,7 @@ from fpexplorer.gui.training.plots import (
 from fpexplorer.gui.training.replay import RunFileReplay
 from fpexplorer.gui.training.run_model import RunModel, distinguishing_details
 from fpexplorer.paths import run_directory
+from fpexplorer.training.records import HeaderRecord
 from fpexplorer.training.config import TrainConfig
 
 SYNC_LOAD_BYTES = 8 * 2**20  # ~4,000 steps with statistics on every step: under a second
@@ -361,11 +362,11 @@ class TrainingPanel(QWidget):
                 except (TypeError, ValueError, OverflowError):
                     pass  # settings this version cannot show; the run itself is fine
             note = f"Opened {path.name}: {model.steps_seen} steps, {model.status}."
-            end = model.end or {}
-            failed = end.get("status") == "failed"
-            if failed:
+            end = model.end
+            failed = end is not None and end.status == "failed"
+            if end is not None and failed:
                 # What went wrong is the first thing a person opening a failed run wants.
-                note += f" Error: {end.get('error') or 'no reason given'}."
+                note += f" Error: {end.error or 'no reason given'}."
             if model.problems:
                 note += " Problems: " + "; ".join(model.problems[:3])
             self._show_status(note, error=failed)
@@ -477,7 +478,7 @@ class TrainingPanel(QWidget):
             path = folder.path / f"run-{task}-{config.precision}-{stamp}-{counter}.jsonl"
         model = RunModel()
         model.source = path.name
-        model.header = {"type": "header", "config": config.to_dict()}  # until the real one
+        model.header = HeaderRecord(config=config.to_dict())  # until the real one
         entry = self._add_run(model, path, live=True)
         self._live = entry
         self._select(entry)

@@ -41,7 +41,6 @@ from fpexplorer.gui.training.run_model import (
     RunModel,
     WhatIf,
     format_ranges,
-    to_float,
     what_if,
 )
 
@@ -261,7 +260,7 @@ def no_steps_reason(models: Sequence[RunModel]) -> str:
     """Why runs that hold no step show nothing."""
     if not models:
         return "no run: start a job or open a run file"
-    failed = [m for m in models if m.end is not None and m.end.get("status") == "failed"]
+    failed = [m for m in models if m.end is not None and m.end.status == "failed"]
     if failed:
         return "no steps: the run failed before its first step"
     if any(m.end is None and not m.closed for m in models):
@@ -670,9 +669,10 @@ class GradientHistogramPlot(QWidget):
             # FP16's whole range [2**-24, 65504] stays in view: it is the reference.
             x_lo = min(float(hist.lo), -24.0 + shift, -24.0) - 2
             x_hi = max(float(hist.lo + len(hist.counts)), 16.0 + shift, 16.0) + 2
-            y_hi = max(float(np.log10(1.0 + hist.counts.max())), 1.0)
-            x = hist.exponents.astype(np.float64) + 0.5
-            self.bars.setOpts(x=x, height=np.log10(1.0 + hist.counts), width=0.9)
+            counts = np.asarray(hist.counts, dtype=np.float64)
+            y_hi = max(float(np.log10(1.0 + counts.max())), 1.0)
+            x = np.arange(hist.lo, hist.lo + len(counts), dtype=np.float64) + 0.5
+            self.bars.setOpts(x=x, height=np.log10(1.0 + counts), width=0.9)
             stats = model.latest_stats if model is not None else None
             dtype = f" ({hist.dtype})" if hist.dtype else ""
             self.counts_label.setText(
@@ -873,16 +873,17 @@ class LayerTable(QWidget):
             marked = event.first_nonfinite
         self.table.setRowCount(len(layers))
         for row, layer in enumerate(layers):
-            name = str(layer.get("name", "?"))
-            headroom = layer.get("headroom_log2")
+            name = layer.name
+            headroom = layer.headroom_log2
+            norm = layer.grad_norm
             cells = (
                 name + ("  ◀ first non-finite" if name == marked else ""),
                 # + 0.0: a recorded -0.0 (all-zero gradient) reads 0, magnitudes have no sign.
-                f"{to_float(layer.get('grad_norm')) + 0.0:.3g}",
-                f"{to_float(layer.get('amax')) + 0.0:.3g}",
-                "–" if headroom is None else f"2^{to_float(headroom):.1f}",
-                f"{100 * to_float(layer.get('underflow_share')):.3g}%",
-                "yes" if layer.get("nonfinite") else "",
+                "" if norm is None else f"{norm + 0.0:.3g}",
+                f"{layer.amax + 0.0:.3g}",
+                "–" if headroom is None else f"2^{headroom:.1f}",
+                f"{100 * layer.underflow_share:.3g}%",
+                "yes" if layer.nonfinite else "",
             )
             for column, text in enumerate(cells):
                 item = self.table.item(row, column)
@@ -951,8 +952,8 @@ class MemoryReadout(QWidget):
         stats = model.latest_stats if model is not None else None
         lost = stats.lost_updates if stats is not None else None
         if lost:
-            share = to_float(lost.get("share"))
-            if lost.get("kind") == "actual":
+            share = lost.share
+            if lost.kind == "actual":
                 text = f"<b>{100 * share:.3g}%</b> of weight updates lost to FP16 rounding."
             else:
                 text = f"FP16 weights would lose {100 * share:.3g}% of these updates to rounding."
@@ -961,14 +962,13 @@ class MemoryReadout(QWidget):
             self.lost.setText("lost updates: –")
         rows: list[tuple[str, str, str]] = []
         memory = stats.memory if stats is not None else None
-        if memory:
+        if memory is not None:
             for key_name, title in self.PARTS:
-                by_dtype = memory.get(key_name) or {}
+                by_dtype: dict[str, int] = getattr(memory, key_name)
                 for dtype, nbytes in sorted(by_dtype.items()):
-                    rows.append((title, str(dtype), _human_bytes(to_float(nbytes))))
-            peak = memory.get("peak_device")
-            if peak is not None:
-                rows.append(("device peak", "", _human_bytes(to_float(peak))))
+                    rows.append((title, dtype, _human_bytes(float(nbytes))))
+            if memory.peak_device is not None:
+                rows.append(("device peak", "", _human_bytes(float(memory.peak_device))))
         self.table.setRowCount(len(rows))
         for row, cells in enumerate(rows):
             for column, text in enumerate(cells):

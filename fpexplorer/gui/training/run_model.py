@@ -1,7 +1,7 @@
 """The numbers behind the training panel: one run's records in bounded numpy buffers.
 
-Qt-free on purpose (tested without a GUI). Records arrive as dicts (the run log's `.raw`)
-from a live job or a replayed file; the model keeps
+Qt-free on purpose (tested without a GUI). Records arrive typed (`runlog.Record`, from the
+one `RecordStream`) from a live job or a replayed file; the model keeps
 
 - per-step scalars (loss, scale, growth tracker, ...) in a decimating buffer: when the
   buffer is full every other point is dropped and only every 2nd, 4th, ... step is kept
@@ -17,11 +17,27 @@ scale 2**k" from the recorded counts.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from fpexplorer.training.records import (
+    EndRecord,
+    FormatShares,
+    HeaderRecord,
+    Histogram,
+    LayerStats,
+    LostUpdates,
+    Memory,
+    Record,
+    StepRecord,
+    StepStats,
+    decode_float,
+    from_schema1_dict,
+)
 
 # Fallback format ranges (log2 of smallest subnormal, smallest normal, largest finite),
 # used when a header does not carry them. The exact values beside them.
@@ -48,99 +64,26 @@ HEAT_LO = -150
 HEAT_HI = 128
 HEAT_BINS = HEAT_HI - HEAT_LO
 
-SCALAR_FIELDS: tuple[str, ...] = (
-    "loss",
-    "scale",
-    "skipped",
-    "growth_tracker",
-    "lr",
-    "grad_norm",
-    "steps_per_s",
-    "time",
+# Every per-step scalar of the step record, derived from it: a scalar field added to
+# `StepRecord` gets its column here (and in the CSV export) with no change to this module.
+SCALAR_FIELDS: tuple[str, ...] = tuple(
+    name
+    for name, hint in typing.get_type_hints(StepRecord).items()
+    if name != "step" and hint in (float, int, bool)
 )
 
 
 def to_float(value: Any) -> float:
-    """A JSON number or one of the strings "NaN", "Infinity", "-Infinity" as a float."""
-    if value is None:
-        return math.nan
+    """A free-form setting (a header's config value) as a float; NaN when it is none.
+
+    Numbers and the run log's spellings "NaN", "Infinity", "-Infinity" (`decode_float`,
+    the one decoder); booleans count as 0/1, anything else is NaN."""
     if isinstance(value, bool):
         return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)  # float() reads "NaN", "Infinity", "-Infinity"
-        except ValueError:
-            return math.nan
-    return math.nan
-
-
-def _nonfinite(value: Any) -> bool:
-    """True for a recorded inf/NaN (a missing value is not a non-finite one)."""
-    return value is not None and not math.isfinite(to_float(value))
-
-
-def raw_of(record: Any) -> dict[str, Any] | None:
-    """The raw dict of a record object (`.raw`) or the dict itself; None for anything else."""
-    if isinstance(record, Mapping):
-        return dict(record)
-    to_json = getattr(record, "to_json", None)
-    if to_json is not None:  # a typed record: its statistics sit flat beside the step's
-        raw = dict(to_json())
-        raw.update(raw.pop("stats", None) or {})
-        return raw
-    raw = getattr(record, "raw", None)
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    return None
-
-
-# Binade exponents of any float format lie well within this (FP64's reach -1074..1023).
-MAX_BINADE = 4096
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Histogram:
-    """Counts of values by binade: counts[i] values with floor(log2|g|) == lo + i."""
-
-    lo: int
-    counts: np.ndarray
-    zero: int
-    inf: int
-    nan: int
-    dtype: str | None = None
-
-    @property
-    def total(self) -> int:
-        return int(self.counts.sum()) + self.zero + self.inf + self.nan
-
-    @property
-    def exponents(self) -> np.ndarray:
-        return np.arange(self.lo, self.lo + len(self.counts), dtype=np.int64)
-
-    @classmethod
-    def from_raw(cls, raw: Any) -> Histogram | None:
-        if not isinstance(raw, Mapping):
-            return None
-        try:
-            counts = np.asarray([int(c) for c in raw.get("counts", [])], dtype=np.int64)
-            lo = int(raw.get("lo", 0))
-            if abs(lo) > MAX_BINADE:  # no format has such exponents: a damaged record
-                return None
-            specials = [int(raw.get(name, 0) or 0) for name in ("zero", "inf", "nan")]
-            if (counts < 0).any() or min(specials) < 0:
-                return None  # counts are never negative: a damaged record
-            return cls(
-                lo=lo,
-                counts=counts,
-                zero=int(raw.get("zero", 0) or 0),
-                inf=int(raw.get("inf", 0) or 0),
-                nan=int(raw.get("nan", 0) or 0),
-                dtype=raw.get("dtype") if isinstance(raw.get("dtype"), str) else None,
-            )
-        except (TypeError, ValueError, OverflowError):  # OverflowError: beyond int64
-            return None
+    try:
+        return decode_float(value)
+    except ValueError:
+        return math.nan
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +113,8 @@ def what_if(hist: Histogram, log2_scale: int, recorded_log2_scale: float = 0.0) 
     rounds to at most 65504 except its last 16 units, which the counts cannot resolve).
     """
     shift = log2_scale - recorded_log2_scale
-    shifted = hist.exponents.astype(np.float64) + shift
-    counts = hist.counts
+    counts = np.asarray(hist.counts, dtype=np.int64)
+    shifted = np.arange(hist.lo, hist.lo + len(counts), dtype=np.float64) + shift
     underflow = int(counts[shifted < -24].sum())
     subnormal = int(counts[(shifted >= -24) & (shifted < -14)].sum())
     overflow = int(counts[shifted >= 16].sum())
@@ -264,12 +207,13 @@ class HeatmapBuffer:
 
     def add(self, step: int, hist: Histogram) -> None:
         binned = np.zeros(HEAT_BINS, dtype=np.float64)
-        idx = hist.exponents - HEAT_LO
+        counts = np.asarray(hist.counts, dtype=np.float64)
+        idx = np.arange(hist.lo, hist.lo + len(counts), dtype=np.int64) - HEAT_LO
         inside = (idx >= 0) & (idx < HEAT_BINS)
-        np.add.at(binned, idx[inside], hist.counts[inside])
+        np.add.at(binned, idx[inside], counts[inside])
         # Values outside the fixed axis are piled onto its edges rather than dropped.
-        binned[0] += hist.counts[idx < 0].sum()
-        binned[-1] += hist.counts[idx >= HEAT_BINS].sum()
+        binned[0] += counts[idx < 0].sum()
+        binned[-1] += counts[idx >= HEAT_BINS].sum()
         if self._pending and self._pending < self._per_column:
             self._counts[self._size - 1] += binned
             self._last_step[self._size - 1] = step
@@ -306,24 +250,13 @@ class HeatmapBuffer:
         return (float(self._first_step[0]), float(self._last_step[self._size - 1]))
 
 
-def format_ranges(header: Mapping[str, Any] | None) -> dict[str, tuple[float, float, float]]:
+def format_ranges(header: HeaderRecord | None) -> dict[str, tuple[float, float, float]]:
     """log2 (min subnormal, min normal, max) per format, from the header or the fallback."""
     ranges = dict(FORMAT_RANGES_LOG2)
-    formats = (header or {}).get("formats")
-    if isinstance(formats, Mapping):
-        for name, info in formats.items():
-            if not isinstance(info, Mapping):
-                continue
-            try:
-                values = [to_float(info[k]) for k in ("min_subnormal", "min_normal", "max")]
-            except KeyError:
-                continue
-            if all(v > 0 and math.isfinite(v) for v in values):
-                ranges[str(name)] = (
-                    math.log2(values[0]),
-                    math.log2(values[1]),
-                    math.log2(values[2]),
-                )
+    for name, info in (header.formats if header is not None else {}).items():
+        values = (info.min_subnormal, info.min_normal, info.max)
+        if all(v > 0 and math.isfinite(v) for v in values):
+            ranges[name] = (math.log2(values[0]), math.log2(values[1]), math.log2(values[2]))
     return ranges
 
 
@@ -399,20 +332,36 @@ class SkipEvent:
     first_nonfinite_forward: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class StatsSnapshot:
-    """Everything a statistics step carried (the latest one is kept in full)."""
+    """Everything a statistics step carried (the latest one is kept in full): the step's
+    number and loss scale beside its `StepStats`, field for field."""
 
     step: int
     scale: float
     grad_hist: Histogram | None = None
     act_hist: Histogram | None = None
     act_zero_share: float | None = None
-    layers: list[dict[str, Any]] = field(default_factory=list)
+    layers: tuple[LayerStats, ...] = ()
     first_nonfinite: str | None = None
-    format_shares: dict[str, dict[str, float]] = field(default_factory=dict)
-    lost_updates: dict[str, Any] | None = None
-    memory: dict[str, Any] | None = None
+    format_shares: dict[str, FormatShares] = field(default_factory=dict)
+    lost_updates: LostUpdates | None = None
+    memory: Memory | None = None
+
+    @classmethod
+    def of(cls, record: StepRecord, stats: StepStats) -> StatsSnapshot:
+        return cls(
+            step=record.step,
+            scale=record.scale,
+            grad_hist=stats.grad_hist,
+            act_hist=stats.act_hist,
+            act_zero_share=stats.act_zero_share,
+            layers=stats.layers,
+            first_nonfinite=stats.first_nonfinite,
+            format_shares=stats.format_shares,
+            lost_updates=stats.lost_updates,
+            memory=stats.memory,
+        )
 
 
 class RunModel:
@@ -422,12 +371,12 @@ class RunModel:
     MAX_PROBLEMS = 100
 
     def __init__(self, scalar_capacity: int = 4096, heat_capacity: int = 512) -> None:
-        self.header: dict[str, Any] | None = None
-        self.end: dict[str, Any] | None = None
+        self.header: HeaderRecord | None = None
+        self.end: EndRecord | None = None
         self.scalars = DecimatingSeries(SCALAR_FIELDS, scalar_capacity)
         self.grad_heat = HeatmapBuffer(heat_capacity)
         self.act_heat = HeatmapBuffer(heat_capacity)
-        self.latest_step: dict[str, Any] | None = None
+        self.latest_step: StepRecord | None = None
         self.latest_stats: StatsSnapshot | None = None
         # Skips: the first MAX_SKIP_EVENTS are kept (a collapse usually starts there),
         # later ones only counted, so memory stays bounded.
@@ -448,8 +397,7 @@ class RunModel:
 
     @property
     def config(self) -> dict[str, Any]:
-        config = (self.header or {}).get("config")
-        return dict(config) if isinstance(config, Mapping) else {}
+        return dict(self.header.config) if self.header is not None else {}
 
     @property
     def label(self) -> str:
@@ -472,7 +420,7 @@ class RunModel:
     @property
     def status(self) -> str:
         if self.end is not None:
-            return str(self.end.get("status", "ended"))
+            return self.end.status
         if self.closed:
             return "incomplete"  # the file or the job ended without an `end` record
         return "running" if self.header is not None else "empty"
@@ -484,45 +432,49 @@ class RunModel:
             self.problems.append(message)
         self.revision += 1
 
-    def add_records(self, records: Iterable[Any]) -> int:
-        """Append records (dicts or objects with `.raw`); returns how many were used."""
+    def add_records(self, records: Iterable[Record | Mapping[str, Any]]) -> int:
+        """Append typed records (header, steps, end); returns how many were used.
+
+        Hand-built dicts (tests) go through the run log's one decoder first
+        (`from_schema1_dict`); records of unknown types are skipped, as the contract allows.
+        """
         used = 0
-        for record in records:
-            raw = raw_of(record)
-            if raw is None:
+        for item in records:
+            record: Any = item
+            if isinstance(item, Mapping):
+                try:
+                    record = from_schema1_dict(item)
+                except ValueError as error:
+                    self.add_problem(f"not a record ({error}): {str(item)[:80]}")
+                    continue
+                if record is None:
+                    continue
+            if isinstance(record, StepRecord):
+                self._add_step(record)
+            elif isinstance(record, HeaderRecord):
+                self.header = record
+            elif isinstance(record, EndRecord):
+                self.end = record
+            else:
                 self.add_problem(f"not a record: {record!r:.80}")
                 continue
-            kind = raw.get("type")
-            if kind == "header":
-                self.header = raw
-            elif kind == "step":
-                self._add_step(raw)
-            elif kind == "end":
-                self.end = raw
-            else:
-                continue  # unknown record types are allowed by the contract
             used += 1
         if used:
             self.revision += 1
         return used
 
-    def _add_step(self, raw: dict[str, Any]) -> None:
-        try:
-            step = int(raw["step"])
-        except (KeyError, TypeError, ValueError):
-            self.add_problem(f"step record without a step number: {str(raw)[:80]}")
-            return
+    def _add_step(self, record: StepRecord) -> None:
         self.steps_seen += 1
-        scale = to_float(raw.get("scale", 1.0))
-        skipped = bool(raw.get("skipped", False))
-        self.scalars.append(step, (to_float(raw.get(name)) for name in SCALAR_FIELDS))
-        first_nonfinite = raw.get("first_nonfinite")
-        first_nonfinite = first_nonfinite if isinstance(first_nonfinite, str) else None
-        forward = raw.get("first_nonfinite_forward")
+        self.scalars.append(record.step, (float(getattr(record, name)) for name in SCALAR_FIELDS))
+        stats = record.stats
+        first_nonfinite = stats.first_nonfinite if stats is not None else None
         event = SkipEvent(
-            step, scale, first_nonfinite, forward if isinstance(forward, str) else None
+            record.step,
+            record.scale,
+            first_nonfinite,
+            stats.first_nonfinite_forward if stats is not None else None,
         )
-        if skipped:
+        if record.skipped:
             self.skipped_count += 1
             if len(self.skip_events) < self.MAX_SKIP_EVENTS:
                 self.skip_events.append(event)
@@ -530,53 +482,35 @@ class RunModel:
         # first non-finite step and layer are kept whatever the precision.
         if first_nonfinite and self.first_nonfinite_event is None:
             self.first_nonfinite_event = event
-        nonfinite_grads = skipped or first_nonfinite is not None or _nonfinite(raw.get("grad_norm"))
-        if nonfinite_grads and self.first_nonfinite_step is None:
-            self.first_nonfinite_step = step
-        if _nonfinite(raw.get("loss")) and self.first_nan_loss_step is None:
-            self.first_nan_loss_step = step
-        self.latest_step = raw
-        if any(key in raw for key in ("grad_hist", "act_hist", "layers", "memory")):
-            self._add_stats(step, scale, raw, first_nonfinite)
-
-    def _add_stats(
-        self, step: int, scale: float, raw: dict[str, Any], first_nonfinite: str | None
-    ) -> None:
-        grad_hist = Histogram.from_raw(raw.get("grad_hist"))
-        act_hist = Histogram.from_raw(raw.get("act_hist"))
-        layers = [dict(layer) for layer in raw.get("layers") or [] if isinstance(layer, Mapping)]
-        shares = raw.get("format_shares")
-        lost = raw.get("lost_updates")
-        memory = raw.get("memory")
-        act_zero = raw.get("act_zero_share")
-        self.latest_stats = StatsSnapshot(
-            step=step,
-            scale=scale,
-            grad_hist=grad_hist,
-            act_hist=act_hist,
-            act_zero_share=to_float(act_zero) if act_zero is not None else None,
-            layers=layers,
-            first_nonfinite=first_nonfinite,
-            format_shares=dict(shares) if isinstance(shares, Mapping) else {},
-            lost_updates=dict(lost) if isinstance(lost, Mapping) else None,
-            memory=dict(memory) if isinstance(memory, Mapping) else None,
-        )
-        if grad_hist is not None:
-            self.grad_heat.add(step, grad_hist)
-        if act_hist is not None:
-            self.act_heat.add(step, act_hist)
+        # A missing grad_norm reads NaN, so only an inf norm is taken as a sign on its own.
+        nonfinite = record.skipped or first_nonfinite is not None or math.isinf(record.grad_norm)
+        if stats is not None:
+            hist = stats.grad_hist
+            nonfinite = nonfinite or any(layer.nonfinite for layer in stats.layers)
+            nonfinite = nonfinite or (hist is not None and hist.inf + hist.nan > 0)
+        if nonfinite and self.first_nonfinite_step is None:
+            self.first_nonfinite_step = record.step
+        if not math.isfinite(record.loss) and self.first_nan_loss_step is None:
+            self.first_nan_loss_step = record.step
+        self.latest_step = record
+        if stats is not None:
+            self.latest_stats = StatsSnapshot.of(record, stats)
+            if stats.grad_hist is not None:
+                self.grad_heat.add(record.step, stats.grad_hist)
+            if stats.act_hist is not None:
+                self.act_heat.add(record.step, stats.act_hist)
 
     # ----- read-outs ------------------------------------------------------------------
 
     def progress(self) -> tuple[int, int | None]:
         """(steps done, steps planned or None)."""
-        done = int(self.latest_step["step"]) + 1 if self.latest_step else 0
+        done = self.latest_step.step + 1 if self.latest_step else 0
         return done, self.planned_steps
 
     def steps_per_second(self) -> float | None:
         if not self.latest_step:
             return None
-        value = to_float(self.latest_step.get("steps_per_s"))
+        value = self.latest_step.steps_per_s
         return value if math.isfinite(value) and value > 0 else None
 
     def seconds_left(self) -> float | None:
@@ -591,8 +525,8 @@ class RunModel:
         if not self.latest_step:
             return None
         interval = self.config.get("growth_interval")
-        tracker = self.latest_step.get("growth_tracker")
-        if not isinstance(interval, (int, float)) or not isinstance(tracker, (int, float)):
+        tracker = self.latest_step.growth_tracker
+        if not isinstance(interval, (int, float)):
             return None
         if not (math.isfinite(interval) and math.isfinite(tracker)):
             return None

@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fpexplorer.formats import get_format
-from fpexplorer.gui.training.run_model import RunModel, distinguishing_details, to_float
+from fpexplorer.gui.training.run_model import RunModel, distinguishing_details
 from fpexplorer.training.config import TrainConfig
 
 FloatArray = npt.NDArray[np.float64]
@@ -522,16 +522,16 @@ def lost_updates_text(model: RunModel | None) -> str:
     lost = stats.lost_updates if stats is not None else None
     if stats is None or not lost:
         return "lost updates: –"
-    share = to_float(lost.get("share"))
+    share = lost.share
     hist = stats.grad_hist
     nonfinite_grads = hist is not None and (hist.inf + hist.nan) > 0
-    layers_bad = any(bool(layer.get("nonfinite")) for layer in stats.layers)
+    layers_bad = any(layer.nonfinite for layer in stats.layers)
     if not math.isfinite(share) or nonfinite_grads or layers_bad:
         return (
             f"lost updates: n/a on step {stats.step} (its gradients held inf/NaN: there "
             "was no finite update to lose)"
         )
-    if lost.get("kind") == "actual":
+    if lost.kind == "actual":
         return f"<b>{share_text(share)}</b> of weight updates lost to FP16 rounding."
     return f"FP16 weights would lose {share_text(share)} of these updates to rounding."
 
@@ -590,18 +590,18 @@ def layer_table_view(model: RunModel | None) -> LayerTableView:
     marked = stats.first_nonfinite or (event.first_nonfinite if event is not None else None)
     rows: list[LayerRow] = []
     for layer in stats.layers:
-        name = str(layer.get("name", "?"))
-        norm = layer.get("grad_norm")
-        amax = to_float(layer.get("amax"))
+        name = layer.name
+        norm = layer.grad_norm
+        amax = layer.amax
         if amax > 0 and math.isfinite(amax):
             headroom = f"2^{fmt.log2_max - math.log2(amax):.1f}"
         else:
             headroom = "–"
-        underflow = to_float(layer.get("underflow_share"))
-        nonfinite = bool(layer.get("nonfinite"))
+        underflow = layer.underflow_share
+        nonfinite = layer.nonfinite
         cells = (
             elide(name, 48) + ("  ◀ first non-finite" if name == marked else ""),
-            "" if norm is None else number_text(abs(to_float(norm))),
+            "" if norm is None else number_text(abs(norm)),
             number_text(abs(amax)),
             headroom,
             share_text(underflow) if fp16 else "–",

@@ -23,6 +23,7 @@ from fpexplorer.gui.training.run_model import (
 )
 from fpexplorer.gui.training.synthetic import synthetic_records
 from fpexplorer.training.config import PRECISION_NAMES, TrainConfig
+from fpexplorer.training.records import FormatRange, HeaderRecord
 
 # ----- what-if against numpy's float16 as the oracle -------------------------------------
 
@@ -35,7 +36,7 @@ def _histogram_of(values: np.ndarray) -> Histogram:
     counts = np.bincount(exponents - lo)
     return Histogram(
         lo=lo,
-        counts=counts.astype(np.int64),
+        counts=tuple(int(c) for c in counts),
         zero=int((magnitudes == 0).sum()),
         inf=int(np.isinf(magnitudes).sum()),
         nan=int(np.isnan(magnitudes).sum()),
@@ -80,7 +81,7 @@ def test_what_if_matches_float16_casts(seed: int, centre: int, log2_scale: int) 
 
 
 def test_what_if_shifts_a_histogram_recorded_at_a_scale() -> None:
-    hist = Histogram(lo=-30, counts=np.array([5, 0, 0, 7]), zero=1, inf=0, nan=0)
+    hist = Histogram(lo=-30, counts=(5, 0, 0, 7), zero=1, inf=0, nan=0)
     # Recorded at 2**10: binade -30 holds unscaled values of 2**-40. At scale 2**20 they
     # land at 2**-20 (normal), the binade -27 at 2**-17 (normal) too.
     at_20 = what_if(hist, 20, recorded_log2_scale=10)
@@ -106,7 +107,7 @@ def test_decimating_series_stays_bounded_and_spans_the_run() -> None:
 
 def test_heatmap_merges_columns_and_keeps_counts() -> None:
     heat = HeatmapBuffer(capacity=8)
-    hist = Histogram(lo=-3, counts=np.array([1, 2, 3]), zero=0, inf=0, nan=0)
+    hist = Histogram(lo=-3, counts=(1, 2, 3), zero=0, inf=0, nan=0)
     for step in range(100):
         heat.add(step, hist)
     assert len(heat) <= 8
@@ -165,7 +166,7 @@ def test_run_label_names_settings() -> None:
 
 def test_format_ranges_from_header_are_log2_of_the_values() -> None:
     ranges = format_ranges(
-        {"formats": {"float16": {"max": 65504.0, "min_normal": 2**-14, "min_subnormal": 2**-24}}}
+        HeaderRecord(formats={"float16": FormatRange(65504.0, 2.0**-14, 2.0**-24)})
     )
     assert ranges["float16"][:2] == (-24.0, -14.0)
     assert ranges["float16"][2] == pytest.approx(math.log2(65504.0))

@@ -33,6 +33,7 @@ from fpexplorer.gui.training.view_model import (
     summarize_problems,
 )
 from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.records import HeaderRecord
 
 
 def _header(precision: str = "fp16", **config: Any) -> dict[str, Any]:
@@ -216,7 +217,7 @@ def test_hover_reads_every_overlaid_run_at_the_step() -> None:
 def test_run_list_titles_live_only_while_the_job_runs_and_drops_empty_runs() -> None:
     runs = RunList()
     live_model = RunModel()
-    live_model.header = _header()
+    live_model.header = HeaderRecord(config=_header()["config"])
     live = runs.add(live_model, None, live=True)
     runs.select(live)
     assert runs.title(live, job_active=True).endswith("(live)")
