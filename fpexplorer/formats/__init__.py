@@ -8,6 +8,22 @@ Fraction(65504, 1)
 '0x2e66'
 """
 
+from .block import (
+    SCALE_RULES,
+    BlockFormat,
+    IntElement,
+    get_block_format,
+    list_block_formats,
+)
+from .block_quantize import (
+    BlockErrorStats,
+    ErrorStats,
+    ExactBlock,
+    QuantizedTensor,
+    dequantize,
+    quantize,
+    quantize_block_exact,
+)
 from .exact import ExactValue, exact_decimal, leading_digits
 from .format import (
     CLASSES,
@@ -32,18 +48,30 @@ __all__ = [
     "P3109_ENCODINGS",
     "ROUNDING_MODES",
     "SATURATION_MODES",
+    "SCALE_RULES",
+    "BlockErrorStats",
+    "BlockFormat",
+    "ErrorStats",
+    "ExactBlock",
     "ExactValue",
     "Fields",
     "FloatFormat",
+    "IntElement",
     "P3109Parameters",
+    "QuantizedTensor",
     "Rounded",
+    "dequantize",
     "exact_decimal",
+    "get_block_format",
     "get_format",
     "leading_digits",
+    "list_block_formats",
     "list_formats",
     "make_format",
     "p3109_format",
     "p3109_parameters",
     "parse_value",
+    "quantize",
+    "quantize_block_exact",
     "to_exact_value",
 ]
