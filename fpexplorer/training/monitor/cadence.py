@@ -66,7 +66,9 @@ class StatsCadence:
         assert self.budget is not None
         if step_index == 0 or (self._alarm and self.budget > 0):
             return True
-        plain = self._plain_median() or 0.0
+        plain = self._plain_median()
+        if plain is None:
+            return False  # nothing measured yet to spend a share of
         # Until a charged statistics step is measured, assume it costs a plain step extra.
         extra = self._last_extra if self._last_extra is not None else plain
         return self._spent + extra <= self.budget * (self._elapsed + plain + extra)

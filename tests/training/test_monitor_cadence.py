@@ -1,0 +1,86 @@
+"""When statistics are taken: a fixed cadence, or a share of the wall time, and always around
+a skipped step, an overflow or a NaN."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from fpexplorer.training.monitor import AmpMonitor, StatsCadence
+
+
+def simulate(cadence: StatsCadence, steps: int, plain: float, extra: float) -> list[bool]:
+    taken = []
+    for index in range(steps):
+        statistics = cadence.collect_next(index)
+        taken.append(statistics)
+        cadence.account(plain + (extra if statistics else 0.0), statistics=statistics,
+                        alarm=False)  # fmt: skip
+    return taken
+
+
+def test_a_fixed_cadence_takes_every_nth_step() -> None:
+    assert simulate(StatsCadence(every=3), 7, 1.0, 1.0) == [True, False, False] * 2 + [True]
+    assert not any(simulate(StatsCadence(every=0), 5, 1.0, 1.0))
+
+
+@pytest.mark.parametrize("extra", [0.5, 1.0, 4.0])
+def test_a_budget_keeps_statistics_within_its_share_of_the_wall_time(extra: float) -> None:
+    cadence = StatsCadence(budget=0.05)
+    taken = simulate(cadence, 2000, 1.0, extra)
+    assert cadence.spent_share <= 0.05
+    # As often as the budget allows, not far fewer: each costs `extra` plain steps.
+    assert sum(taken) >= 0.9 * 0.05 * 2000 / extra
+    assert taken[0]  # the first step always has statistics
+
+
+def test_the_default_is_a_five_percent_budget() -> None:
+    cadence = StatsCadence()
+    assert (cadence.every, cadence.budget) == (None, 0.05)
+
+
+def test_an_alarm_takes_statistics_on_the_next_step() -> None:
+    cadence = StatsCadence(budget=0.05)
+    simulate(cadence, 50, 1.0, 1.0)
+    cadence.account(1.0, statistics=False, alarm=True)
+    assert cadence.collect_next(51)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"every": 2, "budget": 0.1}, {"every": -1}, {"budget": 1.5}, {"every": 1.5}]
+)
+def test_bad_settings_are_refused(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        StatsCadence(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_skipped_step_gets_gradient_statistics_at_once_and_full_ones_next(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    records = []
+    with AmpMonitor(model, optimizer, scaler, out=tmp_path / "run.jsonl") as monitor:
+        for step in range(8):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(4, 8)).float().square().mean()
+            if step == 5:
+                loss = loss * math.inf
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            records.append(monitor.step(loss))
+    # Step 0 always; steps 1-4 are within a 5% budget's wait; step 5 skipped.
+    assert ["grad_hist" in r for r in records[:5]] == [True, False, False, False, False]
+    skipped = records[5]
+    assert skipped["skipped"] and "grad_hist" in skipped and "act_hist" not in skipped
+    assert skipped["grad_hist"]["inf"] + skipped["grad_hist"]["nan"] > 0
+    assert skipped["first_nonfinite"] is not None
+    assert "act_hist" in records[6]  # the step after an alarm: full statistics
