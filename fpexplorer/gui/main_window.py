@@ -5,9 +5,11 @@ from __future__ import annotations
 from PySide6.QtCore import QByteArray, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QShowEvent
 from PySide6.QtWidgets import (
+    QFrame,
     QLabel,
     QMainWindow,
     QMessageBox,
+    QScrollArea,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -76,7 +78,12 @@ class MainWindow(QMainWindow):
         training_layout.setContentsMargins(0, 0, 0, 0)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.formats_panel, "Formats")
-        self.tabs.addTab(self.training_page, "Training")
+        # The Training panel scrolls rather than widen the window past a small screen.
+        self.training_scroll = QScrollArea()
+        self.training_scroll.setWidgetResizable(True)
+        self.training_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.training_scroll.setWidget(self.training_page)
+        self.tabs.addTab(self.training_scroll, "Training")
         self.tabs.setTabToolTip(0, "Bit editor: any format, exact values, rounding")
         self.tabs.setTabToolTip(1, "Mixed-precision training numerics, live or replayed")
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
@@ -259,3 +259,74 @@ def test_unwritable_home_is_reported_not_fatal(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert str(blocker) in result.stdout  # it really used the (unwritable) home
     assert "STATUS Settings" in result.stdout
+
+
+def _fully_visible(widget: object) -> bool:
+    from PySide6.QtWidgets import QWidget
+
+    assert isinstance(widget, QWidget)
+    return widget.isVisible() and widget.visibleRegion().boundingRect() == widget.rect()
+
+
+@pytest.mark.parametrize("tab", [0, 1])
+def test_the_window_is_usable_at_1024x640(qtbot: QtBot, window: MainWindow, tab: int) -> None:
+    # Was: the window could not get narrower than ~1050 px, and with four editors the
+    # read-outs scrolled out of view.
+    window.training_panel  # noqa: B018 - built, so that its size counts too
+    window.tabs.setCurrentIndex(tab)
+    panel = window.formats_panel
+    while len(window.session.editors) < 4:
+        panel._on_add_clicked()
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 640))
+    minimum = window.minimumSizeHint()
+    assert minimum.width() <= 1024 and minimum.height() <= 640
+    if tab == 0:
+        window.session.enter_text("0.1")
+        QApplication.processEvents()
+        readouts = panel.readouts
+        for widget in (readouts.exact, readouts.shortest, readouts.formula, readouts.error):
+            assert _fully_visible(widget), widget
+        assert _fully_visible(panel.entry.field)
+        assert panel.views.isVisible() and panel.views.height() >= 200
+        assert panel.rows[0].visibleRegion().boundingRect().height() > 40
+
+
+def test_number_line_labels_do_not_collide_at_small_heights(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    from fpexplorer.gui.formats.number_line import NumberLineView
+
+    panel = window.formats_panel
+    panel.show_view("number-line")
+    while len(window.session.editors) < 4:
+        panel._on_add_clicked()
+    window.session.set_format(window.session.editors[0], get_format("fp64"))
+    window.session.set_active(window.session.editors[0])
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: window.height() == 640)
+    for text in ("0.1", "2049", "-1e-310"):
+        window.session.enter_text(text)
+        QApplication.processEvents()
+        line = panel.number_line
+        assert isinstance(line, NumberLineView)
+        labels = [
+            item
+            for item in [*line.value_labels, *line.pick_labels, line.input_label]
+            if item.textItem.toPlainText().strip()
+        ]
+        rects = [item.sceneBoundingRect() for item in labels]
+        for i, first in enumerate(rects):
+            for j in range(i + 1, len(rects)):
+                assert not first.intersects(rects[j]), (
+                    text,
+                    labels[i].textItem.toPlainText(),
+                    labels[j].textItem.toPlainText(),
+                )
+        # Rows of the left axis are at least a text line apart.
+        view_box = line.plot.vb
+        top, bottom = view_box.mapViewToScene(view_box.viewRect().topLeft()), None
+        pixels_per_row = abs(
+            view_box.mapViewToScene(QPointF(0, 1)).y() - view_box.mapViewToScene(QPointF(0, 0)).y()
+        )
+        assert pixels_per_row >= line.small_metrics.lineSpacing(), (text, top, bottom)

@@ -57,7 +57,7 @@ class EntryBar(QWidget):
         self.field = QLineEdit()
         self.field.setToolTip(ENTRY_HELP)
         self.field.setClearButtonEnabled(True)
-        self.field.setMinimumWidth(220)
+        self.field.setMinimumWidth(140)
         self.field.setAccessibleName("value entry")
         self.message = QLabel()
         self.message.setObjectName("entryError")

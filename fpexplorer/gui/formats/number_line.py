@@ -1,45 +1,30 @@
 """The number line around the current value: neighbours, midpoints, input, result, modes.
 
-The x axis counts gaps (ulps) from the rounded value, computed exactly and only then
-turned into floats, so FP64 neighbours 2^-52 apart plot as clearly as FP4 ones. Every
-plot item is created once and updated with setData.
+What is drawn comes from `number_line_picture` (Qt-free); this view only renders it. Every
+plot item is created once and updated with setData. The plot never gets shorter than its
+labels need (it scrolls instead), so labels do not collide in a small window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from fractions import Fraction
-from itertools import pairwise
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtGui import QFont, QFontMetrics
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from fpexplorer.formats import ExactValue, FloatFormat
+from fpexplorer.gui.formats.number_line_model import (
+    NEIGHBOURS_EACH_SIDE,
+    NumberLinePicture,
+    is_random,
+    mode_rows,
+    number_line_picture,
+)
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
-from fpexplorer.gui.formats.state import STOCHASTIC_SEED, FormatsSession, display_text
-from fpexplorer.gui.formats.text import typed as typed_text
+from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.theme import plot_colors
 
-DETERMINISTIC_MODES = (
-    "nearest_even",
-    "nearest_away",
-    "toward_zero",
-    "toward_positive",
-    "toward_negative",
-)
-NEIGHBOURS_EACH_SIDE = 3
-# A typed value further than this (in gaps) beyond the outermost neighbour is drawn at that
-# distance and marked off scale: 1e10 typed into FP16 would otherwise squash the neighbours
-# into one dot, and 1e99999 into a 16-exponent-bit format does not even fit a float.
-OFF_SCALE_MARGIN = 1.5
-STAGGER_LABELS_LONGER_THAN = 12  # characters
-MIN_SEPARATION = Fraction(1, 3)  # units: closer neighbours are not drawn (they would overlap)
-MAX_STEP = 8  # units: neither are neighbours this far beyond the previous one
-
-FINITE = ("zero", "subnormal", "normal")
+BOTTOM_AXIS = 60  # pixels: tick labels, the axis title and the plot's margins
 
 
 class NumberLineView(LazyView):
@@ -50,19 +35,18 @@ class NumberLineView(LazyView):
         self.session = session
         self.caption = QLabel()
         self.caption.setWordWrap(True)
+        self.modes = mode_rows()
         self.plot_widget = pg.PlotWidget()
         self.plot_widget.setMenuEnabled(False)
-        self.plot_widget.setMinimumHeight(120)
         plot = self.plot_widget.getPlotItem()
         plot.hideButtons()
         plot.setMouseEnabled(x=True, y=False)
-        plot.setLabel("bottom", "distance from the rounded value, in gaps (ulps)")
+        plot.setLabel("bottom", "distance from the value shown, in ulps of it")
         plot.getAxis("left").setTicks(
-            [[(0, "values")] + [(i + 1, mode) for i, mode in enumerate(DETERMINISTIC_MODES)]]
+            [[(0, "values")] + [(i + 1, mode) for i, mode in enumerate(self.modes)]]
         )
         plot.getAxis("left").setWidth(110)
         self.plot = plot
-        self._bottom = -1.1  # lower end of the y range: lower when labels take two lines
         colors = plot_colors()
         self.axis_line = pg.PlotDataItem(pen=pg.mkPen(colors.foreground, width=2))
         self.midpoints = pg.PlotDataItem(
@@ -102,14 +86,40 @@ class NumberLineView(LazyView):
         self.input_label = pg.TextItem(anchor=(0.0, 0.5), color=colors.input)
         self.input_label.setFont(small)
         plot.addItem(self.input_label)
+        # Words beside picks: where non-finite results go ("→ NaN") and the probabilities
+        # of stochastic rounding; two per row at most.
+        self.pick_labels: list[pg.TextItem] = []
+        for _ in range(2 * len(self.modes)):
+            label = pg.TextItem(anchor=(0.0, 0.5), color=colors.foreground)
+            label.setFont(small)
+            plot.addItem(label)
+            self.pick_labels.append(label)
+        self.small_metrics = QFontMetrics(small)
+        self.picture: NumberLinePicture | None = None
         self.message = pg.TextItem(anchor=(0.5, 0.5), color=colors.foreground)
         plot.addItem(self.message)
+        # Never shorter than its labels need: mode rows a text line apart, two lines of
+        # values below the axis, the typed value's line above, the bottom axis.
+        line = QFontMetrics(small).lineSpacing()
+        plot.getAxis("left").setStyle(tickFont=small)
+        self.plot_widget.setMinimumHeight(
+            round((len(self.modes) + 0.3) * (line + 3) + 3.6 * (line + 10) + 4 + BOTTOM_AXIS)
+        )
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self.plot_widget)
+        # When it must scroll, the values and the axis stay in view (the top rows scroll).
+        bar = self.scroll.verticalScrollBar()
+        bar.rangeChanged.connect(lambda _low, high: bar.setValue(high))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.caption)
-        layout.addWidget(self.plot_widget, 1)
+        layout.addWidget(self.scroll, 1)
         self.restyle()
         session.changed.connect(self.mark_stale)
+        self.plot.vb.sigResized.connect(self._on_view_box_resized)
 
     def restyle(self) -> None:
         """Colours from the current palette (also called when it changes, light <-> dark)."""
@@ -122,174 +132,153 @@ class NumberLineView(LazyView):
         self.neighbours.setBrush(pg.mkBrush(colors.muted))
         self.result.setPen(pg.mkPen(colors.foreground))
         self.mode_picks.setPen(pg.mkPen(colors.foreground))
-        for label in self.value_labels:
+        for label in self.value_labels + self.pick_labels:
             label.setColor(colors.foreground)
+        self.input_label.setColor(colors.input)
+        self.input_line.setPen(pg.mkPen(colors.input, width=2, style=Qt.PenStyle.DashLine))
+        self.mode_arrows.setPen(pg.mkPen(colors.input, width=1.5))
         self.message.setColor(colors.foreground)
 
     # -- rendering -----------------------------------------------------------------------
     def render_view(self) -> None:
         editor = self.session.active
-        fmt = editor.format
-        readout = editor.readout()
-        typed = editor.input
-        anchor_code = readout.code
-        if readout.kind not in FINITE:
-            if typed is None or typed.kind != "finite":
-                self._show_message(f"{readout.shortest} has no place on the number line")
-                return
-            anchor_code = fmt.from_value(self._anchor_for(fmt, typed))
-            if fmt.classify(anchor_code) not in FINITE:
-                self._show_message(f"{fmt.name} has no finite values to show")
-                return
-        codes = self._neighbour_codes(fmt, anchor_code)
-        values = [fmt.to_fraction(code) for code in codes]
-        center = fmt.to_fraction(anchor_code)
-        # The unit is the smaller gap next to the value shown: around a flushed zero (no
-        # subnormals) that gap is 2**23 times the next ones, and counting in those would
-        # push min_normal millions of units out.
-        here = [gap for gap in (fmt.gap_down(anchor_code), fmt.gap_up(anchor_code)) if gap]
-        gaps = [b - a for a, b in pairwise(values) if b != a]
-        unit = min(here) if here else (min(gaps) if gaps else Fraction(1))
-
-        def x_of(value: Fraction) -> float:
-            return float((value - center) / unit)
-
-        codes, values = self._apart(codes, values, codes.index(anchor_code), unit)
-        xs = np.array([x_of(v) for v in values])
+        picture = number_line_picture(
+            editor.format, editor.code, editor.input, self.session.overflow
+        )
+        self.picture = picture
+        if picture.message is not None:
+            self._show_message(picture.message)
+            return
+        xs = np.array(picture.xs)
         self.message.setText("")
+        self.plot.setLabel("bottom", picture.axis_label)
         self.neighbours.setData(xs, np.zeros_like(xs))
-        mids = [(a + b) / 2 for a, b in pairwise(values)]
-        mid_x = np.repeat([x_of(m) for m in mids], 2)
-        mid_y = np.tile([-0.25, 0.25], len(mids))
-        self.midpoints.setData(mid_x, mid_y)
-        texts = [display_text(fmt, code) for code in codes]
-        # Long values (FP64's 17 digits) overlap their neighbours' in a window of 1024 px:
-        # every other one goes on a second line.
-        staggered = max(len(text) for text in texts) > STAGGER_LABELS_LONGER_THAN
-        for index, (label, text, x) in enumerate(zip(self.value_labels, texts, xs, strict=False)):
-            label.setText(text)
-            label.setPos(x, -0.8 if staggered and index % 2 else -0.35)
-        self._bottom = -1.55 if staggered else -1.1
-        for label in self.value_labels[len(codes) :]:
-            label.setText("")
-        left, right = float(xs.min()) - 0.6, float(xs.max()) + 0.6
-        low_reach = float(xs.min()) - OFF_SCALE_MARGIN
-        high_reach = float(xs.max()) + OFF_SCALE_MARGIN
-
-        def clamped_x(value: Fraction) -> tuple[float, bool]:
-            """x of a value, or the edge of the scale (and True) when it lies beyond."""
-            offset = (value - center) / unit
-            if offset > high_reach:
-                return high_reach, True
-            if offset < low_reach:
-                return low_reach, True
-            return float(offset), False
-
-        result_x = x_of(center) if readout.kind in FINITE else right - 0.1
-        self.result.setData([result_x], [0.0])
+        self.midpoints.setData(
+            np.repeat(picture.midpoint_xs, 2), np.tile([-0.25, 0.25], len(picture.midpoint_xs))
+        )
+        if picture.result_x is not None:
+            self.result.setData([picture.result_x], [0.0])
+        else:
+            self.result.setData([], [])
         arrows_x: list[float] = []
         arrows_y: list[float] = []
         picks_x: list[float] = []
         picks_y: list[float] = []
-        if typed is not None and typed.kind == "finite":
-            input_x, off_scale = clamped_x(typed.fraction)
-            left, right = min(left, input_x - 0.3), max(right, input_x + 0.3)
+        symbols: list[str] = []
+        texts: list[tuple[str, float, float, bool]] = []  # text, x, y, right of the pick
+        if picture.input_x is not None:
+            input_x = picture.input_x
             self.input_line.setValue(input_x)
             self.input_line.show()
-            where = " (far right, off scale)" if input_x > 0 else " (far left, off scale)"
-            self.input_label.setText(f" typed {typed_text(typed)}{where if off_scale else ''}")
-            self.input_label.setAnchor((1.0, 0.5) if off_scale and input_x > 0 else (0.0, 0.5))
-            self.input_label.setPos(input_x, len(DETERMINISTIC_MODES) + 0.55)
-            for row, mode in enumerate(DETERMINISTIC_MODES, start=1):
-                pick_x = self._pick_x(fmt, typed, mode, clamped_x, left, right)
-                arrows_x += [input_x, pick_x]
-                arrows_y += [row, row]
-                picks_x.append(pick_x)
-                picks_y.append(row)
+            self.input_label.setText(picture.input_label)
+            right_side = picture.off_scale and input_x > 0
+            self.input_label.setAnchor((1.0, 0.5) if right_side else (0.0, 0.5))
+            self.input_label.setPos(input_x, len(self.modes) + 0.5)
+            for row_number, row in enumerate(picture.rows, start=1):
+                for pick in row.picks:
+                    arrows_x += [input_x, pick.x]
+                    arrows_y += [row_number, row_number]
+                    picks_x.append(pick.x)
+                    picks_y.append(row_number)
+                    # Each triangle points the way its mode moved the typed value.
+                    symbols.append("t3" if pick.x < input_x else "t2")
+                    if pick.text:
+                        # Beside the triangle, outward: the two outcomes of a row and the
+                        # arrow between them never overlap.
+                        texts.append((pick.text, pick.x, row_number, pick.x >= input_x))
+            random_rows = [row.mode for row in picture.rows if is_random(row.mode)]
             self.caption.setText(
-                f"{fmt.name}: typed value (dashed line) between its neighbours; dashed ticks "
-                "are midpoints (where round-to-nearest changes its mind); each row shows the "
-                "neighbour a rounding mode picks."
+                f"{picture.format_name}: typed value (dashed line) between its neighbours; "
+                "dashed ticks are midpoints (where round-to-nearest changes its mind); each "
+                "row shows where a rounding mode sends it"
+                + (
+                    f" ({', '.join(random_rows)}: both outcomes with their probabilities)."
+                    if random_rows
+                    else "."
+                )
             )
         else:
             self.input_line.hide()
             self.input_label.setText("")
             self.caption.setText(
-                f"{fmt.name}: the current value (red) and its representable neighbours; "
-                "dashed ticks are midpoints. Type a value above to see where each rounding "
-                "mode sends it."
+                f"{picture.format_name}: the current value (red) and its representable "
+                "neighbours; dashed ticks are midpoints. Type a value above to see where each "
+                "rounding mode sends it."
             )
+        left, right = picture.left, picture.right
+        if texts:
+            # Room for the words beside the outermost picks, in units at this width.
+            width = max(self.small_metrics.horizontalAdvance(f"  {t[0]}") for t in texts)
+            per_unit = max(self.plot.vb.width(), 200.0) / (right - left)
+            room = 1.25 * width / per_unit
+            if any(t[3] for t in texts):
+                right = max(right, max(t[1] for t in texts if t[3]) + room)
+            if any(not t[3] for t in texts):
+                left = min(left, min(t[1] for t in texts if not t[3]) - room)
+        for label, (text, x, y, right_side) in zip(self.pick_labels, texts, strict=False):
+            label.setText(f"  {text}" if right_side else f"{text}  ")
+            label.setAnchor((0.0, 0.5) if right_side else (1.0, 0.5))
+            label.setPos(x, y)
+        for label in self.pick_labels[len(texts) :]:
+            label.setText("")
         self.mode_arrows.setData(arrows_x, arrows_y)
-        # Each triangle points the way its mode moved the typed value.
-        symbols = [
-            "t3" if arrows_x[2 * i + 1] < arrows_x[2 * i] else "t2" for i in range(len(picks_x))
-        ]
         self.mode_picks.setData(picks_x, picks_y, symbol=symbols)
+        # Long values (FP64's 20 digits) overlap their neighbours' in a window of 1024 px:
+        # they take a second line, and those that fit on neither are left out.
+        placed = self._value_label_lines(picture, left, right)
+        bottom, top, line = self._vertical_layout(2 if 1 in placed.values() else 1)
+        for index, label in enumerate(self.value_labels):
+            if index in placed:
+                label.setText(picture.labels[index])
+                label.setPos(picture.xs[index], -0.3 - line * placed[index])
+            else:
+                label.setText("")
+        # Above the top row's own labels (half a line high on either side of the row).
+        self.input_label.setPos(self.input_label.pos().x(), len(self.modes) + 1.05 * line)
         self.axis_line.setData([left, right], [0, 0])
         self.plot.setXRange(left, right, padding=0)
-        self.plot.setYRange(self._bottom, len(DETERMINISTIC_MODES) + 0.9, padding=0)
+        self.plot.setYRange(bottom, top, padding=0)
 
-    def _pick_x(
-        self,
-        fmt: FloatFormat,
-        typed: ExactValue,
-        mode: str,
-        clamped_x: Callable[[Fraction], tuple[float, bool]],
-        left: float,
-        right: float,
-    ) -> float:
-        rounded = fmt.round(typed, mode, self.session.overflow, seed=STOCHASTIC_SEED)
-        if rounded.value.kind != "finite":
-            return right - 0.1 if not rounded.value.negative else left + 0.1
-        return clamped_x(rounded.value.fraction)[0]
+    def _value_label_lines(
+        self, picture: NumberLinePicture, left: float, right: float
+    ) -> dict[int, int]:
+        """Which value labels are shown, and on which line (0 or 1): the shown value's
+        first, then outward, each where it overlaps no other in pixels."""
+        width = self.plot.vb.width()
+        if width <= 0:
+            width = max(self.plot_widget.width() - 130, 300)
+        scale = width / (right - left)
+        center = min(range(len(picture.xs)), key=lambda i: abs(picture.xs[i]))
+        order = sorted(range(len(picture.xs)), key=lambda i: (abs(i - center), i))
+        taken: dict[int, list[tuple[float, float]]] = {0: [], 1: []}
+        placed: dict[int, int] = {}
+        for index in order:
+            middle = (picture.xs[index] - left) * scale
+            half = (self.small_metrics.horizontalAdvance(picture.labels[index]) + 16) / 2
+            span = (middle - half, middle + half)
+            for line_number in (0, 1):
+                if all(span[1] <= a or span[0] >= b for a, b in taken[line_number]):
+                    taken[line_number].append(span)
+                    placed[index] = line_number
+                    break
+        return placed
 
-    @staticmethod
-    def _anchor_for(fmt: FloatFormat, typed: ExactValue) -> Fraction:
-        """Where to look when the typed value has no finite code: the end of the range
-        it fell off (overflow), or the smallest value when the format cannot hold it at all
-        (a negative value or zero in an unsigned format such as E8M0)."""
-        if (typed.negative and not fmt.signed) or typed.is_zero:
-            return fmt.min_subnormal or fmt.min_normal
-        return -fmt.max if typed.negative else fmt.max
+    def _vertical_layout(self, value_lines: int) -> tuple[float, float, float]:
+        """(bottom, top, one text line) in y units, from the plot's height in pixels: the
+        value labels get their lines below the axis and the typed-value label its line
+        above the top row, however short the plot, so that no label covers another."""
+        line_px = self.small_metrics.lineSpacing() + 10  # a TextItem pads its text
+        height = self.plot.vb.height()
+        if height <= 0:  # not laid out yet
+            height = self.plot_widget.minimumHeight() - 50
+        below, above = value_lines * line_px + 4, 1.6 * line_px
+        rows = len(self.modes) + 0.3
+        per_unit = max((height - below - above) / rows, 1.0)
+        return -0.3 - below / per_unit, len(self.modes) + above / per_unit, line_px / per_unit
 
-    @staticmethod
-    def _apart(
-        codes: list[int], values: list[Fraction], anchor: int, unit: Fraction
-    ) -> tuple[list[int], list[Fraction]]:
-        """The neighbours out to the first one that would sit on top of the previous one
-        (less than MIN_SEPARATION units on: min_normal, min_normal + 2**-149, ... beyond a
-        flushed zero) or far off (more than MAX_STEP units: zero, seen from min_normal).
-        Cut, not thinned, so adjacent points stay adjacent codes."""
-
-        def fits(step: Fraction) -> bool:
-            return MIN_SEPARATION <= step / unit <= MAX_STEP
-
-        low, high = anchor, anchor
-        while low > 0 and fits(values[low] - values[low - 1]):
-            low -= 1
-        while high < len(values) - 1 and fits(values[high + 1] - values[high]):
-            high += 1
-        return codes[low : high + 1], values[low : high + 1]
-
-    @staticmethod
-    def _neighbour_codes(fmt: FloatFormat, code: int) -> list[int]:
-        below: list[int] = []
-        current = code
-        for _ in range(NEIGHBOURS_EACH_SIDE):
-            step = fmt.next_down(current)
-            if step == current or fmt.classify(step) not in FINITE:
-                break
-            below.append(step)
-            current = step
-        above: list[int] = []
-        current = code
-        for _ in range(NEIGHBOURS_EACH_SIDE):
-            step = fmt.next_up(current)
-            if step == current or fmt.classify(step) not in FINITE:
-                break
-            above.append(step)
-            current = step
-        return [*reversed(below), code, *above]
+    def _on_view_box_resized(self) -> None:
+        if self.isVisible() and self.picture is not None:
+            self.refresh_now()  # label room is in pixels: lay the rows out again
 
     def _show_message(self, text: str) -> None:
         for item in (self.neighbours, self.result, self.mode_picks):
@@ -299,10 +288,10 @@ class NumberLineView(LazyView):
         self.axis_line.setData([], [])
         self.input_line.hide()
         self.input_label.setText("")
-        for label in self.value_labels:
+        for label in self.value_labels + self.pick_labels:
             label.setText("")
         self.plot.setXRange(-1, 1, padding=0)
-        self.plot.setYRange(-1.1, len(DETERMINISTIC_MODES) + 0.9, padding=0)
+        self.plot.setYRange(-1.1, len(self.modes) + 0.9, padding=0)
         self.message.setText(text)
         self.message.setPos(0, 2.5)
         self.caption.setText(

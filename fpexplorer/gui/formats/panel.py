@@ -41,7 +41,8 @@ ADD_ORDER = (
     "float6_e2m3fn",
     "float4_e2m1fn",
 )
-VIEWS_MIN_HEIGHT = 230  # number line, tables and charts stay readable
+VIEWS_MIN_HEIGHT = 250  # number line, tables and charts stay readable
+EDITORS_MIN_HEIGHT = 80  # one editor; more scroll
 VIEW_TABS = (
     (
         "number-line",
@@ -103,26 +104,29 @@ class FormatsPanel(QWidget):
         self.views.currentChanged.connect(self._on_views_current_changed)
         self._on_views_current_changed(self.views.currentIndex())
 
-        # Editors and read-outs scroll together when a small window cannot hold them:
-        # never squeezed into each other.
+        # The editors scroll when a small window cannot hold them all; the read-outs of the
+        # active editor sit below them in a pane of their own, so they never scroll out of
+        # view (with four editors at 1024x640 they used to).
         top = QWidget()
         top_layout = QVBoxLayout(top)
         top_layout.setContentsMargins(0, 0, 0, 0)
         top_layout.setSpacing(2)
         top_layout.addWidget(self.stack)
-        top_layout.addWidget(self.readouts)
         top_layout.addStretch(1)
         self.top_scroll = QScrollArea()
         self.top_scroll.setWidgetResizable(True)
         self.top_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.top_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.top_scroll.setWidget(top)
+        self.top_scroll.setMinimumHeight(EDITORS_MIN_HEIGHT)
         self.top_content = top
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.top_scroll)
+        self.splitter.addWidget(self.readouts)
         self.splitter.addWidget(self.views)
         self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setStretchFactor(1, 0)
+        self.splitter.setStretchFactor(2, 2)
         self.splitter.setChildrenCollapsible(False)
 
         layout = QVBoxLayout(self)
@@ -224,7 +228,7 @@ class FormatsPanel(QWidget):
         for row in self.rows:
             row.set_active(row.editor is active)
         sizes = self.splitter.sizes()
-        if sizes and self.top_content.sizeHint().height() + 2 > sizes[0]:
+        if sizes and self.readouts.sizeHint().height() != sizes[1]:
             self._fit_stack()  # e.g. a long exact value needs another line
 
     def _rebuild_rows(self) -> None:
@@ -251,13 +255,15 @@ class FormatsPanel(QWidget):
         self._on_session_changed()
 
     def _fit_stack(self) -> None:
-        """Give the editors and read-outs the height they need, the views the rest."""
+        """The read-outs get the height they need, the editors theirs as far as the views
+        keep VIEWS_MIN_HEIGHT, the views the rest."""
         total = sum(self.splitter.sizes()) or self.splitter.height()
         if total <= 0:
             return
+        readouts = self.readouts.sizeHint().height()
         wanted = self.top_content.sizeHint().height() + 2
-        top = max(min(wanted, total - VIEWS_MIN_HEIGHT), 120)
-        self.splitter.setSizes([top, max(total - top, 0)])
+        editors = max(min(wanted, total - readouts - VIEWS_MIN_HEIGHT), EDITORS_MIN_HEIGHT)
+        self.splitter.setSizes([editors, readouts, max(total - editors - readouts, 0)])
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)

@@ -123,8 +123,10 @@ class ReadoutPanel(QFrame):
         self.note.setOpenExternalLinks(False)
         self.note.setFrameShape(QFrame.Shape.NoFrame)
         self.note.viewport().setAutoFillBackground(False)
-        self.note.setFixedWidth(340)
-        self.note.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Ignored)
+        # Narrower in a small window (the read-outs keep their room), 340 px when there is.
+        self.note.setMinimumWidth(200)
+        self.note.setMaximumWidth(340)
+        self.note.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
 
         grid = QGridLayout()
         grid.setContentsMargins(0, 0, 0, 0)

@@ -9,8 +9,9 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QDialogButtonBox
 from pytestqt.qtbot import QtBot
 
-from fpexplorer.formats import get_format, make_format
+from fpexplorer.formats import ROUNDING_MODES, get_format, make_format
 from fpexplorer.gui.formats.custom_format import CustomFormatDialog
+from fpexplorer.gui.formats.number_line_model import OFF_SCALE_MARGIN
 from fpexplorer.gui.formats.panel import FormatsPanel
 from fpexplorer.gui.formats.state import FormatsSession
 
@@ -289,10 +290,13 @@ def test_number_line_shows_neighbours_midpoints_and_mode_picks(
     neighbours_x, _ = line.neighbours.getData()
     assert len(neighbours_x) == 7
     picks_x, _picks_y = line.mode_picks.getData()
-    assert len(picks_x) == 5
+    # One pick per deterministic mode the engine has, two for stochastic rounding.
+    assert len(picks_x) == len(ROUNDING_MODES) + 1
     # nearest_even and toward_negative pick the value below 0.1 (x = 0, the result);
-    # toward_positive picks the one above (x = 1 gap).
+    # toward_positive picks the one above (x = 1 ulp).
     assert sorted(set(np.round(picks_x, 6))) == [0.0, 1.0]
+    shown = {label.textItem.toPlainText().strip() for label in line.pick_labels}
+    assert {text for text in shown if text.startswith("p = ")} == {"p = 0.6", "p = 0.4"}
     assert line.input_line.isVisible()
     mids_x, _ = line.midpoints.getData()
     assert len(mids_x) == 2 * 6
@@ -343,7 +347,7 @@ def test_number_line_keeps_an_overflowing_value_off_scale(
     # The neighbours of max stay one gap apart; the typed value sits just past them,
     # marked, instead of 1.5e8 gaps away squashing them into one dot.
     assert list(np.diff(neighbours_x)) == [1.0, 1.0, 1.0]
-    assert max(neighbours_x) < line.input_line.value() < max(neighbours_x) + 2
+    assert line.input_line.value() == max(neighbours_x) + OFF_SCALE_MARGIN
     assert "off scale" in line.input_label.textItem.toPlainText()
     # Far beyond a float64 (a 16-exponent-bit format), and no code at all (E8M0, -1).
     for spec, text in (
