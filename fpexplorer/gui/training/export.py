@@ -1,4 +1,5 @@
-"""Exports: each plot as PNG and SVG (pyqtgraph exporters), a run's per-step scalars as CSV.
+"""Exports: each plot as PNG and SVG (rendered from the widget, in the screen's fonts), a
+run's per-step scalars as CSV.
 
 The CSV is written from the run file when there is one (every step, nothing decimated),
 streaming record by record; otherwise from the model's (possibly decimated) buffers.
@@ -14,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-import pyqtgraph.exporters
-from PySide6.QtGui import QPainter
+from PySide6.QtCore import QPoint
+from PySide6.QtGui import QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QWidget
 
@@ -26,22 +27,34 @@ CSV_COLUMNS: tuple[str, ...] = ("step", *SCALAR_FIELDS)
 
 
 def export_plot(plot: pg.PlotWidget, base: str | os.PathLike[str]) -> list[Path]:
-    """Write `<base>.png` and `<base>.svg` of a plot; returns the paths written."""
+    """Write `<base>.png` and `<base>.svg` of a plot as it is on screen; returns the paths.
+
+    Both render the widget itself, so the exports carry the screen's fonts, sizes and
+    layout (pyqtgraph's exporters re-lay the scene out at another size: at twice the width
+    its labels came out at half the relative size, and its SVG named other fonts).
+    """
     base = Path(base)
-    item = plot.getPlotItem()
     png = base.with_suffix(".png")
     svg = base.with_suffix(".svg")
-    image_exporter = pyqtgraph.exporters.ImageExporter(item)
-    width = max(int(plot.width()), 400)
-    image_exporter.parameters()["width"] = width * 2  # twice the screen size: crisp in a doc
-    image_exporter.export(str(png))
-    try:
-        pyqtgraph.exporters.SVGExporter(item).export(str(svg))
-    except ValueError:
-        # pyqtgraph 0.14's SVG clean-up cannot parse the path syntax newer Qt (6.12)
-        # writes ("M10 20" rather than "M10,20"); Qt's own generator writes valid SVG.
-        _render_svg(plot, svg)
+    _render_png(plot, png, PNG_SCALE)
+    _render_svg(plot, svg)
     return [png, svg]
+
+
+PNG_SCALE = 2  # twice the screen's pixels: crisp in a document, same layout and fonts
+
+
+def _render_png(widget: QWidget, path: Path, scale: int) -> None:
+    image = QImage(widget.size() * scale, QImage.Format.Format_ARGB32)
+    image.setDevicePixelRatio(scale)
+    image.fill(widget.palette().color(widget.backgroundRole()))
+    painter = QPainter(image)
+    try:
+        QWidget.render(widget, painter, QPoint(0, 0))  # the widget, not a view's scene API
+    finally:
+        painter.end()
+    if not image.save(str(path)):
+        raise OSError(f"could not write {path}")
 
 
 def _render_svg(widget: QWidget, path: Path) -> None:
@@ -52,7 +65,7 @@ def _render_svg(widget: QWidget, path: Path) -> None:
     generator.setTitle(widget.windowTitle() or path.stem)
     painter = QPainter(generator)
     try:
-        widget.render(painter)
+        QWidget.render(widget, painter, QPoint(0, 0))  # the widget, not a view's scene API
     finally:
         painter.end()
 

@@ -29,6 +29,23 @@ from fpexplorer.training.config import OPTIMIZERS, PRECISIONS, TASKS, TrainConfi
 
 _DEFAULTS = TrainConfig()
 
+# What the engine can hold, per numeric field (checked at the field, before a job starts):
+# step counters, sizes and seeds are int64 in torch; GradScaler's growth tracker is an
+# int32 tensor, so a longer growth interval is never reached; GradScaler keeps its scale
+# in a float32 tensor, where 1e39 is inf and every step would be skipped.
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+FLOAT32_MAX = float.fromhex("0x1.fffffep127")  # 3.4028234663852886e38
+LIMITS: dict[str, tuple[float, str]] = {
+    "steps": (INT64_MAX, "int64"),
+    "batch_size": (INT64_MAX, "int64"),
+    "stats_every": (INT64_MAX, "int64"),
+    "growth_interval": (INT32_MAX, "GradScaler's int32 growth tracker"),
+    "init_scale": (FLOAT32_MAX, "float32, where GradScaler keeps its scale"),
+    "growth_factor": (FLOAT32_MAX, "float32"),
+    "loss_scale": (FLOAT32_MAX, "float32"),
+}
+
 
 def _parse_float(text: str) -> float:
     value = float(text.strip())
@@ -206,6 +223,14 @@ class TrainForm(QWidget):
 
         self.fields: dict[str, FieldRow] = {}
         self._parsers: dict[str, Callable[[str], Any]] = {}
+        # Field name -> its title in the form (for the summary beside Start).
+        self.titles: dict[str, str] = {
+            "task": "Task",
+            "precision": "Precision",
+            "device": "Device",
+            "optimizer": "Optimizer",
+        }
+        self.titles.update({name: title for name, title, _parse, _tip in self.TEXT_FIELDS})
         for name, title, parse, tooltip in self.TEXT_FIELDS:
             default = getattr(_DEFAULTS, name)
             text = (
@@ -269,7 +294,19 @@ class TrainForm(QWidget):
             except ValueError:
                 whole = self._parsers[name] in (_parse_int, _parse_optional_int)
                 kind = "a whole number" if whole else "a number"
-                errors[name] = f"“{row.edit.text()}” is not {kind}"
+                text = row.edit.text()
+                shown = text if len(text) <= 24 else text[:23] + "…"
+                errors[name] = f"“{shown}” is not {kind}"
+                continue
+            limit = LIMITS.get(name)
+            value = values[name]
+            if limit is not None and value is not None and abs(value) > limit[0]:
+                top = (
+                    f"{limit[0]:g}"
+                    if isinstance(limit[0], float)
+                    else f"2^{limit[0].bit_length()} - 1"
+                )
+                errors[name] = f"at most {top} ({limit[1]})"
         return values, errors
 
     def problems(self) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The training panel: configure an AMP job, run it in a child process, watch its numerics.
 
-Data flow (DESIGN.md): form -> TrainConfig -> TrainingJob (QProcess running
+Data flow (docs/ARCHITECTURE.md): form -> TrainConfig -> TrainingJob (QProcess running
 `fpexplorer train --stream ... --out RUN.jsonl`) -> records -> RunModel (numpy buffers,
 bounded) -> one QTimer (<= 30 fps) -> plots updated in place. Replayed run files go
 through the same RunModel. The GUI process never imports torch.
@@ -8,9 +8,9 @@ through the same RunModel. The GUI process never imports torch.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -44,13 +45,25 @@ from fpexplorer.gui.training.plots import (
     LossPlot,
     LossScalePlot,
     MemoryReadout,
-    run_colour,
+    alarm_colour,
+    file_text_label,
 )
 from fpexplorer.gui.training.replay import RunFileReplay
-from fpexplorer.gui.training.run_model import RunModel, distinguishing_details
+from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.view_model import (
+    RunEntry,
+    RunList,
+    elide,
+    progress_view,
+    settings_of,
+    summarize_problems,
+)
 from fpexplorer.paths import run_directory
-from fpexplorer.training.records import HeaderRecord
-from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.records import HeaderRecord, Record
+
+__all__ = ["RunEntry", "TrainingPanel"]
+
+LOG = logging.getLogger(__name__)
 
 SYNC_LOAD_BYTES = 8 * 2**20  # ~4,000 steps with statistics on every step: under a second
 REPLAY_BUDGET_S = 0.012  # reading a larger file: about this long per timer tick
@@ -99,27 +112,8 @@ EXPLAIN_MEMORY = (
 )
 
 
-@dataclass(slots=True)
-class RunEntry:
-    """A run shown by the panel: its model, colour, run file and whether its curves show."""
-
-    key: int
-    model: RunModel
-    colour: str
-    path: Path | None
-    visible: bool = True
-    live: bool = False
-
-
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60].strip("_") or "run"
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 class TrainingPanel(QWidget):
@@ -131,9 +125,8 @@ class TrainingPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._runs: list[RunEntry] = []
-        self._next_key = 0
-        self._current: RunEntry | None = None
+        self.run_list_state = RunList()
+        self._timer_errors: set[str] = set()  # failures of the redraw, each reported once
         self._shown: dict[int, int] = {}  # run key -> revision last drawn
         self._layout_dirty = True
         self._readouts_at = 0.0
@@ -163,20 +156,33 @@ class TrainingPanel(QWidget):
             self.pause_button.setToolTip("Pausing needs POSIX signals; use Stop on this system")
         buttons = QHBoxLayout()
         for button in (self.start_button, self.pause_button, self.stop_button):
+            button.setMinimumWidth(40)
             buttons.addWidget(button)
+        # Why Start is greyed, in one line beside it (the fields' own messages may be
+        # scrolled out of view on a small screen); every message in its tooltip.
+        self.start_problems = file_text_label("", word_wrap=True)
+        self.start_problems.hide()
 
         self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)  # thousandths: Qt's bar holds 32-bit ints only
         self.progress.setFormat("idle")
         self.progress.setValue(0)
-        self.status_label = QLabel("No run yet: start a job or open a run file (File ▸ Open Run…).")
-        self.status_label.setWordWrap(True)
+        self.progress.setMinimumWidth(60)
+        self.progress.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.status_label = file_text_label(
+            "No run yet: start a job or open a run file (File ▸ Open Run…)."
+        )
         self.status_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status_label.setMaximumHeight(90)
 
         self.run_list = QListWidget()
         self.run_list.setToolTip("Runs shown; tick to overlay, select to inspect histograms")
         self.run_list.itemChanged.connect(self._on_run_item_changed)
         self.run_list.currentRowChanged.connect(self._on_run_row_changed)
         self.run_list.setMaximumHeight(110)
+        self.run_list.setMinimumHeight(40)
+        self.run_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.run_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.remove_button = QPushButton("Remove run")
         self.remove_button.clicked.connect(self._on_remove_clicked)
 
@@ -185,6 +191,7 @@ class TrainingPanel(QWidget):
         job_layout.setContentsMargins(2, 2, 2, 2)
         job_layout.addWidget(form_scroll, 1)
         job_layout.addLayout(buttons)
+        job_layout.addWidget(self.start_problems)
         job_layout.addWidget(self.progress)
         job_layout.addWidget(self.status_label)
         job_layout.addWidget(QLabel("<b>Runs</b> (tick to overlay)"))
@@ -202,14 +209,16 @@ class TrainingPanel(QWidget):
         code_tab = QWidget()
         code_layout = QVBoxLayout(code_tab)
         code_layout.setContentsMargins(2, 2, 2, 2)
-        code_layout.addWidget(
-            QLabel("PyTorch code doing what this configuration does — copy it into your loop:")
+        code_intro = QLabel(
+            "PyTorch code doing what this configuration does — copy it into your loop:"
         )
+        code_intro.setWordWrap(True)
+        code_layout.addWidget(code_intro)
         code_layout.addWidget(self.code_view, 1)
         code_layout.addWidget(self.copy_button)
 
         self.left_tabs = QTabWidget()
-        self.left_tabs.setMinimumWidth(250)
+        self.left_tabs.setMinimumWidth(220)
         self.left_tabs.addTab(job_tab, "Job")
         self.left_tabs.addTab(code_tab, "PyTorch code")
         self.code_tab = code_tab
@@ -222,6 +231,9 @@ class TrainingPanel(QWidget):
         self.heatmap = HeatmapPlot()
         self.layer_table = LayerTable()
         self.memory = MemoryReadout()
+        # One x axis for every plot over steps: zoom one, all follow.
+        self.scale_plot.plot.setXLink(self.loss_plot.plot)
+        self.heatmap.plot.setXLink(self.loss_plot.plot)
         self.cards = {
             "loss": Card("Loss", *EXPLAIN_LOSS, self.loss_plot),
             "scale": Card("Loss scale", *EXPLAIN_SCALE, self.scale_plot),
@@ -253,7 +265,8 @@ class TrainingPanel(QWidget):
         splitter.addWidget(plots)
         splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([300, 1300])
+        splitter.setSizes([280, 1300])
+        splitter.setChildrenCollapsible(False)
         self._splitter = splitter
         self.left_tabs.currentChanged.connect(self._on_left_tab_changed)
         layout = QVBoxLayout(self)
@@ -355,20 +368,15 @@ class TrainingPanel(QWidget):
             if entry is None:
                 entry = self._add_run(model, path)
                 self._select(entry)
-            if not self.job.active and model.config:
-                # The form shows the replayed run's settings: Start runs it again.
-                try:
-                    self.form.set_config(TrainConfig.from_dict(model.config))
-                except (TypeError, ValueError, OverflowError):
-                    pass  # settings this version cannot show; the run itself is fine
-            note = f"Opened {path.name}: {model.steps_seen} steps, {model.status}."
+            self._show_settings_of(entry)
+            note = f"Opened {elide(path.name, 60)}: {model.steps_seen} steps, {model.status}."
             end = model.end
             failed = end is not None and end.status == "failed"
             if end is not None and failed:
                 # What went wrong is the first thing a person opening a failed run wants.
-                note += f" Error: {end.error or 'no reason given'}."
+                note += f" Error: {elide(end.error or 'no reason given', 300)}."
             if model.problems:
-                note += " Problems: " + "; ".join(model.problems[:3])
+                note += " Problems: " + elide("; ".join(model.problems[:3]), 200)
             self._show_status(note, error=failed)
             self.refresh()
             self.run_loaded.emit(str(path))
@@ -389,21 +397,20 @@ class TrainingPanel(QWidget):
 
     @property
     def runs(self) -> list[RunEntry]:
-        return list(self._runs)
+        return list(self.run_list_state.runs)
 
     @property
     def current_run(self) -> RunEntry | None:
-        return self._current
+        return self.run_list_state.current
 
     def _add_run(self, model: RunModel, path: Path | None, live: bool = False) -> RunEntry:
-        entry = RunEntry(self._next_key, model, run_colour(self._next_key), path, live=live)
-        self._next_key += 1
-        self._runs.append(entry)
-        item = QListWidgetItem(self._run_title(entry))
-        item.setToolTip(self._run_title(entry))  # the list is narrow: the full name on hover
+        entry = self.run_list_state.add(model, path, live=live)
+        title = self.run_list_state.title(entry, self.job.active)
+        item = QListWidgetItem(title)
+        item.setToolTip(title)  # the list is narrow: the full name on hover
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setCheckState(Qt.CheckState.Checked)
-        item.setForeground(Qt.GlobalColor.black)
+        # No colour of its own: the palette's text colour reads on light and dark themes.
         item.setData(Qt.ItemDataRole.DecorationRole, _swatch(entry.colour))
         self.run_list.blockSignals(True)
         self.run_list.addItem(item)
@@ -412,46 +419,60 @@ class TrainingPanel(QWidget):
         self.run_added.emit(entry)
         return entry
 
-    @staticmethod
-    def _run_title(entry: RunEntry) -> str:
-        model = entry.model
-        return f"{model.label} — {model.status}" + (" (live)" if entry.live else "")
-
     def _select(self, entry: RunEntry) -> None:
-        self._current = entry
-        row = self._runs.index(entry)
+        self.run_list_state.select(entry)
         self.run_list.blockSignals(True)
-        self.run_list.setCurrentRow(row)
+        self.run_list.setCurrentRow(self.run_list_state.row_of(entry))
         self.run_list.blockSignals(False)
         self._layout_dirty = True
 
     def _on_run_item_changed(self, item: QListWidgetItem) -> None:
-        row = self.run_list.row(item)
-        if 0 <= row < len(self._runs):
-            self._runs[row].visible = item.checkState() == Qt.CheckState.Checked
-            self._layout_dirty = True
+        self.run_list_state.set_visible(
+            self.run_list.row(item), item.checkState() == Qt.CheckState.Checked
+        )
+        self._layout_dirty = True
 
     def _on_run_row_changed(self, row: int) -> None:
-        if 0 <= row < len(self._runs):
-            self._current = self._runs[row]
+        if self.run_list_state.select_row(row):
+            self._show_settings_of(self.run_list_state.current)
             self._layout_dirty = True
+
+    def _show_settings_of(self, entry: RunEntry | None) -> None:
+        """The form and the code view show the selected run's settings: Start runs those.
+
+        While a job runs the form is locked on the job's settings.
+        """
+        if entry is None or self.job.active:
+            return
+        settings = settings_of(entry.model)
+        if isinstance(settings, str):
+            self.code_view.setPlainText(f"# {settings}\n# The form keeps its own settings.")
+            self._show_status(f"{elide(entry.model.label, 60)}: {settings}.")
+            return
+        self.form.set_config(settings)
+        self._on_form_changed()
+        # The code of the run's own settings, even where this machine lacks its task file.
+        self.code_view.setPlainText(pytorch_code(settings))
 
     def _on_remove_clicked(self) -> None:
         row = self.run_list.currentRow()
-        if not 0 <= row < len(self._runs) or (self._runs[row] is self._live and self.job.active):
+        runs = self.run_list_state.runs
+        if not 0 <= row < len(runs) or (runs[row] is self._live and self.job.active):
             return
-        self._remove_run(self._runs[row])
+        self._remove_run(runs[row])
 
     def _remove_run(self, entry: RunEntry) -> None:
-        row = self._runs.index(entry)
-        self._runs.pop(row)
+        if entry not in self.run_list_state.runs:
+            return
+        row = self.run_list_state.remove(entry)
+        self.run_list.blockSignals(True)
         self.run_list.takeItem(row)
+        self.run_list.setCurrentRow(self.run_list_state.row_of(self.run_list_state.current))
+        self.run_list.blockSignals(False)
         for replay, loading in list(self._replays):
             if loading is entry:
                 replay.close()
                 self._replays.remove((replay, loading))
-        if self._current is entry:
-            self._current = self._runs[-1] if self._runs else None
         self._layout_dirty = True
 
     # ----- the job -----------------------------------------------------------------
@@ -464,7 +485,7 @@ class TrainingPanel(QWidget):
         try:
             config = self.form.config()
         except ValueError as error:
-            self._show_status(f"Cannot start: {error}")
+            self._show_status(f"Cannot start: {elide(str(error), 300)}")
             return False
         folder = run_directory()
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -508,7 +529,7 @@ class TrainingPanel(QWidget):
         if self.job.can("stop"):
             self.job.stop()
 
-    def _on_job_records(self, records: list[dict]) -> None:
+    def _on_job_records(self, records: list[Record]) -> None:
         if self._live is not None:
             self._live.model.add_records(records)
 
@@ -525,11 +546,19 @@ class TrainingPanel(QWidget):
         live = self._live
         text = summary[:1].upper() + summary[1:] + "."
         if live is not None:
-            live.model.closed = True
             if live.model.end is None:
                 live.model.add_problem(summary)
-            if live.path is not None and live.path.is_file():
+            on_disk = live.path is not None and live.path.is_file()
+            # A job stopped before its first step leaves no run worth a list entry (quick
+            # Start/Stop piled up empty "incomplete" runs); its file, if any, can be opened.
+            if not self.run_list_state.end_live(live):
+                self._remove_run(live)
+                text += " No step was recorded, so the run is not listed"
+                text += f" (File ▸ Open Run… shows it: {live.path})." if on_disk else "."
+            elif on_disk:
                 text += f" Run file: {live.path}"
+            self._refresh_progress()
+            self._live = None
         self._show_status(text, error=self.job.state is JobState.FAILED)
         self._layout_dirty = True
         self.refresh()
@@ -546,10 +575,20 @@ class TrainingPanel(QWidget):
 
     def _on_form_changed(self) -> None:
         self._update_buttons()
+        problems = self.form.problems()
+        summary = summarize_problems(problems, self.form.titles)
+        self.start_problems.setText(summary)
+        self.start_problems.setToolTip(
+            "\n".join(f"{self.form.titles.get(k, k)}: {v}" for k, v in problems.items())
+        )
+        self.start_problems.setStyleSheet(f"color: {alarm_colour()};")
+        self.start_problems.setVisible(bool(summary))
         try:
             config = self.form.config()
         except ValueError:
-            return  # the fields show what is wrong; the code keeps the last valid config
+            # The code view must not show settings Start would not run.
+            self.code_view.setPlainText(f"# {summary}: the code follows once they are valid.")
+            return
         self.code_view.setPlainText(pytorch_code(config))
 
     def _on_left_tab_changed(self, index: int) -> None:
@@ -567,16 +606,30 @@ class TrainingPanel(QWidget):
     # ----- drawing -----------------------------------------------------------------
 
     def _on_timer_timeout(self) -> None:
-        if self._layout_dirty or any(
-            self._shown.get(e.key) != e.model.revision for e in self._runs
-        ):
+        # A timer callback must never raise: an exception here would repeat on every tick
+        # (20 a second). It is logged once, shown in the status line, and not repeated.
+        try:
+            self._redraw_if_needed()
+        except Exception as error:
+            signature = f"{type(error).__name__}: {error}"
+            self._layout_dirty = False
+            self._shown = {e.key: e.model.revision for e in self.run_list_state.runs}
+            if signature not in self._timer_errors:
+                self._timer_errors.add(signature)
+                LOG.exception("redrawing the training panel failed")
+                self._show_status(f"Could not redraw: {elide(signature, 200)}", error=True)
+
+    def _redraw_if_needed(self) -> None:
+        runs = self.run_list_state.runs
+        if self._layout_dirty or any(self._shown.get(e.key) != e.model.revision for e in runs):
             slow_due = time.monotonic() - self._readouts_at >= READOUT_INTERVAL_S
             if self._layout_dirty:
                 self.refresh()
             elif slow_due:
                 # Read-outs and plots on different ticks: one event-loop turn never pays
                 # for both repaints. The plots follow on the next tick (nothing marked shown).
-                self._refresh_readouts(self._current.model if self._current else None)
+                current = self.run_list_state.current
+                self._refresh_readouts(current.model if current else None)
             else:
                 self.refresh(readouts=False)
 
@@ -586,23 +639,18 @@ class TrainingPanel(QWidget):
         `readouts=False` redraws only the plots; tables, labels and progress bars follow
         every READOUT_INTERVAL_S.
         """
-        self._name_runs()
-        runs = [(e.key, e.model, e.colour, e.visible) for e in self._runs]
-        current = self._current.model if self._current is not None else None
-        self.loss_plot.refresh(runs)
-        self.scale_plot.refresh(runs, current)
+        state = self.run_list_state
+        state.name_runs()
+        overlay = state.overlay()
+        shown = state.shown_models()
+        current = state.current.model if state.current is not None else None
+        self.loss_plot.refresh(overlay, shown)
+        self.scale_plot.refresh(overlay, shown)
         self.hist_plot.refresh(current)
         if readouts:
             self._refresh_readouts(current)
-        self._shown = {e.key: e.model.revision for e in self._runs}
+        self._shown = {e.key: e.model.revision for e in state.runs}
         self._layout_dirty = False
-
-    def _name_runs(self) -> None:
-        """Runs whose settings-names coincide get the settings that differ added."""
-        details = distinguishing_details([entry.model.config for entry in self._runs])
-        for entry, detail in zip(self._runs, details, strict=True):
-            if entry.model.label_detail != detail:
-                entry.model.label_detail = detail
 
     def _refresh_readouts(self, current: RunModel | None) -> None:
         self._readouts_at = time.monotonic()
@@ -612,9 +660,9 @@ class TrainingPanel(QWidget):
         self.layer_table.refresh(current)
         self.memory.refresh(current)
         self._refresh_progress()
-        for row, entry in enumerate(self._runs):
+        for row, entry in enumerate(self.run_list_state.runs):
             item = self.run_list.item(row)
-            title = self._run_title(entry)
+            title = self.run_list_state.title(entry, self.job.active and entry is self._live)
             if item is not None and item.text() != title:
                 self.run_list.blockSignals(True)
                 item.setText(title)
@@ -625,24 +673,17 @@ class TrainingPanel(QWidget):
         live = self._live
         if live is None:
             return
-        done, planned = live.model.progress()
-        rate = live.model.steps_per_second()
-        left = live.model.seconds_left()
-        self.progress.setRange(0, planned or max(done, 1))
-        self.progress.setValue(min(done, planned or done))
-        text = f"{done}/{planned or '?'} steps"
-        if rate is not None:
-            text += f" · {rate:.1f} steps/s"
-        if left is not None and self.job.active:
-            text += f" · {_duration(left)} left"
         state = self.job.state
-        if state not in (JobState.RUNNING, JobState.IDLE):
-            text += f" · {state.value}"
-        self.progress.setFormat(text)
+        shown_state = None if state in (JobState.RUNNING, JobState.IDLE) else state.value
+        view = progress_view(live.model, self.job.active, shown_state)
+        self.progress.setValue(view.permille)
+        self.progress.setFormat(view.text)
 
     def _show_status(self, text: str, error: bool = False) -> None:
+        text = elide(text, 400)
         self.status_label.setText(text)
-        self.status_label.setStyleSheet("color: #c00000;" if error else "")
+        self.status_label.setToolTip(text)
+        self.status_label.setStyleSheet(f"color: {alarm_colour()};" if error else "")
 
     # ----- files -------------------------------------------------------------------
 
@@ -667,7 +708,7 @@ class TrainingPanel(QWidget):
         }
         for name, plot in plots.items():
             written += export_plot(plot, folder / name)
-        entry = self._current
+        entry = self.run_list_state.current
         if entry is not None:
             csv_path = folder / f"{_safe_name(entry.model.label)}-steps.csv"
             count, problems = write_scalars_csv(entry.model, csv_path, entry.path)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QRadioButton,
+    QSizePolicy,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -33,28 +34,35 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.gui.theme import plot_colors
 from fpexplorer.gui.training.run_model import (
-    FORMAT_LABELS,
     HEAT_BINS,
     HEAT_HI,
     HEAT_LO,
-    Histogram,
     RunModel,
     WhatIf,
-    format_ranges,
     what_if,
 )
-
-# Distinct colours for overlaid runs (colour-blind friendly, Okabe-Ito).
-RUN_COLOURS: tuple[str, ...] = (
-    "#0072B2",
-    "#D55E00",
-    "#009E73",
-    "#CC79A7",
-    "#E69F00",
-    "#56B4E9",
-    "#000000",
-    "#F0E442",
+from fpexplorer.gui.training.view_model import (
+    OverlayRun,
+    RunMarker,
+    data_range,
+    elide,
+    first_nonfinite_view,
+    format_range,
+    format_ranges_log2,
+    heatmap_limits,
+    hover_text,
+    layer_table_view,
+    lost_updates_text,
+    run_colour,
+    run_markers,
+    scale_text,
+    smoothed,
+    throughput_text,
 )
+from fpexplorer.training.records import Histogram
+
+__all__ = ["run_colour"]
+
 FORMAT_COLOURS: dict[str, str] = {
     "float16": "#D55E00",
     "bfloat16": "#0072B2",
@@ -63,18 +71,40 @@ FORMAT_COLOURS: dict[str, str] = {
 }
 
 
-def run_colour(index: int) -> str:
-    return RUN_COLOURS[index % len(RUN_COLOURS)]
+def file_text_label(text: str = "", word_wrap: bool = True) -> QLabel:
+    """A label for text that comes from a run file: it never asks for more width.
+
+    Its horizontal size hint is ignored by the layouts, so a 309-digit number or a long name
+    in a run file cannot widen the window; the texts are elided by the view model as well.
+    """
+    label = QLabel(text)
+    label.setWordWrap(word_wrap)
+    policy = label.sizePolicy()
+    policy.setHorizontalPolicy(QSizePolicy.Policy.Ignored)
+    label.setSizePolicy(policy)
+    label.setMinimumWidth(0)
+    return label
 
 
-class PowerOfTwoAxis(pg.AxisItem):
+def alarm_colour() -> str:
+    """The text colour of an alarm (a non-finite layer), readable on both themes."""
+    from fpexplorer.gui import theme
+
+    role = getattr(theme, "alarm_text_color", None)
+    if role is not None:
+        return str(role().name())
+    window = plot_colors().background
+    return "#ff8a80" if window.lightness() < 128 else "#b00000"
+
+
+class PowerOfTwoAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
     """An axis over log2(value) whose ticks read 2^k."""
 
     def tickStrings(self, values: Sequence[float], scale: float, spacing: float) -> list[str]:
         return [f"2^{round(v):d}" if abs(v - round(v)) < 1e-6 else "" for v in values]
 
 
-class CountAxis(pg.AxisItem):
+class CountAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
     """An axis over log10(1 + count) whose ticks read counts."""
 
     def tickStrings(self, values: Sequence[float], scale: float, spacing: float) -> list[str]:
@@ -124,7 +154,7 @@ def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
     axis_items = {"left": left_axis} if left_axis is not None else None
     colours = plot_colors()  # the app's light or dark palette, read once: items are made once
     widget = pg.PlotWidget(axisItems=axis_items, background=colours.background)
-    widget.setMinimumSize(200, 110)
+    widget.setMinimumSize(160, 90)
     widget.showGrid(x=True, y=True, alpha=0.2)
     item = widget.getPlotItem()
     item.setMenuEnabled(False)
@@ -153,16 +183,14 @@ class StickyRange:
     pyqtgraph's auto-range moves the view on nearly every frame of a live run (the loss
     falls, the x extent grows), and every move repaints the axes, which costs more than
     drawing the curves. A range that only moves when it must keeps the event loop free.
+    The range comes from the data alone: legends sit outside the view and never change it.
     """
 
     def __init__(self, plot: pg.PlotWidget) -> None:
         self.view = plot.getPlotItem().getViewBox()
         self.view.disableAutoRange()
-        self._last: tuple[float, float, float, float, pg.LegendItem | None] | None = None
-        self.view.sigResized.connect(self._on_view_resized)
         self.x: tuple[float, float] | None = None
         self.y: tuple[float, float] | None = None
-        self._view_height = 0.0
 
     @staticmethod
     def _settle(
@@ -182,40 +210,56 @@ class StickyRange:
                 return None
         return (lo - pad * span, hi + pad * span)
 
-    def show(
-        self,
-        x_lo: float,
-        x_hi: float,
-        y_lo: float,
-        y_hi: float,
-        legend: pg.LegendItem | None = None,
-    ) -> None:
-        """Show [x_lo, x_hi] x [y_lo, y_hi], with room on top for `legend` (it sits in the
-        top corner) so that it never covers a curve."""
-        self._last = (x_lo, x_hi, y_lo, y_hi, legend)
-        view_height = self.view.boundingRect().height()
-        if legend is not None and abs(view_height - self._view_height) > 1:
-            self.y = None  # the room the legend needs changed with the plot's height
-        self._view_height = view_height
-        x = self._settle(self.x, x_lo, x_hi, 0.0)
+    def show(self, x_lo: float | None, x_hi: float | None, y_lo: float, y_hi: float) -> None:
+        """Show [x_lo, x_hi] x [y_lo, y_hi]; x None: the x range follows a linked plot."""
+        x = None if x_lo is None or x_hi is None else self._settle(self.x, x_lo, x_hi, 0.0)
         y = self._settle(self.y, y_lo, y_hi, 0.08)
-        if y is not None and legend is not None:
-            legend_height = legend.boundingRect().height() + 14
-            free = max(view_height - legend_height, 0.25 * view_height, 1.0)
-            y = (y[0], y[1] + (y[1] - y[0]) * legend_height / free)
         if x is not None:
             self.x = x
         if y is not None:
             self.y = y
         if x is not None or y is not None:
-            self.view.setRange(xRange=self.x, yRange=self.y, padding=0)
+            self.view.setRange(xRange=x, yRange=y, padding=0)
 
     def reset(self) -> None:
         self.x = self.y = None
 
-    def _on_view_resized(self, *_args: object) -> None:
-        if self._last is not None and self._last[4] is not None:
-            self.show(*self._last)  # the legend's share of the height changed
+
+class HoverReadout:
+    """The values under the cursor, in the view's top-left corner while the mouse is over it."""
+
+    def __init__(self, plot: pg.PlotWidget, read: object) -> None:
+        self.plot = plot
+        self.view = plot.getPlotItem().getViewBox()
+        self.read = read  # step -> text (the view model's hover_text for this plot)
+        background = QColor(plot_colors().background)
+        background.setAlpha(225)
+        self.item = pg.TextItem(
+            "", color=plot_colors().foreground, anchor=(0.0, 0.0), fill=pg.mkBrush(background)
+        )
+        self.item.setParentItem(self.view)
+        self.item.setVisible(False)
+        self.item.setZValue(1000)
+        plot.scene().sigMouseMoved.connect(self._on_scene_mouse_moved)
+
+    @property
+    def text(self) -> str | None:
+        return self.item.toPlainText() if self.item.isVisible() else None
+
+    def show_at(self, step: float | None) -> None:
+        text = self.read(step) if step is not None else ""  # type: ignore[operator]
+        if not text:
+            self.item.setVisible(False)
+            return
+        self.item.setHtml(f"<span style='font-size:8pt'>{text}</span>")
+        self.item.setPos(self.view.boundingRect().topLeft() + QPointF(4, 2))
+        self.item.setVisible(True)
+
+    def _on_scene_mouse_moved(self, position: QPointF) -> None:
+        if not self.view.sceneBoundingRect().contains(position):
+            self.show_at(None)
+            return
+        self.show_at(float(self.view.mapSceneToView(position).x()))
 
 
 class EmptyNote:
@@ -279,62 +323,75 @@ def no_histogram_reason(model: RunModel | None, hist: Histogram | None) -> str:
     return f"no finite non-zero gradient: {hist.zero:,} zero, {hist.inf:,} inf, {hist.nan:,} NaN"
 
 
-def x_extent(runs: Sequence[tuple[int, RunModel, str, bool]]) -> float:
-    """The last step the x axis must show for the visible runs.
+def x_extent(models: Sequence[RunModel]) -> float:
+    """The last step the x axis must show for the runs drawn.
 
     A finished run shows its length. A live run shows its planned length while it is
     within 4x of what has arrived, else room for 1.5x what has arrived: the axis then
     moves a logarithmic number of times, not on every frame.
     """
     extent = 1.0
-    for _key, model, _colour, visible in runs:
-        if not visible:
-            continue
+    for model in models:
         seen = float(model.scalars.steps[-1] + 1) if len(model.scalars) else 0.0
-        planned = float(model.planned_steps or 0)
-        if model.end is not None or model.closed or not planned:
+        # A damaged header's 10**309 steps is beyond float: capped, it is "far away".
+        planned = float(min(model.planned_steps or 0, 2**1000))
+        if model.end is not None or model.closed or not planned or not math.isfinite(planned):
             wanted = seen  # finished (or no plan): exactly what is there
         elif planned <= 4 * max(seen, 1.0):
             wanted = planned
         else:
             wanted = 1.5 ** math.ceil(math.log(max(seen, 16.0) * 1.5, 1.5))
         extent = max(extent, wanted)
-    return extent
+    return min(extent, 1e300)
 
 
 class RunCurves:
-    """One curve per run in a plot; curves are created when a run appears and kept."""
+    """One curve per overlaid run; curves are created when a run appears and kept.
 
-    def __init__(
-        self, plot: pg.PlotWidget, legend_offset: tuple[int, int] | None = (-10, 10)
-    ) -> None:
+    The legend sits under the plot, outside the data (a row of the plot item's own layout,
+    so exports carry it too): it never covers a curve and never changes a range. Only runs
+    with steps are listed.
+    """
+
+    LEGEND_COLUMNS = 3
+
+    def __init__(self, plot: pg.PlotWidget, legend: bool = True) -> None:
         self.plot = plot
         self.curves: dict[int, pg.PlotDataItem] = {}
-        self.legend = None
-        if legend_offset is not None:
-            self.legend = plot.getPlotItem().addLegend(offset=legend_offset)
-            background = QColor(plot_colors().background)
-            background.setAlpha(200)
-            self.legend.setBrush(pg.mkBrush(background))
+        self.legend: pg.LegendItem | None = None
+        if legend:
+            item = plot.getPlotItem()
+            self.legend = pg.LegendItem(colCount=self.LEGEND_COLUMNS)
+            self.legend.setParentItem(None)
             self.legend.setLabelTextColor(plot_colors().foreground)
+            self.legend.setLabelTextSize("8pt")
+            item.layout.addItem(self.legend, 4, 1)
 
-    def curve_for(self, key: int, name: str, colour: str) -> pg.PlotDataItem:
-        curve = self.curves.get(key)
+    def curve_for(self, run: OverlayRun) -> pg.PlotDataItem:
+        curve = self.curves.get(run.key)
         if curve is None:
-            curve = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5), name=name)
+            curve = pg.PlotDataItem(pen=pg.mkPen(run.colour, width=1.5), name=run.name)
             curve.setDownsampling(auto=True, method="peak")
             curve.setClipToView(True)
             self.plot.addItem(curve)
-            self.curves[key] = curve
-        elif curve.name() != name:
+            self.curves[run.key] = curve
+            if self.legend is not None:
+                self.legend.addItem(curve, run.name)
+        elif curve.name() != run.name:
             # A live run is named from the form until its header arrives with the job's
             # own settings (e.g. the task's learning rate): the legend follows.
-            curve.opts["name"] = name
+            curve.opts["name"] = run.name
             if self.legend is not None:
                 label = self.legend.getLabel(curve)
                 if label is not None:
-                    label.setText(name)
+                    label.setText(run.name)
         return curve
+
+    @property
+    def legend_names(self) -> list[str]:
+        if self.legend is None:
+            return []
+        return [label.text for _sample, label in self.legend.items]
 
     def drop_missing(self, keys: set[int]) -> None:
         for key in list(self.curves):
@@ -345,8 +402,41 @@ class RunCurves:
                 self.plot.removeItem(curve)
 
 
+class RunMarkers:
+    """Vertical dashed lines at each run's first NaN loss and first non-finite gradients."""
+
+    def __init__(self, plot: pg.PlotWidget) -> None:
+        self.plot = plot
+        self.lines: list[pg.InfiniteLine] = []
+        self.shown: list[RunMarker] = []
+
+    def show(self, markers: list[RunMarker]) -> None:
+        if markers == self.shown:
+            return
+        for line in self.lines:
+            self.plot.removeItem(line)
+        self.lines = []
+        for index, marker in enumerate(markers):
+            line = pg.InfiniteLine(
+                pos=marker.step,
+                angle=90,
+                pen=pg.mkPen(marker.colour, width=1, style=Qt.PenStyle.DashLine),
+                label=marker.text,
+                labelOpts={
+                    "position": 0.92 - 0.12 * (index % 4),
+                    "color": plot_colors().foreground,
+                    "fill": pg.mkBrush(QColor(plot_colors().background)),
+                    "anchors": [(0, 0.5), (0, 0.5)],
+                },
+            )
+            line.setZValue(-5)
+            self.plot.addItem(line)
+            self.lines.append(line)
+        self.shown = list(markers)
+
+
 class LossPlot(QWidget):
-    """Loss per step, one curve per run, with a log-axis switch."""
+    """Loss per step, one curve per run, with a log-axis switch and optional smoothing."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -354,53 +444,70 @@ class LossPlot(QWidget):
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "loss")
         self.curves = RunCurves(self.plot)
+        self.markers = RunMarkers(self.plot)
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
+        self.hover = HoverReadout(self.plot, self._hover_text)
         self.log_box = QCheckBox("log axis")
         self.log_box.toggled.connect(self._on_log_toggled)
+        self.smooth_spin = QSpinBox()
+        self.smooth_spin.setRange(0, 99)
+        self.smooth_spin.setSingleStep(10)
+        self.smooth_spin.setPrefix("smooth 0.")
+        self.smooth_spin.setSpecialValueText("no smoothing")
+        self.smooth_spin.setToolTip(
+            "Exponential moving average of the loss (weight 0.NN); inf/NaN points are left out"
+        )
+        self.smooth_spin.valueChanged.connect(self._on_smooth_changed)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.header_widgets = (self.log_box,)
+        self.header_widgets = (self.smooth_spin, self.log_box)
         layout.addWidget(self.plot, 1)
+        self._overlay: Sequence[OverlayRun] = ()
+        self._shown: Sequence[RunModel] = ()
+
+    @property
+    def smoothing(self) -> float:
+        return self.smooth_spin.value() / 100.0
 
     def _on_log_toggled(self, checked: bool) -> None:
         self.plot.getPlotItem().setLogMode(x=False, y=checked)
         self.range.reset()
         self._show_range()
 
-    def refresh(self, runs: Sequence[tuple[int, RunModel, str, bool]]) -> None:
-        self._runs = runs
-        for key, model, colour, visible in runs:
-            curve = self.curves.curve_for(key, model.label, colour)
-            curve.setVisible(visible)
-            steps = model.scalars.steps
-            loss = model.scalars.column("loss")
+    def _on_smooth_changed(self, _value: int) -> None:
+        self.refresh(self._overlay, self._shown)
+
+    def _hover_text(self, step: float) -> str:
+        return hover_text(self._overlay, step, "loss")
+
+    def refresh(self, overlay: Sequence[OverlayRun], shown: Sequence[RunModel]) -> None:
+        self._overlay, self._shown = overlay, shown
+        weight = self.smoothing
+        for run in overlay:
+            curve = self.curves.curve_for(run)
+            steps = run.model.scalars.steps
+            loss = smoothed(run.model.scalars.column("loss"), weight)
             # Non-finite losses (an overflowed forward) would break the line; they are
-            # left out of the curve and show up as skipped steps in the scale plot.
+            # left out of the curve and marked where they start.
             finite = np.isfinite(loss)
             curve.setData(steps[finite], loss[finite])
-        self.curves.drop_missing({key for key, *_ in runs})
+        self.curves.drop_missing({run.key for run in overlay})
+        self.markers.show(run_markers(overlay))
         self._show_range()
-
-    _runs: Sequence[tuple[int, RunModel, str, bool]] = ()
 
     def _show_range(self) -> None:
         log = self.log_box.isChecked()
-        lo, hi = math.inf, -math.inf
-        for _key, model, _colour, visible in self._runs:
-            if not visible or not len(model.scalars):
-                continue
-            loss = model.scalars.column("loss")
-            loss = loss[np.isfinite(loss) & (loss > 0)] if log else loss[np.isfinite(loss)]
-            if len(loss):
-                lo, hi = min(lo, float(loss.min())), max(hi, float(loss.max()))
-        if log and math.isfinite(lo):
-            lo, hi = math.log10(lo), math.log10(hi)
-        self.range.show(0.0, x_extent(self._runs), lo, hi, legend=self.curves.legend)
-        self.empty_note.show(None if math.isfinite(lo) else self._empty_reason(log))
+        found = data_range([run.model.scalars.column("loss") for run in self._overlay], log=log)
+        extent = x_extent([run.model for run in self._overlay] or list(self._shown))
+        if found is None:
+            self.range.show(0.0, extent, math.inf, math.inf)
+        else:
+            self.range.show(0.0, extent, *found)
+        self.empty_note.show(None if found is not None else self._empty_reason(log))
 
     def _empty_reason(self, log: bool) -> str:
-        models = [model for _key, model, _colour, visible in self._runs if visible]
+        models = list(self._shown)
         steps = sum(len(model.scalars) for model in models)
         if not steps:
             return no_steps_reason(models)
@@ -424,50 +531,50 @@ class LossScalePlot(QWidget):
         self.plot.addItem(self.skips)
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
+        self.hover = HoverReadout(self.plot, self._hover_text)
         self.growth_bar = QProgressBar()
         self.growth_bar.setTextVisible(True)
         self.growth_bar.setMaximumHeight(18)
-        self.growth_label = QLabel("growth tracker: –")
+        self.growth_bar.setMinimumWidth(60)
+        self.growth_label = file_text_label("growth tracker: –", word_wrap=False)
+        self.growth_label.setMinimumWidth(60)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
         row = QHBoxLayout()
-        row.addWidget(self.growth_label)
+        row.addWidget(self.growth_label, 1)
         row.addWidget(self.growth_bar, 1)
         layout.addLayout(row)
+        self._overlay: Sequence[OverlayRun] = ()
 
-    def refresh(
-        self, runs: Sequence[tuple[int, RunModel, str, bool]], current: RunModel | None
-    ) -> None:
-        lo, hi = math.inf, -math.inf
-        for key, model, colour, visible in runs:
-            curve = self.curves.curve_for(key, model.label, colour)
-            curve.setVisible(visible)
-            scale = model.scalars.column("scale")
+    def _hover_text(self, step: float) -> str:
+        return hover_text(self._overlay, step, "scale", show=scale_text)
+
+    def refresh(self, overlay: Sequence[OverlayRun], shown: Sequence[RunModel]) -> None:
+        self._overlay = overlay
+        logs = []
+        for run in overlay:
+            curve = self.curves.curve_for(run)
             with np.errstate(divide="ignore", invalid="ignore"):
-                log_scale = np.log2(scale)
+                log_scale = np.log2(run.model.scalars.column("scale"))
+            logs.append(log_scale)
             finite = np.isfinite(log_scale)
-            curve.setData(model.scalars.steps[finite], log_scale[finite])
-            if visible and finite.any():
-                lo = min(lo, float(log_scale[finite].min()))
-                hi = max(hi, float(log_scale[finite].max()))
-        self.curves.drop_missing({key for key, *_ in runs})
-        shown = [model for _key, model, _colour, visible in runs if visible]
+            curve.setData(run.model.scalars.steps[finite], log_scale[finite])
+        self.curves.drop_missing({run.key for run in overlay})
+        found = data_range(logs)
         self.empty_note.show(
             None
-            if math.isfinite(lo)
-            else no_steps_reason(shown)
+            if found is not None
+            else no_steps_reason(list(shown))
             if not any(len(model.scalars) for model in shown)
             else "no finite loss scale recorded"
         )
-        if math.isfinite(lo):
-            # Whole powers of two at the ends, so the 2^k ticks are always there.
-            self.range.show(
-                0.0, x_extent(runs), math.floor(lo) - 1, math.ceil(hi) + 1,
-                legend=self.curves.legend,
-            )  # fmt: skip
-        # Skipped steps of every visible run (each run keeps its first MAX_SKIP_EVENTS).
-        events = [e for _k, model, _c, visible in runs if visible for e in model.skip_events]
+        if found is not None:
+            # Whole powers of two at the ends, so the 2^k ticks are always there. The x
+            # range follows the loss plot (linked).
+            self.range.show(None, None, math.floor(found[0]) - 1, math.ceil(found[1]) + 1)
+        # Skipped steps of every overlaid run (each run keeps its first MAX_SKIP_EVENTS).
+        events = [event for run in overlay for event in run.model.skip_events]
         if events:
             xs = np.fromiter((e.step for e in events), dtype=np.float64, count=len(events))
             ys = np.fromiter((e.scale for e in events), dtype=np.float64, count=len(events))
@@ -539,7 +646,7 @@ class GradientHistogramPlot(QWidget):
             thin = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
             thick = pg.PlotDataItem(pen=pg.mkPen(colour, width=5))
             label = pg.TextItem(
-                FORMAT_LABELS[name], color=colour, anchor=(0.0, 0.5),
+                format_range(name).label, color=colour, anchor=(0.0, 0.5),
                 fill=pg.mkBrush(plot_colors().background),
             )  # fmt: skip
             label.setFont(QFont("DejaVu Sans", 7))
@@ -547,15 +654,15 @@ class GradientHistogramPlot(QWidget):
                 self.plot.addItem(item)
             self._rulers[name] = (thin, thick, label)
             thin.setData([0, 0], [y, y])
-        self.window = pg.LinearRegionItem(
+        self.fp16_window = pg.LinearRegionItem(
             values=(-24, 16), brush=pg.mkBrush(255, 170, 0, 40), pen=pg.mkPen("#e69f00")
         )
-        self.window.setMovable(True)
-        for line in self.window.lines:
+        self.fp16_window.setMovable(True)
+        for line in self.fp16_window.lines:
             line.setMovable(False)  # the window keeps FP16's width; it only slides
-        self.window.setZValue(-10)
-        self.plot.addItem(self.window)
-        self.window.sigRegionChangeFinished.connect(self._on_window_dragged)
+        self.fp16_window.setZValue(-10)
+        self.plot.addItem(self.fp16_window)
+        self.fp16_window.sigRegionChangeFinished.connect(self._on_window_dragged)
         self.plot.getPlotItem().getViewBox().sigResized.connect(self._on_view_resized)
         self.empty_note = EmptyNote(self.plot, height_fraction=0.25)  # above the rulers
 
@@ -570,20 +677,24 @@ class GradientHistogramPlot(QWidget):
         self.scale_spin.setPrefix("what-if 2^")
         self.scale_spin.setToolTip("A loss scale to try on the recorded counts")
         self.scale_spin.valueChanged.connect(self._on_scale_changed)
-        self.counts_label = QLabel("zero: –  inf: –  NaN: –")
-        self.what_if_label = QLabel("")
-        self.what_if_label.setWordWrap(True)
+        self.counts_label = file_text_label("zero: –  inf: –  NaN: –")
+        self.what_if_label = file_text_label("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.header_widgets = (self.param_button, self.act_button, self.scale_spin)
         layout.addWidget(self.plot, 1)
-        self.ranges_label = QLabel(
+        # The rulers' ranges, exact from the engine (any format the engine knows).
+        self.format_ranges = format_ranges_log2(self.FORMAT_ORDER)
+        # Swatches carry the colour; the names are in the palette's text colour (readable
+        # on both themes).
+        self.ranges_label = file_text_label(
             "ranges: "
             + " ".join(
-                f"<b style='color:{FORMAT_COLOURS[name]}'>{FORMAT_LABELS[name]}</b>"
+                f"<span style='color:{FORMAT_COLOURS[name]}'>■</span> {format_range(name).label}"
                 for name in self.FORMAT_ORDER
             )
-            + " (top to bottom; dashed: subnormal)"
+            + " (top to bottom; dashed: subnormal)",
+            word_wrap=False,
         )
         layout.addWidget(self.ranges_label)
         layout.addWidget(self.counts_label)
@@ -604,7 +715,7 @@ class GradientHistogramPlot(QWidget):
         self.what_if_changed.emit(value)
 
     def _on_window_dragged(self, _region: object) -> None:
-        lo, _hi = self.window.getRegion()
+        lo, _hi = self.fp16_window.getRegion()
         self.scale_spin.setValue(round(self._recorded_log2_scale() - 24 - lo))
 
     # ----- drawing --------------------------------------------------------------------
@@ -640,8 +751,8 @@ class GradientHistogramPlot(QWidget):
             self._scale_set_by_user = False
         self._model = model
         self._shown_revision = model.revision if model is not None else -1
-        # With no run, the formats' own ranges: the rulers are the reference, never blank.
-        ranges = model.ranges if model is not None else format_ranges(None)
+        # The formats' own ranges, from the engine: the rulers are the reference, never blank.
+        ranges = self.format_ranges
         hist = self.current_histogram()
         x_lo, x_hi, y_hi = -30.0, 20.0, 1.0
         if hist is None or not len(hist.counts):
@@ -653,7 +764,7 @@ class GradientHistogramPlot(QWidget):
                 self.counts_label.setText(reason)
             else:
                 # Every value was zero, inf or NaN: the counts are the whole story.
-                dtype = f" ({hist.dtype})" if hist.dtype else ""
+                dtype = f" ({elide(hist.dtype, 20)})" if hist.dtype else ""
                 self.counts_label.setText(
                     f"step {stats.step}{dtype}: {hist.total:,} values · "
                     f"zero {hist.zero:,} · inf {hist.inf:,} · NaN {hist.nan:,}"
@@ -674,7 +785,7 @@ class GradientHistogramPlot(QWidget):
             x = np.arange(hist.lo, hist.lo + len(counts), dtype=np.float64) + 0.5
             self.bars.setOpts(x=x, height=np.log10(1.0 + counts), width=0.9)
             stats = model.latest_stats if model is not None else None
-            dtype = f" ({hist.dtype})" if hist.dtype else ""
+            dtype = f" ({elide(hist.dtype, 20)})" if hist.dtype else ""
             self.counts_label.setText(
                 f"step {stats.step if stats else '?'}{dtype}: {hist.total:,} values · "
                 f"zero {hist.zero:,} · inf {hist.inf:,} · NaN {hist.nan:,}"
@@ -720,9 +831,9 @@ class GradientHistogramPlot(QWidget):
         recorded = self._recorded_log2_scale()
         # FP16's window [2**-24, 2**16) in the units the histogram was recorded in.
         lo = -24 - (k - recorded)
-        self.window.blockSignals(True)
-        self.window.setRegion((lo, lo + 40))
-        self.window.blockSignals(False)
+        self.fp16_window.blockSignals(True)
+        self.fp16_window.setRegion((lo, lo + 40))
+        self.fp16_window.blockSignals(False)
         hist = self.current_histogram()
         if hist is None:
             self.what_if_label.setText(f"What-if: {no_histogram_reason(self._model, None)}.")
@@ -756,14 +867,18 @@ class HeatmapPlot(QWidget):
             width=12, label="log10 share",
         )  # fmt: skip
         self.colour_bar.setImageItem(self.image, insert_in=self.plot.getPlotItem())
-        for y, colour in ((-24, "#D55E00"), (math.log2(65504.0), "#D55E00")):
-            line = pg.InfiniteLine(
-                pos=y, angle=0, pen=pg.mkPen(colour, width=1, style=Qt.PenStyle.DashLine)
-            )
-            self.plot.addItem(line)
+        # The limits of the format the shown gradients were held in, where they apply to
+        # the data (fixed for scaled activation gradients, limit / scale per step for the
+        # unscaled parameter gradients of a scaled run).
+        self.limit_curves = [
+            pg.PlotDataItem(pen=pg.mkPen("#D55E00", width=1.5, style=Qt.PenStyle.DashLine))
+            for _ in range(2)
+        ]
+        for curve in self.limit_curves:
+            self.plot.addItem(curve)
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
-        self.note = QLabel("dashed: FP16 smallest subnormal and largest value")
+        self.note = file_text_label("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
@@ -775,11 +890,17 @@ class HeatmapPlot(QWidget):
         if key == self._key:
             return
         self._key = key
+        note, limits = heatmap_limits(model, activations)
+        self.note.setText(note)
+        for curve, limit in zip(self.limit_curves, limits, strict=False):
+            curve.setData(limit.steps, limit.log2)
+        for curve in self.limit_curves[len(limits) :]:
+            curve.setData([], [])
         heat = None if model is None else (model.act_heat if activations else model.grad_heat)
         if heat is None or not len(heat):
             self.image.clear()
             self.empty_note.show(no_histogram_reason(model, None))
-            self.range.show(0.0, x_extent([(0, model, "", True)] if model else []), -28, 18)
+            self.range.show(None, None, -28, 18)
             return
         img = heat.image()  # (columns, bins): transpose so rows are binades
         self.image.setImage(img.T, autoLevels=False, levels=(-8.0, 0.0))
@@ -789,16 +910,19 @@ class HeatmapPlot(QWidget):
         per_column = width / max(columns - 1, 1) if columns > 1 else 1.0
         self.image.setRect(QRectF(first, HEAT_LO, width + per_column, HEAT_BINS))
         occupied = np.nonzero(img.max(axis=0) > -8.0)[0]
-        x_hi = max(x_extent([(0, model, "", True)]), last + per_column)
+        # The x range follows the loss plot (linked); y from the data and the limits shown.
         if len(occupied):
             lo = HEAT_LO + int(occupied[0]) - 4
             hi = HEAT_LO + int(occupied[-1]) + 5
-            lo, hi = min(lo, -28), max(hi, 18)
-            self.range.show(0.0, x_hi, max(lo, HEAT_LO), min(hi, HEAT_HI))
+            for limit in limits:
+                if len(limit.log2):
+                    lo = min(lo, math.floor(float(np.min(limit.log2))) - 2)
+                    hi = max(hi, math.ceil(float(np.max(limit.log2))) + 2)
+            self.range.show(None, None, max(lo, HEAT_LO), min(hi, HEAT_HI))
             self.empty_note.show(None)
         else:
             # Statistics steps whose gradients were all zero, inf or NaN: no binade to colour.
-            self.range.show(0.0, x_hi, -28, 18)
+            self.range.show(None, None, -28, 18)
             stats = model.latest_stats if model is not None else None
             hist = None if stats is None else stats.act_hist if activations else stats.grad_hist
             self.empty_note.show(
@@ -811,105 +935,81 @@ class HeatmapPlot(QWidget):
 class LayerTable(QWidget):
     """Each layer's gradients on the latest statistics step; the first non-finite marked."""
 
-    COLUMNS = ("layer", "‖g‖", "max |g|", "headroom", "< 2^-24", "inf/NaN")
-    TOOLTIPS = (
-        "module name",
-        "L2 norm of the layer's unscaled gradient",
-        "largest scaled gradient magnitude",
-        "log2(65504 / max |g|): how many doublings of the scale before FP16 overflows",
-        "share of the layer's scaled gradients below FP16's smallest subnormal",
-        "the layer's gradient held inf or NaN",
-    )
-
     def __init__(self) -> None:
         super().__init__()
-        self.table = QTableWidget(0, len(self.COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(self.COLUMNS))
-        for column, tip in enumerate(self.TOOLTIPS):
-            header_item = self.table.horizontalHeaderItem(column)
-            if header_item is not None:
-                header_item.setToolTip(tip)
+        empty = layer_table_view(None)
+        self.table = QTableWidget(0, len(empty.columns))
         self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.first_label = QLabel("")
-        self.first_label.setWordWrap(True)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+        self.table.setMinimumWidth(120)
+        self.first_label = file_text_label("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.first_label)
         layout.addWidget(self.table, 1)
         self._key: tuple[int, int] | None = None
+        self._columns: tuple[str, ...] = ()
+        self._show_columns(empty.columns, empty.tooltips)
+
+    def _show_columns(self, columns: tuple[str, ...], tooltips: tuple[str, ...]) -> None:
+        if columns == self._columns:
+            return
+        self._columns = columns
+        self.table.setHorizontalHeaderLabels(list(columns))
+        for column, tip in enumerate(tooltips):
+            header_item = self.table.horizontalHeaderItem(column)
+            if header_item is not None:
+                header_item.setToolTip(tip)
+        self.table.setColumnWidth(0, 110)
+        for column in range(1, len(columns)):
+            self.table.setColumnWidth(column, 78)
 
     def refresh(self, model: RunModel | None) -> None:
         key = (id(model), model.revision if model else -1)
         if key == self._key:
             return
         self._key = key
-        stats = model.latest_stats if model is not None else None
-        layers = stats.layers if stats is not None else []
-        event = model.first_nonfinite_event if model is not None else None
-        if event is not None:
-            self.first_label.setText(
-                f"<span style='color:#c00000'><b>First non-finite layer: {event.first_nonfinite}"
-                f"</b> (step {event.step} skipped at scale {_scale_text(event.scale)}; "
-                "first in backward order)"
-                + (
-                    "; the overflow began in the forward pass at "
-                    f"<b>{event.first_nonfinite_forward}</b>"
-                    if event.first_nonfinite_forward
-                    else ""
-                )
-                + "</span>"
-            )
-        elif model is not None and model.skipped_count:
-            self.first_label.setText(f"{model.skipped_count} skipped steps; no layer named.")
-        else:
-            self.first_label.setText("No non-finite gradients so far.")
-        marked = stats.first_nonfinite if stats is not None else None
-        if marked is None and event is not None:
-            marked = event.first_nonfinite
-        self.table.setRowCount(len(layers))
-        for row, layer in enumerate(layers):
-            name = layer.name
-            headroom = layer.headroom_log2
-            norm = layer.grad_norm
-            cells = (
-                name + ("  ◀ first non-finite" if name == marked else ""),
-                # + 0.0: a recorded -0.0 (all-zero gradient) reads 0, magnitudes have no sign.
-                "" if norm is None else f"{norm + 0.0:.3g}",
-                f"{layer.amax + 0.0:.3g}",
-                "–" if headroom is None else f"2^{headroom:.1f}",
-                f"{100 * layer.underflow_share:.3g}%",
-                "yes" if layer.nonfinite else "",
-            )
-            for column, text in enumerate(cells):
+        first = first_nonfinite_view(model)
+        self.first_label.setText(first.text)
+        self.first_label.setToolTip(first.text)
+        # An alarm colour from the theme: readable on the light and the dark background.
+        self.first_label.setStyleSheet(
+            f"color: {alarm_colour()}; font-weight: bold;" if first.alarm else ""
+        )
+        view = layer_table_view(model)
+        self._show_columns(view.columns, view.tooltips)
+        self.table.setRowCount(len(view.rows))
+        for row, layer in enumerate(view.rows):
+            for column, text in enumerate(layer.cells):
                 item = self.table.item(row, column)
                 if item is None:
                     item = QTableWidgetItem()
                     self.table.setItem(row, column, item)
                 item.setText(text)
-                bad = bool(layer.get("nonfinite")) or name == marked
-                if bad:
-                    item.setBackground(QColor("#ffd6d6"))
-                    item.setForeground(QColor("#000000"))
+                if column == 0:
+                    item.setToolTip(text)
+                if layer.alarm:
+                    item.setForeground(QColor(alarm_colour()))
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
                 else:  # the palette's own colours (light or dark theme)
-                    item.setData(Qt.ItemDataRole.BackgroundRole, None)
                     item.setData(Qt.ItemDataRole.ForegroundRole, None)
-
-
-def _scale_text(scale: float) -> str:
-    if scale > 0 and math.isfinite(scale) and math.log2(scale).is_integer():
-        return f"2^{int(math.log2(scale))}"
-    return f"{scale:g}"
+                    item.setData(Qt.ItemDataRole.FontRole, None)
+                item.setData(Qt.ItemDataRole.BackgroundRole, None)
 
 
 def _human_bytes(n: float) -> str:
+    if not math.isfinite(n):
+        return "?"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            text = f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            return elide(text, 20)  # a damaged file's 1e300 must not widen the table
         n /= 1024
     return f"{n:.1f} GiB"
 
@@ -927,9 +1027,8 @@ class MemoryReadout(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        self.throughput = QLabel("")
-        self.lost = QLabel("")
-        self.lost.setWordWrap(True)
+        self.throughput = file_text_label("", word_wrap=False)
+        self.lost = file_text_label("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.throughput)
@@ -942,31 +1041,16 @@ class MemoryReadout(QWidget):
         if key == self._key:
             return
         self._key = key
-        rate = model.steps_per_second() if model is not None else None
-        done, planned = model.progress() if model is not None else (0, None)
-        self.throughput.setText(
-            f"throughput: {rate:.1f} steps/s · step {done}" + (f" of {planned}" if planned else "")
-            if rate is not None
-            else "throughput: –"
-        )
+        self.throughput.setText(throughput_text(model))
         stats = model.latest_stats if model is not None else None
-        lost = stats.lost_updates if stats is not None else None
-        if lost:
-            share = lost.share
-            if lost.kind == "actual":
-                text = f"<b>{100 * share:.3g}%</b> of weight updates lost to FP16 rounding."
-            else:
-                text = f"FP16 weights would lose {100 * share:.3g}% of these updates to rounding."
-            self.lost.setText(text)
-        else:
-            self.lost.setText("lost updates: –")
+        self.lost.setText(lost_updates_text(model))
         rows: list[tuple[str, str, str]] = []
         memory = stats.memory if stats is not None else None
         if memory is not None:
             for key_name, title in self.PARTS:
                 by_dtype: dict[str, int] = getattr(memory, key_name)
                 for dtype, nbytes in sorted(by_dtype.items()):
-                    rows.append((title, dtype, _human_bytes(float(nbytes))))
+                    rows.append((title, elide(dtype, 16), _human_bytes(float(nbytes))))
             if memory.peak_device is not None:
                 rows.append(("device peak", "", _human_bytes(float(memory.peak_device))))
         self.table.setRowCount(len(rows))

@@ -270,14 +270,14 @@ class RunList:
         return f"{elide(model.label, 60)} — {model.status}{live}"
 
     def end_live(self, entry: RunEntry, keep_empty: bool = False) -> bool:
-        """The job feeding `entry` ended. A run that holds no step is removed unless asked
-        (its file stays on disk); returns whether the entry is still in the list."""
+        """The job feeding `entry` ended; returns whether the run stays in the list.
+
+        A run that holds no step is not kept unless asked (its file stays on disk): quick
+        Start/Stop otherwise piles up empty "incomplete" runs. The caller removes it.
+        """
         entry.live = False
         entry.model.closed = True
-        if entry.model.steps_seen == 0 and not keep_empty and entry in self.runs:
-            self.remove(entry)
-            return False
-        return entry in self.runs
+        return entry.model.steps_seen > 0 or keep_empty
 
     def overlay(self) -> list[OverlayRun]:
         """The runs the plots draw and their legends name: ticked and holding a step."""
@@ -299,9 +299,9 @@ def settings_of(model: RunModel) -> TrainConfig | str:
         return "this run's file holds no settings"
     try:
         settings = TrainConfig.from_dict(config)
-    except (TypeError, ValueError, OverflowError) as error:
+        problems = settings.validate()
+    except (TypeError, ValueError, OverflowError) as error:  # a damaged file's values
         return f"this run's settings cannot be shown: {elide(str(error), 60)}"
-    problems = settings.validate()
     # A run from another machine: its task file may not exist here, which the form shows
     # at the field; any other problem means the form cannot hold these settings.
     problems.pop("task", None)
@@ -636,7 +636,10 @@ def progress_view(model: RunModel, job_active: bool, state: str | None) -> Progr
     rate = model.steps_per_second()
     if rate is not None:
         text += f" · {rate:.1f} steps/s"
-    left = model.seconds_left()
+    try:
+        left = model.seconds_left()
+    except OverflowError:  # a damaged header's 10**309 planned steps
+        left = None
     if left is not None and job_active and left < 1e7:
         text += f" · {_duration(left)} left"
     if state is not None:

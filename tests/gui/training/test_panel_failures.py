@@ -147,7 +147,9 @@ def test_with_no_run_the_format_rulers_are_still_drawn(panel, tmp_path: Path) ->
     junk.write_bytes(b"\x00\xffnot json\n")
     panel.load_run(junk)
     assert "no run records found" in panel.status_label.text()
-    assert "c00000" in panel.status_label.styleSheet()  # shown as a problem
+    from fpexplorer.gui.training.plots import alarm_colour
+
+    assert alarm_colour() in panel.status_label.styleSheet()  # shown as a problem
     panel.refresh()
     for name, (_thin, thick, _label) in panel.hist_plot._rulers.items():
         x, _y = thick.getData()

@@ -33,7 +33,7 @@ from fpexplorer.gui.training.view_model import (
     summarize_problems,
 )
 from fpexplorer.training.config import TrainConfig
-from fpexplorer.training.records import HeaderRecord
+from fpexplorer.training.records import HeaderRecord, from_schema1_dict
 
 
 def _header(precision: str = "fp16", **config: Any) -> dict[str, Any]:
@@ -61,9 +61,12 @@ def _nan_step(step: int, **extra: Any) -> dict[str, Any]:
     return record
 
 
-def _model(records: list[dict[str, Any]]) -> RunModel:
+def _model(records: list[Any]) -> RunModel:
+    """A model fed typed records (dicts are written as schema 1 and read through the contract)."""
     model = RunModel()
-    model.add_records(records)
+    typed = [from_schema1_dict(r) if isinstance(r, dict) else r for r in records]
+    model.add_records(typed)
+    assert not model.problems, model.problems
     return model
 
 
@@ -217,14 +220,16 @@ def test_hover_reads_every_overlaid_run_at_the_step() -> None:
 def test_run_list_titles_live_only_while_the_job_runs_and_drops_empty_runs() -> None:
     runs = RunList()
     live_model = RunModel()
-    live_model.header = HeaderRecord(config=_header()["config"])
+    live_model.header = HeaderRecord(config=TrainConfig().to_dict())
     live = runs.add(live_model, None, live=True)
     runs.select(live)
     assert runs.title(live, job_active=True).endswith("(live)")
     assert runs.overlay() == []  # no step: no legend entry
     # Quick Start/Stop: the job ended before its first step; the run is not kept.
     assert runs.end_live(live) is False
+    runs.remove(live)
     assert runs.runs == [] and runs.current is None
+    assert runs.end_live(runs.add(RunModel(), None, live=True), keep_empty=True) is True
     kept = runs.add(_synthetic_model(steps=5), None, live=True)
     assert runs.end_live(kept) is True
     assert "(live)" not in runs.title(kept, job_active=False)

@@ -1,0 +1,207 @@
+"""The training panel tells the truth about a run and keeps comparisons readable (Qt)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtWidgets import QApplication
+
+from fpexplorer.gui.training.synthetic import synthetic_records
+from fpexplorer.training.records import from_schema1_dict
+from fpexplorer.training.runlog import RunWriter
+
+
+def _write(path: Path, records: list[Any]) -> Path:
+    with RunWriter(path) as writer:
+        for record in records:
+            writer.write(from_schema1_dict(record) if isinstance(record, dict) else record)
+    return path
+
+
+def _header(**config: Any) -> dict[str, Any]:
+    header = next(synthetic_records(1)).to_json()
+    header["config"].update(config)
+    return header
+
+
+def test_selecting_a_run_shows_its_settings_in_the_form_and_the_code(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(make_run("a.jsonl", steps=20, precision="fp16", seed=3))
+    panel.load_run(make_run("b.jsonl", steps=20, precision="bf16", seed=9))
+    assert panel.form.precision_combo.currentText() == "bf16"
+    panel.run_list.setCurrentRow(0)  # the user selects the first run
+    # Was: the form and the code kept the last-opened run's settings, so Start re-ran it.
+    assert panel.form.precision_combo.currentText() == "fp16"
+    assert panel.form.fields["seed"].edit.text() == "3"
+    assert "GradScaler" in panel.code_view.toPlainText()
+    panel.run_list.setCurrentRow(1)
+    assert panel.form.fields["seed"].edit.text() == "9"
+    assert "torch.bfloat16" in panel.code_view.toPlainText()
+
+
+def test_steps_beyond_what_the_engine_holds_are_refused_at_the_field(panel) -> None:  # type: ignore[no-untyped-def]
+    panel.form.fields["steps"].edit.setText(str(2**63))
+    assert "steps" in panel.form.problems()
+    assert not panel.start_button.isEnabled()
+    # Summarized beside Start (the field may be scrolled out of view).
+    assert panel.start_problems.isVisibleTo(panel)
+    assert panel.start_problems.text() == "Fix 1 field: Steps"
+    panel.form.fields["steps"].edit.setText(str(2**31))  # QProgressBar's int32 is no limit
+    assert panel.form.problems() == {}
+    assert not panel.start_problems.isVisibleTo(panel)
+    panel.form.fields["init_scale"].edit.setText("1e39")  # inf in GradScaler's float32
+    assert "init_scale" in panel.form.problems()
+
+
+def test_progress_of_a_run_longer_than_int32_never_raises(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = _write(tmp_path / "long.jsonl", [_header(steps=2**40)])
+    from fpexplorer.gui.training.run_model import RunModel
+
+    model = RunModel()
+    model.add_records([from_schema1_dict(_header(steps=2**40))])
+    model.add_records([from_schema1_dict({"type": "step", "step": 2**35, "loss": 1.0})])
+    panel._live = panel._add_run(model, path, live=True)
+    panel._refresh_progress()  # raised OverflowError from setRange (35 times a second)
+    assert panel.progress.value() == 31  # thousandths: 2**35 / 2**40
+    assert panel.progress.format().startswith(f"{2**35 + 1}/{2**40} steps")
+
+
+def test_a_redraw_failure_is_reported_once_not_on_every_tick(panel, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
+    calls = []
+
+    def broken(readouts: bool = True) -> None:
+        calls.append(readouts)
+        raise OverflowError("Python int too large to convert to C int")
+
+    monkeypatch.setattr(panel, "refresh", broken)
+    for _ in range(5):
+        panel._layout_dirty = True
+        panel._on_timer_timeout()  # must not raise
+    assert len(calls) == 5
+    assert panel.status_label.text() == (
+        "Could not redraw: OverflowError: Python int too large to convert to C int"
+    )
+    assert len([r for r in caplog.records if "redrawing" in r.getMessage()]) == 1
+
+
+def test_a_run_file_cannot_widen_the_window(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    panel.refresh()
+    before = panel.minimumSizeHint().width()
+    huge = 10**308
+    header = _header(steps=huge * 10, task="t" * 5000, seed=huge)
+    layer = {"name": "x" * 3000, "grad_norm": 1.0, "amax": 1e300, "headroom_log2": None,
+             "underflow_share": 0.0, "nonfinite": True}  # fmt: skip
+    step = {"type": "step", "step": 2**60, "loss": 1e308, "scale": 1e300, "skipped": True,
+            "steps_per_s": 1e300, "grad_hist": {"lo": 0, "counts": [1], "dtype": "y" * 900},
+            "layers": [layer], "first_nonfinite": "z" * 4000}  # fmt: skip
+    end = {"type": "end", "status": "failed", "error": "e" * 20000}
+    panel.load_run(_write(tmp_path / ("n" * 200 + ".jsonl"), [header, step, end]))
+    panel.refresh()
+    # Was: a 309-digit label widened the window to 2944 px for good.
+    assert panel.minimumSizeHint().width() <= before
+    for label in (panel.status_label, panel.layer_table.first_label, panel.memory.throughput):
+        assert len(label.text()) <= 420, label.text()[:80]
+    assert len(panel.run_list.item(0).text()) < 100
+
+
+def test_the_training_tab_is_usable_at_1024x640(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(synthetic_run)
+    # The tab's share of a 1024x640 window (menu bar, tab bar and status bar take ~90 px).
+    assert panel.minimumSizeHint().width() <= 1024
+    assert panel.minimumSizeHint().height() <= 550
+    panel.resize(1024, 550)
+    QApplication.processEvents()
+    panel.refresh()
+    for widget in (panel.start_button, panel.stop_button, panel.layer_table.table):
+        assert not widget.visibleRegion().isEmpty(), widget
+    for plot in (panel.loss_plot.plot, panel.scale_plot.plot, panel.hist_plot.plot):
+        # A graphics view shows through its viewport.
+        assert not plot.viewport().visibleRegion().isEmpty()
+        assert plot.width() >= 150 and plot.height() >= 80, plot.size()
+
+
+def test_legend_sits_outside_the_data_and_never_changes_a_range(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    for index in range(8):
+        panel.load_run(make_run(f"r{index}.jsonl", steps=100, seed=index))
+    panel.refresh()
+    QApplication.processEvents()  # the plot lays its legend out
+    (_x, (y_lo, y_hi)) = panel.scale_plot.plot.getPlotItem().getViewBox().viewRange()
+    # Was: with 8 runs the loss-scale axis went to 2^500 to make room for the legend.
+    assert y_hi <= 16 + 2 and y_lo >= 16 - 2, (y_lo, y_hi)
+    (_x, (_loss_lo, loss_hi)) = panel.loss_plot.plot.getPlotItem().getViewBox().viewRange()
+    top = max(float(run.model.scalars.column("loss").max()) for run in panel.runs)
+    assert loss_hi <= top * 1.2
+    assert len(panel.loss_plot.curves.legend_names) == 8
+    legend = panel.loss_plot.curves.legend
+    view = panel.loss_plot.plot.getPlotItem().getViewBox()
+    assert not legend.sceneBoundingRect().intersects(view.sceneBoundingRect())
+
+
+def test_x_axes_are_linked_and_hover_reads_values(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(make_run("a.jsonl", steps=100))
+    panel.refresh()
+    panel.loss_plot.plot.getPlotItem().getViewBox().setXRange(10, 20, padding=0)
+    for plot in (panel.scale_plot.plot, panel.heatmap.plot):
+        (x_lo, x_hi), _y = plot.getPlotItem().getViewBox().viewRange()
+        assert (x_lo, x_hi) == pytest.approx((10, 20))
+    panel.loss_plot.hover.show_at(42.7)
+    loss = panel.runs[0].model.scalars.column("loss")[42]
+    text = panel.loss_plot.hover.text
+    assert text is not None and text.startswith("step 42 · ") and f"{loss:.4g}" in text
+    panel.scale_plot.hover.show_at(42.0)
+    assert panel.scale_plot.hover.text is not None and "2^16" in panel.scale_plot.hover.text
+
+
+def test_smoothing_and_markers_on_the_loss_plot(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(make_run("a.jsonl", steps=60, overflow_every=25, stats_every=1))
+    panel.refresh()
+    key = panel.runs[0].key
+    _x, raw = panel.loss_plot.curves.curves[key].getData()
+    panel.loss_plot.smooth_spin.setValue(90)
+    _x, smooth = panel.loss_plot.curves.curves[key].getData()
+    assert len(smooth) == len(raw) and (abs(smooth - raw) > 0).any()
+    assert [line.value() for line in panel.loss_plot.markers.lines] == [24, 24]
+    texts = [line.label.toPlainText() for line in panel.loss_plot.markers.lines]
+    assert texts == ["first NaN loss", "first inf/NaN: head"]
+
+
+def test_run_list_text_has_no_colour_of_its_own(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import Qt
+
+    panel.load_run(synthetic_run)
+    # Was: black text set on every entry, unreadable on the dark theme's grey.
+    assert panel.run_list.item(0).data(Qt.ItemDataRole.ForegroundRole) is None
+
+
+def test_exports_use_the_screen_fonts(panel, synthetic_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QImage
+
+    panel.load_run(synthetic_run)
+    written = panel.export_to(tmp_path / "export")
+    svg = (tmp_path / "export" / "loss.svg").read_text()
+    families = set(re.findall(r'font-family="([^"]+)"', svg))
+    axis_font = panel.loss_plot.plot.getPlotItem().getAxis("bottom").style["tickFont"]
+    screen_family = (axis_font or panel.loss_plot.plot.font()).family()
+    assert families == {screen_family}, families
+    png = QImage(str(tmp_path / "export" / "loss.png"))
+    plot = panel.loss_plot.plot
+    assert (png.width(), png.height()) == (2 * plot.width(), 2 * plot.height())
+    assert len(written) == 9
+
+
+def test_no_text_role_uses_a_fixed_dark_red(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training.plots import alarm_colour
+
+    steps = [{"type": "step", "step": 0, "loss": math.nan, "scale": 1.0, "skipped": False,
+              "grad_hist": {"lo": 0, "counts": [], "nan": 5},
+              "layers": [{"name": "fc", "amax": math.nan, "nonfinite": True}],
+              "first_nonfinite": "fc"}]  # fmt: skip
+    panel.load_run(_write(tmp_path / "nan.jsonl", [_header(precision="bf16"), *steps]))
+    panel.refresh()
+    label = panel.layer_table.first_label
+    assert label.text().startswith("First non-finite layer: fc (step 0")
+    assert alarm_colour() in label.styleSheet()
+    assert "#c00000" not in label.styleSheet() and "#c00000" not in label.text()
