@@ -204,7 +204,17 @@ def light_palette() -> QPalette:
     from PySide6.QtWidgets import QStyleFactory
 
     style = QStyleFactory.create("Fusion")
-    return style.standardPalette()
+    palette = style.standardPalette()
+    _readable_highlight(palette)
+    return palette
+
+
+def _readable_highlight(palette: QPalette) -> None:
+    """Selected text (white on the highlight) at MIN_CONTRAST: Fusion's blues give 3.7:1."""
+    for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive):
+        highlighted = palette.color(group, QPalette.ColorRole.HighlightedText)
+        highlight = palette.color(group, QPalette.ColorRole.Highlight)
+        palette.setColor(group, QPalette.ColorRole.Highlight, readable(highlight, [highlighted]))
 
 
 def dark_palette() -> QPalette:
@@ -236,4 +246,5 @@ def dark_palette() -> QPalette:
         QPalette.ColorRole.ButtonText,
     ):
         palette.setColor(QPalette.ColorGroup.Disabled, role, QColor(120, 124, 132))
+    _readable_highlight(palette)
     return palette
