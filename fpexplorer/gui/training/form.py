@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fpexplorer.gui.theme import role_hex
 from fpexplorer.training.config import OPTIMIZERS, PRECISIONS, TASKS, TrainConfig
 
 _DEFAULTS = TrainConfig()
@@ -85,7 +86,7 @@ class FieldRow(QWidget):
         self.edit.setPlaceholderText(placeholder)
         self.edit.setToolTip(tooltip)
         self.error = QLabel("")
-        self.error.setStyleSheet("color: #c00000;")
+        self.error.setStyleSheet(f"color: {role_hex('error')};")
         self.error.setWordWrap(True)
         self.error.hide()
         layout = QVBoxLayout(self)
@@ -97,7 +98,7 @@ class FieldRow(QWidget):
     def show_error(self, message: str | None) -> None:
         self.error.setText(message or "")
         self.error.setVisible(bool(message))
-        self.edit.setStyleSheet("border: 1px solid #c00000;" if message else "")
+        self.edit.setStyleSheet(f"border: 1px solid {role_hex('error')};" if message else "")
 
 
 class DeviceFinder(QProcess):
@@ -177,7 +178,7 @@ class TrainForm(QWidget):
         self.task_browse.setToolTip("use your own model: a .py file with a factory function")
         self.task_browse.clicked.connect(self._on_task_browse_clicked)
         self.task_error = QLabel("")
-        self.task_error.setStyleSheet("color: #c00000;")
+        self.task_error.setStyleSheet(f"color: {role_hex('error')};")
         self.task_error.setWordWrap(True)
         self.task_error.hide()
         task_box = QWidget()

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.gui.theme import plot_colors
+from fpexplorer.gui.theme import plot_colors, role_hex
 from fpexplorer.gui.training.run_model import (
     HEAT_BINS,
     HEAT_HI,
@@ -87,14 +87,9 @@ def file_text_label(text: str = "", word_wrap: bool = True) -> QLabel:
 
 
 def alarm_colour() -> str:
-    """The text colour of an alarm (a non-finite layer), readable on both themes."""
-    from fpexplorer.gui import theme
-
-    role = getattr(theme, "alarm_text_color", None)
-    if role is not None:
-        return str(role().name())
-    window = plot_colors().background
-    return "#ff8a80" if window.lightness() < 128 else "#b00000"
+    """The text colour of an alarm (a non-finite layer, an error): the theme's "error" role,
+    made readable (>= 4.5:1) on the light and the dark palette."""
+    return role_hex("error")
 
 
 class PowerOfTwoAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped

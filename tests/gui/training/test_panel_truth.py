@@ -192,16 +192,32 @@ def test_exports_use_the_screen_fonts(panel, synthetic_run: Path, tmp_path: Path
     assert len(written) == 9
 
 
-def test_no_text_role_uses_a_fixed_dark_red(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from fpexplorer.gui.training.plots import alarm_colour
+@pytest.mark.parametrize("theme_name", ["light", "dark"])
+def test_alarm_texts_read_on_both_themes(panel, tmp_path: Path, theme_name: str) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtGui import QColor
+
+    from fpexplorer.gui import theme
 
     steps = [{"type": "step", "step": 0, "loss": math.nan, "scale": 1.0, "skipped": False,
               "grad_hist": {"lo": 0, "counts": [], "nan": 5},
               "layers": [{"name": "fc", "amax": math.nan, "nonfinite": True}],
               "first_nonfinite": "fc"}]  # fmt: skip
-    panel.load_run(_write(tmp_path / "nan.jsonl", [_header(precision="bf16"), *steps]))
-    panel.refresh()
-    label = panel.layer_table.first_label
-    assert label.text().startswith("First non-finite layer: fc (step 0")
-    assert alarm_colour() in label.styleSheet()
-    assert "#c00000" not in label.styleSheet() and "#c00000" not in label.text()
+    original = QApplication.palette()
+    palette = theme.dark_palette() if theme_name == "dark" else theme.light_palette()
+    QApplication.setPalette(palette)
+    try:
+        panel.load_run(_write(tmp_path / "nan.jsonl", [_header(precision="bf16"), *steps]))
+        panel.refresh()
+        label = panel.layer_table.first_label
+        assert label.text().startswith("First non-finite layer: fc (step 0")
+        # Was: dark red #c00000 on the dark theme's grey (about 2.4:1).
+        colour = re.search(r"color: (#[0-9a-f]{6})", label.styleSheet())
+        assert colour is not None, label.styleSheet()
+        for background in theme.text_backgrounds(palette):
+            ratio = theme.contrast_ratio(QColor(colour.group(1)), background)
+            assert ratio >= theme.MIN_CONTRAST, (colour.group(1), background.name(), ratio)
+        item = panel.layer_table.table.item(0, 0)
+        for background in theme.text_backgrounds(palette):
+            assert theme.contrast_ratio(item.foreground().color(), background) >= 4.5
+    finally:
+        QApplication.setPalette(original)
