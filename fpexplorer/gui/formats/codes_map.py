@@ -13,14 +13,29 @@ from functools import lru_cache
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
 from fpexplorer.formats import CLASSES, FloatFormat
+from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
 from fpexplorer.gui.formats.state import FormatsSession, display_text, hex_code
-from fpexplorer.gui.theme import plot_colors
+from fpexplorer.gui.theme import best_text_on, plot_colors
+
+
+def cell_label(fmt: FloatFormat, code: int) -> str:
+    """The value written in a cell of the map: "448", "0.00195…", "-inf", "nan"."""
+    return display_decimal(
+        fmt.to_exact(code), exact_digits=CELL_EXACT_DIGITS, cut_digits=CELL_CUT_DIGITS
+    )
+
 
 MAX_MAP_BITS = 16
+MAX_LABELLED_BITS = 8  # FP8 and narrower: 256 cells at most get a value label each
+# Cell labels are short: exact up to 4 significant digits, else 3 and "…" (the display rule
+# with fewer digits; hover and the read-outs have the rest).
+CELL_EXACT_DIGITS = 4
+CELL_CUT_DIGITS = 3
 _CLASS_RGB = {
     "zero": (140, 140, 140),
     "inf": (217, 70, 59),
@@ -114,6 +129,11 @@ class CodesMap(LazyView):
         self.message = pg.TextItem(anchor=(0.5, 0.5), color=colors.foreground)
         plot.addItem(self.message)
         self._shown: FloatFormat | None = None
+        # One label per cell of a format of up to MAX_LABELLED_BITS bits, shown where it fits.
+        self.cell_font = QFont()
+        self.cell_font.setPointSizeF(max(self.cell_font.pointSizeF() * 0.8, 6.5))
+        self.cell_metrics = QFontMetrics(self.cell_font)
+        self.cell_labels: list[pg.TextItem] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.caption)
@@ -122,6 +142,8 @@ class CodesMap(LazyView):
         self.plot_widget.scene().sigMouseClicked.connect(self._on_scene_clicked)
         self.plot_widget.scene().sigMouseMoved.connect(self._on_scene_moved)
         session.changed.connect(self.mark_stale)
+        self.plot.vb.sigResized.connect(self._fit_cell_labels)
+        self.plot.vb.sigRangeChanged.connect(self._fit_cell_labels)
         self.restyle()
 
     def restyle(self) -> None:
@@ -146,6 +168,7 @@ class CodesMap(LazyView):
             self.message.setPos(0, 0)
             self.plot.setRange(xRange=(-1, 1), yRange=(-1, 1), padding=0)
             self.caption.setText("The all-codes map shows formats of up to 16 bits.")
+            self._set_cell_labels(None)
             return
         rows, columns = map_shape(fmt)
         if fmt != self._shown:
@@ -155,6 +178,7 @@ class CodesMap(LazyView):
             self.image.setRect(0, 0, columns, rows)
             self.plot.setRange(xRange=(0, columns), yRange=(0, rows), padding=0.02)
             self._set_ticks(fmt, rows, columns)
+            self._set_cell_labels(fmt)
             if (columns.bit_length() - 1) % 4 == 0:
                 how = "the row's hex digits then the column's spell the code"
             else:  # the low bits are not whole hex digits (FP4: 2 of 4; e5m5: 6 of 11)
@@ -163,11 +187,48 @@ class CodesMap(LazyView):
                 f"All {1 << fmt.width:,} codes of {fmt.name} ({rows} rows × {columns} "
                 f"columns: {how}). Blue: "
                 "positive, orange: negative (brighter = larger), purple: subnormal, grey: zero, "
-                "red: inf, gold: NaN. Click a cell to load it."
+                "red: inf, gold: NaN. Cells show their values where they fit. Click a cell to "
+                "load it."
             )
         row, column = divmod(editor.code, columns)
         self.marker.setData([column + 0.5], [row + 0.5])
         self.ring.setData([column + 0.5], [row + 0.5])
+
+    def _set_cell_labels(self, fmt: FloatFormat | None) -> None:
+        """A label per cell for narrow formats (created once per format), none otherwise."""
+        wanted = 0 if fmt is None or fmt.width > MAX_LABELLED_BITS else 1 << fmt.width
+        while len(self.cell_labels) < wanted:
+            label = pg.TextItem(anchor=(0.5, 0.5))
+            label.setFont(self.cell_font)
+            self.plot.addItem(label)
+            self.cell_labels.append(label)
+        image = code_image(fmt) if fmt is not None and wanted else None
+        for code, label in enumerate(self.cell_labels):
+            if code >= wanted or fmt is None or image is None:
+                label.setText("")
+                label.hide()
+                continue
+            row, column = divmod(code, map_shape(fmt)[1])
+            red, green, blue = (int(c) for c in image[row, column, :3])
+            label.setText(cell_label(fmt, code))
+            label.setColor(best_text_on(QColor(red, green, blue)))
+            label.setPos(column + 0.5, row + 0.5)
+        self._fit_cell_labels()
+
+    def _fit_cell_labels(self) -> None:
+        """Show each cell's label only where its text fits inside the cell on screen."""
+        fmt = self._shown
+        if fmt is None or fmt.width > MAX_LABELLED_BITS:
+            return
+        origin = self.plot.vb.mapViewToScene(QPointF(0, 0))
+        corner = self.plot.vb.mapViewToScene(QPointF(1, 1))
+        cell_width = abs(corner.x() - origin.x()) - 4
+        cell_height = abs(corner.y() - origin.y()) - 2
+        fits_height = self.cell_metrics.height() <= cell_height
+        for label in self.cell_labels[: 1 << fmt.width]:
+            text = label.textItem.toPlainText()
+            fits = fits_height and self.cell_metrics.horizontalAdvance(text) <= cell_width
+            label.setVisible(fits)
 
     def _set_ticks(self, fmt: FloatFormat, rows: int, columns: int) -> None:
         """Hex ticks at cell centres: row label then column label spell the code."""

@@ -400,3 +400,32 @@ def test_add_and_remove_editors(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert panel.rows[2].editor.format == get_format("bfloat16")
     qtbot.mouseClick(panel.rows[0].remove_button, Qt.MouseButton.LeftButton)
     assert [row.editor.format.name for row in panel.rows] == ["float16", "bfloat16"]
+
+
+def test_codes_map_labels_each_cell_with_its_value_where_it_fits(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    from fpexplorer.gui.formats.codes_map import cell_label
+
+    panel.show_view("codes")
+    codes = panel.codes_map
+    fp4 = get_format("fp4")
+    panel.session.set_format(panel.session.active, fp4)
+    qtbot.waitUntil(lambda: any(label.isVisible() for label in codes.cell_labels))
+    texts = [label.textItem.toPlainText() for label in codes.cell_labels[:16]]
+    assert texts == [cell_label(fp4, code) for code in range(16)]
+    assert texts[:8] == ["0", "0.5", "1", "1.5", "2", "3", "4", "6"]
+    assert all(label.isVisible() for label in codes.cell_labels[:16])
+    # FP8: labels where they fit in a cell, none wider than its cell.
+    e4m3 = get_format("float8_e4m3fn")
+    panel.session.set_format(panel.session.active, e4m3)
+    qtbot.waitUntil(lambda: codes.cell_labels[0x7E].textItem.toPlainText() == "448")
+    view_box = codes.plot.vb
+    cell = view_box.mapViewToScene(QPointF(1, 0)).x() - view_box.mapViewToScene(QPointF(0, 0)).x()
+    shown = [label for label in codes.cell_labels if label.isVisible()]
+    assert shown
+    for label in shown:
+        assert codes.cell_metrics.horizontalAdvance(label.textItem.toPlainText()) <= cell
+    # Wider formats get no labels.
+    panel.session.set_format(panel.session.active, get_format("fp16"))
+    qtbot.waitUntil(lambda: not any(label.isVisible() for label in codes.cell_labels))
