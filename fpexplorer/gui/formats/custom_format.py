@@ -23,17 +23,31 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fpexplorer.formats import ENCODINGS as ENGINE_ENCODINGS
 from fpexplorer.formats import FloatFormat, get_format, make_format
+from fpexplorer.formats.format import MAX_EXPONENT_BITS, MAX_WIDTH
 from fpexplorer.gui.formats.text import short
 from fpexplorer.gui.theme import role_hex
 
-ENCODINGS = {
+# What each of the engine's encodings means; one the engine adds later is listed by name.
+ENCODING_HELP = {
     "ieee": "IEEE 754: all-ones exponent holds ±inf and NaNs",
     "fn": "finite + NaN (like FP8 E4M3FN): no inf, NaN only at all ones",
     "fnuz": "finite + NaN, unsigned zero (like FP8 …FNUZ): NaN at −0's code",
     "finite": "finite only (like FP6 / FP4): no inf, no NaN",
     "fnu": "unsigned, NaN at all ones, no zero (like E8M0 scales)",
+    "p3109_extended": "IEEE P3109: one NaN, ±inf at the top codes",
+    "p3109_finite": "IEEE P3109: one NaN, no inf",
 }
+ENCODINGS = {key: ENCODING_HELP.get(key, key) for key in ENGINE_ENCODINGS}
+MAX_BIAS = 1 << MAX_EXPONENT_BITS  # the engine refuses a bias of larger magnitude
+
+
+def mantissa_limit(exponent_bits: int) -> int:
+    """The most fraction bits the engine takes beside `exponent_bits`: codes of at most
+    MAX_WIDTH bits, and exponent + fraction below that (signed or not) so that a code and
+    its successor fit numpy's uint64."""
+    return MAX_WIDTH - 1 - exponent_bits
 
 
 _NAME = re.compile(r"[A-Za-z0-9_.+-]{1,40}")
@@ -61,15 +75,16 @@ class CustomFormatDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Custom format")
         self.exponent_bits = QSpinBox()
-        self.exponent_bits.setRange(1, 30)
+        # The engine's own limits, so that no value the spin boxes offer is refused later.
+        self.exponent_bits.setRange(1, MAX_EXPONENT_BITS)
         self.exponent_bits.setValue(start.exponent_bits if start else 4)
         self.mantissa_bits = QSpinBox()
-        self.mantissa_bits.setRange(0, 62)
+        self.mantissa_bits.setRange(0, mantissa_limit(1))
         self.mantissa_bits.setValue(start.mantissa_bits if start else 3)
         self.auto_bias = QCheckBox("standard bias 2^(e−1) − 1")
         self.auto_bias.setChecked(True)
         self.bias = QSpinBox()
-        self.bias.setRange(-100000, 100000)
+        self.bias.setRange(-MAX_BIAS, MAX_BIAS)
         self.bias.setEnabled(False)
         self.bias.setToolTip("The stored exponent E stands for the power E − bias.")
         self.encoding = QComboBox()
@@ -123,6 +138,11 @@ class CustomFormatDialog(QDialog):
     def _on_parameters_changed(self) -> None:
         self.bias.setEnabled(not self.auto_bias.isChecked())
         encoding = self.encoding.currentData()
+        limit = mantissa_limit(self.exponent_bits.value())
+        if self.mantissa_bits.maximum() != limit:
+            self.mantissa_bits.blockSignals(True)
+            self.mantissa_bits.setMaximum(limit)  # also clamps the value to it
+            self.mantissa_bits.blockSignals(False)
         try:
             fmt = make_format(
                 self.exponent_bits.value(),

@@ -234,9 +234,10 @@ def test_custom_format_builder(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert "e6m9" in dialog.preview.text()
     ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
     assert ok.isEnabled()
-    dialog.mantissa_bits.setValue(62)  # 1 + 6 + 62 bits > 64: the engine refuses
+    dialog.exponent_bits.setValue(1)  # ieee needs an all-ones exponent besides the others
     assert dialog.chosen_format() is None
     assert not ok.isEnabled()
+    dialog.exponent_bits.setValue(6)
     dialog.mantissa_bits.setValue(9)
     editor = panel.session.active
     panel.use_custom_format(editor, dialog.chosen_format())
@@ -247,6 +248,33 @@ def test_custom_format_builder(qtbot: QtBot, panel: FormatsPanel) -> None:
     # The other editor's picker offers the custom format too.
     other = next(row for row in panel.rows if row.editor is not editor)
     assert other.picker.findData(editor.format.spec) >= 0
+
+
+def test_custom_format_limits_are_the_engines(qtbot: QtBot, panel: FormatsPanel) -> None:
+    from fpexplorer.formats import ENCODINGS
+    from fpexplorer.formats.format import MAX_EXPONENT_BITS
+
+    dialog = CustomFormatDialog(panel)
+    qtbot.addWidget(dialog)
+    # Was: exponent bits up to 30, then "exponent bits must be 1..16" from the engine.
+    assert dialog.exponent_bits.maximum() == MAX_EXPONENT_BITS
+    assert [dialog.encoding.itemData(i) for i in range(dialog.encoding.count())] == list(ENCODINGS)
+    finite = dialog.encoding.findData("finite")
+    dialog.encoding.setCurrentIndex(finite)
+    for exponent in range(1, MAX_EXPONENT_BITS + 1):
+        dialog.exponent_bits.setValue(exponent)
+        widest = dialog.mantissa_bits.maximum()
+        dialog.mantissa_bits.setValue(widest)
+        # The widest the spin box offers is taken; one more bit the engine refuses.
+        assert dialog.chosen_format() is not None, exponent
+        with pytest.raises(ValueError):
+            make_format(exponent, widest + 1, encoding="finite")
+    dialog.exponent_bits.setValue(MAX_EXPONENT_BITS + 14)  # typed past the end: clamped
+    assert dialog.exponent_bits.value() == MAX_EXPONENT_BITS
+    for bias in (dialog.bias.minimum(), dialog.bias.maximum()):
+        make_format(8, 7, bias=bias)  # the engine takes both ends
+        with pytest.raises(ValueError):
+            make_format(8, 7, bias=bias + (1 if bias > 0 else -1))
 
 
 def test_custom_format_names_are_plain_and_not_taken(qtbot: QtBot, panel: FormatsPanel) -> None:
