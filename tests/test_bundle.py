@@ -1,16 +1,23 @@
 """Build the PyInstaller bundle and run it: `selftest`, the CLI, and bad paths.
 
 The build takes about two minutes on two cores; it runs in CI so that the bundle never
-rots silently. Build time and size are printed (pytest -s shows them).
+rots silently. Build time and size are printed (pytest -s shows them). The build (about
+1.1 GB) goes to a temporary folder that is deleted when the tests end, passed or failed:
+pytest's own temporary folders would keep the last three builds on disk.
+
+Fast loop without it: `python -m pytest -m "not bundle"` (or `-m "not slow"`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,16 +25,40 @@ import pytest
 from fpexplorer import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.slow, pytest.mark.bundle]
 
 
 def _folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+@contextlib.contextmanager
+def scratch_folder(prefix: str) -> Iterator[Path]:
+    """A new temporary folder, deleted when the block ends however it ends."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_scratch_folder_is_deleted_even_when_the_block_fails() -> None:
+    with pytest.raises(RuntimeError, match="build failed"), scratch_folder("fpx-test-") as folder:
+        (folder / "dist" / "fpexplorer").mkdir(parents=True)
+        (folder / "dist" / "fpexplorer" / "libbig.so").write_bytes(bytes(1 << 20))
+        raise RuntimeError("build failed")
+    assert not folder.exists()
+    with scratch_folder("fpx-test-") as folder:
+        (folder / "file").write_text("x")
+    assert not folder.exists()
+
+
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("bundle")
+def bundle() -> Iterator[Path]:
+    with scratch_folder("fpexplorer-bundle-") as work:
+        yield _build(work)
+
+
+def _build(work: Path) -> Path:
     pyinstaller = shutil.which("pyinstaller", path=str(Path(sys.executable).parent))
     command = [pyinstaller or "pyinstaller", str(ROOT / "packaging" / "fpexplorer.spec")]
     command += ["--noconfirm", "--distpath", str(work / "dist"), "--workpath", str(work / "build")]
@@ -54,6 +85,8 @@ def _environment(home: Path, **extra: str) -> dict[str, str]:
     return environment
 
 
+@pytest.mark.slow
+@pytest.mark.bundle
 def test_bundle_selftest_passes(bundle: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -75,6 +108,8 @@ def test_bundle_selftest_passes(bundle: Path, tmp_path: Path) -> None:
     assert (tmp_path / "out" / "selftest-run.jsonl").stat().st_size > 0
 
 
+@pytest.mark.slow
+@pytest.mark.bundle
 def test_bundle_cli_inspect_and_bad_input(bundle: Path, tmp_path: Path) -> None:
     environment = _environment(tmp_path)
     ok = subprocess.run(
@@ -97,6 +132,8 @@ def test_bundle_cli_inspect_and_bad_input(bundle: Path, tmp_path: Path) -> None:
     assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.bundle
 def test_bundle_with_no_writable_home_and_broken_run_dir_still_opens(
     bundle: Path, tmp_path: Path
 ) -> None:
@@ -119,6 +156,8 @@ def test_bundle_with_no_writable_home_and_broken_run_dir_still_opens(
     assert "cannot write" in settings_line
 
 
+@pytest.mark.slow
+@pytest.mark.bundle
 def test_bundle_opens_a_real_x11_window_under_xvfb(bundle: Path, tmp_path: Path) -> None:
     """Offscreen rendering does not load the xcb platform plugin and its libraries, the
     usual way a frozen Qt app breaks on a real desktop: run the selftest on an X server."""
