@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "gui": "fpexplorer.commands.gui",
     "inspect": "fpexplorer.commands.inspect",
     "formats": "fpexplorer.commands.formats",
+    "quantize": "fpexplorer.commands.quantize",
     "train": "fpexplorer.commands.train",
     "runs": "fpexplorer.commands.runs",
     "screenshot": "fpexplorer.commands.screenshot",

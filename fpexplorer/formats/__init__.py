@@ -21,8 +21,10 @@ from .block_quantize import (
     ExactBlock,
     QuantizedTensor,
     dequantize,
+    exact_error_stats,
     quantize,
     quantize_block_exact,
+    tensor_scale_for,
 )
 from .exact import ExactValue, exact_decimal, leading_digits
 from .format import (
@@ -62,6 +64,7 @@ __all__ = [
     "Rounded",
     "dequantize",
     "exact_decimal",
+    "exact_error_stats",
     "get_block_format",
     "get_format",
     "leading_digits",
@@ -73,5 +76,6 @@ __all__ = [
     "parse_value",
     "quantize",
     "quantize_block_exact",
+    "tensor_scale_for",
     "to_exact_value",
 ]

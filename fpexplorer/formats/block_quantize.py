@@ -14,9 +14,9 @@ The algorithm, for someone re-implementing it (in torch, say):
    tensor's finite amax, then s_block = E4M3(amax / (6·s_global)) clamped to [2**-6, 448].
 3. Elements: MX divides by 2**e, which is exact in binary floating point, and rounds with
    the element format's own array rounding (`FloatFormat.from_float_array`, saturating).
-   NVFP4 divides by s_block·s_global in float64, which rounds; a rounded quotient can
-   only be on the wrong side of a rounding boundary when it lands exactly on a value or
-   midpoint of the element grid, so those few are recomputed exactly with Fractions.
+   NVFP4 divides by s_block·s_global in float64, which rounds, but provably never across
+   a rounding boundary of the element grid (see `_round_quotients`), so rounding the
+   float64 quotient gives the exact result.
 4. Dequantized value = element value × block scale (× s_global): exact in float64.
 
 Cost: about a dozen numpy passes over the data; float32 input under nearest rounding stays
@@ -199,6 +199,58 @@ class ExactBlock:
 
 
 # ---- the exact path ---------------------------------------------------------------------
+
+
+def tensor_scale_for(amax: Any) -> Fraction:
+    """NVFP4's per-tensor scale for a tensor whose largest finite magnitude is `amax`:
+    FP32(amax / (448·6)); 1 when amax is 0, 2**-149 when the quotient rounds to 0."""
+    exact = to_exact_value(amax)
+    if not exact.is_finite or (exact.negative and not exact.is_zero):
+        raise ValueError(f"amax must be a finite magnitude, not {exact}")
+    return _global_scale_exact(exact.magnitude)
+
+
+def exact_error_stats(blocks: Sequence[ExactBlock]) -> ErrorStats:
+    """`ErrorStats` of exactly quantized blocks, from exact errors (see `ErrorStats`)."""
+    count = saturated = flushed = 0
+    max_error = squared = signal = Fraction(0)
+    infinite = False
+    for block in blocks:
+        multiplier = block.multiplier
+        limit = None if multiplier is None else block.format.element.max * multiplier
+        for x, value in zip(block.inputs, block.values, strict=True):
+            if not x.is_finite:
+                continue
+            count += 1
+            signal += x.magnitude**2
+            if not value.is_finite:
+                infinite = True
+                continue
+            error = abs(value.fraction - x.fraction)
+            max_error = max(max_error, error)
+            squared += error**2
+            saturated += limit is not None and x.magnitude > limit
+            flushed += bool(x.magnitude) and value.is_zero
+    if count == 0:
+        return ErrorStats(0, math.nan, math.nan, math.nan, math.nan, math.nan)
+    if infinite:
+        return ErrorStats(count, math.inf, math.inf, -math.inf, saturated / count, flushed / count)
+    sqnr = math.inf if squared == 0 else -math.inf if signal == 0 else _db(signal / squared)
+    return ErrorStats(
+        count=count,
+        max_abs_error=float(max_error),
+        rmse=math.sqrt(float(squared / count)),
+        sqnr_db=sqnr,
+        share_saturated=saturated / count,
+        share_flushed=flushed / count,
+    )
+
+
+def _db(ratio: Fraction) -> float:
+    """10·log10 of a positive Fraction of any size (float() would overflow past 1e308)."""
+    shift = ratio.numerator.bit_length() - ratio.denominator.bit_length()
+    mantissa = float(ratio / Fraction(2) ** shift)
+    return 10 * (math.log10(mantissa) + shift * math.log10(2))
 
 
 def quantize_block_exact(
@@ -510,7 +562,7 @@ def _scale_codes(fmt: BlockFormat, amax: FloatArray, global_scale: float | None)
     divisor = np.full(amax.shape, float(fmt.element.max) * (global_scale or 1.0))
     with np.errstate(invalid="ignore", divide="ignore"):
         quotient = amax / divisor
-    codes = _round_quotients(scale_format, amax, divisor, quotient, "nearest_even", None)
+    codes = _round_quotients(scale_format, quotient, "nearest_even", None)
     # The clamp to [min_normal, max]: comparisons of the rounded quotient are exact enough,
     # since rounding is monotone and both ends are float64 values.
     smallest = scale_format.from_value(scale_format.min_normal)
@@ -579,7 +631,7 @@ def _element_codes(
         with np.errstate(invalid="ignore", divide="ignore", over="ignore", under="ignore"):
             quotient = np.where(wide == 0, wide, wide / divisor)
         _keep_above_zero(quotient, wide)
-        codes = _round_quotients(element, wide, divisor, quotient, rounding, seed)
+        codes = _round_quotients(element, quotient, rounding, seed)
     codes[nan_block] = 0
     return codes
 
@@ -616,42 +668,24 @@ def _keep_above_zero(scaled: FloatArray, original: np.ndarray[Any, Any]) -> None
 
 def _round_quotients(
     element: ElementFormat,
-    numerator: FloatArray,
-    divisor: np.ndarray[Any, Any],
     quotient: FloatArray,
     rounding: str,
     seed: int | None,
 ) -> CodeArray:
-    """Round numerator / divisor into `element`, exactly, given the float64 quotient.
+    """Round float64 quotients x / d (x, d float64) into `element`: the same codes as
+    rounding the exact quotients.
 
-    A float64 quotient differs from the exact one by less than half its ulp, so rounding it
-    into a coarser grid gives the exact result unless it sits exactly on a grid value or a
-    midpoint (which have at most mantissa_bits + 2 significant bits) while the exact
-    quotient does not. Those are found by their low bits and recomputed with Fractions;
-    q × divisor is exact in float64 (the formats are checked for it), so the test is exact.
-    Stochastic rounding uses the float64 quotient as it is.
+    Why one float64 rounding first does no harm here: a wrong result needs the float64
+    quotient to land exactly on a rounding boundary b (an element value or a midpoint)
+    while x != b·d. Boundaries have at most mantissa_bits + 2 significant bits, so b·d is
+    a float64 (BlockFormat checks the widths), and x, another float64, differs from it by
+    at least the float64 spacing at b·d, 2**(e(b) + e(d) - 52) or more; the quotient is then
+    more than (that / d) > ulp(b) / 2 from b, so it cannot round to b. (The tests check the
+    neighbours of every boundary.) Stochastic rounding draws against the float64 quotient.
     """
-    codes = element.from_float_array(
+    return element.from_float_array(
         quotient, rounding, overflow="saturate", **_seed(rounding, seed)
     )
-    if rounding == "stochastic":
-        return codes
-    low_bits = np.uint64((1 << (52 - element.mantissa_bits - 2)) - 1)
-    flat_quotient = quotient.reshape(-1)
-    suspect = (flat_quotient.view(np.uint64) & low_bits) == 0
-    suspect &= np.isfinite(flat_quotient) & (flat_quotient != 0)
-    if not suspect.any():
-        return codes
-    where = np.flatnonzero(suspect)
-    flat_numerator = numerator.reshape(-1)[where]
-    flat_divisor = np.broadcast_to(divisor, quotient.shape).reshape(-1)[where]
-    inexact = flat_numerator != flat_quotient[where] * flat_divisor
-    flat_codes = codes.reshape(-1)
-    recompute = zip(where[inexact], flat_numerator[inexact], flat_divisor[inexact], strict=True)
-    for index, x, d in recompute:
-        exact = ExactValue("finite", bool(x < 0), abs(Fraction(float(x)) / Fraction(float(d))))
-        flat_codes[index] = element.from_value(exact, rounding, overflow="saturate")
-    return codes
 
 
 # ---- error statistics -------------------------------------------------------------------
