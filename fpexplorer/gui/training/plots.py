@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -71,6 +71,29 @@ FORMAT_COLOURS: dict[str, str] = {
 }
 
 
+class ElidedLabel(QLabel):
+    """A one-line label that shows as much of its text as fits, ending in '…'."""
+
+    def __init__(self, text: str = "") -> None:
+        super().__init__(text)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
+        self.setMinimumWidth(0)
+
+    def paintEvent(self, _event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        metrics = self.fontMetrics()
+        rect = self.contentsRect()
+        text = metrics.elidedText(self.text(), Qt.TextElideMode.ElideRight, rect.width())
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawText(rect, int(self.alignment()), text)
+        painter.end()
+
+    def shown_text(self) -> str:
+        """The text as painted now (elided to the label's width)."""
+        width = self.contentsRect().width()
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, width)
+
+
 def file_text_label(text: str = "", word_wrap: bool = True) -> QLabel:
     """A label for text that comes from a run file: it never asks for more width.
 
@@ -124,9 +147,10 @@ class Card(QFrame):
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(2)
         self.title_label = QLabel(f"<b>{title}</b>")
-        self.explanation_label = QLabel(explanation)
+        # One line, elided: on a small screen the plots keep the height (the whole text is
+        # in the tooltip).
+        self.explanation_label = ElidedLabel(explanation)
         self.explanation_label.setToolTip(f"<p>{explanation} {details}</p>")
-        self.explanation_label.setWordWrap(True)
         font = self.explanation_label.font()
         font.setPointSizeF(max(font.pointSizeF() - 1.0, 7.0))
         self.explanation_label.setFont(font)
@@ -361,6 +385,7 @@ class RunCurves:
             self.legend.setLabelTextColor(plot_colors().foreground)
             self.legend.setLabelTextSize("8pt")
             item.layout.addItem(self.legend, 4, 1)
+        self._legend_shown = legend
 
     def curve_for(self, run: OverlayRun) -> pg.PlotDataItem:
         curve = self.curves.get(run.key)
@@ -381,6 +406,18 @@ class RunCurves:
                 if label is not None:
                     label.setText(run.name)
         return curve
+
+    def show_legend(self, shown: bool) -> None:
+        """Legends name runs apart: one run is named in the run list and gets the height."""
+        if self.legend is None or self._legend_shown == shown:
+            return
+        self._legend_shown = shown
+        layout = self.plot.getPlotItem().layout
+        if shown:
+            layout.addItem(self.legend, 4, 1)
+        else:
+            layout.removeItem(self.legend)
+        self.legend.setVisible(shown)
 
     @property
     def legend_names(self) -> list[str]:
@@ -418,7 +455,7 @@ class RunMarkers:
                 pen=pg.mkPen(marker.colour, width=1, style=Qt.PenStyle.DashLine),
                 label=marker.text,
                 labelOpts={
-                    "position": 0.92 - 0.12 * (index % 4),
+                    "position": 0.85 - 0.16 * (index % 4),
                     "color": plot_colors().foreground,
                     "fill": pg.mkBrush(QColor(plot_colors().background)),
                     "anchors": [(0, 0.5), (0, 0.5)],
@@ -488,6 +525,7 @@ class LossPlot(QWidget):
             finite = np.isfinite(loss)
             curve.setData(steps[finite], loss[finite])
         self.curves.drop_missing({run.key for run in overlay})
+        self.curves.show_legend(len(overlay) > 1)
         self.markers.show(run_markers(overlay))
         self._show_range()
 
@@ -556,6 +594,7 @@ class LossScalePlot(QWidget):
             finite = np.isfinite(log_scale)
             curve.setData(run.model.scalars.steps[finite], log_scale[finite])
         self.curves.drop_missing({run.key for run in overlay})
+        self.curves.show_legend(len(overlay) > 1)
         found = data_range(logs)
         self.empty_note.show(
             None
@@ -938,8 +977,10 @@ class LayerTable(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        header.setStretchLastSection(True)
+        # Numbers at their full width (names are elided by the view model, so no cell can
+        # ask for more than a few hundred pixels; the table scrolls, the window never grows).
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setMinimumWidth(120)
         self.first_label = file_text_label("")
         layout = QVBoxLayout(self)
@@ -959,9 +1000,6 @@ class LayerTable(QWidget):
             header_item = self.table.horizontalHeaderItem(column)
             if header_item is not None:
                 header_item.setToolTip(tip)
-        self.table.setColumnWidth(0, 110)
-        for column in range(1, len(columns)):
-            self.table.setColumnWidth(column, 78)
 
     def refresh(self, model: RunModel | None) -> None:
         key = (id(model), model.revision if model else -1)

@@ -135,6 +135,7 @@ def test_legend_sits_outside_the_data_and_never_changes_a_range(panel, make_run)
     top = max(float(run.model.scalars.column("loss").max()) for run in panel.runs)
     assert loss_hi <= top * 1.2
     assert len(panel.loss_plot.curves.legend_names) == 8
+    assert panel.loss_plot.curves.legend.isVisible()
     legend = panel.loss_plot.curves.legend
     view = panel.loss_plot.plot.getPlotItem().getViewBox()
     assert not legend.sceneBoundingRect().intersects(view.sceneBoundingRect())
@@ -143,6 +144,8 @@ def test_legend_sits_outside_the_data_and_never_changes_a_range(panel, make_run)
 def test_x_axes_are_linked_and_hover_reads_values(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(make_run("a.jsonl", steps=100))
     panel.refresh()
+    # One run is named in the run list: its plots keep the legend's height.
+    assert not panel.loss_plot.curves.legend.isVisible()
     panel.loss_plot.plot.getPlotItem().getViewBox().setXRange(10, 20, padding=0)
     for plot in (panel.scale_plot.plot, panel.heatmap.plot):
         (x_lo, x_hi), _y = plot.getPlotItem().getViewBox().viewRange()
