@@ -476,3 +476,35 @@ def test_module_exports_from_the_package() -> None:
     for name in ("BlockFormat", "QuantizedTensor", "quantize", "quantize_block_exact"):
         assert getattr(formats, name) is not None
     assert formats.quantize is block_quantize.quantize
+
+
+@pytest.mark.parametrize("name", ["mxfp8_e5m2", "nvfp4", "mxint8"])
+def test_exact_error_stats_agree_with_the_vectorized_ones(name: str) -> None:
+    from fpexplorer.formats import exact_error_stats, tensor_scale_for
+
+    fmt = get_block_format(name)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(fmt.block_size * 5) * np.exp2(rng.integers(-8, 8, fmt.block_size * 5))
+    x[3] = 0.0
+    quantized = quantize(x, fmt)
+    scale = None
+    if fmt.tensor_scale:
+        scale = tensor_scale_for(float(np.abs(x).max()))
+        assert float(scale) == quantized.tensor_scale
+    blocks = [
+        quantize_block_exact(list(x[i : i + fmt.block_size]), fmt, tensor_scale=scale)
+        for i in range(0, x.size, fmt.block_size)
+    ]
+    exact, vector = exact_error_stats(blocks), quantized.tensor_stats()
+    assert exact.count == vector.count == x.size
+    assert exact.max_abs_error == vector.max_abs_error
+    assert exact.rmse == pytest.approx(vector.rmse, rel=1e-12)
+    assert exact.sqnr_db == pytest.approx(vector.sqnr_db, rel=1e-12)
+    assert (exact.share_saturated, exact.share_flushed) == (
+        vector.share_saturated,
+        vector.share_flushed,
+    )
+    per_block = quantized.block_stats()
+    for i, block in enumerate(blocks):
+        assert exact_error_stats([block]).max_abs_error == per_block.max_abs_error[i]
+    assert tensor_scale_for(0) == 1 and tensor_scale_for(Fraction(1, 2**200)) == Fraction(1, 2**149)

@@ -1,0 +1,178 @@
+"""`fpexplorer quantize`: JSON and text output, files, forced scales, errors, imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fpexplorer.cli import main
+from fpexplorer.commands import quantize as quantize_command
+from fpexplorer.formats import SCALE_RULES, list_block_formats, quantize
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:  # type: ignore[type-arg]
+    assert main(["quantize", *argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return json.loads(captured.out)  # type: ignore[no-any-return]
+
+
+def test_the_command_line_lists_the_engines_formats_and_rules() -> None:
+    assert quantize_command.BLOCK_FORMATS == tuple(f.name for f in list_block_formats())
+    assert quantize_command.SCALE_RULES == SCALE_RULES
+
+
+def test_typed_values_block_by_block(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, ["--format", "mxfp4", "1", "-0.75", "0.3", "5"])
+    assert document["format"] == "mxfp4" and document["scale_rule"] == "floor"
+    assert document["element_format"] == "float4_e2m1fn" and document["block_size"] == 32
+    assert document["blocks_total"] == 1 and document["tensor_scale"] is None
+    (block,) = document["blocks"]
+    assert block["scale_code_hex"] == "0x7f" and block["scale_bits"] == "01111111"
+    assert block["scale"] == 1.0 and block["scale_text"] == "2**0"
+    elements = block["elements"]
+    # -0.75 is a tie between 0.5 (odd code) and 1 (even): 1; 5 ties 4 and 6: 4.
+    assert [e["code_hex"] for e in elements] == ["0x2", "0xa", "0x1", "0x6"]
+    assert [e["code_bits"] for e in elements] == ["0|01|0", "1|01|0", "0|00|1", "0|11|0"]
+    assert [e["value"] for e in elements] == [1.0, -1.0, 0.5, 4.0]
+    assert [e["value_exact"] for e in elements] == ["1", "-1", "0.5", "4"]
+    # Errors are exact: 0.3 typed is 3/10, not the float64 near it.
+    assert [e["error_text"] for e in elements] == ["0", "-0.25", "0.2", "-1"]
+    assert [e["input_text"] for e in elements] == ["1", "-0.75", "0.3", "5"]
+    summary = document["summary"]
+    assert summary["count"] == 4 and summary["max_abs_error"] == 1.0
+    assert summary["worst_block"] == 0
+    assert summary["rmse"] == pytest.approx((0.25**2 + 0.2**2 + 1) ** 0.5 / 2)
+    text = _text(capsys, ["-f", "mxfp4", "1", "-0.75", "0.3", "5"])
+    assert "block 0: scale 0x7f (01111111) = 2**0" in text
+    assert "summary of 4 finite values in 1 blocks" in text
+
+
+def _text(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(["quantize", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_nvfp4_shows_the_per_tensor_scale(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, ["-f", "nvfp4", "2688", "1/3", "-6"])
+    scale = document["tensor_scale"]
+    assert scale["value"] == 1.0 and scale["code_hex"] == "0x3f800000"
+    block = document["blocks"][0]
+    assert block["scale_code_hex"] == "0x7e" and block["scale_exact"] == "448"
+    assert block["elements"][1]["error_text"] == "-0.333333333…"  # marked: not exact digits
+    assert block["elements"][1]["input_text"] == "1/3"
+
+
+def test_long_inputs_are_listed_in_blocks_and_summarised(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    values = [str(v) for v in np.linspace(-3, 3, 70)]
+    document = _json(capsys, ["-f", "mxint8", "--max-blocks", "2", *values])
+    assert document["blocks_total"] == 3 and document["blocks_shown"] == 2
+    assert [len(b["elements"]) for b in document["blocks"]] == [32, 32]
+    assert document["blocks"][1]["elements"][0]["index"] == 32
+    assert document["summary"]["count"] == 70
+    text = _text(capsys, ["-f", "mxint8", "--max-blocks", "1", *values])
+    assert "(2 more blocks not listed; --max-blocks N to list them)" in text
+
+
+def test_npy_and_csv_go_through_the_array_quantizer(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((3, 40)).astype(np.float32)
+    np.save(tmp_path / "x.npy", data)
+    document = _json(
+        capsys, ["-f", "mxfp6_e2m3", "--npy", str(tmp_path / "x.npy"), "--max-blocks", "99"]
+    )
+    expected = quantize(data, "mxfp6_e2m3")
+    assert document["shape"] == [3, 40] and document["blocks_total"] == 6
+    for block in document["blocks"]:
+        assert int(block["scale_code_hex"], 16) == expected.scale_codes[tuple(block["index"])]
+        for element in block["elements"]:
+            index = tuple(element["index"])
+            assert int(element["code_hex"], 16) == expected.codes[index]
+            assert element["value"] == expected.values[index]
+            assert Fraction(element["input_exact"]) == Fraction(float(data[index]))
+    stats = expected.tensor_stats()
+    assert document["summary"]["sqnr_db"] == pytest.approx(stats.sqnr_db)
+    assert document["summary"]["share_saturated"] == stats.share_saturated
+    # Blocks along the first axis: indices stay those of the array and the scale grid.
+    along = _json(capsys, ["-f", "mxfp4", "--npy", str(tmp_path / "x.npy"), "--axis", "0"])
+    by_axis = quantize(data, "mxfp4", axis=0)
+    first = along["blocks"][1]
+    assert first["index"] == [0, 1]
+    assert int(first["scale_code_hex"], 16) == by_axis.scale_codes[0, 1]
+    assert [e["index"] for e in first["elements"]] == [[0, 1], [1, 1], [2, 1]]
+    worst = np.unravel_index(np.argmin(by_axis.block_stats().sqnr_db), by_axis.scale_codes.shape)
+    assert along["summary"]["worst_block"] == [int(i) for i in worst]
+    np.savetxt(tmp_path / "x.csv", data[:2, :5], delimiter=",")
+    csv = _json(capsys, ["-f", "nvfp4", "--csv", str(tmp_path / "x.csv")])
+    assert csv["source"] == "csv" and csv["shape"] == [2, 5] and csv["blocks_total"] == 2
+    assert csv["tensor_scale"]["value"] == quantize(data[:2, :5], "nvfp4").tensor_scale
+
+
+def test_forced_scale_code_and_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    forced = _json(capsys, ["-f", "mxfp4", "--scale-code", "0x80", "1", "-0.75", "0.3", "5"])
+    assert [e["value"] for e in forced["blocks"][0]["elements"]] == [1.0, -1.0, 0.0, 4.0]
+    ceil = _json(capsys, ["-f", "mxfp4", "--scale-rule", "ceil", "5"])
+    assert ceil["scale_rule"] == "ceil" and ceil["blocks"][0]["scale_code_hex"] == "0x80"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-f", "mxfp4"], "give VALUES, --npy FILE or --csv FILE"),
+        (["-f", "mxfp4", "1", "--npy", "x.npy"], "exactly one of them"),
+        (["-f", "mxfp4", "--npy", "/nonexistent.npy"], "no such file"),
+        (["-f", "mxfp4", "abc"], "'abc': not a number"),
+        (["-f", "mxfp4", "--rounding", "up", "1"], "unknown rounding mode 'up'"),
+        (["-f", "mxfp4", "--scale-code", "0x1ff", "1"], "scale code is 0..0xff"),
+        (["-f", "mxfp4", "--scale-code", "zz", "1"], "is not a code"),
+        (["-f", "nvfp4", "--scale-code", "0x80", "1"], "non-negative"),
+        (["-f", "mxfp4", "--scale-rule", "nearest", "1"], "does not fit"),
+        (["-f", "mxfp5", "1"], "invalid choice: 'mxfp5'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    try:
+        status = main(["quantize", *argv])
+    except SystemExit as exit_:  # argparse's own errors (a bad choice) exit from the parser
+        status = exit_.code  # type: ignore[assignment]
+    assert status == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_bad_files_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "bad.csv").write_text("1,2\n3\n")
+    (tmp_path / "bad.npy").write_bytes(b"not numpy")
+    for argv in (["--csv", str(tmp_path / "bad.csv")], ["--npy", str(tmp_path / "bad.npy")]):
+        assert main(["quantize", "-f", "mxfp4", *argv]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    np.save(tmp_path / "x.npy", np.ones((2, 3)))
+    assert main(["quantize", "-f", "mxfp4", "--npy", str(tmp_path / "x.npy"), "--axis", "5"]) == 2
+    assert "axis 5 is out of range" in capsys.readouterr().err
+
+
+def test_quantize_imports_neither_torch_nor_qt() -> None:
+    code = (
+        "import sys\n"
+        "from fpexplorer.cli import main\n"
+        "assert main(['quantize', '-f', 'nvfp4', '1', '2', '3']) == 0\n"
+        "bad = [m for m in ('torch', 'PySide6', 'pyqtgraph') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
