@@ -1,0 +1,681 @@
+"""The block editor's state, with no Qt in it (tested without a window).
+
+One `BlockEditorState` holds one block of a block-scaled format (MX, NVFP4): the exact
+input values, the block format and its scale rule, the element rounding mode, and an
+optional forced block scale and per-tensor scale (the scale bit editors). Every number
+shown comes from the engine's exact one-block path (`quantize_block_exact`), computed once
+per change into a `BlockReadout` that every widget renders from. A tensor loaded from a
+`.npy` file is quantized whole by the vectorized path (`quantize`) for the per-block error
+histogram and the worst blocks; its blocks load into the editor one at a time.
+
+Bad input (text that is not numbers, a wrong length, a malformed file, a scale code that is
+no scale) leaves everything as it was and sets `problem`, one sentence.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fpexplorer.formats import ExactValue, FloatFormat, get_format, parse_value, to_exact_value
+from fpexplorer.formats.block import (
+    INT_ROUNDING_MODES,
+    POWER_OF_TWO_RULES,
+    BlockFormat,
+    IntElement,
+    get_block_format,
+    list_block_formats,
+)
+from fpexplorer.formats.block_quantize import (
+    ExactBlock,
+    QuantizedTensor,
+    quantize,
+    quantize_block_exact,
+)
+from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.format import ROUNDING_MODES
+from fpexplorer.gui.formats.state import Signal
+from fpexplorer.gui.formats.text import power_of_two
+
+# Stochastic rounding draws random numbers; a fixed seed makes what is shown repeatable.
+STOCHASTIC_SEED = 0
+FLOAT32 = get_format("float32")
+# A dragged bar's height is kept to this many significant digits, so that what the user
+# set reads back as a short exact decimal (0.731, not 0.73098273...).
+DRAG_DIGITS = 3
+WORST_BLOCK_COUNT = 10
+HISTOGRAM_BINS = 40
+# Tokens of a typed or pasted block: numbers separated by commas, semicolons, spaces,
+# tabs or new lines; brackets around the list (a pasted Python or numpy list) are dropped.
+_SEPARATORS = re.compile(r"[\s,;]+")
+_BRACKETS = str.maketrans("", "", "[]()")
+DEFAULT_VALUES = (
+    "0.126", "-0.132", "0.64", "0.105", "-0.536", "0.361", "1.3", "0.947",
+    "-0.703", "-1.27", "-0.623", "0.0413", "-2.33", "-0.219", "-1.25", "-0.0532",
+    "0.879", "0.726", "0.00777", "-0.827", "0.0104", "-0.0418", "0.212", "-0.434",
+    "-0.129", "0.0418", "-0.0316", "-0.371", "-0.128", "-0.406", "0.226", "0.575",
+)  # fmt: skip
+
+
+def block_format_names() -> list[str]:
+    """The block formats the picker offers, from the engine's list."""
+    return [fmt.name for fmt in list_block_formats()]
+
+
+def scale_rules_for(fmt: BlockFormat) -> tuple[str, ...]:
+    """The scale rules that fit a format's scale: floor/ceil/even/rceil for E8M0, nearest
+    for any other scale format (NVFP4's E4M3)."""
+    return POWER_OF_TWO_RULES if fmt.power_of_two_scale else ("nearest",)
+
+
+def rounding_modes_for(fmt: BlockFormat) -> tuple[str, ...]:
+    return INT_ROUNDING_MODES if isinstance(fmt.element, IntElement) else ROUNDING_MODES
+
+
+def parse_block_text(text: str, block_size: int) -> list[ExactValue]:
+    """Numbers typed or pasted as a block: 1..block_size of them. ValueError says which token
+    is wrong, or how many there are."""
+    tokens = [t for t in _SEPARATORS.split(text.translate(_BRACKETS)) if t]
+    if not tokens:
+        raise ValueError(f"no numbers: give 1 to {block_size} values separated by commas or spaces")
+    if len(tokens) > block_size:
+        raise ValueError(
+            f"{len(tokens)} numbers, but a block holds at most {block_size}: load a longer "
+            "list as a .npy file, or give fewer"
+        )
+    values = []
+    for position, token in enumerate(tokens, start=1):
+        try:
+            values.append(parse_value(token))
+        except ValueError as error:
+            raise ValueError(
+                f"number {position}, {token[:30]!r}, is not a number: {error}"
+            ) from None
+    return values
+
+
+def drag_value(y: float, digits: int = DRAG_DIGITS) -> Fraction:
+    """A dragged bar height kept to `digits` significant digits, exactly that decimal."""
+    if not math.isfinite(y):
+        raise ValueError("a bar cannot be dragged to infinity")
+    if y == 0:
+        return Fraction(0)
+    return Fraction(Decimal(f"{y:.{digits}g}"))
+
+
+def _text(value: ExactValue | Fraction | None) -> str:
+    return "—" if value is None else display_decimal(value)
+
+
+@dataclass(frozen=True, slots=True)
+class ElementRow:
+    """One element of the block as the table and the bars show it."""
+
+    index: int
+    input: ExactValue
+    input_text: str
+    code: int
+    code_hex: str
+    bits: str  # sign|exponent|fraction for float elements, plain bits for integers
+    element_text: str  # the element's own value, before the scale
+    value: ExactValue  # dequantized: element × scale (× tensor scale)
+    value_text: str
+    error: Fraction | None  # value − input, exactly; None where either is not finite
+    error_text: str
+    status: str  # "", "saturated", "flushed to zero", "NaN scale", "exact"
+
+
+@dataclass(frozen=True, slots=True)
+class BlockReadout:
+    """Everything the block editor shows, computed once per change."""
+
+    format: BlockFormat
+    block: ExactBlock
+    rows: tuple[ElementRow, ...]
+    scale_format: FloatFormat
+    scale_code: int
+    scale_text: str  # "2⁻³ = 0.125" (E8M0) or "0.3125" (E4M3); "NaN" for a NaN scale
+    scale_forced: bool
+    rule_scale_code: int  # what the scale rule gives for these values
+    rule_scale_text: str
+    tensor_scale_code: int | None  # FP32 code of NVFP4's per-tensor scale
+    tensor_scale_text: str
+    tensor_scale_source: str  # "this block's amax", "forced", "the whole tensor"
+    amax_text: str
+    limit_text: str  # ±max_elem × scale: the largest magnitude the block can hold
+    limit: Fraction | None
+    max_abs_error_text: str
+    sqnr_text: str  # "≈ 31.2 dB" (rounded, so marked), "∞ (no error)"
+    saturated: int
+    flushed: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class WorstBlock:
+    index: int
+    sqnr_db: float
+    max_abs_error: float
+    amax: float
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TensorAnalysis:
+    """A tensor from a .npy file quantized whole: per-block errors and the worst blocks.
+
+    Blocks run along the last axis; block b is row b // blocks_per_row of the array seen as
+    (rows, length), elements (b % blocks_per_row) × block_size onwards.
+    """
+
+    source: str  # the file name
+    data: np.ndarray[Any, Any]  # (rows, length)
+    shape: tuple[int, ...]
+    dtype: str
+    quantized: QuantizedTensor
+    blocks_per_row: int
+    block_sqnr_db: np.ndarray[Any, np.dtype[np.float64]]  # one per block, C order
+    histogram_counts: np.ndarray[Any, np.dtype[np.int64]]
+    histogram_edges: np.ndarray[Any, np.dtype[np.float64]]
+    exact_blocks: int  # blocks with no error at all (SQNR ∞), left out of the histogram
+    nan_blocks: int  # blocks whose scale is NaN (a NaN or inf among their inputs)
+    worst: tuple[WorstBlock, ...]
+    summary: str
+
+    @property
+    def block_count(self) -> int:
+        return int(self.block_sqnr_db.size)
+
+    def block_values(self, index: int) -> np.ndarray[Any, Any]:
+        size = self.quantized.format.block_size
+        row, column = divmod(index, self.blocks_per_row)
+        return self.data[row, column * size : (column + 1) * size]
+
+
+def analyse_tensor(
+    data: np.ndarray[Any, Any], fmt: BlockFormat, rounding: str, source: str
+) -> TensorAnalysis:
+    """Quantize a whole tensor (blocks along its last axis) and rank its blocks by error."""
+    quantized = quantize(data, fmt, rounding, axis=-1, seed=STOCHASTIC_SEED)
+    array = quantized.input
+    length = array.shape[-1]
+    rows = array.reshape(-1, length)
+    stats = quantized.block_stats()
+    sqnr = np.asarray(stats.sqnr_db, dtype=np.float64).reshape(-1)
+    max_abs = np.asarray(stats.max_abs_error, dtype=np.float64).reshape(-1)
+    nan_scale = np.isnan(np.asarray(quantized.scales, dtype=np.float64)).reshape(-1)
+    finite = np.isfinite(sqnr) & ~nan_scale
+    exact_blocks = int(np.count_nonzero(sqnr == np.inf))
+    if finite.any():
+        counts, edges = np.histogram(sqnr[finite], bins=HISTOGRAM_BINS)
+    else:
+        counts, edges = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        padded = np.zeros((rows.shape[0], -(-length // fmt.block_size) * fmt.block_size))
+        padded[:, :length] = np.abs(rows.astype(np.float64))
+        amax = padded.reshape(-1, fmt.block_size).max(axis=1)
+    # Worst first: NaN-scale blocks, then the lowest SQNR; blocks without inputs last.
+    key = np.where(nan_scale, -np.inf, np.where(np.isnan(sqnr), np.inf, sqnr))
+    order = np.argsort(key, kind="stable")[:WORST_BLOCK_COUNT]
+    worst = tuple(
+        WorstBlock(int(i), float(sqnr[i]), float(max_abs[i]), float(amax[i]))
+        for i in order
+        if key[i] != np.inf
+    )
+    tensor = quantized.tensor_stats()
+    summary = (
+        f"{source}: {'×'.join(str(n) for n in array.shape)} {array.dtype}, "
+        f"{sqnr.size} blocks of {fmt.block_size}; tensor SQNR ≈ {_db(tensor.sqnr_db)}, "
+        f"max |error| ≈ {tensor.max_abs_error:.4g}, {tensor.share_saturated:.2%} saturated, "
+        f"{tensor.share_flushed:.2%} flushed to zero"
+    )
+    return TensorAnalysis(
+        source=source,
+        data=rows,
+        shape=tuple(array.shape),
+        dtype=str(array.dtype),
+        quantized=quantized,
+        blocks_per_row=-(-length // fmt.block_size),
+        block_sqnr_db=sqnr,
+        histogram_counts=counts.astype(np.int64),
+        histogram_edges=edges.astype(np.float64),
+        exact_blocks=exact_blocks,
+        nan_blocks=int(np.count_nonzero(nan_scale)),
+        worst=worst,
+        summary=summary,
+    )
+
+
+def _db(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    if value == math.inf:
+        return "∞ (no error)"
+    if value == -math.inf:
+        return "−∞"
+    return f"{value:.1f} dB"
+
+
+def read_npy(path: str | Path) -> np.ndarray[Any, Any]:
+    """A .npy file's array, or ValueError with one sentence (never a traceback)."""
+    name = Path(path).name
+    try:
+        array = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise ValueError(f"{name}: no such file") from None
+    except (OSError, ValueError, EOFError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ValueError(f"{name} is not a readable .npy file ({reason})") from None
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"{name} holds several arrays (.npz); save one array with np.save")
+    if array.dtype.kind not in "fiuV" or (array.dtype.kind == "V" and array.dtype.names):
+        raise ValueError(f"{name} holds {array.dtype} values, not numbers")
+    if array.size == 0:
+        raise ValueError(f"{name} holds an empty array")
+    return array if array.ndim else array.reshape(1)
+
+
+class BlockEditorState:
+    """One block of a block format, its scale, and what the user did to it."""
+
+    def __init__(self, fmt: BlockFormat | str = "mxfp8_e4m3", values: Sequence[Any] | None = None):
+        self.changed = Signal()
+        self._format = get_block_format(fmt)
+        chosen = DEFAULT_VALUES if values is None else values
+        self._inputs: list[ExactValue] = [to_exact_value(v) for v in chosen][
+            : self._format.block_size
+        ]
+        self._rounding = "nearest_even"
+        self._forced_scale: int | None = None
+        self._forced_tensor_scale: Fraction | None = None
+        self._tensor: TensorAnalysis | None = None
+        self._tensor_block: int | None = None
+        self._source = "sample values"
+        self._problem: str | None = None
+        self._note: str | None = None
+        self._readout: BlockReadout | None = None
+
+    # -- what the views read ---------------------------------------------------------------
+    @property
+    def format(self) -> BlockFormat:
+        return self._format
+
+    @property
+    def inputs(self) -> tuple[ExactValue, ...]:
+        return tuple(self._inputs)
+
+    @property
+    def rounding(self) -> str:
+        return self._rounding
+
+    @property
+    def problem(self) -> str | None:
+        """Why the last action did nothing (bad text, bad file, a code that is no scale)."""
+        return self._problem
+
+    @property
+    def note(self) -> str | None:
+        """Something the last action did that the user should know (values dropped)."""
+        return self._note
+
+    @property
+    def source(self) -> str:
+        """Where the values came from: "typed", "clipboard", "w.npy, block 12 of 300"."""
+        return self._source
+
+    @property
+    def tensor(self) -> TensorAnalysis | None:
+        return self._tensor
+
+    @property
+    def tensor_block(self) -> int | None:
+        """The tensor's block now in the editor (None once a value was edited)."""
+        return self._tensor_block
+
+    @property
+    def scale_forced(self) -> bool:
+        return self._forced_scale is not None
+
+    def readout(self) -> BlockReadout:
+        if self._readout is None:
+            self._readout = self._build_readout()
+        return self._readout
+
+    # -- changes (each emits `changed` once) -------------------------------------------------
+    def set_format(self, fmt: BlockFormat | str) -> None:
+        try:
+            chosen = get_block_format(fmt)
+        except ValueError as error:
+            self._fail(str(error))
+            return
+        self._apply_format(chosen)
+
+    def set_scale_rule(self, rule: str) -> None:
+        try:
+            chosen = self._format.with_rule(rule)
+        except ValueError as error:
+            self._fail(str(error))
+            return
+        self._apply_format(chosen)
+
+    def set_rounding(self, mode: str) -> None:
+        if mode not in rounding_modes_for(self._format):
+            self._fail(f"{self._format.name} elements do not round {mode!r}")
+            return
+        self._rounding = mode
+        self._retensor()
+        self._commit()
+
+    def set_element(self, index: int, value: Any) -> None:
+        """Set one element's input value (a drag, or a value typed into the table)."""
+        if not 0 <= index < len(self._inputs):
+            self._fail(f"there is no element {index} in a block of {len(self._inputs)}")
+            return
+        try:
+            exact = to_exact_value(value)
+        except ValueError as error:
+            self._fail(f"element {index}: {error}")
+            return
+        self._inputs[index] = exact
+        self._edited()
+        self._commit()
+
+    def drag_element(self, index: int, y: float) -> None:
+        """A bar dragged to height `y`: the element becomes y to DRAG_DIGITS digits."""
+        try:
+            value = drag_value(y)
+        except ValueError as error:
+            self._fail(str(error))
+            return
+        self.set_element(index, value)
+
+    def set_scale_code(self, code: int) -> None:
+        """Force the block scale to a code (kept until `use_rule_scale`)."""
+        try:
+            self._quantize(self._inputs, scale_code=code)
+        except ValueError as error:
+            self._fail(str(error))
+            return
+        self._forced_scale = code
+        self._commit()
+
+    def toggle_scale_bit(self, bit: int) -> None:
+        self.set_scale_code(self.readout().scale_code ^ (1 << bit))
+
+    def paint_scale_bit(self, bit: int, value: bool) -> None:
+        code = self.readout().scale_code
+        self.set_scale_code(code | (1 << bit) if value else code & ~(1 << bit))
+
+    def use_rule_scale(self) -> None:
+        self._forced_scale = None
+        self._commit()
+
+    def set_tensor_scale_code(self, code: int) -> None:
+        """Force NVFP4's per-tensor scale to an FP32 code (a positive finite number)."""
+        if not self._format.tensor_scale:
+            self._fail(f"{self._format.name} has no per-tensor scale")
+            return
+        value = FLOAT32.to_exact(code)
+        if not value.is_finite or value.negative or value.is_zero:
+            self._fail(
+                f"FP32 {FLOAT32.code_to_hex(code)} is {display_decimal(value)}: a per-tensor "
+                "scale is a positive finite number"
+            )
+            return
+        self._forced_tensor_scale = value.magnitude
+        self._commit()
+
+    def toggle_tensor_scale_bit(self, bit: int) -> None:
+        code = self.readout().tensor_scale_code
+        if code is not None:
+            self.set_tensor_scale_code(code ^ (1 << bit))
+
+    def paint_tensor_scale_bit(self, bit: int, value: bool) -> None:
+        code = self.readout().tensor_scale_code
+        if code is not None:
+            self.set_tensor_scale_code(code | (1 << bit) if value else code & ~(1 << bit))
+
+    def use_block_tensor_scale(self) -> None:
+        """The per-tensor scale back to its default: the loaded tensor's, else this block's."""
+        self._forced_tensor_scale = self._tensor_scale_of_tensor()
+        self._commit()
+
+    def load_text(self, text: str, source: str = "typed") -> bool:
+        """Load a block from typed or pasted numbers; False (and `problem`) on bad text."""
+        try:
+            values = parse_block_text(text, self._format.block_size)
+        except ValueError as error:
+            self._fail(f"{source} values not loaded: {error}")
+            return False
+        self._inputs = values
+        self._source = source
+        self._tensor = None
+        self._tensor_block = None
+        self._forced_tensor_scale = None
+        self._note = None
+        self._commit()
+        return True
+
+    def load_npy(self, path: str | Path, block: int = 0) -> bool:
+        """Load a .npy tensor: quantize it whole, then put one of its blocks in the editor."""
+        try:
+            array = read_npy(path)
+            analysis = analyse_tensor(array, self._format, self._rounding, Path(path).name)
+        except ValueError as error:
+            self._fail(str(error))
+            return False
+        if not 0 <= block < analysis.block_count:
+            self._fail(f"{analysis.source} has blocks 0..{analysis.block_count - 1}, not {block}")
+            return False
+        self._tensor = analysis
+        self._note = None
+        self._show_tensor_block(block)
+        self._commit()
+        return True
+
+    def load_tensor_block(self, block: int) -> None:
+        """Put block `block` of the loaded tensor in the editor."""
+        tensor = self._tensor
+        if tensor is None:
+            self._fail("load a .npy file first")
+            return
+        if not 0 <= block < tensor.block_count:
+            self._fail(f"{tensor.source} has blocks 0..{tensor.block_count - 1}, not {block}")
+            return
+        self._show_tensor_block(block)
+        self._commit()
+
+    # -- internals ------------------------------------------------------------------------------
+    def _apply_format(self, fmt: BlockFormat) -> None:
+        start = 0
+        if self._tensor is not None and self._tensor_block is not None:
+            start = self._tensor_block * self._format.block_size  # keep the same elements
+        self._format = fmt
+        self._forced_scale = None
+        if self._rounding not in rounding_modes_for(fmt):
+            self._rounding = "nearest_even"
+        self._note = None
+        if self._tensor is not None:
+            self._retensor()
+            if self._tensor is not None:
+                blocks_per_row = self._tensor.blocks_per_row
+                row, column = divmod(start, self._tensor.data.shape[1])
+                self._show_tensor_block(row * blocks_per_row + column // fmt.block_size)
+        else:
+            self._forced_tensor_scale = None
+            if len(self._inputs) > fmt.block_size:
+                dropped = len(self._inputs) - fmt.block_size
+                self._inputs = self._inputs[: fmt.block_size]
+                self._note = (
+                    f"{fmt.name} blocks hold {fmt.block_size} values: the last {dropped} "
+                    "were dropped"
+                )
+        self._commit()
+
+    def _retensor(self) -> None:
+        """Quantize the loaded tensor again (format, rule or rounding changed)."""
+        tensor = self._tensor
+        if tensor is None:
+            return
+        try:
+            self._tensor = analyse_tensor(
+                tensor.data.reshape(tensor.shape), self._format, self._rounding, tensor.source
+            )
+        except ValueError as error:
+            self._tensor = None
+            self._note = f"{tensor.source} no longer analysed: {error}"
+        self._forced_tensor_scale = self._tensor_scale_of_tensor()
+
+    def _tensor_scale_of_tensor(self) -> Fraction | None:
+        tensor = self._tensor
+        if tensor is None or tensor.quantized.tensor_scale is None:
+            return None
+        return Fraction(tensor.quantized.tensor_scale)
+
+    def _show_tensor_block(self, block: int) -> None:
+        tensor = self._tensor
+        assert tensor is not None
+        values = tensor.block_values(block).astype(np.float64)
+        self._inputs = [to_exact_value(float(v)) for v in values]
+        self._tensor_block = block
+        self._forced_scale = None
+        self._forced_tensor_scale = self._tensor_scale_of_tensor()
+        self._source = f"{tensor.source}, block {block} of {tensor.block_count}"
+
+    def _edited(self) -> None:
+        if self._tensor_block is not None and self._tensor is not None:
+            self._source = f"edited (from {self._tensor.source}, block {self._tensor_block})"
+            self._tensor_block = None
+        elif not self._source.startswith("edited"):
+            self._source = f"edited ({self._source})"
+        self._note = None
+
+    def _quantize(self, inputs: Sequence[ExactValue], scale_code: int | None = None) -> ExactBlock:
+        return quantize_block_exact(
+            inputs,
+            self._format,
+            self._rounding,
+            scale_code=scale_code,
+            tensor_scale=self._forced_tensor_scale,
+            seed=STOCHASTIC_SEED,
+        )
+
+    def _fail(self, problem: str) -> None:
+        self._problem = problem
+        self.changed.emit()
+
+    def _commit(self) -> None:
+        self._problem = None
+        self._readout = None
+        self.changed.emit()
+
+    def _build_readout(self) -> BlockReadout:
+        fmt = self._format
+        rule_block = self._quantize(self._inputs)
+        block = (
+            rule_block
+            if self._forced_scale is None
+            else self._quantize(self._inputs, scale_code=self._forced_scale)
+        )
+        multiplier = block.multiplier
+        limit = None if multiplier is None else fmt.element.max * multiplier
+        rows = []
+        saturated = flushed = 0
+        for index, (x, code, value, error) in enumerate(
+            zip(block.inputs, block.codes, block.values, block.errors, strict=True)
+        ):
+            status = ""
+            if multiplier is None:
+                status = "NaN scale"
+            elif x.is_finite and limit is not None and x.magnitude > limit:
+                status = "saturated"
+                saturated += 1
+            elif x.is_finite and not x.is_zero and value.is_zero:
+                status = "flushed to zero"
+                flushed += 1
+            elif error == 0:
+                status = "exact"
+            element = fmt.element
+            rows.append(
+                ElementRow(
+                    index=index,
+                    input=x,
+                    input_text=_text(x),
+                    code=code,
+                    code_hex=element.code_to_hex(code),
+                    bits=element.code_to_bits(code),
+                    element_text=_text(element.to_exact(code)),
+                    value=value,
+                    value_text=_text(value),
+                    error=error,
+                    error_text=_text(error),
+                    status=status,
+                )
+            )
+        errors = [e for e in block.errors if e is not None]
+        finite_inputs = [x for x in block.inputs if x.is_finite]
+        if multiplier is None:
+            max_error_text, sqnr_text = "∞ (NaN scale)", "−∞ (NaN scale)"
+        else:
+            max_error_text = _text(max((abs(e) for e in errors), default=Fraction(0)))
+            signal = sum((x.magnitude**2 for x in finite_inputs), Fraction(0))
+            noise = sum((e * e for e in errors), Fraction(0))
+            if noise == 0:
+                sqnr_text = "∞ (no error)"
+            elif signal == 0:
+                sqnr_text = "−∞"
+            else:
+                sqnr_text = f"≈ {10 * math.log10(signal / noise):.1f} dB"
+        amax = max((x.magnitude for x in finite_inputs), default=Fraction(0))
+        tensor_code = None
+        tensor_text = "—"
+        tensor_source = ""
+        if block.tensor_scale is not None:
+            tensor_code = FLOAT32.from_value(block.tensor_scale)
+            tensor_text = display_decimal(block.tensor_scale)
+            if self._forced_tensor_scale is None:
+                tensor_source = "from this block's amax / (448·6)"
+            elif (
+                self._tensor is not None
+                and self._forced_tensor_scale == self._tensor_scale_of_tensor()
+            ):
+                tensor_source = f"from the whole tensor's amax ({self._tensor.source})"
+            else:
+                tensor_source = "forced (bits edited)"
+        return BlockReadout(
+            format=fmt,
+            block=block,
+            rows=tuple(rows),
+            scale_format=fmt.scale_format,
+            scale_code=block.scale_code,
+            scale_text=self._scale_text(block.scale_code),
+            scale_forced=self._forced_scale is not None,
+            rule_scale_code=rule_block.scale_code,
+            rule_scale_text=self._scale_text(rule_block.scale_code),
+            tensor_scale_code=tensor_code,
+            tensor_scale_text=tensor_text,
+            tensor_scale_source=tensor_source,
+            amax_text=display_decimal(amax),
+            limit_text="—" if limit is None else f"±{display_decimal(limit)}",
+            limit=limit,
+            max_abs_error_text=max_error_text,
+            sqnr_text=sqnr_text,
+            saturated=saturated,
+            flushed=flushed,
+        )
+
+    def _scale_text(self, code: int) -> str:
+        fmt = self._format
+        value = fmt.scale_value(code)
+        if value is None:
+            return "NaN"
+        if fmt.power_of_two_scale:
+            exponent = value.numerator.bit_length() - value.denominator.bit_length()
+            return f"{power_of_two(exponent)} = {display_decimal(value)}"
+        return display_decimal(value)

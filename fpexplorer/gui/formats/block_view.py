@@ -1,0 +1,624 @@
+"""The block editor view: one block of an MX/NVFP4 format as bars, its scale's bits, every
+element's code, bits and error, and (for a loaded .npy tensor) the per-block error histogram.
+
+It renders a `BlockEditorState` and hands every user action to it in one line; it holds no
+numbers of its own. Drag a bar up or down to change that element's input value; toggle the
+scale's bits to force a scale and watch every element move.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.gui.formats.bit_row import BitRow
+from fpexplorer.gui.formats.block_state import (
+    FLOAT32,
+    BlockEditorState,
+    BlockReadout,
+    TensorAnalysis,
+    block_format_names,
+    rounding_modes_for,
+    scale_rules_for,
+)
+from fpexplorer.gui.formats.plotting import LazyView, style_plot
+from fpexplorer.gui.formats.state import FormatsSession
+from fpexplorer.gui.theme import class_color, plot_colors, role_color
+
+ELEMENT_COLUMNS = ("#", "input", "value", "error", "code", "bits", "element", "")
+INPUT_COLUMN = 1
+BITS_COLUMN = 5
+STATUS_COLUMN = 7
+WORST_COLUMNS = ("block", "SQNR", "max |error|", "amax")
+SCALE_RULE_HELP = {
+    "floor": "OCP MX v1.0: shared exponent = floor(log2 amax) − emax of the element",
+    "ceil": "ceil(log2 amax) − emax: never saturates, may waste the top binade",
+    "even": "amax rounded to the element's precision first (torchao's EVEN)",
+    "rceil": "ceil(log2(amax / max_elem)): Transformer Engine and cuBLAS",
+    "nearest": "NVFP4: (amax / 6) / per-tensor scale rounded to the nearest E4M3",
+}
+BAR_WIDTH = 0.8
+VALUE_BAR_WIDTH = 0.36
+EDGE_SHARE = 0.05  # a drag this close to the plot's top or bottom grows the range
+DRAG_REACH = 0.45  # a press this close to a bar's centre (in elements) grabs it
+
+
+class BarDragViewBox(pg.ViewBox):  # type: ignore[misc]  # pyqtgraph is untyped
+    """A ViewBox whose left-button drags move the bar under the cursor (no panning).
+
+    `on_drag(index, y)` is called on every move of a drag that started on a bar; the range
+    stays still while dragging (else the bar would chase the cursor), grows when the drag
+    reaches an edge, and fits the bars when it ends.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(enableMenu=False)
+        self.bar_count = 0
+        self.on_drag: Any = None
+        self.dragged: int | None = None
+        self.setMouseEnabled(x=False, y=False)
+
+    def bar_at(self, scene_x: float) -> int | None:
+        index = round(scene_x)
+        if 0 <= index < self.bar_count and abs(scene_x - index) <= DRAG_REACH:
+            return index
+        return None
+
+    def mouseDragEvent(self, ev: Any, axis: int | None = None) -> None:
+        if ev.button() != Qt.MouseButton.LeftButton:
+            ev.ignore()
+            return
+        if ev.isStart():
+            start = self.mapToView(ev.buttonDownPos())
+            self.dragged = self.bar_at(start.x())
+            if self.dragged is not None:
+                self.disableAutoRange()
+        if self.dragged is None:
+            ev.ignore()
+            return
+        ev.accept()
+        y = self.mapToView(ev.pos()).y()
+        index = self.dragged
+        if not ev.isFinish():
+            self._grow_at_edges(y)
+        if ev.isFinish():
+            self.dragged = None
+        if self.on_drag is not None:
+            self.on_drag(index, y)
+        if ev.isFinish():
+            self.enableAutoRange(y=True)
+
+    def _grow_at_edges(self, y: float) -> None:
+        """A drag pushed to the top or bottom edge doubles the range that way, so that a
+        bar can be pulled out to an outlier many times the block's amax."""
+        low, high = self.viewRange()[1]
+        span = high - low
+        if y > high - EDGE_SHARE * span:
+            self.setYRange(low, low + 2 * span, padding=0)
+        elif y < low + EDGE_SHARE * span:
+            self.setYRange(high - 2 * span, high, padding=0)
+
+
+class BlockEditorView(LazyView):
+    """The block editor: pickers and loaders on top, the scale bit editors and the bars on
+    the left, the elements (or the loaded tensor's block errors) on the right."""
+
+    def __init__(
+        self,
+        session: FormatsSession | None = None,
+        parent: QWidget | None = None,
+        state: BlockEditorState | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.state = state or BlockEditorState()
+        self._updating = False
+
+        # -- pickers and loaders ------------------------------------------------------------
+        self.format_picker = QComboBox()
+        for name in block_format_names():
+            self.format_picker.addItem(name, name)
+        self.format_picker.setToolTip("Block format: element format, block size, scale format")
+        self.rule_picker = QComboBox()
+        self.rule_picker.setToolTip("How the block scale is chosen from the block's amax")
+        self.rounding_picker = QComboBox()
+        self.rounding_picker.setToolTip("How elements round (the specs: nearest_even)")
+        self.values_field = QLineEdit()
+        self.values_field.setPlaceholderText(
+            "values, e.g. 0.1, -2.5, 1e-3, 1/3 … (up to a block), Enter loads them"
+        )
+        self.values_field.setClearButtonEnabled(True)
+        self.load_button = QPushButton("Load")
+        self.load_button.setToolTip("Load the typed values as the block")
+        self.paste_button = QPushButton("Paste")
+        self.paste_button.setToolTip("Load the block from the clipboard's text")
+        self.open_button = QPushButton("Open .npy…")
+        self.open_button.setToolTip(
+            "Quantize a whole tensor from a .npy file (blocks along its last axis): "
+            "per-block errors, the worst blocks, and one block in the editor"
+        )
+        self.block_spin = QSpinBox()
+        self.block_spin.setPrefix("block ")
+        self.block_spin.setToolTip("Which block of the loaded tensor is in the editor")
+        self.source = QLabel()
+        self.source.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message = QLabel()
+        self.message.setObjectName("blockProblem")
+        self.message.setWordWrap(True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        pickers = QHBoxLayout()
+        pickers.setContentsMargins(0, 0, 0, 0)
+        pickers.addWidget(QLabel("Block format"))
+        pickers.addWidget(self.format_picker)
+        pickers.addWidget(QLabel("Scale rule"))
+        pickers.addWidget(self.rule_picker)
+        pickers.addWidget(QLabel("Rounding"))
+        pickers.addWidget(self.rounding_picker)
+        pickers.addWidget(self.source, 1)
+        loaders = QHBoxLayout()
+        loaders.setContentsMargins(0, 0, 0, 0)
+        loaders.addWidget(self.values_field, 1)
+        loaders.addWidget(self.load_button)
+        loaders.addWidget(self.paste_button)
+        loaders.addWidget(self.open_button)
+        loaders.addWidget(self.block_spin)
+
+        # -- scale bit editors ----------------------------------------------------------------
+        self.scale_bits = BitRow()
+        self.scale_label = QLabel()
+        self.scale_label.setTextFormat(Qt.TextFormat.RichText)
+        self.scale_label.setWordWrap(True)
+        self.rule_scale_button = QPushButton("Scale by rule")
+        self.rule_scale_button.setToolTip("Drop the forced scale: the scale rule picks it again")
+        self.scale_box = QGroupBox("Block scale")
+        scale_layout = QVBoxLayout(self.scale_box)
+        scale_layout.setContentsMargins(6, 2, 6, 2)
+        scale_layout.setSpacing(0)
+        scale_head = QHBoxLayout()
+        scale_head.addWidget(self.scale_label, 1)
+        scale_head.addWidget(self.rule_scale_button)
+        scale_layout.addLayout(scale_head)
+        scale_layout.addWidget(self.scale_bits)
+        self.tensor_bits = BitRow()
+        self.tensor_bits.set_format(FLOAT32)
+        self.tensor_label = QLabel()
+        self.tensor_label.setWordWrap(True)
+        self.tensor_reset_button = QPushButton("Default")
+        self.tensor_reset_button.setToolTip(
+            "The per-tensor scale from the loaded tensor's amax (or this block's)"
+        )
+        self.tensor_box = QGroupBox("Per-tensor scale (FP32)")
+        tensor_layout = QVBoxLayout(self.tensor_box)
+        tensor_layout.setContentsMargins(6, 2, 6, 2)
+        tensor_layout.setSpacing(0)
+        tensor_head = QHBoxLayout()
+        tensor_head.addWidget(self.tensor_label, 1)
+        tensor_head.addWidget(self.tensor_reset_button)
+        tensor_layout.addLayout(tensor_head)
+        tensor_layout.addWidget(self.tensor_bits)
+
+        # -- bars ---------------------------------------------------------------------------
+        self.view_box = BarDragViewBox()
+        self.view_box.on_drag = self._on_bar_dragged
+        self.plot_widget = pg.PlotWidget(viewBox=self.view_box)
+        self.plot_widget.setMinimumHeight(120)
+        self.plot: pg.PlotItem = self.plot_widget.getPlotItem()
+        self.plot.hideButtons()
+        self.plot.setMenuEnabled(False)
+        self.plot.showGrid(x=False, y=True, alpha=0.2)
+        self.plot.getAxis("left").setWidth(56)
+        self.input_bars = pg.BarGraphItem(x=[], height=[], width=BAR_WIDTH)
+        self.value_bars = pg.BarGraphItem(x=[], height=[], width=VALUE_BAR_WIDTH)
+        self.plot.addItem(self.input_bars)
+        self.plot.addItem(self.value_bars)
+        self.limit_lines = [pg.InfiniteLine(angle=0, movable=False) for _ in range(2)]
+        for line in self.limit_lines:
+            self.plot.addItem(line)
+        self.legend = QLabel()
+        self.legend.setWordWrap(True)
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(0, 0, 0, 0)
+        left_layout.setSpacing(2)
+        scales = QHBoxLayout()
+        scales.addWidget(self.scale_box, 1)
+        scales.addWidget(self.tensor_box, 3)
+        left_layout.addLayout(scales)
+        left_layout.addWidget(self.legend)
+        left_layout.addWidget(self.plot_widget, 1)
+        left_layout.addWidget(self.summary)
+
+        # -- elements table and the tensor tab --------------------------------------------------
+        self.table = QTableWidget(0, len(ELEMENT_COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(ELEMENT_COLUMNS))
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setToolTip("Double-click an input to type a new value for that element")
+        _compact_rows(self.table)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.tensor_summary = QLabel("Open a .npy file to see the error of every block.")
+        self.tensor_summary.setWordWrap(True)
+        self.tensor_summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.histogram_widget = pg.PlotWidget()
+        self.histogram_widget.setMinimumHeight(100)
+        self.histogram: pg.PlotItem = self.histogram_widget.getPlotItem()
+        self.histogram.hideButtons()
+        self.histogram.setMenuEnabled(False)
+        self.histogram.setMouseEnabled(x=False, y=False)
+        self.histogram.setLabel("bottom", "per-block SQNR (dB)")
+        self.histogram.setLabel("left", "blocks")
+        self.histogram_bars = pg.BarGraphItem(x0=[], x1=[], height=[])
+        self.histogram.addItem(self.histogram_bars)
+        self.worst_table = QTableWidget(0, len(WORST_COLUMNS))
+        self.worst_table.setHorizontalHeaderLabels(list(WORST_COLUMNS))
+        self.worst_table.verticalHeader().setVisible(False)
+        self.worst_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.worst_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.worst_table.setToolTip("The blocks with the lowest SQNR; click one to edit it")
+        _compact_rows(self.worst_table)
+        self.worst_table.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.ResizeToContents
+        )
+        self.worst_table.horizontalHeader().setStretchLastSection(True)
+        tensor_page = QWidget()
+        tensor_layout = QVBoxLayout(tensor_page)
+        tensor_layout.setContentsMargins(2, 2, 2, 2)
+        tensor_layout.addWidget(self.tensor_summary)
+        tensor_split = QSplitter(Qt.Orientation.Horizontal)
+        tensor_split.addWidget(self.histogram_widget)
+        tensor_split.addWidget(self.worst_table)
+        tensor_split.setStretchFactor(0, 3)
+        tensor_split.setStretchFactor(1, 2)
+        tensor_layout.addWidget(tensor_split, 1)
+        self.side_tabs = QTabWidget()
+        self.side_tabs.setDocumentMode(True)
+        self.side_tabs.addTab(self.table, "Elements")
+        self.side_tabs.addTab(tensor_page, "Tensor")
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.side_tabs)
+        self.splitter.setStretchFactor(0, 4)
+        self.splitter.setStretchFactor(1, 5)
+        self.splitter.setChildrenCollapsible(False)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(2)
+        layout.addLayout(pickers)
+        layout.addLayout(loaders)
+        layout.addWidget(self.message)
+        layout.addWidget(self.splitter, 1)
+
+        # -- hand-offs (one line each) ---------------------------------------------------------
+        state = self.state
+        self.format_picker.activated.connect(
+            lambda _: state.set_format(self.format_picker.currentData())
+        )
+        self.rule_picker.activated.connect(
+            lambda _: state.set_scale_rule(self.rule_picker.currentData())
+        )
+        self.rounding_picker.activated.connect(
+            lambda _: state.set_rounding(self.rounding_picker.currentData())
+        )
+        self.values_field.returnPressed.connect(self._on_load_clicked)
+        self.load_button.clicked.connect(self._on_load_clicked)
+        self.paste_button.clicked.connect(self.paste_block)
+        self.open_button.clicked.connect(self._on_open_clicked)
+        self.block_spin.editingFinished.connect(
+            lambda: state.load_tensor_block(self.block_spin.value())
+        )
+        self.scale_bits.bit_toggled.connect(state.toggle_scale_bit)
+        self.scale_bits.bit_painted.connect(state.paint_scale_bit)
+        self.rule_scale_button.clicked.connect(state.use_rule_scale)
+        self.tensor_bits.bit_toggled.connect(state.toggle_tensor_scale_bit)
+        self.tensor_bits.bit_painted.connect(state.paint_tensor_scale_bit)
+        self.tensor_reset_button.clicked.connect(state.use_block_tensor_scale)
+        self.table.itemChanged.connect(self._on_table_item_changed)
+        self.worst_table.cellClicked.connect(
+            lambda row, _: state.load_tensor_block(self._worst_block(row))
+        )
+        state.changed.connect(self.mark_stale)
+        self._shown_tensor: TensorAnalysis | None = None
+        self.restyle()
+
+    # -- actions that need Qt (clipboard, file dialog) -----------------------------------------
+    def paste_block(self) -> None:
+        """Load the block from the clipboard's text."""
+        self.state.load_text(QGuiApplication.clipboard().text(), source="clipboard")
+
+    def open_npy(self, path: str) -> bool:
+        return self.state.load_npy(path, block=0)
+
+    def _on_open_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a tensor", "", "NumPy arrays (*.npy)")
+        if path:
+            self.open_npy(path)
+
+    def _on_load_clicked(self) -> None:
+        self.state.load_text(self.values_field.text(), source="typed")
+
+    def _on_bar_dragged(self, index: int, y: float) -> None:
+        self.state.drag_element(index, y)
+
+    def _on_table_item_changed(self, item: QTableWidgetItem) -> None:
+        if not self._updating and item.column() == INPUT_COLUMN:
+            self.state.set_element(item.row(), item.text())
+
+    def _worst_block(self, row: int) -> int:
+        tensor = self.state.tensor
+        return tensor.worst[row].index if tensor is not None and row < len(tensor.worst) else -1
+
+    # -- rendering -------------------------------------------------------------------------------
+    def restyle(self) -> None:
+        colors = plot_colors()
+        for widget in (self.plot_widget, self.histogram_widget):
+            widget.setBackground(colors.background)
+        style_plot(self.plot)
+        style_plot(self.histogram)
+        for line in self.limit_lines:
+            line.setPen(pg.mkPen(colors.accent, width=1, style=Qt.PenStyle.DashLine))
+        self.histogram_bars.setOpts(brush=class_color("normal"), pen=None)
+        self.legend.setText(
+            f"<span style='color:{_hex(class_color('normal'))}'>■</span> input &nbsp; "
+            f"<span style='color:{_hex(colors.accent)}'>■</span> quantized (element × scale) "
+            "&nbsp; dashed: ±max element × scale &nbsp; <i>drag a bar to change its input</i>"
+        )
+        palette = self.message.palette()
+        palette.setColor(QPalette.ColorRole.WindowText, role_color("error"))
+        self.message.setPalette(palette)
+        self.mark_stale()
+
+    def render_view(self) -> None:
+        state = self.state
+        readout = state.readout()
+        fmt = readout.format
+        self._updating = True
+        try:
+            self._render_pickers()
+            self.source.setText(f"values: {state.source}")
+            message = state.problem or state.note or ""
+            self.message.setText(message)
+            self.message.setVisible(bool(message))
+            self._render_scales(readout)
+            self._render_bars(readout)
+            self._render_table(readout)
+            self._render_tensor(state.tensor)
+            saturated = f", {readout.saturated} saturated" if readout.saturated else ""
+            flushed = f", {readout.flushed} flushed to zero" if readout.flushed else ""
+            self.summary.setText(
+                f"amax {readout.amax_text} · holds {readout.limit_text} · max |error| "
+                f"{readout.max_abs_error_text} · SQNR {readout.sqnr_text}{saturated}{flushed}"
+                f" · {fmt.bits_per_element:g} bits per element"
+            )
+        finally:
+            self._updating = False
+
+    def _render_pickers(self) -> None:
+        state = self.state
+        fmt = state.format
+        self.format_picker.setCurrentIndex(max(self.format_picker.findData(fmt.name), 0))
+        rules = scale_rules_for(fmt)
+        if [self.rule_picker.itemData(i) for i in range(self.rule_picker.count())] != list(rules):
+            self.rule_picker.clear()
+            for rule in rules:
+                self.rule_picker.addItem(rule, rule)
+                self.rule_picker.setItemData(
+                    self.rule_picker.count() - 1,
+                    SCALE_RULE_HELP.get(rule, ""),
+                    Qt.ItemDataRole.ToolTipRole,
+                )
+        self.rule_picker.setCurrentIndex(max(self.rule_picker.findData(fmt.scale_rule), 0))
+        modes = rounding_modes_for(fmt)
+        shown = [self.rounding_picker.itemData(i) for i in range(self.rounding_picker.count())]
+        if shown != list(modes):
+            self.rounding_picker.clear()
+            for mode in modes:
+                self.rounding_picker.addItem(mode, mode)
+        self.rounding_picker.setCurrentIndex(max(self.rounding_picker.findData(state.rounding), 0))
+
+    def _render_scales(self, readout: BlockReadout) -> None:
+        scale_format = readout.scale_format
+        self.scale_box.setTitle(f"Block scale ({scale_format.name})")
+        self.scale_bits.set_format(scale_format)
+        self.scale_bits.set_code(readout.scale_code)
+        hex_code = scale_format.code_to_hex(readout.scale_code)
+        text = f"<b>{readout.scale_text}</b> &nbsp; <code>{hex_code}</code>"
+        if readout.scale_forced:
+            text += f" &nbsp; forced (the {readout.format.scale_rule} rule gives "
+            text += f"{readout.rule_scale_text})"
+        else:
+            text += f" &nbsp; by the {readout.format.scale_rule} rule"
+        self.scale_label.setText(text)
+        self.rule_scale_button.setEnabled(readout.scale_forced)
+        has_tensor_scale = readout.tensor_scale_code is not None
+        self.tensor_box.setVisible(has_tensor_scale)
+        if readout.tensor_scale_code is not None:
+            self.tensor_bits.set_code(readout.tensor_scale_code)
+            self.tensor_label.setText(
+                f"{readout.tensor_scale_text}  {FLOAT32.code_to_hex(readout.tensor_scale_code)}"
+                f"  {readout.tensor_scale_source}"
+            )
+
+    def _render_bars(self, readout: BlockReadout) -> None:
+        count = len(readout.rows)
+        xs = np.arange(count, dtype=float)
+        limit = float(readout.limit) if readout.limit is not None else math.nan
+        inputs = np.array([_bar_height(row.input, limit) for row in readout.rows])
+        values = np.array([_bar_height(row.value, limit) for row in readout.rows])
+        colors = plot_colors()
+        normal = class_color("normal")
+        special = class_color("inf")
+        brushes = [
+            special
+            if row.status in ("saturated", "NaN scale") or not row.input.is_finite
+            else normal
+            for row in readout.rows
+        ]
+        self.input_bars.setOpts(x=xs, height=inputs, width=BAR_WIDTH, brushes=brushes, pen=None)
+        self.value_bars.setOpts(
+            x=xs, height=values, width=VALUE_BAR_WIDTH, brush=colors.accent, pen=None
+        )
+        self.view_box.bar_count = count
+        for line, sign in zip(self.limit_lines, (1, -1), strict=True):
+            line.setVisible(math.isfinite(limit))
+            if math.isfinite(limit):
+                line.setValue(sign * limit)
+        self.plot.setXRange(-0.6, max(count, 1) - 0.4, padding=0)
+        if self.view_box.dragged is None:
+            self.view_box.enableAutoRange(y=True)
+        self.plot.getAxis("bottom").setTicks(
+            [[(i, str(i)) for i in range(0, count, 4 if count > 16 else 2)]]
+        )
+
+    def _render_table(self, readout: BlockReadout) -> None:
+        table = self.table
+        if table.rowCount() != len(readout.rows):
+            table.setRowCount(len(readout.rows))
+        error_color = role_color("error")
+        for row in readout.rows:
+            texts = (
+                str(row.index),
+                row.input_text,
+                row.value_text,
+                row.error_text,
+                row.code_hex,
+                row.bits,
+                row.element_text,
+                row.status,
+            )
+            for column, text in enumerate(texts):
+                item = table.item(row.index, column)
+                if item is None:
+                    item = QTableWidgetItem()
+                    if column != INPUT_COLUMN:
+                        item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
+                    if column not in (BITS_COLUMN, STATUS_COLUMN):
+                        item.setTextAlignment(
+                            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+                        )
+                    table.setItem(row.index, column, item)
+                if item.text() != text:
+                    item.setText(text)
+                if column == STATUS_COLUMN:
+                    foreground = error_color if text in ("saturated", "NaN scale") else None
+                    item.setForeground(foreground or table.palette().color(QPalette.ColorRole.Text))
+
+    def _render_tensor(self, tensor: TensorAnalysis | None) -> None:
+        self.block_spin.setEnabled(tensor is not None)
+        if tensor is None:
+            self.block_spin.setRange(0, 0)
+            self.side_tabs.setTabEnabled(1, False)
+            if self._shown_tensor is not None:
+                self.histogram_bars.setOpts(x0=[], x1=[], height=[])
+                self.worst_table.setRowCount(0)
+                self._shown_tensor = None
+            return
+        self.side_tabs.setTabEnabled(1, True)
+        self.block_spin.setRange(0, tensor.block_count - 1)
+        if self.state.tensor_block is not None:
+            self.block_spin.setValue(self.state.tensor_block)
+        if tensor is self._shown_tensor:
+            return
+        if self._shown_tensor is None:
+            self.side_tabs.setCurrentIndex(1)
+        self._shown_tensor = tensor
+        left_out = []
+        if tensor.exact_blocks:
+            left_out.append(f"{tensor.exact_blocks} blocks with no error (SQNR ∞)")
+        if tensor.nan_blocks:
+            left_out.append(f"{tensor.nan_blocks} blocks with a NaN scale")
+        extra = f" Not in the histogram: {', '.join(left_out)}." if left_out else ""
+        self.tensor_summary.setText(tensor.summary + "." + extra)
+        edges = tensor.histogram_edges
+        if len(edges):
+            self.histogram_bars.setOpts(
+                x0=edges[:-1], x1=edges[1:], height=tensor.histogram_counts.astype(float)
+            )
+        else:
+            self.histogram_bars.setOpts(x0=[], x1=[], height=[])
+        self.histogram.enableAutoRange()
+        table = self.worst_table
+        table.setRowCount(len(tensor.worst))
+        for row, worst in enumerate(tensor.worst):
+            sqnr = "NaN scale" if worst.sqnr_db == -math.inf else f"≈ {worst.sqnr_db:.1f} dB"
+            texts = (
+                str(worst.index),
+                sqnr,
+                _approx(worst.max_abs_error),
+                display_decimal(_fraction(worst.amax)) if math.isfinite(worst.amax) else "inf/NaN",
+            )
+            for column, text in enumerate(texts):
+                item = QTableWidgetItem(text)
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                table.setItem(row, column, item)
+
+    def bar_point(self, index: int, y: float) -> QPointF:
+        """Where bar `index` at height `y` is on the plot widget (tests drag from there)."""
+        scene = self.view_box.mapViewToScene(QPointF(index, y))
+        point: QPointF = self.plot_widget.mapFromScene(scene).toPointF()
+        return point
+
+
+def _compact_rows(table: QTableWidget) -> None:
+    """Rows one line high: a block of 32 elements should mostly fit on screen."""
+    header = table.verticalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+    header.setDefaultSectionSize(table.fontMetrics().height() + 6)
+
+
+def _bar_height(value: Any, limit: float) -> float:
+    if value.is_nan:
+        return 0.0
+    if value.is_inf:
+        top = limit if math.isfinite(limit) else 1.0
+        return -1.2 * top if value.negative else 1.2 * top
+    return float(value.to_float())
+
+
+def _fraction(value: float) -> Any:
+    from fractions import Fraction
+
+    return Fraction(value)
+
+
+def _approx(value: float) -> str:
+    if math.isinf(value):
+        return "∞ (NaN)"
+    if value == 0:
+        return "0"
+    return f"≈ {value:.4g}"
+
+
+def _hex(color: QColor) -> str:
+    return str(color.name())

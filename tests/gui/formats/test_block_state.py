@@ -1,0 +1,225 @@
+"""The block editor's Qt-free state against the engine's quantizer."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fpexplorer.formats import get_format
+from fpexplorer.formats.block import get_block_format
+from fpexplorer.formats.block_quantize import quantize
+from fpexplorer.gui.formats.block_state import (
+    DEFAULT_VALUES,
+    BlockEditorState,
+    block_format_names,
+    drag_value,
+    parse_block_text,
+    scale_rules_for,
+)
+
+
+def vectorized(values: list[float], fmt: str, **kwargs: object) -> tuple[int, list[int]]:
+    """(scale code, element codes) of one block by the vectorized quantizer."""
+    quantized = quantize(np.array(values, dtype=np.float64), fmt, **kwargs)  # type: ignore[arg-type]
+    return int(quantized.scale_codes.reshape(-1)[0]), [int(c) for c in quantized.codes]
+
+
+def floats(state: BlockEditorState) -> list[float]:
+    return [x.to_float() for x in state.inputs]
+
+
+@pytest.mark.parametrize("name", block_format_names())
+def test_readout_is_the_quantizer_s_result(name: str) -> None:
+    state = BlockEditorState(name)
+    readout = state.readout()
+    scale, codes = vectorized(floats(state), name)
+    assert readout.scale_code == scale
+    assert [row.code for row in readout.rows] == codes
+    assert len(readout.rows) == min(len(DEFAULT_VALUES), get_block_format(name).block_size)
+    for row in readout.rows:
+        assert row.error == row.value.fraction - row.input.fraction
+
+
+def test_an_outlier_moves_the_scale_and_every_other_code_as_quantize_says() -> None:
+    state = BlockEditorState("mxfp4")
+    before = state.readout()
+    assert before.scale_code == 127 + 0 - 2 + 1  # amax 2.33: floor(log2) = 1, emax 2
+    state.set_element(4, 1000)
+    after = state.readout()
+    values = floats(state)
+    assert values[4] == 1000
+    scale, codes = vectorized(values, "mxfp4")
+    assert after.scale_code == scale == 127 + 9 - 2
+    assert [row.code for row in after.rows] == codes
+    changed = [i for i in range(32) if before.rows[i].code != after.rows[i].code and i != 4]
+    assert len(changed) > 20  # the small elements lost their precision to the outlier
+    assert after.rows[4].value_text == "768"  # 6 × 2**7: the largest the block holds
+    assert after.rows[4].status == "saturated"
+    assert after.scale_text == "2⁷ = 128"
+
+
+def test_dragging_keeps_three_significant_digits_exactly() -> None:
+    assert drag_value(12.345678) == Fraction(123, 10)
+    assert drag_value(-0.000123456) == Fraction(-123, 1000000)
+    assert drag_value(0.0) == 0
+    state = BlockEditorState()
+    state.drag_element(0, 731.2345)
+    assert state.inputs[0].fraction == 731
+    assert state.readout().rows[0].input_text == "731"
+    state.drag_element(0, float("inf"))
+    assert state.problem is not None and state.inputs[0].fraction == 731
+
+
+def test_toggling_a_scale_bit_moves_every_element() -> None:
+    state = BlockEditorState("mxfp8_e4m3")
+    before = state.readout()
+    state.toggle_scale_bit(0)
+    after = state.readout()
+    assert after.scale_forced and after.scale_code == before.scale_code ^ 1
+    assert after.rule_scale_code == before.scale_code
+    _, codes = vectorized(floats(state), "mxfp8_e4m3", scale_codes=after.scale_code)
+    assert [row.code for row in after.rows] == codes
+    moved = [b.code != a.code for b, a in zip(before.rows, after.rows, strict=True)]
+    assert all(moved)
+    assert "forced" not in after.scale_text
+    state.use_rule_scale()
+    assert state.readout().scale_code == before.scale_code
+    assert not state.readout().scale_forced
+
+
+def test_scale_code_nan_and_negative() -> None:
+    state = BlockEditorState("mxfp6_e2m3")
+    state.set_scale_code(0xFF)
+    readout = state.readout()
+    assert readout.scale_text == "NaN"
+    assert all(row.status == "NaN scale" and row.value.is_nan for row in readout.rows)
+    nvfp4 = BlockEditorState("nvfp4")
+    code = nvfp4.readout().scale_code
+    nvfp4.toggle_scale_bit(7)  # E4M3's sign: a block scale is never negative
+    assert nvfp4.problem is not None and "non-negative" in nvfp4.problem
+    assert nvfp4.readout().scale_code == code
+
+
+def test_nvfp4_tensor_scale_bits() -> None:
+    state = BlockEditorState("nvfp4")
+    readout = state.readout()
+    fp32 = get_format("float32")
+    assert readout.tensor_scale_code == fp32.from_value(
+        Fraction(quantize(np.array(floats(state)), "nvfp4").tensor_scale or 0)
+    )
+    state.toggle_tensor_scale_bit(23)  # the exponent's lowest bit: doubles or halves it
+    forced = state.readout()
+    assert forced.tensor_scale_code == readout.tensor_scale_code ^ (1 << 23)  # type: ignore[operator]
+    assert forced.tensor_scale_source == "forced (bits edited)"
+    scale = fp32.to_fraction(forced.tensor_scale_code)  # type: ignore[arg-type]
+    expected = quantize(np.array(floats(state)), "nvfp4", tensor_scale=float(scale))
+    assert [row.code for row in forced.rows] == [int(c) for c in expected.codes]
+    assert forced.scale_code == int(expected.scale_codes.reshape(-1)[0])
+    state.toggle_tensor_scale_bit(31)
+    assert state.problem is not None and "positive" in state.problem
+    assert state.readout().tensor_scale_code == forced.tensor_scale_code
+
+
+def test_text_loading_and_bad_text_keeps_the_block() -> None:
+    state = BlockEditorState("mxfp8_e5m2")
+    assert state.load_text("[1.5, -2; 3e-3\t1/3  inf]", "clipboard")
+    assert [str(x) for x in state.inputs][-1] == "inf"
+    assert state.source == "clipboard" and state.problem is None
+    assert state.readout().scale_text == "NaN"  # an inf in an MX block: the spec's NaN scale
+    kept = state.inputs
+    for text, words in (
+        ("1, 2, three", "number 3, 'three'"),
+        ("", "no numbers"),
+        (", ".join(["1"] * 33), "33 numbers"),
+    ):
+        assert not state.load_text(text)
+        assert state.problem is not None and words in state.problem
+        assert state.inputs == kept
+
+
+def test_parse_block_text_reads_every_spelling() -> None:
+    values = parse_block_text("0.1 -0x1.8p1 1/4\n-0 nan", 32)
+    assert [v.fraction for v in values[:4]] == [Fraction(1, 10), -3, Fraction(1, 4), 0]
+    assert values[3].negative and values[4].is_nan
+
+
+def test_switching_to_a_smaller_block_says_what_was_dropped() -> None:
+    state = BlockEditorState("mxfp8_e4m3")
+    state.set_format("nvfp4")
+    assert len(state.inputs) == 16
+    assert state.note is not None and "16 were dropped" in state.note
+    assert scale_rules_for(state.format) == ("nearest",)
+    state.set_scale_rule("floor")
+    assert state.problem is not None and state.format.scale_rule == "nearest"
+    state.set_format("mxfp4")
+    state.set_scale_rule("rceil")
+    assert state.format.scale_rule == "rceil"
+    assert state.readout().scale_code == vectorized(floats(state), state.format)[0]
+
+
+def test_npy_blocks_match_the_whole_tensor(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    tensor = rng.standard_normal((3, 40)).astype(np.float32)
+    tensor[1, 5] = 500.0
+    tensor[2, 3] = np.nan
+    path = tmp_path / "w.npy"
+    np.save(path, tensor)
+    for name in ("mxfp8_e4m3", "nvfp4"):
+        state = BlockEditorState(name)
+        assert state.load_npy(path)
+        analysis = state.tensor
+        assert analysis is not None
+        whole = quantize(tensor, name)
+        per_row = -(-40 // state.format.block_size)
+        assert analysis.block_count == 3 * per_row
+        histogram_total = int(analysis.histogram_counts.sum())
+        assert histogram_total + analysis.exact_blocks + analysis.nan_blocks == 3 * per_row
+        assert analysis.nan_blocks == 1  # the block holding the NaN
+        assert analysis.worst[0].index == 2 * per_row  # ranked first
+        for block in range(analysis.block_count):
+            state.load_tensor_block(block)
+            row, column = divmod(block, per_row)
+            size = state.format.block_size
+            start = column * size
+            readout = state.readout()
+            assert readout.scale_code == int(whole.scale_codes[row, column])
+            assert [r.code for r in readout.rows] == [
+                int(c) for c in whole.codes[row, start : start + size]
+            ]
+        assert state.source == f"w.npy, block {analysis.block_count - 1} of {analysis.block_count}"
+        if name == "nvfp4":
+            assert readout.tensor_scale_source.startswith("from the whole tensor")
+
+
+def test_bad_npy_files_get_a_sentence_and_lose_nothing(tmp_path: Path) -> None:
+    state = BlockEditorState()
+    kept = state.inputs
+    truncated = tmp_path / "cut.npy"
+    np.save(truncated, np.arange(100, dtype=np.float32))
+    truncated.write_bytes(truncated.read_bytes()[:-50])
+    text = tmp_path / "text.npy"
+    text.write_text("1, 2, 3")
+    objects = tmp_path / "objects.npy"
+    np.save(objects, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    strings = tmp_path / "strings.npy"
+    np.save(strings, np.array(["1.5", "2"]))
+    empty = tmp_path / "empty.npy"
+    np.save(empty, np.zeros(0, dtype=np.float32))
+    for path, words in (
+        (truncated, "not a readable .npy file"),
+        (text, "not a readable .npy file"),
+        (objects, "not a readable .npy file"),
+        (strings, "not numbers"),
+        (empty, "empty"),
+        (tmp_path / "missing.npy", "no such file"),
+    ):
+        assert not state.load_npy(path)
+        assert state.problem is not None and path.name in state.problem and words in state.problem
+        assert "\n" not in state.problem
+        assert state.inputs == kept and state.tensor is None
+    np.save(tmp_path / "ok.npy", np.ones(10))
+    assert not state.load_npy(tmp_path / "ok.npy", block=5)
+    assert state.problem == "ok.npy has blocks 0..0, not 5"

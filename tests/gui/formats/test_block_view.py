@@ -1,0 +1,233 @@
+"""The block editor view driven like a user would (pytest-qt, offscreen)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QGuiApplication, QMouseEvent
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication, QWidget
+from pytestqt.qtbot import QtBot
+
+from fpexplorer.formats.block_quantize import quantize
+from fpexplorer.gui.formats.block_view import ELEMENT_COLUMNS, BlockEditorView
+
+MOVE_INTERVAL_MS = 25  # above pyqtgraph's mouse rate limit
+
+
+@pytest.fixture
+def view(qtbot: QtBot) -> BlockEditorView:
+    widget = BlockEditorView()
+    qtbot.addWidget(widget)
+    widget.resize(1200, 520)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def cell(view: BlockEditorView, row: int, column: str) -> str:
+    item = view.table.item(row, ELEMENT_COLUMNS.index(column))
+    assert item is not None
+    return item.text()
+
+
+def send_mouse(widget: QWidget, kind: QMouseEvent.Type, point: QPointF, held: bool) -> None:
+    """A mouse event with the left button held (QTest's mouseMove carries no buttons).
+
+    pyqtgraph's scene drops move events closer together than its rate limit, so each one
+    first lets the event loop run a little (no sleep: events keep being processed)."""
+    if kind == QMouseEvent.Type.MouseMove:
+        QTest.qWait(MOVE_INTERVAL_MS)
+    buttons = Qt.MouseButton.LeftButton if held else Qt.MouseButton.NoButton
+    event = QMouseEvent(
+        kind,
+        point,
+        widget.mapToGlobal(point),
+        Qt.MouseButton.LeftButton,
+        buttons,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(widget, event)
+
+
+def drag(
+    view: BlockEditorView, index: int, start_y: float, end_y: float, held_at_end: int = 0
+) -> None:
+    """Press on bar `index` at height start_y, move to end_y, wiggle there `held_at_end`
+    times (each move at the plot's edge doubles the range), release."""
+    viewport = view.plot_widget.viewport()
+    start = view.bar_point(index, start_y)
+    end = view.bar_point(index, end_y)
+    send_mouse(viewport, QMouseEvent.Type.MouseButtonPress, start, True)
+    for step in range(1, 6):
+        point = start + (end - start) * (step / 5)
+        send_mouse(viewport, QMouseEvent.Type.MouseMove, point, True)
+    for wiggle in range(held_at_end):
+        send_mouse(viewport, QMouseEvent.Type.MouseMove, end + QPointF(wiggle % 2, 0), True)
+    send_mouse(viewport, QMouseEvent.Type.MouseButtonRelease, end, False)
+
+
+def codes_by_quantize(view: BlockEditorView, **kwargs: object) -> tuple[str, list[str]]:
+    values = np.array([x.to_float() for x in view.state.inputs])
+    quantized = quantize(values, view.state.format, **kwargs)  # type: ignore[arg-type]
+    fmt = view.state.format
+    scale = fmt.scale_format.code_to_hex(int(quantized.scale_codes.reshape(-1)[0]))
+    return scale, [fmt.element.code_to_hex(int(c)) for c in quantized.codes]
+
+
+def test_shows_the_block_as_quantize_gives_it(view: BlockEditorView) -> None:
+    scale, codes = codes_by_quantize(view)
+    assert view.table.rowCount() == 32
+    assert [cell(view, i, "code") for i in range(32)] == codes
+    assert scale in view.scale_label.text()
+    assert "by the floor rule" in view.scale_label.text()
+    assert cell(view, 0, "input") == "0.126"
+    assert cell(view, 0, "value") == "0.125"
+    assert cell(view, 0, "error") == "-0.001"
+    assert cell(view, 0, "bits") == "0|1011|000"  # 16 × 2⁻⁷
+    heights = view.input_bars.opts["height"]
+    assert list(heights[:2]) == [0.126, -0.132]
+    assert not view.tensor_box.isVisible()
+
+
+def test_dragging_a_bar_into_an_outlier_moves_the_scale_and_the_others(
+    view: BlockEditorView,
+) -> None:
+    before = [cell(view, i, "code") for i in range(32)]
+    old_scale = view.scale_bits._code
+    low, high = view.view_box.viewRange()[1]
+    drag(view, 6, 1.3, low + 0.8 * (high - low))
+    value = view.state.inputs[6].to_float()
+    assert 1.3 < value < high  # it followed the cursor up, within the plot
+    assert view.state.source.startswith("edited")
+    scale, codes = codes_by_quantize(view)
+    assert [cell(view, i, "code") for i in range(32)] == codes
+    assert view.scale_bits._code == old_scale
+    assert cell(view, 6, "input") == view.state.readout().rows[6].input_text
+    # Pushed against the top edge the range grows with each move: an outlier.
+    low, high = view.view_box.viewRange()[1]
+    drag(view, 6, value, high - 0.01 * (high - low), held_at_end=6)
+    assert view.state.inputs[6].to_float() > 2 * high  # beyond the plot's top it started with
+    scale, codes = codes_by_quantize(view)
+    assert view.scale_bits._code != old_scale
+    assert scale in view.scale_label.text()
+    after = [cell(view, i, "code") for i in range(32)]
+    assert after == codes
+    assert sum(a != b for a, b in zip(before, after, strict=True)) > 10
+
+
+def test_a_press_between_bars_drags_nothing(view: BlockEditorView) -> None:
+    kept = view.state.inputs
+    viewport = view.plot_widget.viewport()
+    start = (
+        view.bar_point(3, 0.1)
+        + QPointF(view.bar_point(4, 0).x() - view.bar_point(3, 0).x(), 0) * 0.5
+    )
+    send_mouse(viewport, QMouseEvent.Type.MouseButtonPress, start, True)
+    for step in range(1, 5):
+        send_mouse(viewport, QMouseEvent.Type.MouseMove, start - QPointF(0, 20 * step), True)
+    send_mouse(viewport, QMouseEvent.Type.MouseButtonRelease, start - QPointF(0, 80), False)
+    assert view.state.inputs == kept
+
+
+def test_clicking_a_scale_bit_moves_every_element(view: BlockEditorView, qtbot: QtBot) -> None:
+    before = [cell(view, i, "code") for i in range(32)]
+    values_before = [cell(view, i, "value") for i in range(32)]
+    code = view.state.readout().scale_code
+    qtbot.mouseClick(
+        view.scale_bits, Qt.MouseButton.LeftButton, pos=view.scale_bits.cell_rect(0).center()
+    )
+    assert view.state.readout().scale_code == code ^ 1
+    assert "forced" in view.scale_label.text()
+    assert view.rule_scale_button.isEnabled()
+    scale_code = view.state.readout().scale_code
+    _, codes = codes_by_quantize(view, scale_codes=scale_code)
+    assert [cell(view, i, "code") for i in range(32)] == codes
+    assert all(a != b for a, b in zip(before, codes, strict=True))  # every element moved
+    qtbot.mouseClick(view.rule_scale_button, Qt.MouseButton.LeftButton)
+    assert view.state.readout().scale_code == code
+    assert [cell(view, i, "value") for i in range(32)] == values_before
+
+
+def test_nvfp4_shows_its_per_tensor_scale_bits(view: BlockEditorView, qtbot: QtBot) -> None:
+    view.format_picker.setCurrentIndex(view.format_picker.findData("nvfp4"))
+    view.format_picker.activated.emit(view.format_picker.currentIndex())
+    assert view.tensor_box.isVisible()
+    assert view.table.rowCount() == 16
+    assert "16 were dropped" in view.message.text()
+    assert [view.rule_picker.itemText(i) for i in range(view.rule_picker.count())] == ["nearest"]
+    code = view.state.readout().tensor_scale_code
+    assert code is not None
+    qtbot.mouseClick(
+        view.tensor_bits, Qt.MouseButton.LeftButton, pos=view.tensor_bits.cell_rect(23).center()
+    )
+    assert view.state.readout().tensor_scale_code == code ^ (1 << 23)
+    assert "forced" in view.tensor_label.text()
+    qtbot.mouseClick(
+        view.tensor_bits, Qt.MouseButton.LeftButton, pos=view.tensor_bits.cell_rect(31).center()
+    )
+    assert "positive" in view.message.text()
+
+
+def test_typed_and_pasted_values(view: BlockEditorView, qtbot: QtBot) -> None:
+    qtbot.keyClicks(view.values_field, "1, 2, 3, 100")
+    qtbot.keyClick(view.values_field, Qt.Key.Key_Return)
+    assert view.table.rowCount() == 4
+    assert [cell(view, i, "input") for i in range(4)] == ["1", "2", "3", "100"]
+    assert view.source.text() == "values: typed"
+    QGuiApplication.clipboard().setText("0.5\n0.25\nnot-a-number")
+    qtbot.mouseClick(view.paste_button, Qt.MouseButton.LeftButton)
+    assert "number 3, 'not-a-number', is not a number" in view.message.text()
+    assert view.message.isVisible()
+    assert view.table.rowCount() == 4  # nothing lost
+    QGuiApplication.clipboard().setText("[0.5, 0.25, -8]")
+    qtbot.mouseClick(view.paste_button, Qt.MouseButton.LeftButton)
+    assert [cell(view, i, "input") for i in range(3)] == ["0.5", "0.25", "-8"]
+    assert view.source.text() == "values: clipboard"
+    assert not view.message.isVisible()
+
+
+def test_an_input_typed_into_the_table(view: BlockEditorView) -> None:
+    item = view.table.item(2, ELEMENT_COLUMNS.index("input"))
+    assert item is not None
+    item.setText("448")
+    assert view.state.inputs[2].fraction == 448
+    assert cell(view, 2, "input") == "448"
+    item = view.table.item(2, ELEMENT_COLUMNS.index("input"))
+    assert item is not None
+    item.setText("x")
+    assert "element 2" in view.message.text()
+    assert cell(view, 2, "input") == "448"
+
+
+def test_npy_histogram_worst_blocks_and_bad_files(
+    view: BlockEditorView, qtbot: QtBot, tmp_path: Path
+) -> None:
+    rng = np.random.default_rng(3)
+    tensor = rng.standard_normal((8, 64)).astype(np.float32)
+    tensor[5, 70 % 64] = 1e4
+    path = tmp_path / "grads.npy"
+    np.save(path, tensor)
+    assert view.open_npy(str(path))
+    assert view.side_tabs.currentIndex() == 1
+    assert "grads.npy: 8×64 float32, 16 blocks of 32" in view.tensor_summary.text()
+    heights = view.histogram_bars.opts["height"]
+    assert int(np.sum(heights)) == 16 - view.state.tensor.exact_blocks  # type: ignore[union-attr]
+    assert view.worst_table.rowCount() == 10
+    worst_index = int(view.worst_table.item(0, 0).text())  # type: ignore[union-attr]
+    view.worst_table.cellClicked.emit(0, 0)
+    assert view.state.tensor_block == worst_index
+    assert view.block_spin.value() == worst_index
+    whole = quantize(tensor, "mxfp8_e4m3")
+    row, column = divmod(worst_index, 2)
+    expected = [f"0x{int(c):02x}" for c in whole.codes[row, column * 32 : column * 32 + 32]]
+    assert [cell(view, i, "code") for i in range(32)] == expected
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"\x93NUMPY garbage")
+    assert not view.open_npy(str(bad))
+    assert "bad.npy is not a readable .npy file" in view.message.text()
+    assert view.state.tensor_block == worst_index  # nothing lost
+    assert [cell(view, i, "code") for i in range(32)] == expected
