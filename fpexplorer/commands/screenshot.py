@@ -80,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
 
     from fpexplorer.gui.app import create_application
 
-    _quiet_offscreen_warnings()
     app = create_application(theme=args.theme)
 
     from fpexplorer.gui.main_window import MainWindow
@@ -106,23 +105,6 @@ def run(args: argparse.Namespace) -> int:
     window.close()
     print(f"wrote {out} ({image.width()}x{image.height()})")
     return 0
-
-
-# Said by Qt's offscreen platform on every window; true and of no use to the user.
-_OFFSCREEN_NOISE = ("This plugin does not support propagateSizeHints()",)
-
-
-def _quiet_offscreen_warnings() -> None:
-    """Drop the offscreen platform's known noise; every other Qt message still shows."""
-    import sys
-
-    from PySide6.QtCore import QtMsgType, qInstallMessageHandler
-
-    def handler(kind: QtMsgType, _context: object, message: str) -> None:
-        if message not in _OFFSCREEN_NOISE:
-            print(message, file=sys.stderr)
-
-    qInstallMessageHandler(handler)
 
 
 def render(window: object, width: int, height: int) -> object:

@@ -177,12 +177,13 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
 
         from fpexplorer.gui.training.job import TrainingJob, job_argv
         from fpexplorer.training.config import TrainConfig
+        from fpexplorer.training.records import EndRecord
 
         run_path = folder / "selftest-run.jsonl"
         state["run_path"] = run_path
         config = TrainConfig(task="mlp", precision="bf16", device="cpu", steps=steps)
         job = TrainingJob()
-        received: list[dict[str, object]] = []
+        received: list[object] = []  # typed records
         endings: list[str] = []
         job.records_received.connect(received.extend)
         loop = QEventLoop()
@@ -194,9 +195,9 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
         if not endings:
             job.kill()
             raise CheckFailed(f"no end within {timeout_s:.0f} s")
-        kinds = [r.get("type") for r in received]
-        end = next((r for r in received if r.get("type") == "end"), None)
-        if end is None or end.get("status") != "completed":
+        kinds = [getattr(r, "kind", None) for r in received]
+        end = next((r for r in received if isinstance(r, EndRecord)), None)
+        if end is None or end.status != "completed":
             tail = " | ".join(list(job.stderr_tail)[-3:])
             raise CheckFailed(f"job ended: {endings[0]}; end record {end}; stderr: {tail}")
         command = " ".join(Path(part).name for part in job_argv(config, run_path)[:3])

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from types import FrameType
 
 import pyqtgraph as pg
-from PySide6.QtCore import QCoreApplication, QSize
+from PySide6.QtCore import (
+    QCoreApplication,
+    QMessageLogContext,
+    QSize,
+    QTimer,
+    QtMsgType,
+    qInstallMessageHandler,
+)
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
@@ -16,6 +26,17 @@ from fpexplorer.gui.settings import APPLICATION, ORGANIZATION
 from fpexplorer.resources import resource_path
 
 ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
+# Said by Qt's offscreen platform on every window, screenshot and self-test: true, and of
+# no use to whoever reads the terminal. Every other Qt message still shows.
+HARMLESS_QT_MESSAGES = (
+    "This plugin does not support propagateSizeHints()",
+    "This plugin does not support raise()",
+    "This plugin does not support grabbing the keyboard",
+)
+# How often Python gets a turn while Qt waits for events: a signal (Ctrl+C) is handled by
+# Python only between bytecodes, and an idle Qt event loop runs none.
+INTERRUPT_POLL_MS = 200
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl+C
 
 
 def app_icon() -> QIcon:
@@ -40,8 +61,65 @@ def display_problem() -> str | None:
     )
 
 
+def is_harmless(message: str) -> bool:
+    return message.strip() in HARMLESS_QT_MESSAGES
+
+
+def _on_qt_message(_kind: QtMsgType, _context: QMessageLogContext, message: str) -> None:
+    if not is_harmless(message):
+        print(message, file=sys.stderr, flush=True)
+
+
+def install_message_filter() -> None:
+    """Keep Qt's known-harmless offscreen messages out of the terminal."""
+    qInstallMessageHandler(_on_qt_message)
+
+
+def install_interrupt_handler() -> None:
+    """Ctrl+C in the terminal quits the app: windows close (state is saved) and the event
+    loop exits with EXIT_INTERRUPTED. Before there is an application it is an ordinary
+    KeyboardInterrupt (the command line reports it in one line).
+
+    Python's own handler raised KeyboardInterrupt inside whatever Qt slot ran next (the
+    redraw timer), which printed a traceback and left the app running."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_interrupt(_signal: int, _frame: FrameType | None) -> None:
+        app = QCoreApplication.instance()
+        if app is None:
+            raise KeyboardInterrupt
+        # Later, from the event loop (also when it has not started yet).
+        QTimer.singleShot(0, quit_interrupted)
+
+    signal.signal(signal.SIGINT, on_interrupt)
+
+
+def quit_interrupted() -> None:
+    """Close every window (each saves what it keeps) and leave the event loop."""
+    app = QApplication.instance()
+    if isinstance(app, QApplication):
+        for widget in app.topLevelWidgets():
+            if widget.isVisible():
+                widget.close()
+        app.exit(EXIT_INTERRUPTED)
+
+
+def _start_interrupt_poll(app: QApplication) -> None:
+    if app.property("fpexplorer_interrupt_poll"):
+        return
+    poll = QTimer(app)
+    poll.setObjectName("interrupt_poll")
+    poll.timeout.connect(lambda: None)  # an empty turn of Python: pending signals run
+    poll.start(INTERRUPT_POLL_MS)
+    app.setProperty("fpexplorer_interrupt_poll", True)
+
+
 def create_application(argv: Sequence[str] | None = None, theme: str = "system") -> QApplication:
-    """The QApplication (created once), with names, icon, and palette-aware plots."""
+    """The QApplication (created once), with names, icon, and palette-aware plots; Qt's
+    harmless offscreen noise filtered, Ctrl+C quitting cleanly."""
+    install_message_filter()
+    install_interrupt_handler()
     existing = QApplication.instance()
     if isinstance(existing, QApplication):
         app = existing
@@ -53,6 +131,7 @@ def create_application(argv: Sequence[str] | None = None, theme: str = "system")
         app.setApplicationVersion(__version__)
         app.setDesktopFileName("fpexplorer")
     app.setWindowIcon(app_icon())
+    _start_interrupt_poll(app)
     pg.setConfigOptions(antialias=True)
     if theme == "dark":
         from fpexplorer.gui.theme import apply_dark_palette

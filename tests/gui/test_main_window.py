@@ -330,3 +330,78 @@ def test_number_line_labels_do_not_collide_at_small_heights(
             view_box.mapViewToScene(QPointF(0, 1)).y() - view_box.mapViewToScene(QPointF(0, 0)).y()
         )
         assert pixels_per_row >= line.small_metrics.lineSpacing(), (text, top, bottom)
+
+
+def _qt_is_loaded(pid: int) -> bool:
+    try:
+        return "libQt6Widgets" in Path(f"/proc/{pid}/maps").read_text(errors="replace")
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see Qt load")
+def test_ctrl_c_in_the_terminal_quits_the_app(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    # Was: a KeyboardInterrupt traceback from the redraw timer, and the app kept running.
+    env = {
+        **os.environ,
+        "QT_QPA_PLATFORM": "offscreen",
+        "FPEXPLORER_SETTINGS_SCOPE": f"tests-{tmp_path.name}",
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fpexplorer", "gui", "--fresh"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _qt_is_loaded(process.pid) and time.monotonic() < deadline:
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        time.sleep(1.0)  # into the event loop, the redraw timers running
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
+    # Nor the offscreen platform's noise.
+    assert "propagateSizeHints" not in stderr
+
+
+def test_a_signal_is_handled_while_qt_waits(
+    qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    from fpexplorer.gui import app as app_module
+
+    quits: list[bool] = []
+    monkeypatch.setattr(app_module, "quit_interrupted", lambda: quits.append(True))
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        app_module.create_application()  # the running app: installs the handler and poll
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt raised here
+        qtbot.waitUntil(lambda: quits == [True], timeout=3000)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_known_harmless_qt_messages_are_filtered(capfd: pytest.CaptureFixture[str]) -> None:
+    from PySide6.QtCore import qWarning
+
+    from fpexplorer.gui.app import install_message_filter
+
+    install_message_filter()
+    qWarning("This plugin does not support propagateSizeHints()")
+    qWarning("something the user should see")
+    stderr = capfd.readouterr().err
+    assert "propagateSizeHints" not in stderr
+    assert "something the user should see" in stderr
