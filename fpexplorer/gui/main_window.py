@@ -112,7 +112,9 @@ class MainWindow(QMainWindow):
         if self._training_panel is None:
             panel, self.training_problem = _training_panel()
             self._training_panel = panel
-            self.training_page.layout().addWidget(panel)
+            layout = self.training_page.layout()
+            assert layout is not None  # set in __init__
+            layout.addWidget(panel)
             file_actions = getattr(panel, "file_actions", None)
             if callable(file_actions):
                 actions = file_actions()
@@ -140,7 +142,11 @@ class MainWindow(QMainWindow):
 
     # -- menus ---------------------------------------------------------------------------
     def _action(
-        self, text: str, slot: object, shortcut: QKeySequence | str | None = None, tip: str = ""
+        self,
+        text: str,
+        slot: object,
+        shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None,
+        tip: str = "",
     ) -> QAction:
         action = QAction(text, self)
         if shortcut is not None:

@@ -71,8 +71,8 @@ def readable(color: QColor, backgrounds: Sequence[QColor]) -> QColor:
     if all(contrast_ratio(color, b) >= MIN_CONTRAST for b in backgrounds):
         return QColor(color)
     light_backgrounds = sum(relative_luminance(b) for b in backgrounds) / len(backgrounds) > 0.18
-    hue, saturation, lightness, _ = color.getHslF()
-    hue = max(hue, 0.0)  # -1 for greys
+    hue = max(color.hslHueF(), 0.0)  # -1 for greys
+    saturation, lightness = color.hslSaturationF(), color.lightnessF()
     step = -0.01 if light_backgrounds else 0.01
     candidate = QColor(color)
     while 0.0 <= lightness <= 1.0:

@@ -24,6 +24,7 @@ from PySide6.QtGui import (
     QPalette,
     QPen,
     QPixmap,
+    QResizeEvent,
 )
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
@@ -139,9 +140,9 @@ class BitRow(QWidget):
         bits = self._format.width if self._format else 32
         return QSize(min(bits * 9 + 20, 600), index_h + height + label_h + 2)
 
-    def resizeEvent(self, event: QEvent) -> None:  # type: ignore[override]
+    def resizeEvent(self, event: QResizeEvent) -> None:
         self._relayout()
-        super().resizeEvent(event)  # type: ignore[arg-type]
+        super().resizeEvent(event)
 
     def _relayout(self) -> None:
         fields = self._fields()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFontDatabase, QPalette, QTextOption
+from PySide6.QtGui import QFontDatabase, QPalette, QResizeEvent, QTextOption
 from PySide6.QtWidgets import (
     QFrame,
     QGridLayout,
@@ -62,8 +62,8 @@ class ExactValueBox(QPlainTextEdit):
             self.setPlainText(text)
         self._fit()
 
-    def resizeEvent(self, event: object) -> None:  # type: ignore[override]
-        super().resizeEvent(event)  # type: ignore[arg-type]
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
         self._fit()
 
     def _fit(self) -> None:

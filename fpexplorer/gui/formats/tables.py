@@ -266,6 +266,8 @@ class PropertiesTable(LazyView):
                 item = _set_text(self.table, row, column, text)
                 if column == 0:
                     item.setToolTip(fmt.description)
-                elif exact.get(column) is not None:
-                    item.setToolTip(f"exactly {exact_decimal(exact[column])}")
+                else:
+                    value = exact.get(column)
+                    if value is not None:
+                        item.setToolTip(f"exactly {exact_decimal(value)}")
         self.table.resizeColumnsToContents()
