@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 HELP = "render the app window (formats or training panel) offscreen to a PNG"
-VIEWS = ("number-line", "table", "range", "codes", "properties")
+VIEWS = ("number-line", "table", "range", "codes", "properties", "block")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -195,25 +196,22 @@ class BlockEditorView(LazyView):
         self.rule_scale_button = QPushButton("Scale by rule")
         self.rule_scale_button.setToolTip("Drop the forced scale: the scale rule picks it again")
         self.scale_box = QGroupBox("Block scale")
-        scale_layout = QVBoxLayout(self.scale_box)
-        scale_layout.setContentsMargins(6, 2, 6, 2)
-        scale_layout.setSpacing(0)
-        scale_head = QHBoxLayout()
-        scale_head.addWidget(self.scale_label, 1)
-        scale_head.addWidget(self.rule_scale_button)
-        scale_layout.addLayout(scale_head)
+        scale_layout = QHBoxLayout(self.scale_box)
+        scale_layout.setContentsMargins(6, 0, 6, 2)
+        self.scale_bits.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)
         scale_layout.addWidget(self.scale_bits)
+        scale_layout.addWidget(self.scale_label, 1)
+        scale_layout.addWidget(self.rule_scale_button)
         self.tensor_bits = BitRow()
         self.tensor_bits.set_format(FLOAT32)
         self.tensor_label = QLabel()
-        self.tensor_label.setWordWrap(True)
         self.tensor_reset_button = QPushButton("Default")
         self.tensor_reset_button.setToolTip(
             "The per-tensor scale from the loaded tensor's amax (or this block's)"
         )
         self.tensor_box = QGroupBox("Per-tensor scale (FP32)")
         tensor_layout = QVBoxLayout(self.tensor_box)
-        tensor_layout.setContentsMargins(6, 2, 6, 2)
+        tensor_layout.setContentsMargins(6, 0, 6, 2)
         tensor_layout.setSpacing(0)
         tensor_head = QHBoxLayout()
         tensor_head.addWidget(self.tensor_label, 1)
@@ -248,10 +246,8 @@ class BlockEditorView(LazyView):
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.setSpacing(2)
-        scales = QHBoxLayout()
-        scales.addWidget(self.scale_box, 1)
-        scales.addWidget(self.tensor_box, 3)
-        left_layout.addLayout(scales)
+        left_layout.addWidget(self.scale_box)
+        left_layout.addWidget(self.tensor_box)
         left_layout.addWidget(self.legend)
         left_layout.addWidget(self.plot_widget, 1)
         left_layout.addWidget(self.summary)
@@ -286,6 +282,7 @@ class BlockEditorView(LazyView):
         self.worst_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.worst_table.setToolTip("The blocks with the lowest SQNR; click one to edit it")
         _compact_rows(self.worst_table)
+        self.worst_table.setMinimumWidth(self.fontMetrics().horizontalAdvance("0" * 44))
         self.worst_table.horizontalHeader().setSectionResizeMode(
             QHeaderView.ResizeMode.ResizeToContents
         )
@@ -297,8 +294,8 @@ class BlockEditorView(LazyView):
         tensor_split = QSplitter(Qt.Orientation.Horizontal)
         tensor_split.addWidget(self.histogram_widget)
         tensor_split.addWidget(self.worst_table)
-        tensor_split.setStretchFactor(0, 3)
-        tensor_split.setStretchFactor(1, 2)
+        tensor_split.setStretchFactor(0, 1)
+        tensor_split.setStretchFactor(1, 1)
         tensor_layout.addWidget(tensor_split, 1)
         self.side_tabs = QTabWidget()
         self.side_tabs.setDocumentMode(True)
@@ -391,8 +388,9 @@ class BlockEditorView(LazyView):
         self.histogram_bars.setOpts(brush=class_color("normal"), pen=None)
         self.legend.setText(
             f"<span style='color:{_hex(class_color('normal'))}'>■</span> input &nbsp; "
-            f"<span style='color:{_hex(colors.accent)}'>■</span> quantized (element × scale) "
-            "&nbsp; dashed: ±max element × scale &nbsp; <i>drag a bar to change its input</i>"
+            f"<span style='color:{_hex(colors.accent)}'>■</span> quantized &nbsp; "
+            f"<span style='color:{_hex(colors.accent)}'>- -</span> ±max element × scale "
+            "&nbsp; <i>drag a bar to change its input</i>"
         )
         palette = self.message.palette()
         palette.setColor(QPalette.ColorRole.WindowText, role_color("error"))

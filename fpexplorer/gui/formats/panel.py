@@ -57,6 +57,11 @@ VIEW_TABS = (
     ),
     ("codes", "All codes", "Every code of a format of ≤ 16 bits; click a cell to load it"),
     ("properties", "Properties", "Max, min normal, min subnormal, eps, digits, finite-value count"),
+    (
+        "block",
+        "Block editor",
+        "One block of an MX or NVFP4 format: drag its values, toggle its scale's bits",
+    ),
 )
 VIEW_NAMES = tuple(name for name, _, _ in VIEW_TABS)
 # Module and class of each view, imported when the view is first shown (start-up time).
@@ -66,6 +71,7 @@ VIEW_CLASSES: dict[str, tuple[str, str]] = {
     "range": ("fpexplorer.gui.formats.range_chart", "RangeChart"),
     "codes": ("fpexplorer.gui.formats.codes_map", "CodesMap"),
     "properties": ("fpexplorer.gui.formats.tables", "PropertiesTable"),
+    "block": ("fpexplorer.gui.formats.block_view", "BlockEditorView"),
 }
 
 

@@ -231,3 +231,20 @@ def test_npy_histogram_worst_blocks_and_bad_files(
     assert "bad.npy is not a readable .npy file" in view.message.text()
     assert view.state.tensor_block == worst_index  # nothing lost
     assert [cell(view, i, "code") for i in range(32)] == expected
+
+
+def test_registered_in_the_formats_panel_and_the_screenshot_command(qtbot: QtBot) -> None:
+    from fpexplorer.commands.screenshot import VIEWS
+    from fpexplorer.gui.formats.panel import VIEW_NAMES, FormatsPanel
+
+    assert "block" in VIEW_NAMES
+    assert set(VIEWS) == set(VIEW_NAMES)  # every panel view can be pictured
+    panel = FormatsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1024, 640)
+    panel.show()
+    panel.show_view("block")
+    view = panel.view("block")
+    assert isinstance(view, BlockEditorView)
+    assert panel.current_view_name() == "block"
+    assert view.table.rowCount() == 32
