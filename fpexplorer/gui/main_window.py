@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer import __version__
-from fpexplorer.gui.formats.panel import VIEW_NAMES, FormatsPanel
+from fpexplorer.gui.formats.panel import VIEW_NAMES, VIEW_TABS, FormatsPanel
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.settings import SettingsStore
 
@@ -231,13 +231,8 @@ class MainWindow(QMainWindow):
             )
         )
         view_menu.addSeparator()
-        for name, title in (
-            ("number-line", "Number Line"),
-            ("table", "All Formats Table"),
-            ("range", "Range && Precision"),
-            ("codes", "All Codes Map"),
-            ("properties", "Properties"),
-        ):
+        # One entry per view the panel registers (its one table of views).
+        for name, title, _tip in VIEW_TABS:
             view_menu.addAction(self._action(title, lambda _=False, n=name: self._show_view(n)))
 
         help_menu = menu_bar.addMenu("&Help")

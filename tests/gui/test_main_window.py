@@ -405,3 +405,17 @@ def test_known_harmless_qt_messages_are_filtered(capfd: pytest.CaptureFixture[st
     stderr = capfd.readouterr().err
     assert "propagateSizeHints" not in stderr
     assert "something the user should see" in stderr
+
+
+def test_the_view_menu_lists_every_view_the_panel_registers(window: MainWindow) -> None:
+    from fpexplorer.gui.formats.panel import VIEW_NAMES, VIEW_TABS
+
+    view_menu = window.menuBar().actions()[2].menu()
+    assert view_menu is not None
+    titles = [action.text() for action in view_menu.actions() if action.text()]
+    for name, title, _tip in VIEW_TABS:
+        assert title in titles
+        action = next(a for a in view_menu.actions() if a.text() == title)
+        action.trigger()
+        assert window.formats_panel.current_view_name() == name
+    assert len(VIEW_NAMES) == len(VIEW_TABS)
