@@ -95,14 +95,18 @@ EXPLAIN_HIST = (
 )
 EXPLAIN_HEAT = (
     "The histograms over time: colour = share of values per binade (log).",
-    "Each column is one statistics step. Watch the mass drift towards the dashed FP16 "
-    "limits (smallest subnormal, largest value) as training goes on.",
+    "Each column is one statistics step. Watch the mass drift towards the dashed limits "
+    "(smallest subnormal, largest value) of the format the gradients were held in, divided "
+    "by the loss scale for the unscaled parameter gradients.",
 )
 EXPLAIN_LAYERS = (
     "Per layer on the latest statistics step; the first layer to go non-finite is marked.",
-    "On the latest statistics step. Headroom is log2(65504 / max|scaled g|): how many "
-    "doublings of the scale before that layer overflows FP16. The first layer that produced "
-    "inf/NaN on a skipped step (in backward order) is where an overflow starts.",
+    "On the latest statistics step. ‖g‖ is of the parameter gradients, unscaled (blank for "
+    "a module without parameters); max |g|, headroom and underflow of the activation "
+    "gradients as backward held them (scaled in the scaled modes). Headroom is log2(largest "
+    "value of the gradients' format / max |g|): how many doublings before that layer "
+    "overflows. The first layer that produced inf/NaN (in backward order, skipped step or "
+    "not) is where an overflow starts.",
 )
 EXPLAIN_MEMORY = (
     "Memory by dtype, throughput, and updates lost to FP16 rounding.",
@@ -126,7 +130,9 @@ class TrainingPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.run_list_state = RunList()
-        self._timer_errors: set[str] = set()  # failures of the redraw, each reported once
+        self._timer_errors: set[tuple[str, str]] = (
+            set()
+        )  # failures of the redraw, each reported once
         self._shown: dict[int, int] = {}  # run key -> revision last drawn
         self._layout_dirty = True
         self._readouts_at = 0.0
@@ -342,6 +348,17 @@ class TrainingPanel(QWidget):
         self.replay_timer.stop()
 
     def _advance_replays(self) -> None:
+        # A timer callback (every idle turn): it must never raise, see _on_timer_timeout.
+        try:
+            self._advance_replays_now()
+        except Exception as error:
+            for replay, _entry in self._replays:
+                replay.close()
+            self._replays.clear()
+            self.replay_timer.stop()
+            self._report_timer_error("read the run file", error)
+
+    def _advance_replays_now(self) -> None:
         if not self._replays:
             self.replay_timer.stop()
             return
@@ -611,13 +628,18 @@ class TrainingPanel(QWidget):
         try:
             self._redraw_if_needed()
         except Exception as error:
-            signature = f"{type(error).__name__}: {error}"
             self._layout_dirty = False
             self._shown = {e.key: e.model.revision for e in self.run_list_state.runs}
-            if signature not in self._timer_errors:
-                self._timer_errors.add(signature)
-                LOG.exception("redrawing the training panel failed")
-                self._show_status(f"Could not redraw: {elide(signature, 200)}", error=True)
+            self._report_timer_error("redraw", error)
+
+    def _report_timer_error(self, what: str, error: Exception) -> None:
+        """Log and show a timer callback's exception the first time it happens, only then."""
+        signature = f"{type(error).__name__}: {error}"
+        if (what, signature) in self._timer_errors:
+            return
+        self._timer_errors.add((what, signature))
+        LOG.exception("training panel: %s failed", what)
+        self._show_status(f"Could not {what}: {elide(signature, 200)}", error=True)
 
     def _redraw_if_needed(self) -> None:
         runs = self.run_list_state.runs

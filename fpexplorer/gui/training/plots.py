@@ -109,6 +109,13 @@ def file_text_label(text: str = "", word_wrap: bool = True) -> QLabel:
     return label
 
 
+# FP16's window in binades, from the engine: values in [2**FP16_LOW, 2**FP16_HIGH) are held
+# (2**-24, its smallest subnormal, up to the binade of 65504, its largest value).
+_FP16 = format_range("float16")
+FP16_LOW = math.floor(_FP16.log2_min_positive)  # -24
+FP16_HIGH = math.floor(_FP16.log2_max) + 1  # 16
+
+
 def alarm_colour() -> str:
     """The text colour of an alarm (a non-finite layer, an error): the theme's "error" role,
     made readable (>= 4.5:1) on the light and the dark palette."""
@@ -689,7 +696,7 @@ class GradientHistogramPlot(QWidget):
             self._rulers[name] = (thin, thick, label)
             thin.setData([0, 0], [y, y])
         self.fp16_window = pg.LinearRegionItem(
-            values=(-24, 16), brush=pg.mkBrush(255, 170, 0, 40), pen=pg.mkPen("#e69f00")
+            values=(FP16_LOW, FP16_HIGH), brush=pg.mkBrush(255, 170, 0, 40), pen=pg.mkPen("#e69f00")
         )
         self.fp16_window.setMovable(True)
         for line in self.fp16_window.lines:
@@ -750,7 +757,7 @@ class GradientHistogramPlot(QWidget):
 
     def _on_window_dragged(self, _region: object) -> None:
         lo, _hi = self.fp16_window.getRegion()
-        self.scale_spin.setValue(round(self._recorded_log2_scale() - 24 - lo))
+        self.scale_spin.setValue(round(self._recorded_log2_scale() + FP16_LOW - lo))
 
     # ----- drawing --------------------------------------------------------------------
 
@@ -812,8 +819,8 @@ class GradientHistogramPlot(QWidget):
                 math.log2(used) if used > 0 and math.isfinite(used) else 0.0
             )
             # FP16's whole range [2**-24, 65504] stays in view: it is the reference.
-            x_lo = min(float(hist.lo), -24.0 + shift, -24.0) - 2
-            x_hi = max(float(hist.lo + len(hist.counts)), 16.0 + shift, 16.0) + 2
+            x_lo = min(float(hist.lo), FP16_LOW + shift, FP16_LOW) - 2
+            x_hi = max(float(hist.lo + len(hist.counts)), FP16_HIGH + shift, FP16_HIGH) + 2
             counts = np.asarray(hist.counts, dtype=np.float64)
             y_hi = max(float(np.log10(1.0 + counts.max())), 1.0)
             x = np.arange(hist.lo, hist.lo + len(counts), dtype=np.float64) + 0.5
@@ -864,9 +871,9 @@ class GradientHistogramPlot(QWidget):
         k = self.scale_spin.value()
         recorded = self._recorded_log2_scale()
         # FP16's window [2**-24, 2**16) in the units the histogram was recorded in.
-        lo = -24 - (k - recorded)
+        lo = FP16_LOW - (k - recorded)
         self.fp16_window.blockSignals(True)
-        self.fp16_window.setRegion((lo, lo + 40))
+        self.fp16_window.setRegion((lo, lo + FP16_HIGH - FP16_LOW))
         self.fp16_window.blockSignals(False)
         hist = self.current_histogram()
         if hist is None:

@@ -84,7 +84,25 @@ def test_a_redraw_failure_is_reported_once_not_on_every_tick(panel, monkeypatch,
     assert panel.status_label.text() == (
         "Could not redraw: OverflowError: Python int too large to convert to C int"
     )
-    assert len([r for r in caplog.records if "redrawing" in r.getMessage()]) == 1
+    assert len([r for r in caplog.records if "redraw failed" in r.getMessage()]) == 1
+
+
+def test_a_replay_tick_that_fails_stops_reading_and_says_so(panel, make_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training import panel as panel_module
+    from fpexplorer.gui.training.replay import RunFileReplay
+
+    monkeypatch.setattr(panel_module, "SYNC_LOAD_BYTES", 1000)  # read in pieces
+    panel.load_run(make_run("big.jsonl", steps=200))
+    assert panel.loading
+
+    def broken(self: object, budget: float | None = None) -> bool:
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(RunFileReplay, "advance", broken)
+    panel._advance_replays()  # must not raise (was: raised on every idle turn)
+    panel._advance_replays()
+    assert not panel.loading and not panel.replay_timer.isActive()
+    assert panel.status_label.text() == "Could not read the run file: MemoryError: no room"
 
 
 def test_a_run_file_cannot_widen_the_window(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
