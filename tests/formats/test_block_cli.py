@@ -51,7 +51,7 @@ def test_typed_values_block_by_block(capsys: pytest.CaptureFixture[str]) -> None
     assert summary["rmse"] == pytest.approx((0.25**2 + 0.2**2 + 1) ** 0.5 / 2)
     text = _text(capsys, ["-f", "mxfp4", "1", "-0.75", "0.3", "5"])
     assert "block 0: scale 0x7f (01111111) = 2**0" in text
-    assert "summary of 4 finite values in 1 blocks" in text
+    assert "summary of 4 finite values in 1 block: " in text
 
 
 def _text(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
@@ -176,3 +176,13 @@ def test_quantize_imports_neither_torch_nor_qt() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_readme_quantize_example_is_real_output(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```console\n\$ fpexplorer (quantize .*?)\n(.*?)```", readme, re.DOTALL)
+    assert block is not None
+    assert main(block.group(1).split()) == 0
+    assert capsys.readouterr().out == block.group(2)
