@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
@@ -43,35 +44,69 @@ ADD_ORDER = (
 )
 VIEWS_MIN_HEIGHT = 250  # number line, tables and charts stay readable
 EDITORS_MIN_HEIGHT = 80  # one editor; more scroll
-VIEW_TABS = (
-    (
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEntry:
+    """One view under the editors: its tab, and the module and class that build it (imported
+    when the view is first shown, for start-up time)."""
+
+    name: str  # what settings, `screenshot --view` and the View menu call it
+    title: str  # tab and menu text ("&&" is a literal "&")
+    tip: str
+    module: str
+    class_name: str
+
+
+# The one table of views: adding a view is one entry here.
+VIEWS = (
+    ViewEntry(
         "number-line",
         "Number line",
         "Neighbours, midpoints and where each rounding mode sends the typed value",
+        "fpexplorer.gui.formats.number_line",
+        "NumberLineView",
     ),
-    ("table", "All formats", "The value rounded into every format; click a row to load it"),
-    (
+    ViewEntry(
+        "table",
+        "All formats",
+        "The value rounded into every format; click a row to load it",
+        "fpexplorer.gui.formats.tables",
+        "CrossFormatTable",
+    ),
+    ViewEntry(
         "range",
         "Range && precision",
         "Subnormal/normal range, overflow and relative spacing on a log2 axis",
+        "fpexplorer.gui.formats.range_chart",
+        "RangeChart",
     ),
-    ("codes", "All codes", "Every code of a format of ≤ 16 bits; click a cell to load it"),
-    ("properties", "Properties", "Max, min normal, min subnormal, eps, digits, finite-value count"),
-    (
+    ViewEntry(
+        "codes",
+        "All codes",
+        "Every code of a format of ≤ 16 bits; click a cell to load it",
+        "fpexplorer.gui.formats.codes_map",
+        "CodesMap",
+    ),
+    ViewEntry(
+        "properties",
+        "Properties",
+        "Max, min normal, min subnormal, eps, digits, finite-value count",
+        "fpexplorer.gui.formats.tables",
+        "PropertiesTable",
+    ),
+    ViewEntry(
         "block",
         "Block editor",
         "One block of an MX or NVFP4 format: drag its values, toggle its scale's bits",
+        "fpexplorer.gui.formats.block_view",
+        "BlockEditorView",
     ),
 )
-VIEW_NAMES = tuple(name for name, _, _ in VIEW_TABS)
-# Module and class of each view, imported when the view is first shown (start-up time).
+VIEW_TABS = tuple((view.name, view.title, view.tip) for view in VIEWS)
+VIEW_NAMES = tuple(view.name for view in VIEWS)
 VIEW_CLASSES: dict[str, tuple[str, str]] = {
-    "number-line": ("fpexplorer.gui.formats.number_line", "NumberLineView"),
-    "table": ("fpexplorer.gui.formats.tables", "CrossFormatTable"),
-    "range": ("fpexplorer.gui.formats.range_chart", "RangeChart"),
-    "codes": ("fpexplorer.gui.formats.codes_map", "CodesMap"),
-    "properties": ("fpexplorer.gui.formats.tables", "PropertiesTable"),
-    "block": ("fpexplorer.gui.formats.block_view", "BlockEditorView"),
+    view.name: (view.module, view.class_name) for view in VIEWS
 }
 
 
@@ -154,7 +189,9 @@ class FormatsPanel(QWidget):
             module_name, class_name = VIEW_CLASSES[name]
             view_class = getattr(importlib.import_module(module_name), class_name)
             view = view_class(self.session)
-            self._pages[name].layout().addWidget(view)
+            page_layout = self._pages[name].layout()
+            assert page_layout is not None  # set when the page was made
+            page_layout.addWidget(view)
             self._views[name] = view
         return view
 
@@ -249,10 +286,12 @@ class FormatsPanel(QWidget):
                 row.deleteLater()
         self.rows = []
         for index, editor in enumerate(wanted):
-            row = kept.get(editor)
-            if row is None:
+            existing = kept.get(editor)
+            if existing is None:
                 row = EditorRow(self.session, editor)
                 row.custom_requested.connect(self.open_custom_format_dialog)
+            else:
+                row = existing
             self.stack_layout.insertWidget(index, row)
             self.rows.append(row)
         for row in self.rows:
