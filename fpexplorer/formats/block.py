@@ -221,9 +221,9 @@ class BlockFormat:
         if self.tensor_scale and self.power_of_two_scale:
             raise ValueError("a per-tensor scale goes with the nearest rule (NVFP4)")
         if not self.power_of_two_scale:
-            # The vectorized quantizer checks a float64 quotient q against q × divisor, which
-            # must be exact: element (+2 bits for midpoints), scale and FP32 tensor scale
-            # significands together within float64's 53 bits.
+            # The vectorized quantizer rounds float64 quotients; that equals rounding the
+            # exact quotients while a rounding boundary (element significand + 2 bits) times
+            # the divisor (scale significand × FP32 tensor scale) fits float64's 53 bits.
             bits = self.element.mantissa_bits + 2 + self.scale_format.mantissa_bits + 1 + 24
             if bits > 53:
                 raise ValueError(
