@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.bit_row import BitRow
+from fpexplorer.gui.formats.saturation import p3109_saturation
 from fpexplorer.gui.formats.state import EditorState, FormatsSession
 from fpexplorer.gui.formats.text import short, typed
 from fpexplorer.gui.theme import best_text_on, class_color, class_hex, role_hex
@@ -233,6 +234,9 @@ class EditorRow(QFrame):
             ]
         if flags:
             text += f" &nbsp; <b style='color:{role_hex('error')}'>" + ", ".join(flags) + "</b>"
+        saturation = p3109_saturation(editor.format, editor.overflow)
+        if saturation is not None:
+            text += f" &nbsp; <i>{saturation}</i>"
         self.summary.setText(text)
         self.problem.setText(editor.problem or "")
         self.problem.setVisible(bool(editor.problem))
