@@ -8,7 +8,7 @@ one QTimer (at most ~30 times a second) and only when a model's revision moved.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyqtgraph as pg
@@ -37,6 +37,7 @@ from fpexplorer.gui.training.run_model import (
     HEAT_BINS,
     HEAT_HI,
     HEAT_LO,
+    HeatmapBuffer,
     RunModel,
     WhatIf,
     what_if,
@@ -49,7 +50,9 @@ from fpexplorer.gui.training.view_model import (
     first_nonfinite_view,
     format_range,
     format_ranges_log2,
+    heatmap_hover_text,
     heatmap_limits,
+    histogram_hover_text,
     hover_text,
     layer_table_view,
     lost_updates_text,
@@ -254,10 +257,10 @@ class StickyRange:
 class HoverReadout:
     """The values under the cursor, in the view's top-left corner while the mouse is over it."""
 
-    def __init__(self, plot: pg.PlotWidget, read: object) -> None:
+    def __init__(self, plot: pg.PlotWidget, read: Callable[[float, float], str]) -> None:
         self.plot = plot
         self.view = plot.getPlotItem().getViewBox()
-        self.read = read  # step -> text (the view model's hover_text for this plot)
+        self.read = read  # (x, y) in data units -> text (from the view model)
         background = QColor(plot_colors().background)
         background.setAlpha(225)
         self.item = pg.TextItem(
@@ -272,8 +275,8 @@ class HoverReadout:
     def text(self) -> str | None:
         return self.item.toPlainText() if self.item.isVisible() else None
 
-    def show_at(self, step: float | None) -> None:
-        text = self.read(step) if step is not None else ""  # type: ignore[operator]
+    def show_at(self, x: float | None, y: float = 0.0) -> None:
+        text = self.read(x, y) if x is not None else ""
         if not text:
             self.item.setVisible(False)
             return
@@ -285,7 +288,8 @@ class HoverReadout:
         if not self.view.sceneBoundingRect().contains(position):
             self.show_at(None)
             return
-        self.show_at(float(self.view.mapSceneToView(position).x()))
+        point = self.view.mapSceneToView(position)
+        self.show_at(float(point.x()), float(point.y()))
 
 
 class EmptyNote:
@@ -517,7 +521,7 @@ class LossPlot(QWidget):
     def _on_smooth_changed(self, _value: int) -> None:
         self.refresh(self._overlay, self._shown)
 
-    def _hover_text(self, step: float) -> str:
+    def _hover_text(self, step: float, _y: float) -> str:
         return hover_text(self._overlay, step, "loss")
 
     def refresh(self, overlay: Sequence[OverlayRun], shown: Sequence[RunModel]) -> None:
@@ -587,7 +591,7 @@ class LossScalePlot(QWidget):
         layout.addLayout(row)
         self._overlay: Sequence[OverlayRun] = ()
 
-    def _hover_text(self, step: float) -> str:
+    def _hover_text(self, step: float, _y: float) -> str:
         return hover_text(self._overlay, step, "scale", show=scale_text)
 
     def refresh(self, overlay: Sequence[OverlayRun], shown: Sequence[RunModel]) -> None:
@@ -706,6 +710,7 @@ class GradientHistogramPlot(QWidget):
         self.fp16_window.sigRegionChangeFinished.connect(self._on_window_dragged)
         self.plot.getPlotItem().getViewBox().sigResized.connect(self._on_view_resized)
         self.empty_note = EmptyNote(self.plot, height_fraction=0.25)  # above the rulers
+        self.hover = HoverReadout(self.plot, self._hover_text)
 
         self.param_button = QRadioButton("parameters")
         self.act_button = QRadioButton("activations")
@@ -744,6 +749,9 @@ class GradientHistogramPlot(QWidget):
         self._shown_revision = -1
         self._scale_set_by_user = False
         self.last_what_if: WhatIf | None = None
+
+    def _hover_text(self, x: float, _y: float) -> str:
+        return histogram_hover_text(self.current_histogram(), x)
 
     # ----- slots hand off -------------------------------------------------------------
 
@@ -919,12 +927,17 @@ class HeatmapPlot(QWidget):
             self.plot.addItem(curve)
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
+        self.hover = HoverReadout(self.plot, self._hover_text)
         self.note = file_text_label("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
         layout.addWidget(self.note)
         self._key: tuple[int, int, bool] | None = None
+        self._heat: HeatmapBuffer | None = None
+
+    def _hover_text(self, step: float, log2_value: float) -> str:
+        return heatmap_hover_text(self._heat, step, log2_value)
 
     def refresh(self, model: RunModel | None, activations: bool) -> None:
         key = (id(model), model.revision if model else -1, activations)
@@ -938,6 +951,7 @@ class HeatmapPlot(QWidget):
         for curve in self.limit_curves[len(limits) :]:
             curve.setData([], [])
         heat = None if model is None else (model.act_heat if activations else model.grad_heat)
+        self._heat = heat
         if heat is None or not len(heat):
             self.image.clear()
             self.empty_note.show(no_histogram_reason(model, None))

@@ -30,8 +30,15 @@ import numpy as np
 import numpy.typing as npt
 
 from fpexplorer.formats import get_format
-from fpexplorer.gui.training.run_model import RunModel, distinguishing_details
+from fpexplorer.gui.training.run_model import (
+    HEAT_BINS,
+    HEAT_LO,
+    HeatmapBuffer,
+    RunModel,
+    distinguishing_details,
+)
 from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.records import Histogram
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -408,6 +415,42 @@ def hover_text(
     if at_step is None:
         return ""
     return f"step {at_step} · " + " · ".join(parts)
+
+
+def histogram_hover_text(hist: Histogram | None, log2_value: float) -> str:
+    """The bar under the cursor: "2^-12 ≤ |g| < 2^-11: 1,234 of 8,680 values (14.2%)"."""
+    if hist is None or not math.isfinite(log2_value):
+        return ""
+    binade = math.floor(log2_value)
+    index = binade - hist.lo
+    count = int(hist.counts[index]) if 0 <= index < len(hist.counts) else 0
+    total = hist.total
+    share = f" ({share_text(count / total)})" if total else ""
+    return f"2^{binade} ≤ |g| < 2^{binade + 1}: {count:,} of {total:,} values{share}"
+
+
+def heatmap_hover_text(heat: HeatmapBuffer | None, step: float, log2_value: float) -> str:
+    """The heatmap cell under the cursor: its steps, binade and share of the values.
+
+    Columns are drawn evenly over the steps they cover, so the column under the cursor is
+    found the same way it was drawn.
+    """
+    if heat is None or not len(heat) or not (math.isfinite(step) and math.isfinite(log2_value)):
+        return ""
+    image = heat.image()
+    first, last = heat.step_span
+    columns = image.shape[0]
+    per_column = max(last - first, 1.0) / max(columns - 1, 1) if columns > 1 else 1.0
+    column = math.floor((step - first) / per_column)
+    binade = math.floor(log2_value)
+    row = binade - HEAT_LO
+    if not (0 <= column < columns and 0 <= row < HEAT_BINS):
+        return ""
+    value = float(image[column, row])
+    # The image is clipped at 10^-8 (no value at all reads the same).
+    share = "at most 10^-8 of the values" if value <= -8.0 else f"10^{value:.1f} of the values"
+    start = first + column * per_column
+    return f"steps from {start:.0f} · 2^{binade} ≤ |g| < 2^{binade + 1}: {share}"
 
 
 def scale_text(scale: float) -> str:

@@ -267,3 +267,24 @@ def test_form_problems_summarized_in_one_line() -> None:
     assert summarize_problems({}, titles) == ""
     assert summarize_problems({"steps": "x"}, titles) == "Fix 1 field: Steps"
     assert summarize_problems({"steps": "x", "seed": "y"}, titles) == "Fix 2 fields: Steps, Seed"
+
+
+def test_hover_over_the_histogram_and_the_heatmap_reads_the_cell() -> None:
+    from fpexplorer.gui.training.run_model import HeatmapBuffer
+    from fpexplorer.gui.training.view_model import heatmap_hover_text, histogram_hover_text
+    from fpexplorer.training.records import Histogram
+
+    hist = Histogram(lo=-12, counts=(1, 3), zero=4)
+    assert histogram_hover_text(hist, -10.5) == "2^-11 ≤ |g| < 2^-10: 3 of 8 values (37.5%)"
+    assert histogram_hover_text(hist, 5.0) == "2^5 ≤ |g| < 2^6: 0 of 8 values (0%)"
+    assert histogram_hover_text(None, 0.0) == ""
+    heat = HeatmapBuffer(capacity=4)
+    heat.add(0, Histogram(lo=-3, counts=(1, 1)))
+    heat.add(10, Histogram(lo=-3, counts=(0, 100)))
+    assert heatmap_hover_text(heat, 3.0, -2.5) == (
+        "steps from 0 · 2^-3 ≤ |g| < 2^-2: 10^-0.3 of the values"  # a half: log10 0.5
+    )
+    assert heatmap_hover_text(heat, 12.0, -3.0) == (
+        "steps from 10 · 2^-3 ≤ |g| < 2^-2: at most 10^-8 of the values"
+    )
+    assert heatmap_hover_text(heat, 40.0, -3.0) == ""
