@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import torch
+from monitor_helpers import flat
 from torch import nn
 
 from fpexplorer.training.monitor import FORMAT_RANGES, AmpMonitor
@@ -76,7 +77,7 @@ def one_step(tmp_path: Path, grads: torch.Tensor, scale: float, dtype: torch.dty
     ) as monitor:
         model.weight.grad = grads.to(dtype).reshape(1, -1).clone()
         optimizer.step()
-        return monitor.step(0.0)
+        return flat(monitor.step(0.0))
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.0**16, 2.0**-3, 1000.0, 0.1, 3.0, 2.0**100])
@@ -115,7 +116,7 @@ def test_lost_updates_equal_numpy(tmp_path: Path) -> None:
         model[0].weight.grad[:4] = 0.0  # zero gradients are not updates
         old = [p.detach().clone().numpy().ravel() for p in model.parameters()]
         optimizer.step()
-        record = monitor.step(loss)
+        record = flat(monitor.step(loss))
     new = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
     grads = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
     old_all = np.concatenate(old)
@@ -123,11 +124,12 @@ def test_lost_updates_equal_numpy(tmp_path: Path) -> None:
     stepped = (old16.astype(np.float32) + (new - old_all)).astype(np.float16)
     lost = np.sum((stepped == old16) & (grads != 0))
     intended = np.sum(grads != 0)
-    assert record["lost_updates"] == {
-        "share": lost / intended,
-        "kind": "fp16_would_lose",
-        "intended": int(intended),
-    }
+    figures = record["lost_updates"]
+    assert (figures["share"], figures["kind"], figures["intended"]) == (
+        lost / intended,
+        "fp16_would_lose",
+        int(intended),
+    )
     assert 0 < lost < intended
 
 
@@ -140,7 +142,7 @@ def test_lost_updates_of_fp16_weights(tmp_path: Path) -> None:
         loss.backward()
         old = np.concatenate([p.detach().clone().numpy().ravel() for p in model.parameters()])
         optimizer.step()
-        record = monitor.step(loss)
+        record = flat(monitor.step(loss))
     new = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
     grads = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
     intended = np.sum(grads != 0)
@@ -168,7 +170,7 @@ def test_layer_amax_is_the_largest_activation_gradient(tmp_path: Path, dtype: to
             loss = model(torch.randn(8, 16)).float().square().mean() * 3
         loss.backward()
         optimizer.step()
-        record = monitor.step(loss)
+        record = flat(monitor.step(loss))
     if dtype != torch.float32:  # the 16-bit path reads max |g| from the pattern counts
         assert captured["0"][0].dtype == dtype
     # The activation histogram too (ReLU makes exact zeros; float32 counts them apart).
@@ -202,7 +204,7 @@ def test_format_shares_of_mixed_gradient_tensors(tmp_path: Path, scale: float) -
         model["b"].weight.grad = fine.reshape(1, -1).clone()
         model["b"].bias.grad = torch.tensor([3.0])
         optimizer.step()
-        record = monitor.step(0.0)
+        record = flat(monitor.step(0.0))
     everything = np.concatenate([coarse.numpy(), [2.0**-25], fine.numpy(), [3.0]])
     assert record["format_shares"] == expected_shares(everything.astype(np.float32), scale)
     hist = record["grad_hist"]

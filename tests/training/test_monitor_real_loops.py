@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from monitor_helpers import flat
 from torch import nn
 
 from fpexplorer.training.monitor import AmpMonitor, code_histogram
@@ -52,7 +53,7 @@ def amp_loop(
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-        records.append(monitor.step(loss))
+        records.append(flat(monitor.step(loss)))
     return records
 
 
@@ -105,7 +106,7 @@ def test_a_float64_model_gets_statistics(tmp_path: Path) -> None:
         loss = model(torch.randn(4, 8, dtype=torch.float64)).square().mean()
         loss.backward()
         optimizer.step()
-        record = monitor.step(loss)
+        record = flat(monitor.step(loss))
     grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
     assert record["grad_norm"] == pytest.approx(float(grads.norm()), rel=1e-12)
     assert sum(record["grad_hist"]["counts"]) + record["grad_hist"]["zero"] == grads.numel()
@@ -180,6 +181,6 @@ def test_the_monitor_counts_low_payload_nans_as_nan(tmp_path: Path) -> None:
     with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl") as monitor:
         model.weight.grad = low_payload_nans(math.inf, 2.0, 0.0, 1e-40).reshape(1, -1)
         optimizer.step()
-        record = monitor.step(0.0)
+        record = flat(monitor.step(0.0))
     hist = record["grad_hist"]
     assert (hist["nan"], hist["inf"], hist["zero"], sum(hist["counts"])) == (2, 1, 1, 2)

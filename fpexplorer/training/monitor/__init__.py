@@ -19,7 +19,7 @@ from fpexplorer.training.monitor.kernels import (
     binade_codes,
     binade_histogram,
     code_histogram,
-    histogram_json,
+    histogram_record,
 )
 from fpexplorer.training.monitor.thresholds import (
     DEFAULT_FORMATS,
@@ -47,6 +47,6 @@ __all__ = [
     "device_description",
     "format_range",
     "format_ranges",
-    "histogram_json",
+    "histogram_record",
     "one_line_error",
 ]

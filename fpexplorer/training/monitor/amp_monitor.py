@@ -52,6 +52,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from fpexplorer import __version__
+from fpexplorer.training import records
 from fpexplorer.training.monitor.cadence import StatsCadence
 from fpexplorer.training.monitor.device import bytes_by_dtype, device_description
 from fpexplorer.training.monitor.kernels import (
@@ -60,6 +61,7 @@ from fpexplorer.training.monitor.kernels import (
     Segment,
     abs_max,
     bits_view,
+    code_counts,
     count_deferred_zeros,
     count_low_bits_set,
     dtype_name,
@@ -68,7 +70,8 @@ from fpexplorer.training.monitor.kernels import (
 )
 from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan
 from fpexplorer.training.monitor.thresholds import DEFAULT_FORMATS, format_ranges
-from fpexplorer.training.runlog import SCHEMA_VERSION, RunWriter
+from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
+from fpexplorer.training.runlog import RunWriter
 
 _AUTOCAST_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -207,7 +210,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             return scaler.is_enabled()
         return True
 
-    def _header(self) -> dict[str, Any]:
+    def _header(self) -> HeaderRecord:
         precision, config = self._header_config
         merged: dict[str, Any] = {
             "task": "user loop",
@@ -227,21 +230,19 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 growth_interval=scaler.get_growth_interval(),
             )
         merged.update(config)
-        return {
-            "type": "header",
-            "schema": SCHEMA_VERSION,
-            "fpexplorer": __version__,
-            "torch": torch.__version__,
-            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "config": merged,
-            "device": device_description(self.device),
-            "model": {
-                "params": sum(p.numel() for p in self.model.parameters()),
-                "layers": [layer.name for layer in self._layers],
-                "class": type(self.model).__name__,
-            },
-            "formats": {fmt.name: fmt.header_json() for fmt in self.formats},
-        }
+        return HeaderRecord(
+            config=merged,
+            fpexplorer_version=__version__,
+            torch_version=torch.__version__,
+            started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            device=records.DeviceInfo(**device_description(self.device)),
+            model=records.ModelInfo(
+                params=sum(p.numel() for p in self.model.parameters()),
+                layers=tuple(layer.name for layer in self._layers),
+                class_name=type(self.model).__name__,
+            ),
+            formats={fmt.name: records.FormatRange(**fmt.header_json()) for fmt in self.formats},
+        )
 
     def _guess_precision(self) -> str:
         """The precision mode a user loop runs in, from what it actually does: the autocast
@@ -266,7 +267,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._header_written = True
             self._write(self._header())
 
-    def _write(self, record: Mapping[str, Any]) -> None:
+    def _write(self, record: Record) -> None:
         """Write a record unless writing already failed; a failure warns once and stops
         the log, never the training loop."""
         if self.write_error is not None:
@@ -396,7 +397,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             return tracker.reshape(())
         return 0.0
 
-    def step(self, loss: torch.Tensor | float) -> dict[str, Any]:
+    def step(self, loss: torch.Tensor | float) -> StepRecord:
         """Record the step just taken. Call after the optimizer step (and scaler.update()),
         before gradients are zeroed. Returns the record (written unless writing failed)."""
         if self.closed:
@@ -427,27 +428,28 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         skipped = not self._optimizer_stepped or host.scalar("found_inf") > 0
         loss_value = host.scalar("loss")
         grad_norm = host.scalar("grad_norm")
-        record: dict[str, Any] = {
-            "type": "step",
-            "step": self.step_index,
-            "loss": loss_value,
-            "scale": self._scale_used,
-            "skipped": skipped,
-            "growth_tracker": int(host.scalar("growth_tracker")),
-            "lr": float(self.optimizer.param_groups[0]["lr"]),
-            "grad_norm": grad_norm,
-            "steps_per_s": len(self._recent_durations) / max(sum(self._recent_durations), 1e-9),
-            "time": now - self._started,
-        }
         alarm = skipped or not (math.isfinite(loss_value) and math.isfinite(grad_norm))
+        stats: records.StepStats | None = None
         if plan is not None:
-            record.update(plan.decode(host, skipped=skipped))
+            stats = plan.decode(host, skipped=skipped)
         elif alarm and grads:
             # The step of a skip, an overflow or a NaN: its activation gradients are gone,
             # its parameter gradients are not (a second host copy, on such steps only).
             late = HostPack(self.device)
             late_plan = self._queue_statistics(late, _tensor_norms(grads), activations=False)
-            record.update(late_plan.decode(late.fetch(), skipped=skipped))
+            stats = late_plan.decode(late.fetch(), skipped=skipped)
+        record = StepRecord(
+            step=self.step_index,
+            loss=loss_value,
+            scale=self._scale_used,
+            skipped=skipped,
+            growth_tracker=int(host.scalar("growth_tracker")),
+            lr=float(self.optimizer.param_groups[0]["lr"]),
+            grad_norm=grad_norm,
+            steps_per_s=len(self._recent_durations) / max(sum(self._recent_durations), 1e-9),
+            time=now - self._started,
+            stats=stats,
+        )
         self._write(record)
         # The scale after update() is the scale the next step uses.
         self._scale_used = host.scalar("scale_after")
@@ -481,6 +483,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 )  # fmt: skip
         plan = StatsPlan(
             layer_names=tuple(layer.name for layer in self._layers),
+            layer_has_params=tuple(bool(layer.params) for layer in self._layers),
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),
@@ -507,8 +510,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if groups and plan.formats:
             # The raw pattern counts of the parameter gradients: the format shares are read
             # from them on the host.
-            counts = torch.cat([group.segment.counts for group in groups])
-            pack.add("pattern_counts", counts.to(torch.float64))
+            counts = [group.segment.patterns for group in groups]
+            pack.add("pattern_counts", torch.cat([c for c in counts if c is not None]).double())
         return plan
 
     def _params_dtype(self) -> torch.dtype:
@@ -582,14 +585,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             target = patterns[offset : offset + data.numel()].view(bits.shape)
             torch.bitwise_and(bits, 0x7FFF, out=target)
             offset += data.numel()
-        counts = torch.bincount(patterns, minlength=32768)
+        table = "float32_high" if dtype == torch.float32 else dtype_name(dtype)
+        codes, counts = code_counts(patterns, table, keep_patterns=self.format_shares)
         if dtype == torch.float32:
             zeros = torch.stack([grad.numel() - count for grad, count in pairs]).sum()
-            segment = Segment(-1, "float32", total, "float32_high", counts, zeros, None, None,
+            segment = Segment(-1, "float32", total, table, codes, zeros, None, None, counts,
                               top_exact)  # fmt: skip
         else:
-            name = dtype_name(dtype)
-            segment = Segment(-1, name, total, name, counts, None, None, None, True)
+            segment = Segment(-1, table, total, table, codes, None, None, None, counts, True)
         return ParamGroup(segment, tuple(members))
 
     def _lost_updates(
@@ -641,7 +644,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         lost = torch.count_nonzero(unchanged.logical_and_(nonzero))
         return torch.stack([lost, intended])
 
-    def _memory(self) -> dict[str, Any]:
+    def _memory(self) -> Memory:
         optimizer_tensors = (
             value
             for state in self.optimizer.state.values()
@@ -653,13 +656,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if self.device.type == "cuda"
             else None
         )
-        return {
-            "params": bytes_by_dtype(p for p in self.model.parameters()),
-            "grads": bytes_by_dtype(p.grad for p in self.model.parameters() if p.grad is not None),
-            "optimizer": bytes_by_dtype(optimizer_tensors),
-            "activations": dict(self._saved_bytes),
-            "peak_device": peak,
-        }
+        return Memory(
+            params=bytes_by_dtype(p for p in self.model.parameters()),
+            grads=bytes_by_dtype(p.grad for p in self.model.parameters() if p.grad is not None),
+            optimizer=bytes_by_dtype(optimizer_tensors),
+            activations=dict(self._saved_bytes),
+            peak_device=peak,
+        )
 
     # -- end -----------------------------------------------------------------------------
 
@@ -674,15 +677,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._saved_hooks.__exit__(None, None, None)
             self._saved_hooks = None
         self._write_header()
-        self._write(
-            {
-                "type": "end",
-                "status": status,
-                "error": error,
-                "steps": self.step_index,
-                "elapsed": time.perf_counter() - self._started,
-            }
-        )
+        elapsed = time.perf_counter() - self._started
+        self._write(EndRecord(status=status, error=error, steps=self.step_index, elapsed=elapsed))
         try:
             self.writer.close()
         except OSError:  # already reported when the writes failed

@@ -15,10 +15,11 @@ import functools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
+
+from fpexplorer.training.records import Histogram
 
 # Binade histogram layout: every finite non-zero float32 has floor(log2 |x|) in
 # [-149, 127] (-149: the smallest subnormal 2**-149), so no value is ever clamped.
@@ -45,27 +46,25 @@ def binade_codes(values: torch.Tensor) -> torch.Tensor:
     return torch.where(magnitude_ok, codes, special)
 
 
-def histogram_json(counts: Sequence[float], dtype: str | None = None) -> dict[str, Any]:
-    """The run-log form of CODES counts: binade counts trimmed to the non-zero range."""
+def histogram_record(counts: Sequence[float], dtype: str | None = None) -> Histogram:
+    """The run-log histogram of CODES counts: binade counts trimmed to the non-zero range."""
     binades = [int(c) for c in counts[:NUM_BINADES]]  # int(): counts may arrive as floats
     nonzero = [i for i, count in enumerate(binades) if count]
     first, last = (nonzero[0], nonzero[-1] + 1) if nonzero else (0, 0)
-    result: dict[str, Any] = {
-        "lo": BINADE_LO + first if nonzero else 0,
-        "counts": binades[first:last],
-        "zero": int(counts[ZERO_CODE]),
-        "inf": int(counts[INF_CODE]),
-        "nan": int(counts[NAN_CODE]),
-    }
-    if dtype is not None:
-        result["dtype"] = dtype
-    return result
+    return Histogram(
+        lo=BINADE_LO + first if nonzero else 0,
+        counts=tuple(binades[first:last]),
+        zero=int(counts[ZERO_CODE]),
+        inf=int(counts[INF_CODE]),
+        nan=int(counts[NAN_CODE]),
+        dtype=dtype,
+    )
 
 
-def binade_histogram(tensors: Sequence[torch.Tensor]) -> dict[str, Any]:
-    """Binade histogram (run-log form) of all elements of `tensors`, each counted once."""
+def binade_histogram(tensors: Sequence[torch.Tensor]) -> Histogram:
+    """Binade histogram of all elements of `tensors`, each counted once."""
     counts = torch.stack([code_histogram(t) for t in tensors]).sum(dim=0)
-    return histogram_json(counts.tolist())
+    return histogram_record(counts.tolist())
 
 
 HIGH_HALF = 1 if sys.byteorder == "little" else 0  # the int16 holding a float32's top bits
@@ -214,24 +213,28 @@ def abs_max(tensor: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """Pattern counts of one tensor (or one group of parameter gradients), made as soon as
-    the tensor exists so that activation gradients need not be kept until `step()`.
+    """Histogram-code counts of one tensor (or one group of parameter gradients), made as
+    soon as the tensor exists so that activation gradients need not be kept until `step()`.
 
-    `counts`: the counts of the 32768 magnitude patterns (the 15 bits below the sign of a
-    16-bit value, or of a float32's top half); `zeros`: exact zeros (float32 only, where
-    pattern 0 also holds |x| < 2**-133); `amax`: max |x| of a float32 tensor (16-bit ones
-    read theirs from the counts); `tensor`: a float32 tensor kept for the exact fallback of
-    `code_histogram` (deep subnormals) and deferred zero counts, None for 16-bit ones.
+    `codes`: CODES + 1 counts by histogram code; for float32 the last one holds the
+    elements of magnitude pattern 0 (zeros and |x| < 2**-133, placed later) and ZERO_CODE
+    is empty until `zeros` is added. `zeros`: exact zeros (float32 only). `amax`: max |x|
+    (NaN when any element is NaN). `patterns`: the counts of the 32768 magnitude patterns
+    (the 15 bits below the sign of a 16-bit value, or of a float32's top half), kept only
+    where the format shares need them. `tensor`: a float32 tensor kept for the exact
+    fallback of `code_histogram` (deep subnormals, the inf pattern) and deferred zero
+    counts; None for 16-bit ones.
     """
 
     layer: int
     dtype: str
     numel: int
     table: str
-    counts: torch.Tensor
+    codes: torch.Tensor
     zeros: torch.Tensor | None
     amax: torch.Tensor | None
     tensor: torch.Tensor | None
+    patterns: torch.Tensor | None = None
     # float32 only: True when no element has low bits set (the patterns are the values),
     # False when some has, None when not looked at.
     top_exact: bool | None = None
@@ -253,15 +256,33 @@ class Scratch:
         return buffer[:numel]
 
 
+# Below this many elements a table lookup per element is cheaper than clearing, filling
+# and mapping 32768 pattern bins.
+_LOOKUP_BELOW = 16384
+
+
+def code_counts(
+    patterns: torch.Tensor, table_name: str, *, keep_patterns: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(CODES + 1 counts by code, the 32768 pattern counts or None) of masked magnitude
+    patterns (int16, flat)."""
+    table = _code_tables(patterns.device)[table_name]
+    if patterns.numel() < _LOOKUP_BELOW and not keep_patterns:
+        codes = table.index_select(0, patterns.int())
+        return torch.bincount(codes, minlength=CODES + 1), None
+    counts = torch.bincount(patterns, minlength=PATTERNS)
+    return _map_patterns(counts, table), counts if keep_patterns else None
+
+
 def segment_of(layer: int, tensor: torch.Tensor, scratch: Scratch | None) -> Segment:
-    """Pattern counts of `tensor`: two passes for 16-bit tensors (mask, bincount), three or
-    four for float32 ones (mask, bincount, max; zeros where pattern 0 is occupied)."""
+    """Code counts of `tensor`: mask, count (a bincount or a table lookup), max |x|; for
+    float32 the zeros too where pattern 0 is occupied (on a CPU, counted later)."""
     data = bits_view(tensor)
     if data.dtype in (torch.float16, torch.bfloat16):
         bits = data.view(torch.int16)
         table = dtype_name(data.dtype)
         keep = None
-        zeros = amax = None
+        zeros = None
     else:
         data = data if data.dtype == torch.float32 else data.float()
         bits = data.view(torch.int16)[..., HIGH_HALF::2]
@@ -270,15 +291,15 @@ def segment_of(layer: int, tensor: torch.Tensor, scratch: Scratch | None) -> Seg
         # On a CPU the zeros are counted later, only where pattern 0 is occupied (reading
         # one count there costs nothing); on an accelerator that would be a host sync.
         zeros = None if data.device.type == "cpu" else data.numel() - torch.count_nonzero(data)
-        amax = abs_max(data)
+    amax = abs_max(data)
     if scratch is not None:
         out = scratch.get("patterns", bits.numel(), torch.int16, bits.device).view(bits.shape)
         patterns = torch.bitwise_and(bits, 0x7FFF, out=out)
     else:
         patterns = bits & 0x7FFF
-    counts = torch.bincount(patterns.reshape(-1), minlength=PATTERNS)
-    return Segment(layer, dtype_name(tensor.dtype), tensor.numel(), table, counts, zeros, amax,
-                    keep)  # fmt: skip
+    codes, _ = code_counts(patterns.reshape(-1), table)
+    return Segment(layer, dtype_name(tensor.dtype), tensor.numel(), table, codes, zeros, amax,
+                   keep)  # fmt: skip
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -290,7 +311,7 @@ def count_deferred_zeros(segments: list[Segment]) -> list[Segment]:
     deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
     if not deferred:
         return segments
-    occupied = torch.stack([segments[i].counts[0] for i in deferred]).tolist()
+    occupied = torch.stack([segments[i].codes[CODES] for i in deferred]).tolist()
     result = list(segments)
     for index, pattern_zero in zip(deferred, occupied, strict=True):
         segment = segments[index]
@@ -323,37 +344,17 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
 
     Column CODES holds, for float32 segments, the elements below 2**-133 *including* zeros
     (also counted in ZERO_CODE): when it exceeds the zeros, `code_histogram` places them.
-    A 16-bit segment's max |x| is the value of its highest pattern present (NaN above inf).
     """
-    device = segments[0].counts.device
-    values = pattern_values(device)
-    rows = torch.empty(len(segments), CODES + 1, dtype=torch.int64, device=device)
-    amax = torch.empty(len(segments), dtype=torch.float32, device=device)
-    by_table: dict[str, list[int]] = {}
-    for index, segment in enumerate(segments):
-        by_table.setdefault(segment.table, []).append(index)
-    positions = torch.arange(PATTERNS, device=device)
-    for table, indices in by_table.items():
-        stacked = torch.stack([segments[i].counts for i in indices])
-        mapped = torch.zeros(len(indices), CODES + 1, dtype=torch.int64, device=device)
-        mapped.index_add_(1, _code_tables(device)[table], stacked)
-        where = torch.tensor(indices, device=device)
-        if table == "float32_high":
-            zeros = [segments[i].zeros for i in indices]
-            mapped[:, ZERO_CODE] += torch.stack([torch.as_tensor(z, device=device) for z in zeros])
-            none = torch.zeros((), dtype=torch.float32, device=device)  # parameter rows
-            peaks = torch.stack([_or(segments[i].amax, none) for i in indices])
-        else:
-            highest = torch.where(stacked > 0, positions, 0).amax(dim=1)
-            peaks = values[table][highest]
-            peaks = torch.where(mapped[:, NAN_CODE] > 0, torch.nan, peaks)
-        rows.index_copy_(0, where, mapped)
-        amax.index_copy_(0, where, peaks.float())
+    device = segments[0].codes.device
+    rows = torch.stack([segment.codes for segment in segments])
+    zeros = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
+    if zeros:
+        where = torch.tensor([i for i, _ in zeros], device=device)
+        counts = torch.stack([torch.as_tensor(z, device=device) for _, z in zeros])
+        rows[:, ZERO_CODE].index_add_(0, where, counts)
+    none = torch.zeros((), dtype=torch.float32, device=device)  # parameter rows
+    amax = torch.stack([none if s.amax is None else s.amax for s in segments])
     return rows, amax
-
-
-def _or(value: torch.Tensor | None, default: torch.Tensor) -> torch.Tensor:
-    return default if value is None else value
 
 
 @functools.lru_cache(maxsize=256)

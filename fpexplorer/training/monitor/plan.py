@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -34,7 +33,7 @@ from fpexplorer.training.monitor.kernels import (
     count_abs_at_most,
     count_at_most,
     count_low_bits_set,
-    histogram_json,
+    histogram_record,
     magnitude_limits,
     pattern_values,
 )
@@ -44,6 +43,13 @@ from fpexplorer.training.monitor.thresholds import (
     floor_log2,
     format_range,
 )
+from fpexplorer.training.records import (
+    FormatShares,
+    LayerStats,
+    LostUpdates,
+    Memory,
+    StepStats,
+)
 
 # Per-layer figures are about FP16, the format whose range a loss scale exists for.
 _FP16 = format_range("float16")
@@ -52,43 +58,54 @@ _FP16_MIN_SUBNORMAL_LOG2 = floor_log2(_FP16.smallest_positive)  # -24
 
 
 class HostPack:
-    """Device values queued under names and brought to the host in one copy (one sync)."""
+    """Device values queued under names and brought to the host in one copy (one sync).
+
+    On a CPU there is nothing to synchronise with: each value is read as it is added."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+        self._on_host = device.type == "cpu"
         self._parts: list[torch.Tensor] = []
-        self._slices: dict[str, slice] = {}
-        self._size = 0
+        self._names: list[tuple[str, int]] = []
+        self._host: dict[str, npt.NDArray[np.float64]] = {}
 
     def add(self, name: str, values: torch.Tensor | float) -> None:
-        if name in self._slices:
+        if name in self._host or any(name == known for known, _ in self._names):
             raise ValueError(f"{name!r} is already in the pack")
-        tensor = torch.as_tensor(values, dtype=torch.float64).to(self.device).reshape(-1)
-        self._parts.append(tensor)
-        self._slices[name] = slice(self._size, self._size + tensor.numel())
-        self._size += tensor.numel()
+        if not isinstance(values, torch.Tensor):
+            self._host[name] = np.array([values], dtype=np.float64)
+        elif self._on_host and values.device.type == "cpu":
+            self._host[name] = values.detach().reshape(-1).double().numpy()
+        else:
+            tensor = values.detach().to(device=self.device, dtype=torch.float64).reshape(-1)
+            self._parts.append(tensor)
+            self._names.append((name, tensor.numel()))
 
     def fetch(self) -> HostValues:
-        if not self._parts:
-            return HostValues(np.zeros(0), {})
-        return HostValues(torch.cat(self._parts).cpu().numpy(), dict(self._slices))
+        host = dict(self._host)
+        if self._parts:
+            values = torch.cat(self._parts).cpu().numpy()
+            offset = 0
+            for name, size in self._names:
+                host[name] = values[offset : offset + size]
+                offset += size
+        return HostValues(host)
 
 
 @dataclass(frozen=True, slots=True)
 class HostValues:
     """The host copy of a `HostPack`: parts by name (float64; counts are exact below 2**53)."""
 
-    values: npt.NDArray[np.float64]
-    slices: Mapping[str, slice]
+    parts: Mapping[str, npt.NDArray[np.float64]]
 
     def __getitem__(self, name: str) -> npt.NDArray[np.float64]:
-        return self.values[self.slices[name]]
+        return self.parts[name]
 
     def __contains__(self, name: object) -> bool:
-        return name in self.slices
+        return name in self.parts
 
     def scalar(self, name: str) -> float:
-        return float(self[name][0])
+        return float(self.parts[name][0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +125,13 @@ class StatsPlan:
     """
 
     layer_names: tuple[str, ...]
+    layer_has_params: tuple[bool, ...]
     param_groups: tuple[ParamGroup, ...]
     act_segments: tuple[Segment, ...]
     param_layers: tuple[int, ...]  # the layer of each parameter gradient (for the norms)
     forward_layers: tuple[int, ...]  # the layer of each forward finiteness flag
     scale: float  # the loss scale the gradients were made with
-    memory: dict[str, Any]
+    memory: Memory
     formats: tuple[FormatRange, ...]  # the format shares to compute (empty: none)
     lost_update_kind: str | None  # None: no lost-update figure queued
     scratch: Scratch = field(repr=False)
@@ -128,8 +146,8 @@ class StatsPlan:
     def n_param(self) -> int:
         return sum(group.segment.numel for group in self.param_groups)
 
-    def decode(self, host: HostValues, *, skipped: bool) -> dict[str, Any]:
-        """The statistics fields of the step record."""
+    def decode(self, host: HostValues, *, skipped: bool) -> StepStats:
+        """The statistics of the step record."""
         layer_count = len(self.layer_names)
         layer_sumsq = np.zeros(layer_count)
         layer_nonfinite = np.zeros(layer_count, dtype=bool)
@@ -160,31 +178,36 @@ class StatsPlan:
                 np.maximum.at(layer_amax, act_layers, host["act_amax"])
         segment_nonfinite = (histograms[:, INF_CODE] + histograms[:, NAN_CODE]) > 0
         np.logical_or.at(layer_nonfinite, act_layers, segment_nonfinite[is_act])
-        record: dict[str, Any] = {"grad_hist": histogram_json(grad_counts.tolist())}
-        if self.activations:
-            record["act_hist"] = histogram_json(act_counts.tolist(), self._act_dtype())
-            record["act_zero_share"] = _share(act_counts[ZERO_CODE], act_counts.sum())
-        record["layers"] = self._layer_records(layer_act, layer_amax, layer_sumsq,
-                                               layer_nonfinite)  # fmt: skip
-        record["first_nonfinite"] = self._first_nonfinite(
-            act_layers, segment_nonfinite[is_act], layer_nonfinite
-        )
-        if self.activations:
-            record["first_nonfinite_forward"] = first_forward
-        record["memory"] = self.memory
+        format_shares: dict[str, FormatShares] = {}
         if self.formats and self.param_groups:
             group_zeros = [int(histograms[i, ZERO_CODE]) for i in range(n_groups)]
             bounds = boundaries(self.formats)
             at_most = self._scaled_at_most(host, group_zeros, bounds)
-            record["format_shares"] = self._format_shares(dict(zip(bounds, at_most, strict=True)))
+            format_shares = self._format_shares(dict(zip(bounds, at_most, strict=True)))
+        lost_updates = None
         if self.lost_update_kind is not None and not skipped:
             lost, intended = (float(v) for v in host["lost_updates"])
-            record["lost_updates"] = {
-                "share": lost / intended if intended else 0.0,
-                "kind": self.lost_update_kind,
-                "intended": int(intended),
-            }
-        return record
+            share = lost / intended if intended else 0.0
+            lost_updates = LostUpdates(share, self.lost_update_kind, int(intended))
+        return StepStats(
+            grad_hist=histogram_record(grad_counts.tolist()),
+            act_hist=(
+                histogram_record(act_counts.tolist(), self._act_dtype())
+                if self.activations
+                else None
+            ),
+            act_zero_share=(
+                _share(act_counts[ZERO_CODE], act_counts.sum()) if self.activations else None
+            ),
+            layers=self._layer_records(layer_act, layer_amax, layer_sumsq, layer_nonfinite),
+            first_nonfinite=self._first_nonfinite(
+                act_layers, segment_nonfinite[is_act], layer_nonfinite
+            ),
+            first_nonfinite_forward=first_forward,
+            format_shares=format_shares,
+            lost_updates=lost_updates,
+            memory=self.memory,
+        )
 
     # -- pieces of the record ------------------------------------------------------------
 
@@ -241,7 +264,7 @@ class StatsPlan:
         layer_amax: npt.NDArray[np.float64],
         layer_sumsq: npt.NDArray[np.float64],
         layer_nonfinite: npt.NDArray[np.bool_],
-    ) -> list[dict[str, Any]]:
+    ) -> tuple[LayerStats, ...]:
         below_fp16 = _FP16_MIN_SUBNORMAL_LOG2 - BINADE_LO  # codes < this: |x| < 2**-24
         records = []
         for index, name in enumerate(self.layer_names):
@@ -249,18 +272,22 @@ class StatsPlan:
             peak = float(layer_amax[index])
             underflow = float(row[:below_fp16].sum() + row[ZERO_CODE])
             records.append(
-                {
-                    "name": name,
-                    "grad_norm": math.sqrt(float(layer_sumsq[index])),
-                    "amax": peak,
-                    "headroom_log2": (
+                LayerStats(
+                    name=name,
+                    grad_norm=(
+                        math.sqrt(float(layer_sumsq[index]))
+                        if self.layer_has_params[index]
+                        else None
+                    ),
+                    amax=peak,
+                    headroom_log2=(
                         math.log2(_FP16_MAX / peak) if peak > 0 and math.isfinite(peak) else None
                     ),
-                    "underflow_share": _share(underflow, row.sum()),
-                    "nonfinite": bool(layer_nonfinite[index]),
-                }
+                    underflow_share=_share(underflow, row.sum()),
+                    nonfinite=bool(layer_nonfinite[index]),
+                )
             )
-        return records
+        return tuple(records)
 
     def _scaled_at_most(
         self, host: HostValues, group_zeros: list[int], bounds: list[float]
@@ -316,20 +343,19 @@ class StatsPlan:
                 totals[index] += int(count)
         return totals
 
-    def _format_shares(self, count: dict[float, int]) -> dict[str, Any]:
+    def _format_shares(self, count: dict[float, int]) -> dict[str, FormatShares]:
         """Shares per format from the counts of |g * scale| <= each boundary (NaN counts as
         overflow: it is never <= anything; 0.0 gives the products that are zero)."""
         n_param = float(self.n_param)
         zeros = count[0.0]
-        shares: dict[str, Any] = {}
-        for fmt in self.formats:
-            flushed = count[fmt.flush_max] - zeros
-            shares[fmt.name] = {
-                "underflow": flushed / n_param,
-                "subnormal": (count[fmt.subnormal_max] - count[fmt.flush_max]) / n_param,
-                "overflow": (n_param - count[fmt.finite_max_input]) / n_param,
-            }
-        return shares
+        return {
+            fmt.name: FormatShares(
+                underflow=(count[fmt.flush_max] - zeros) / n_param,
+                subnormal=(count[fmt.subnormal_max] - count[fmt.flush_max]) / n_param,
+                overflow=(n_param - count[fmt.finite_max_input]) / n_param,
+            )
+            for fmt in self.formats
+        }
 
 
 def _share(part: float, total: float) -> float:
