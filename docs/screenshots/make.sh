@@ -10,3 +10,4 @@ shot formats-fp64-subnormal --format fp64 --value 4.9e-324 --view table
 shot formats-fp4-codes     --format fp4 fp6_e2m3 --value 2.7 --view codes
 shot formats-custom        --format e6m9 fp16 --value 1000.3 --view properties
 shot formats-nan-dark      --format fp16 float8_e4m3fn --value nan --view codes --theme dark
+shot training              --panel training --run tests/gui/training/data/overflow-fp16.jsonl
