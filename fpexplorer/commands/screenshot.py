@@ -6,6 +6,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # Qt is imported only when a picture is taken
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.gui.main_window import MainWindow
 
 HELP = "render the app window (formats or training panel) offscreen to a PNG"
 VIEWS = ("number-line", "table", "range", "codes", "properties", "block")
@@ -73,7 +79,20 @@ def run(args: argparse.Namespace) -> int:
     if args.run is not None and not Path(args.run).is_file():
         raise UsageError(f"--run {args.run!r}: no such file")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    app, window = prepare_window(args)
+    image = render(window, width, height)
+    app.processEvents()
+    if not image.save(str(out), "PNG"):
+        raise UsageError(f"--out {args.out!r}: could not write the PNG")
+    window.close()
+    print(f"wrote {out} ({image.width()}x{image.height()})")
+    return 0
 
+
+def prepare_window(args: argparse.Namespace) -> tuple[QApplication, MainWindow]:
+    """(application, main window) in the state the arguments ask for, not yet painted:
+    what the picture will show (tests read it from the widgets)."""
+    from fpexplorer.cli import UsageError
     from fpexplorer.commands.gui import _formats, apply_start_state
 
     formats = _formats(args.formats)
@@ -98,13 +117,7 @@ def run(args: argparse.Namespace) -> int:
             finish_loading = getattr(window.training_panel, "finish_loading", None)
             if callable(finish_loading):
                 finish_loading()  # a large run file is otherwise read in pieces, later
-    image = render(window, width, height)
-    app.processEvents()
-    if not image.save(str(out), "PNG"):
-        raise UsageError(f"--out {args.out!r}: could not write the PNG")
-    window.close()
-    print(f"wrote {out} ({image.width()}x{image.height()})")
-    return 0
+    return app, window
 
 
 def render(window: object, width: int, height: int) -> object:

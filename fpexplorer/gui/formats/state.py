@@ -431,9 +431,13 @@ class FormatsSession:
         return self._active
 
     def known_formats(self) -> list[FloatFormat]:
-        """Every named format, then the custom ones of this session."""
-        named = list_formats()
-        return named + [f for f in self.custom_formats if f not in named]
+        """Every named format, then the custom ones of this session, then any other format
+        stacked in an editor (a spec given on the command line, e6m9)."""
+        known = list_formats()
+        for fmt in [*self.custom_formats, *(editor.format for editor in self.editors)]:
+            if fmt not in known:
+                known.append(fmt)
+        return known
 
     def comparison_input(self) -> ExactValue:
         """The value the cross-format table rounds: the typed one, else the active value."""
