@@ -296,11 +296,16 @@ def quantize_block_exact(
         dequantized = tuple(ExactValue.nan() for _ in inputs)
     else:
         multiplier = scale * (global_scale if global_scale is not None else 1)
+        # Stochastic rounding: element i draws from seed + i (one seed for all would round
+        # every element of the block with the same draw).
         codes = tuple(
             element.from_value(
-                _divided(x, multiplier), rounding, overflow="saturate", **_seed(rounding, seed)
+                _divided(x, multiplier),
+                rounding,
+                overflow="saturate",
+                **_seed(rounding, None if seed is None else seed + index),
             )
-            for x in inputs
+            for index, x in enumerate(inputs)
         )
         dequantized = tuple(_times(element.to_exact(c), multiplier) for c in codes)
     return ExactBlock(fmt, rounding, inputs, code, scale, global_scale, codes, dequantized)
@@ -480,7 +485,8 @@ def dequantize(
     axis: int = -1,
     tensor_scale: float | None = None,
 ) -> FloatArray:
-    """Element codes and block-scale codes back to float64 values (exact)."""
+    """Element codes and block-scale codes back to float64 values (exact): the inverse the
+    block editor needs after editing codes. `tensor_scale` is required for NVFP4."""
     fmt = get_block_format(block_format)
     element_codes = np.asarray(codes)
     if element_codes.ndim == 0:
@@ -495,9 +501,9 @@ def dequantize(
     )
     scales = fmt.scale_format.to_float_array(layout.from_grid(scale_grid))
     if fmt.tensor_scale:
-        scales = scales * (
-            1.0 if tensor_scale is None else float(_forced_tensor_scale(tensor_scale))
-        )
+        if tensor_scale is None:
+            raise ValueError(f"{fmt.name} values need the per-tensor scale (tensor_scale=)")
+        scales = scales * float(_forced_tensor_scale(tensor_scale))
     values = fmt.element.to_float_array(layout.to_blocks(element_codes)) * scales[:, None]
     return np.asarray(layout.from_blocks(values), dtype=np.float64)
 

@@ -508,3 +508,29 @@ def test_exact_error_stats_agree_with_the_vectorized_ones(name: str) -> None:
     for i, block in enumerate(blocks):
         assert exact_error_stats([block]).max_abs_error == per_block.max_abs_error[i]
     assert tensor_scale_for(0) == 1 and tensor_scale_for(Fraction(1, 2**200)) == Fraction(1, 2**149)
+
+
+def test_dequantize_inverts_quantize_and_needs_the_nvfp4_tensor_scale() -> None:
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((4, 48))
+    for name in ("nvfp4", "mxfp8_e5m2", "mxint8"):
+        quantized = quantize(x, name)
+        again = dequantize(
+            quantized.codes, quantized.scale_codes, name, tensor_scale=quantized.tensor_scale
+        )
+        assert np.array_equal(again, quantized.values)
+    with pytest.raises(ValueError, match="per-tensor scale"):
+        dequantize(quantized.codes[:, :16], [[0x38]] * 4, "nvfp4")
+
+
+def test_stochastic_rounding_is_seeded_and_draws_per_element() -> None:
+    x = np.full(32 * 200, 0.3)
+    x[::32] = 4.0  # amax 4: scale 1, and 0.3 lies between 0 and 0.5 (rounds up with p 0.6)
+    first = quantize(x, "mxfp4", "stochastic", seed=5)
+    assert np.array_equal(first.codes, quantize(x, "mxfp4", "stochastic", seed=5).codes)
+    ups = (first.values == 0.5).sum() / (x.size - 200)
+    assert 0.55 < ups < 0.65
+    block = quantize_block_exact(list(x[:32]), "mxfp4", "stochastic", seed=5)
+    outcomes = {v.to_float() for v in block.values[1:]}
+    assert outcomes == {0.0, 0.5}  # not one draw for the whole block
+    assert block == quantize_block_exact(list(x[:32]), "mxfp4", "stochastic", seed=5)
