@@ -147,9 +147,12 @@ class RunWriter:
         A plain dict is accepted for now, read as schema 1's layout (the monitor's
         hand-built dicts) and written as the current schema; build records instead.
         """
-        typed = record if not isinstance(record, Mapping) else from_schema1_dict(record)
-        if typed is None:
-            raise ValueError(f"not a record type: {record.get('type')!r}")
+        if isinstance(record, Mapping):
+            typed = from_schema1_dict(record)
+            if typed is None:
+                raise ValueError(f"not a record type: {record.get('type')!r}")
+        else:
+            typed = record
         line = encode_line(typed)
         data = (line + "\n").encode("utf-8")
         self._file.write(data)
@@ -228,6 +231,10 @@ class RecordStream:
         self.line_number = 0
         self.bytes_fed = 0
         self.refused_records = 0  # records after a newer-schema header, not read
+        # Byte offset (from the first byte fed) of the line each record of the last
+        # feed()/finish() came from: where to seek to read a record again.
+        self.offsets: list[int] = []
+        self._line_start = 0
         self._pending = b""
         self._discarding = False  # inside an over-long line: drop up to its newline
         self._refusing = False
@@ -240,8 +247,10 @@ class RecordStream:
 
     def feed(self, data: bytes) -> list[Record]:
         """The records completed by `data` (possibly none)."""
+        base = self.bytes_fed
         self.bytes_fed += len(data)
         records: list[Record] = []
+        self.offsets = []
         start = 0
         while True:
             newline = data.find(b"\n", start)
@@ -249,6 +258,7 @@ class RecordStream:
                 break
             piece = data[start:newline]
             start = newline + 1
+            line_start, self._line_start = self._line_start, base + start
             if self._discarding:
                 self._discarding = False
                 self._pending = b""
@@ -256,7 +266,9 @@ class RecordStream:
             line = self._pending + piece if self._pending else piece
             self._pending = b""
             self.line_number += 1
+            before = len(records)
             self._read_line(line, records)
+            self.offsets += [line_start] * (len(records) - before)
         if not self._discarding:
             self._pending += data[start:]
             if len(self._pending) > self.max_line_bytes:
@@ -270,6 +282,7 @@ class RecordStream:
         """End of input: a whole last line without its newline is accepted, a torn one
         reported. The stream may be fed again afterwards (a file that grew)."""
         records: list[Record] = []
+        self.offsets = []
         if self._pending.strip():
             self.line_number += 1
             line, self._pending = self._pending, b""
@@ -279,7 +292,9 @@ class RecordStream:
                 self._report(f"line {self.line_number}: torn last line ignored")
             else:
                 self._use(decoded, records)
+                self.offsets = [self._line_start] * len(records)
         self._pending = b""
+        self._line_start = self.bytes_fed
         self._discarding = False
         if self.refused_records:
             self._report(

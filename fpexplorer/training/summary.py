@@ -1,14 +1,28 @@
-"""Summaries of run logs (`fpexplorer runs`). Torch-free, like the reader it builds on."""
+"""Summaries of run logs (`fpexplorer runs`). Torch-free, like the reader it builds on.
+
+A summary is made in one pass over the records with a fixed amount of state
+(`RunSummarizer`), so `fpexplorer runs summarize|compare|check` read a log of any size in
+constant memory. The one figure that needs the end first, the final loss (the mean of the
+last 10% of the steps), comes from a second, short read: the summarizer keeps the byte
+offsets of at most `CHECKPOINTS` evenly spaced steps, and re-reads the file from the last
+one before the tail (at most a further 1/CHECKPOINTS of it).
+"""
 
 from __future__ import annotations
 
 import math
-import statistics
+import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
 
-from fpexplorer.training.runlog import Run
+from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
+from fpexplorer.training.runlog import RecordStream, Run
+
+CHECKPOINTS = 64  # step offsets kept for the final-loss pass (halved when full)
+READ_CHUNK_BYTES = 256 * 1024  # what is read, parsed and let go at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +33,7 @@ class RunSummary:
     task: str
     precision: str
     device: str
-    status: str
+    status: str  # the end record's status, or "incomplete" (no end record: killed)
     error: str | None
     steps: int
     first_loss: float
@@ -37,68 +51,231 @@ class RunSummary:
     lost_update_kind: str | None
     first_nonfinite: tuple[tuple[str, int], ...]  # module -> statistics steps it started
     first_nonfinite_forward: tuple[tuple[str, int], ...]
-    steps_per_s: float  # median
+    steps_per_s: float  # steps after the first over the time they took
     memory_bytes: dict[str, int]  # last statistics step: part -> bytes (all dtypes)
     problems: tuple[str, ...]
 
+    @property
+    def complete(self) -> bool:
+        """The log ends with its `end` record (a killed job's does not)."""
+        return self.status != "incomplete"
+
+
+def _tail_length(steps: int) -> int:
+    return max(1, steps // 10)
+
+
+class RunSummarizer:
+    """Accumulates a summary record by record, in constant memory.
+
+    `add(record, offset)` for each record in file order (offset: where its line starts,
+    for the final-loss pass; None when the records are not from a file), then `result()`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.header: HeaderRecord | None = None
+        self.end: EndRecord | None = None
+        self.problems: list[str] = []
+        self.steps = 0
+        self.first_loss = math.nan
+        self.min_loss = math.inf
+        self.nonfinite_losses = 0
+        self.skipped = 0
+        self.scale_min = math.inf
+        self.scale_max = -math.inf
+        self.scale_final = math.nan
+        self.act_zero = self.act_total = self.grad_zero = self.grad_total = 0
+        self.act_dtypes: Counter[str] = Counter()
+        self.lost_sum = 0.0
+        self.lost_count = 0
+        self.lost_kind: str | None = None
+        self.origins: Counter[str] = Counter()
+        self.forward_origins: Counter[str] = Counter()
+        self.last_memory: Memory | None = None
+        self.first_time = math.nan
+        self.last_time = math.nan
+        # Checkpoints: (step index, byte offset) of every `stride`-th step.
+        self.checkpoints: list[tuple[int, int]] = []
+        self.stride = 1
+        self.losses: list[float] | None = None  # kept only when records are not from a file
+
+    def add(self, record: Record, offset: int | None = None) -> None:
+        if isinstance(record, StepRecord):
+            self._add_step(record, offset)
+        elif isinstance(record, HeaderRecord):
+            if self.header is None and not self.steps:
+                self.header = record
+            else:
+                self.problems.append("a second header record ignored")
+        elif self.end is None:
+            self.end = record
+        else:
+            self.problems.append("a second end record ignored")
+
+    def _add_step(self, step: StepRecord, offset: int | None) -> None:
+        if self.end is not None:
+            self.problems.append(f"step {step.step} after the end record ignored")
+            return
+        index = self.steps
+        self.steps += 1
+        if offset is None:
+            if self.losses is None:
+                self.losses = []
+            self.losses.append(step.loss)
+        elif index % self.stride == 0:
+            if len(self.checkpoints) == CHECKPOINTS:
+                self.checkpoints = self.checkpoints[::2]
+                self.stride *= 2
+            if index % self.stride == 0:
+                self.checkpoints.append((index, offset))
+        loss = step.loss
+        if index == 0:
+            self.first_loss = loss
+            self.first_time = step.time
+        if math.isfinite(loss):
+            self.min_loss = min(self.min_loss, loss)
+        else:
+            self.nonfinite_losses += 1
+        self.skipped += step.skipped
+        self.scale_min = min(self.scale_min, step.scale)
+        self.scale_max = max(self.scale_max, step.scale)
+        self.scale_final = step.scale
+        self.last_time = step.time
+        stats = step.stats
+        if stats is None:
+            return
+        if stats.act_hist is not None:
+            self.act_zero += stats.act_hist.zero
+            self.act_total += stats.act_hist.total
+            self.act_dtypes[stats.act_hist.dtype or "?"] += stats.act_hist.total
+        if stats.grad_hist is not None:
+            self.grad_zero += stats.grad_hist.zero
+            self.grad_total += stats.grad_hist.total
+        if stats.lost_updates is not None:
+            self.lost_sum += stats.lost_updates.share
+            self.lost_count += 1
+            self.lost_kind = stats.lost_updates.kind
+        if stats.first_nonfinite:
+            self.origins[stats.first_nonfinite] += 1
+        if stats.first_nonfinite_forward:
+            self.forward_origins[stats.first_nonfinite_forward] += 1
+        if stats.memory is not None:
+            self.last_memory = stats.memory
+
+    def tail_start(self) -> tuple[int, int] | None:
+        """(step index, byte offset) of the last checkpoint at or before the final-loss
+        tail; None when nothing needs re-reading (no steps, or losses kept in memory)."""
+        if not self.steps or self.losses is not None:
+            return None
+        first = self.steps - _tail_length(self.steps)
+        return max((c for c in self.checkpoints if c[0] <= first), default=None)
+
+    def result(self, tail: tuple[float, int] = (0.0, 0)) -> RunSummary:
+        """The summary; `tail`: (sum, count) of the finite losses of the last 10% of the
+        steps, read again from `tail_start()` (runs from a file)."""
+        if self.losses is not None:
+            finite = [x for x in self.losses[-_tail_length(self.steps) :] if math.isfinite(x)]
+            tail = (sum(finite), len(finite))
+        problems = list(self.problems)
+        if self.header is None and (self.steps or self.end is not None):
+            problems.append("no header record: the run's settings are unknown")
+        elif self.header is None and not problems:
+            problems.append("the file holds no records")
+        memory: dict[str, int] = {}
+        if self.last_memory is not None:
+            for part in ("params", "grads", "optimizer", "activations"):
+                memory[part] = sum(getattr(self.last_memory, part).values())
+            if self.last_memory.peak_device is not None:
+                memory["device peak"] = self.last_memory.peak_device
+        header = self.header
+        span = self.last_time - self.first_time
+        rate = (self.steps - 1) / span if self.steps > 1 and span > 0 else math.nan
+        steps = self.steps
+        return RunSummary(
+            path=str(self.path),
+            task=header.task if header else "?",
+            precision=header.precision if header else "?",
+            device=f"{header.device_type} ({header.device_name})" if header else "?",
+            status=self.end.status if self.end is not None else "incomplete",
+            error=self.end.error if self.end else None,
+            steps=steps,
+            first_loss=self.first_loss,
+            final_loss=tail[0] / tail[1] if tail[1] else math.nan,
+            min_loss=self.min_loss if math.isfinite(self.min_loss) else math.nan,
+            nonfinite_losses=self.nonfinite_losses,
+            skipped_steps=self.skipped,
+            scale_min=self.scale_min if steps else math.nan,
+            scale_max=self.scale_max if steps else math.nan,
+            scale_final=self.scale_final,
+            act_zero_share=self.act_zero / self.act_total if self.act_total else None,
+            act_dtype=self.act_dtypes.most_common(1)[0][0] if self.act_dtypes else None,
+            grad_zero_share=self.grad_zero / self.grad_total if self.grad_total else None,
+            lost_update_share=self.lost_sum / self.lost_count if self.lost_count else None,
+            lost_update_kind=self.lost_kind,
+            first_nonfinite=tuple(self.origins.most_common()),
+            first_nonfinite_forward=tuple(self.forward_origins.most_common()),
+            steps_per_s=rate,
+            memory_bytes=memory,
+            problems=tuple(problems),
+        )
+
 
 def summarize(run: Run) -> RunSummary:
-    steps = run.steps
-    losses = [s.loss for s in steps]
-    finite = [loss for loss in losses if math.isfinite(loss)]
-    # Skipped steps with an inf/NaN loss say nothing about how well the model trains.
-    tail = [x for x in losses[-max(1, len(losses) // 10) :] if math.isfinite(x)]
-    scales = [s.scale for s in steps]
-    stats = [s for s in steps if s.has_stats]
-    act_zero = act_total = grad_zero = grad_total = 0
-    act_dtypes: Counter[str] = Counter()
-    for s in stats:
-        if s.act_hist is not None:
-            act_zero += s.act_hist.zero
-            act_total += s.act_hist.total
-            act_dtypes[s.act_hist.dtype or "?"] += s.act_hist.total
-        if s.grad_hist is not None:
-            grad_zero += s.grad_hist.zero
-            grad_total += s.grad_hist.total
-    lost = [s.lost_updates for s in stats if s.lost_updates is not None]
-    origins = Counter(s.first_nonfinite for s in steps if s.first_nonfinite)
-    forward_origins = Counter(s.first_nonfinite_forward for s in steps if s.first_nonfinite_forward)
-    memory: dict[str, int] = {}
-    last_memory = next((s.memory for s in reversed(stats) if s.memory is not None), None)
-    if last_memory is not None:
-        for part in ("params", "grads", "optimizer", "activations"):
-            memory[part] = sum(getattr(last_memory, part).values())
-        if last_memory.peak_device is not None:
-            memory["peak_device"] = last_memory.peak_device
-    header = run.header
-    rates = [s.steps_per_s for s in steps if math.isfinite(s.steps_per_s)]
-    return RunSummary(
-        path=str(run.path),
-        task=header.task if header else "?",
-        precision=header.precision if header else "?",
-        device=f"{header.device_type} ({header.device_name})" if header else "?",
-        status=run.status,
-        error=run.end.error if run.end else None,
-        steps=len(steps),
-        first_loss=losses[0] if losses else math.nan,
-        final_loss=statistics.fmean(tail) if tail else math.nan,
-        min_loss=min(finite) if finite else math.nan,
-        nonfinite_losses=len(losses) - len(finite),
-        skipped_steps=sum(s.skipped for s in steps),
-        scale_min=min(scales) if scales else math.nan,
-        scale_max=max(scales) if scales else math.nan,
-        scale_final=scales[-1] if scales else math.nan,
-        act_zero_share=act_zero / act_total if act_total else None,
-        act_dtype=act_dtypes.most_common(1)[0][0] if act_dtypes else None,
-        grad_zero_share=grad_zero / grad_total if grad_total else None,
-        lost_update_share=statistics.fmean(u.share for u in lost) if lost else None,
-        lost_update_kind=lost[-1].kind if lost else None,
-        first_nonfinite=tuple(origins.most_common()),
-        first_nonfinite_forward=tuple(forward_origins.most_common()),
-        steps_per_s=statistics.median(rates) if rates else math.nan,
-        memory_bytes=memory,
-        problems=run.problems,
-    )
+    """The summary of a run already in memory (`load_run`)."""
+    summarizer = RunSummarizer(run.path)
+    records: list[Record] = [run.header] if run.header is not None else []
+    records += [*run.steps, *([run.end] if run.end is not None else [])]
+    for record in records:
+        summarizer.add(record)
+    summarizer.problems[:0] = [p for p in run.problems if p != "the file holds no records"]
+    return summarizer.result()
+
+
+def summarize_file(path: str | os.PathLike[str]) -> RunSummary:
+    """The summary of a run log read as a stream: constant memory whatever its size.
+    Never raises on a damaged or unreadable file (problems say what was wrong)."""
+    summarizer = RunSummarizer(path)
+    stream = RecordStream()
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(READ_CHUNK_BYTES):
+                for record, offset in zip(stream.feed(chunk), stream.offsets, strict=True):
+                    summarizer.add(record, offset)
+            for record, offset in zip(stream.finish(), stream.offsets, strict=True):
+                summarizer.add(record, offset)
+            tail = (0.0, 0)
+            start = summarizer.tail_start()
+            if start is not None:
+                first = summarizer.steps - _tail_length(summarizer.steps)
+                tail = _tail_of(handle, start, first, summarizer.steps, stream.schema)
+    except OSError as error:
+        summarizer.problems.append(f"cannot read {path}: {error.strerror or error}")
+        tail = (0.0, 0)
+    summarizer.problems[:0] = stream.problems
+    return summarizer.result(tail)
+
+
+def _tail_of(
+    handle: BinaryIO, start: tuple[int, int], first: int, steps: int, schema: int
+) -> tuple[float, int]:
+    """(sum, count) of the finite losses of steps first..steps-1, reading from the
+    checkpoint `start` = (its step index, its byte offset)."""
+    handle.seek(start[1])
+    stream = RecordStream()
+    stream.schema = schema  # the header is behind us: its schema still holds
+    index, total, count = start[0], 0.0, 0
+    while True:
+        chunk = handle.read(READ_CHUNK_BYTES)
+        records = stream.feed(chunk) if chunk else stream.finish()
+        for record in records:
+            if isinstance(record, StepRecord):
+                if first <= index < steps and math.isfinite(record.loss):
+                    total += record.loss
+                    count += 1
+                index += 1
+        if not chunk:
+            return total, count
 
 
 def _share(value: float | None) -> str:
@@ -123,7 +300,8 @@ def format_summary(summary: RunSummary) -> str:
         f"run        {summary.path}",
         f"task       {summary.task}   precision {summary.precision}   device {summary.device}",
         f"status     {summary.status} after {summary.steps} steps"
-        + (f": {summary.error}" if summary.error else ""),
+        + (f": {summary.error}" if summary.error else "")
+        + ("" if summary.complete else " (no end record: the job was killed or still runs)"),
     ]
     if not summary.steps:
         # No step: "loss nan, scale nan .. nan" would read as a run that diverged.
@@ -154,18 +332,19 @@ def format_summary(summary: RunSummary) -> str:
         parts = "   ".join(f"{k} {_bytes(v)}" for k, v in summary.memory_bytes.items())
         lines.append(f"memory     {parts}")
     if math.isfinite(summary.steps_per_s):
-        lines.append(f"speed      {summary.steps_per_s:.2f} steps/s (median)")
+        lines.append(f"speed      {summary.steps_per_s:.2f} steps/s (steps over their time)")
     lines.extend(f"problem    {problem}" for problem in summary.problems)
     return "\n".join(lines)
 
 
 TABLE_COLUMNS = (
-    "precision", "final loss", "act-grad zeros", "skipped", "loss scale", "steps/s",
+    "run", "task", "precision", "status", "final loss", "act-grad zeros", "skipped",
+    "loss scale", "steps/s",
 )  # fmt: skip
 
 
 def format_table(summaries: Sequence[RunSummary]) -> str:
-    """A Markdown table comparing runs (the underflow table of the README)."""
+    """A Markdown table comparing runs, one row each, named by file and task."""
     rows = [list(TABLE_COLUMNS)]
     for s in summaries:
         if not s.steps:
@@ -176,7 +355,10 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
             scale = f"{s.scale_min:g}–{s.scale_max:g}"
         rows.append(
             [
+                Path(s.path).name.replace("|", "\\|"),
+                s.task.replace("\\", "/").rsplit("/", 1)[-1].replace("|", "\\|"),
                 s.precision,
+                s.status,
                 f"{s.final_loss:.4g}",
                 _share(s.act_zero_share),
                 str(s.skipped_steps),

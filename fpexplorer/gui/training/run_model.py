@@ -64,13 +64,19 @@ HEAT_LO = -150
 HEAT_HI = 128
 HEAT_BINS = HEAT_HI - HEAT_LO
 
-# Every per-step scalar of the step record, derived from it: a scalar field added to
-# `StepRecord` gets its column here (and in the CSV export) with no change to this module.
-SCALAR_FIELDS: tuple[str, ...] = tuple(
-    name
-    for name, hint in typing.get_type_hints(StepRecord).items()
-    if name != "step" and hint in (float, int, bool)
-)
+
+def scalar_fields(step_record: type = StepRecord) -> tuple[str, ...]:
+    """The per-step scalars of the step record (numbers and flags besides `step`), derived
+    from it: a scalar field added to `StepRecord` gets its column here and in the CSV
+    export with no change to this module."""
+    return tuple(
+        name
+        for name, hint in typing.get_type_hints(step_record).items()
+        if name != "step" and hint in (float, int, bool)
+    )
+
+
+SCALAR_FIELDS: tuple[str, ...] = scalar_fields()
 
 
 def to_float(value: Any) -> float:
