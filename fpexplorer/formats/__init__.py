@@ -8,6 +8,18 @@ Fraction(65504, 1)
 '0x2e66'
 """
 
+from .arith import (
+    OPERATIONS,
+    Calculation,
+    DoubleRounding,
+    ExactResult,
+    Flags,
+    ModeResult,
+    Operand,
+    calculate,
+    double_round,
+    double_rounding_cases,
+)
 from .block import (
     SCALE_RULES,
     BlockFormat,
@@ -46,6 +58,7 @@ from .registry import get_format, list_formats
 __all__ = [
     "CLASSES",
     "ENCODINGS",
+    "OPERATIONS",
     "OVERFLOW_POLICIES",
     "P3109_ENCODINGS",
     "ROUNDING_MODES",
@@ -53,16 +66,25 @@ __all__ = [
     "SCALE_RULES",
     "BlockErrorStats",
     "BlockFormat",
+    "Calculation",
+    "DoubleRounding",
     "ErrorStats",
     "ExactBlock",
+    "ExactResult",
     "ExactValue",
     "Fields",
+    "Flags",
     "FloatFormat",
     "IntElement",
+    "ModeResult",
+    "Operand",
     "P3109Parameters",
     "QuantizedTensor",
     "Rounded",
+    "calculate",
     "dequantize",
+    "double_round",
+    "double_rounding_cases",
     "exact_decimal",
     "exact_error_stats",
     "get_block_format",
