@@ -17,14 +17,14 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer.formats import FloatFormat, Rounded, exact_decimal
+from fpexplorer.formats.decimal import display_decimals
 from fpexplorer.gui.formats.plotting import LazyView
 from fpexplorer.gui.formats.state import (
     STOCHASTIC_SEED,
     FormatsSession,
-    display_text,
     hex_code,
 )
-from fpexplorer.gui.formats.text import short
+from fpexplorer.gui.formats.text import short, typed
 from fpexplorer.gui.theme import role_color
 
 COMPARE_COLUMNS = (
@@ -106,6 +106,7 @@ class CrossFormatTable(LazyView):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
         self._fitted_for: tuple[FloatFormat, ...] = ()
+        self._longest_value = 0
         self.table.setToolTip("Click a row to load that format and code into the editor.")
         self.rows: list[tuple[FloatFormat, int]] = []
         layout = QVBoxLayout(self)
@@ -134,22 +135,33 @@ class CrossFormatTable(LazyView):
             formats = session.known_formats()
         which = "the stacked formats" if self.only_stacked.isChecked() else "every format"
         self.caption.setText(
-            f"<b>{short(value)}</b> rounded into {which} ({session.rounding}, "
+            f"<b>{typed(value)}</b> rounded into {which} ({session.rounding}, "
             f"overflow: {session.overflow or 'format default'}). Click a row to load it into "
             "the active editor."
         )
         self.table.setUpdatesEnabled(False)
         self.table.setRowCount(len(formats))
         self.rows = []
-        for row, fmt in enumerate(formats):
+        results: list[Rounded | str] = []
+        for fmt in formats:
             try:
-                rounded = fmt.round(value, session.rounding, session.overflow, seed=STOCHASTIC_SEED)
+                results.append(
+                    fmt.round(value, session.rounding, session.overflow, seed=STOCHASTIC_SEED)
+                )
             except ValueError as error:
+                results.append(str(error))
+        # As many digits as it takes for values that differ to read differently (float64's
+        # and a wider format's 1/3 share their first nine), the typed value among them.
+        texts = display_decimals(
+            [value, *(r.value if isinstance(r, Rounded) else None for r in results)]
+        )
+        for row, (fmt, result, text) in enumerate(zip(formats, results, texts[1:], strict=True)):
+            if isinstance(result, str):
                 self.rows.append((fmt, 0))
-                self._fill(row, [fmt.name, "—", str(error), "", "", "", "", ""], None)
+                self._fill(row, [fmt.name, "—", result, "", "", "", "", ""], None)
                 continue
-            self.rows.append((fmt, rounded.code))
-            self._fill(row, self._cells(fmt, rounded), rounded)
+            self.rows.append((fmt, result.code))
+            self._fill(row, self._cells(fmt, result, text or ""), result)
         active = session.active
         for row, (fmt, code) in enumerate(self.rows):
             if fmt == active.format and code == active.code:
@@ -161,10 +173,16 @@ class CrossFormatTable(LazyView):
             self._fitted_for = tuple(formats)
             self.table.resizeColumnsToContents()
             self.table.setColumnWidth(2, max(self.table.columnWidth(2), 200))
+        longest = max((len(text or "") for text in texts), default=0)
+        if longest != self._longest_value:
+            # Values are never cut by the table (its own "…" would read as the display
+            # rule's): the column follows their length.
+            self._longest_value = longest
+            self.table.resizeColumnToContents(2)
         self.table.setUpdatesEnabled(True)
 
     @staticmethod
-    def _cells(fmt: FloatFormat, rounded: Rounded) -> list[str]:
+    def _cells(fmt: FloatFormat, rounded: Rounded, value_text: str) -> list[str]:
         kind = fmt.classify(rounded.code)
         # invalid: the format has no code for the value (NaN into FP4, -1 into E8M0).
         flags = [
@@ -175,7 +193,7 @@ class CrossFormatTable(LazyView):
         return [
             fmt.name,
             hex_code(fmt, rounded.code),
-            display_text(fmt, rounded.code),
+            value_text,
             kind,
             short(rounded.error_abs),
             short(rounded.error_rel),

@@ -457,3 +457,26 @@ def test_codes_map_labels_each_cell_with_its_value_where_it_fits(
     # Wider formats get no labels.
     panel.session.set_format(panel.session.active, get_format("fp16"))
     qtbot.waitUntil(lambda: not any(label.isVisible() for label in codes.cell_labels))
+
+
+def test_table_values_that_differ_read_differently(qtbot: QtBot, panel: FormatsPanel) -> None:
+    from fpexplorer.formats import parse_value
+
+    panel.show_view("table")
+    wide = make_format(11, 50, name="wide_e11m50")
+    panel.session.add_custom_format(wide)
+    type_value(qtbot, panel, "1/3")
+    table = panel.cross_table.table
+    shown = {table.item(r, 0).text(): table.item(r, 2).text() for r in range(table.rowCount())}
+    # Nine digits cannot tell float64's 1/3 from e11m50's: the column shows more.
+    assert shown["float64"] != shown["wide_e11m50"]
+    third = parse_value("1/3")
+    values: dict[object, set[str]] = {}
+    for name, text in shown.items():
+        fmt = get_format(name) if name != wide.name else wide
+        value = fmt.to_exact(fmt.from_value(third))
+        values.setdefault((value.kind, value.negative, value.magnitude), set()).add(text)
+    texts = [next(iter(group)) for group in values.values()]
+    assert all(len(group) == 1 for group in values.values())  # equal values, equal texts
+    assert len(set(texts)) == len(texts)  # different values, different texts
+    assert "<b>1/3</b>" in panel.cross_table.caption.text()
