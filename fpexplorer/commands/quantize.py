@@ -251,7 +251,7 @@ def _from_array(
             }
         )
     tensor_scale = None if quantized.tensor_scale is None else Fraction(quantized.tensor_scale)
-    worst = _worst_index(stats.sqnr_db, stats.max_abs_error, quantized.axis)
+    worst = _plain(quantized.worst_blocks(1)[0])
     return {
         "source": source,
         "shape": list(data.shape),
@@ -268,21 +268,6 @@ def _grid_position(moved_index: tuple[int, ...], axis: int) -> tuple[int, ...]:
     """An index of the moved scale grid (axis last) as an index of the original grid."""
     *lead, block = moved_index
     return (*lead[:axis], block, *lead[axis:])
-
-
-def _worst_index(sqnr: Any, max_error: Any, axis: int) -> Any:
-    """Where in the scale grid the block with the lowest SQNR is (ties: largest error)."""
-    import numpy as np
-
-    moved_sqnr = np.moveaxis(sqnr, axis, -1).reshape(-1)
-    moved_error = np.moveaxis(max_error, axis, -1).reshape(-1)
-    key = np.where(np.isnan(moved_sqnr), np.inf, moved_sqnr)
-    candidates = np.flatnonzero(key == key.min())
-    errors = np.where(np.isnan(moved_error[candidates]), -np.inf, moved_error[candidates])
-    flat = int(candidates[int(np.argmax(errors))])
-    moved_shape = np.moveaxis(sqnr, axis, -1).shape
-    moved = tuple(int(i) for i in np.unravel_index(flat, moved_shape))
-    return _plain(_grid_position(moved, axis))
 
 
 def _plain(index: tuple[int, ...]) -> int | list[int]:

@@ -150,6 +150,16 @@ class QuantizedTensor:
             share_flushed=grid(flushed),
         )
 
+    def worst_blocks(self, count: int = 10) -> list[tuple[int, ...]]:
+        """Indices (into `scale_codes`) of the `count` blocks with the lowest SQNR, worst
+        first; ties go to the larger max |error|, blocks without finite inputs come last."""
+        stats = self.block_stats()
+        sqnr = np.where(np.isnan(stats.sqnr_db), np.inf, stats.sqnr_db).reshape(-1)
+        error = np.where(np.isnan(stats.max_abs_error), -np.inf, stats.max_abs_error)
+        order = np.lexsort((-error.reshape(-1), sqnr))[: max(count, 0)]
+        shape = self.scale_codes.shape
+        return [tuple(int(i) for i in np.unravel_index(flat, shape)) for flat in order]
+
     def tensor_stats(self) -> ErrorStats:
         """Error statistics of the whole tensor."""
         sums = _error_sums(self)
@@ -194,6 +204,23 @@ class ExactBlock:
         """value - input, exactly; None where either is not finite."""
         return tuple(
             value.fraction - x.fraction if value.is_finite and x.is_finite else None
+            for x, value in zip(self.inputs, self.values, strict=True)
+        )
+
+    @property
+    def saturated(self) -> tuple[bool, ...]:
+        """Per element: the input lies beyond ±max_elem × multiplier (it was clipped)."""
+        multiplier = self.multiplier
+        if multiplier is None:
+            return tuple(False for _ in self.inputs)
+        limit = self.format.element.max * multiplier
+        return tuple(x.is_inf or (x.is_finite and x.magnitude > limit) for x in self.inputs)
+
+    @property
+    def flushed(self) -> tuple[bool, ...]:
+        """Per element: a nonzero finite input that became zero."""
+        return tuple(
+            x.is_finite and not x.is_zero and value.is_finite and value.is_zero
             for x, value in zip(self.inputs, self.values, strict=True)
         )
 

@@ -534,3 +534,60 @@ def test_stochastic_rounding_is_seeded_and_draws_per_element() -> None:
     outcomes = {v.to_float() for v in block.values[1:]}
     assert outcomes == {0.0, 0.5}  # not one draw for the whole block
     assert block == quantize_block_exact(list(x[:32]), "mxfp4", "stochastic", seed=5)
+
+
+@pytest.mark.parametrize("name", MX_NAMES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mx_elements_next_to_every_rounding_boundary(name: str, dtype: type) -> None:
+    """Every element value and midpoint, and one float step either side, under scales from
+    2**-127 to 2**20: the vectorized path (float32 stays float32 there) equals the exact."""
+    fmt = get_block_format(name)
+    element = fmt.element
+    decoded = [element.to_exact(c) for c in range(1 << element.width)]
+    grid = sorted({v.magnitude for v in decoded if v.is_finite})
+    boundaries = grid + [(a + b) / 2 for a, b in itertools.pairwise(grid)]
+    for exponent in (-127, -100, -3, 0, 20):
+        scale = 2.0**exponent
+        centers = np.array([float(b) * scale for b in boundaries], dtype=dtype)
+        x = np.concatenate(
+            [centers, np.nextafter(centers, dtype(np.inf)), np.nextafter(centers, dtype(0))]
+        )
+        x = np.concatenate([x, -x])
+        for mode in ("nearest_even", "toward_zero"):
+            quantized = quantize(x, fmt, mode, scale_codes=exponent + 127)
+            for start in range(0, x.size, 32):
+                block = quantize_block_exact(
+                    list(x[start : start + 32]), fmt, mode, scale_code=exponent + 127
+                )
+                assert list(block.codes) == quantized.codes[start : start + 32].tolist()
+
+
+def test_per_element_flags_and_worst_blocks() -> None:
+    block = quantize_block_exact([7, 0.01, -3, math.inf, 0], "mxfp4", scale_code=127)
+    assert block.saturated == (True, False, False, True, False)
+    assert block.flushed == (False, True, False, False, False)
+    x = np.ones((2, 96))
+    x[1, 40] = 1000.0  # block (1, 1): the others flush to zero
+    x[0, 70] = 1.3  # block (0, 2): a small error
+    quantized = quantize(x, "mxfp4")
+    assert quantized.worst_blocks(2) == [(1, 1), (0, 2)]
+    assert len(quantized.worst_blocks(99)) == 6 and quantized.worst_blocks(0) == []
+
+
+def test_nvfp4_block_scales_next_to_every_e4m3_boundary() -> None:
+    e4m3 = get_format("e4m3")
+    decoded = [e4m3.to_exact(c) for c in range(0x7F)]
+    grid = sorted({v.magnitude for v in decoded if v.is_finite})
+    boundaries = grid + [(a + b) / 2 for a, b in itertools.pairwise(grid)]
+    tensor_scale = float(np.float32(1 / 3))
+    centers = np.array([float(b) * 6 * tensor_scale for b in boundaries])
+    amaxes = np.concatenate(
+        [centers, np.nextafter(centers, np.inf), np.nextafter(centers, 0)]
+    ).astype(np.float32)
+    blocks = np.zeros((amaxes.size, 16), dtype=np.float32)
+    blocks[:, 0] = amaxes
+    quantized = quantize(blocks, "nvfp4", tensor_scale=tensor_scale)
+    for row, code in zip(blocks, quantized.scale_codes[:, 0], strict=True):
+        assert (
+            quantize_block_exact(list(row), "nvfp4", tensor_scale=tensor_scale).scale_code == code
+        )
