@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -30,6 +32,7 @@ def test_ruff_format_is_applied() -> None:
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
 
 
+@pytest.mark.slow  # mypy over the typed packages: about 10 s
 def test_mypy_is_clean_on_formats_and_training() -> None:
     result = _run("mypy", "--no-incremental")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]

@@ -173,6 +173,7 @@ def test_nan_loss_is_recorded_not_fatal(tmp_path: Path) -> None:
     assert '"loss":"NaN"' in text and "NaN," not in text  # strict JSON
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_failing_user_task(tmp_path: Path) -> None:
     task = tmp_path / "broken.py"
     task.write_text(
@@ -243,6 +244,7 @@ def test_bad_arguments_exit_2_with_one_line(args: list[str], message: str) -> No
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_stream_writes_the_same_records_to_stdout(tmp_path: Path) -> None:
     out = tmp_path / "s.jsonl"
     result = run_cli("train", "--task", "mlp", "--precision", "bf16", "--steps", "3",
@@ -327,6 +329,7 @@ def test_prints_of_a_user_task_stay_out_of_the_record_stream(tmp_path: Path) -> 
     assert "loading" in stderr.getvalue() and "step!" in stderr.getvalue()
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_sigkill_leaves_a_readable_log(tmp_path: Path) -> None:
     out = tmp_path / "killed.jsonl"
     process = _start_long_job(out)
@@ -344,6 +347,7 @@ def test_sigkill_leaves_a_readable_log(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_signal_stops_after_the_current_step(tmp_path: Path, signum: int) -> None:
     out = tmp_path / "stopped.jsonl"
     process = _start_long_job(out)
@@ -360,6 +364,7 @@ def test_signal_stops_after_the_current_step(tmp_path: Path, signum: int) -> Non
     assert "stopped after" in stderr and "Traceback" not in stderr
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_examples_run(tmp_path: Path) -> None:
     loop = subprocess.run(
         [sys.executable, str(REPO / "examples" / "monitor_loop.py"), "--steps", "5",

@@ -40,6 +40,7 @@ def _process_state(pid: int) -> str:
     return text.rsplit(")", 1)[1].split()[0]
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_a_short_job_runs_to_its_end_record(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     _configure(panel, steps=6, precision="fp16")
     qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
@@ -70,6 +71,7 @@ def test_a_short_job_runs_to_its_end_record(panel, qtbot) -> None:  # type: igno
     assert panel.start_button.isEnabled() and not panel.stop_button.isEnabled()
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_stop_mid_run_ends_with_a_stopped_record(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     _configure(panel, steps=1_000_000)
     assert panel.start_job()
@@ -100,6 +102,7 @@ def test_stop_while_the_job_is_starting_is_a_stop_not_a_crash(panel, qtbot) -> N
 
 
 @pytest.mark.skipif(sys.platform == "win32" or not Path("/proc").is_dir(), reason="POSIX /proc")
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_pause_stops_the_process_and_resume_continues(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     _configure(panel, steps=1_000_000)
     assert panel.start_job()
@@ -122,6 +125,7 @@ def test_pause_stops_the_process_and_resume_continues(panel, qtbot) -> None:  # 
     assert panel.current_run.model.end.status == "stopped"
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_a_job_killed_from_outside_leaves_the_window_and_the_plots(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     _configure(panel, steps=1_000_000)
     assert panel.start_job()
@@ -142,6 +146,7 @@ def test_a_job_killed_from_outside_leaves_the_window_and_the_plots(panel, qtbot)
     assert panel.start_button.isEnabled()
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_a_failing_task_is_reported_not_raised(panel, qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     task_file = tmp_path / "broken_task.py"
     task_file.write_text("def make():\n    raise RuntimeError('the data set is missing')\n")
@@ -152,6 +157,7 @@ def test_a_failing_task_is_reported_not_raised(panel, qtbot, tmp_path: Path) -> 
     assert panel.isVisible() and panel.start_button.isEnabled()
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_closing_the_panel_stops_the_job(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     _configure(panel, steps=1_000_000)
     assert panel.start_job()
@@ -207,6 +213,7 @@ def test_misuse_of_the_job_controller_raises_a_clear_error(panel) -> None:  # ty
         panel.job.stop()
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_the_gui_process_never_imports_torch(tmp_path: Path) -> None:
     """A fresh GUI process runs a real job from the panel, replays it: torch stays out."""
     script = textwrap.dedent(
