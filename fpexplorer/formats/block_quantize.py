@@ -19,6 +19,11 @@ The algorithm, for someone re-implementing it (in torch, say):
    float64 quotient gives the exact result.
 4. Dequantized value = element value × block scale (× s_global): exact in float64.
 
+Error bound (nearest rounding): a finite element x of a block with multiplier M (block scale
+× per-tensor scale) dequantizes within half the gap of the element grid around |x|/M, times
+M; a saturated one (|x| > max_elem·M) within |x| - max_elem·M. The tests check it with
+Hypothesis.
+
 Cost: about a dozen numpy passes over the data; float32 input under nearest rounding stays
 in float32 for MX (the scaling is exact there too).
 """

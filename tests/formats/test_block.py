@@ -421,9 +421,9 @@ finite_floats = st.floats(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
-    st.sampled_from([f for f in ALL if f.scale_rule in ("floor", "nearest")]),
+    st.sampled_from(ALL),
     st.lists(finite_floats, min_size=1, max_size=32),
 )
 def test_dequantized_values_are_within_the_documented_bound(
@@ -590,4 +590,31 @@ def test_nvfp4_block_scales_next_to_every_e4m3_boundary() -> None:
     for row, code in zip(blocks, quantized.scale_codes[:, 0], strict=True):
         assert (
             quantize_block_exact(list(row), "nvfp4", tensor_scale=tensor_scale).scale_code == code
+        )
+
+
+any_float32 = st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(ALL),
+    st.lists(any_float32, min_size=1, max_size=40),
+    st.sampled_from(["nearest_even", "toward_negative"]),
+)
+def test_vectorized_equals_exact_on_any_float32_block(
+    fmt: BlockFormat, values: list[float], rounding: str
+) -> None:
+    x = np.array(values, dtype=np.float32)
+    quantized = quantize(x, fmt, rounding)
+    scale = None if quantized.tensor_scale is None else Fraction(quantized.tensor_scale)
+    for number, start in enumerate(range(0, x.size, fmt.block_size)):
+        chunk = [float(v) for v in x[start : start + fmt.block_size]]
+        block = quantize_block_exact(chunk, fmt, rounding, tensor_scale=scale)
+        assert block.scale_code == quantized.scale_codes[number]
+        assert list(block.codes) == quantized.codes[start : start + fmt.block_size].tolist()
+        exact = [v.to_float() for v in block.values]
+        vector = quantized.values[start : start + fmt.block_size].tolist()
+        assert all(
+            a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(exact, vector, strict=True)
         )
