@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # Qt is imported only when a picture is taken
     from fpexplorer.gui.main_window import MainWindow
 
 HELP = "render the app window (formats or training panel) offscreen to a PNG"
-VIEWS = ("number-line", "table", "range", "codes", "properties", "block")
+VIEWS = ("number-line", "table", "range", "codes", "properties", "block", "arithmetic")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -102,6 +102,13 @@ VIEWS = (
         "fpexplorer.gui.formats.block_view",
         "BlockEditorView",
     ),
+    ViewEntry(
+        "arithmetic",
+        "Arithmetic",
+        "a op b in the active editor's format: the exact result, every rounding mode, flags",
+        "fpexplorer.gui.formats.arith_view",
+        "ArithmeticView",
+    ),
 )
 VIEW_TABS = tuple((view.name, view.title, view.tip) for view in VIEWS)
 VIEW_NAMES = tuple(view.name for view in VIEWS)
