@@ -37,7 +37,8 @@ Special inputs (one rule each, the same in the exact and the vectorized path):
   The NVFP4 per-tensor amax is taken over the finite elements only, so one inf does not
   make ``s_global`` infinite and zero every other block.
 - **All-zero block**: MX: amax = 0 gives ``e = -127`` (code 0x00, the smallest scale);
-  NVFP4: the clamp gives ``s_block = 2**-6``. Elements are zeros of the inputs' signs.
+  NVFP4: the clamp gives ``s_block = 2**-6``. Elements are zeros of the inputs' signs
+  (INT8 has no -0).
 - **A block whose amax is subnormal in the element format**: this happens only where the
   scale is clamped at its bottom (MX ``e = -127``; NVFP4 ``s_block = 2**-6``); elements are
   then rounded as they are, into the element's subnormals or to zero.
@@ -92,8 +93,9 @@ class IntElement:
     """A two's-complement integer element times 2**-fraction_bits (MXINT8: 8 bits, 2**-6).
 
     Values are ``k / 2**fraction_bits`` for k in [-2**(bits-1), 2**(bits-1) - 1]; quantizing
-    saturates to ±max (symmetric), so the most negative code (0x80: -2 for MXINT8) decodes
-    but is never produced, as the OCP MX spec allows. There is no -0, inf or NaN.
+    saturates to ±max (symmetric, the MX rule "saturated to ±max"), so the most negative
+    code (0x80: -2 for MXINT8) decodes but is never produced (gfloat produces it; the
+    oracle tests pin that difference). There is no -0, inf or NaN.
     """
 
     name: str = "int8"
