@@ -323,6 +323,11 @@ class LostUpdates(_Codable):
     share: float
     kind: str
     intended: int | None = None  # updates that were not zero before rounding
+    # On a large model the share is measured on a random sample of the weights: `sampled`
+    # intended updates, and the whole model's share lies within +-`bound` of `share`
+    # (99.9% confidence). Both None when every weight was checked (exact).
+    sampled: int | None = None
+    bound: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
