@@ -220,13 +220,17 @@ def analyse_tensor(
         padded = np.zeros((rows.shape[0], -(-length // fmt.block_size) * fmt.block_size))
         padded[:, :length] = np.abs(rows.astype(np.float64))
         amax = padded.reshape(-1, fmt.block_size).max(axis=1)
-    # Worst first: NaN-scale blocks, then the lowest SQNR; blocks without inputs last.
-    key = np.where(nan_scale, -np.inf, np.where(np.isnan(sqnr), np.inf, sqnr))
-    order = np.argsort(key, kind="stable")[:WORST_BLOCK_COUNT]
+    # The engine's ranking (lowest SQNR first: NaN-scale blocks, whose error is infinite,
+    # lead), as flat block numbers; blocks with no finite input are not worth showing.
+    grid_shape = quantized.scale_codes.shape
+    order = [
+        int(np.ravel_multi_index(index, grid_shape))
+        for index in quantized.worst_blocks(WORST_BLOCK_COUNT)
+    ]
     worst = tuple(
-        WorstBlock(int(i), float(sqnr[i]), float(max_abs[i]), float(amax[i]))
+        WorstBlock(i, float(sqnr[i]), float(max_abs[i]), float(amax[i]))
         for i in order
-        if key[i] != np.inf
+        if not np.isnan(sqnr[i])
     )
     tensor = quantized.tensor_stats()
     summary = (
@@ -586,19 +590,24 @@ class BlockEditorState:
         multiplier = block.multiplier
         limit = None if multiplier is None else fmt.element.max * multiplier
         rows = []
-        saturated = flushed = 0
-        for index, (x, code, value, error) in enumerate(
-            zip(block.inputs, block.codes, block.values, block.errors, strict=True)
+        for index, (x, code, value, error, clipped, lost) in enumerate(
+            zip(
+                block.inputs,
+                block.codes,
+                block.values,
+                block.errors,
+                block.saturated,
+                block.flushed,
+                strict=True,
+            )
         ):
             status = ""
             if multiplier is None:
                 status = "NaN scale"
-            elif x.is_finite and limit is not None and x.magnitude > limit:
+            elif clipped:
                 status = "saturated"
-                saturated += 1
-            elif x.is_finite and not x.is_zero and value.is_zero:
+            elif lost:
                 status = "flushed to zero"
-                flushed += 1
             elif error == 0:
                 status = "exact"
             element = fmt.element
@@ -666,8 +675,8 @@ class BlockEditorState:
             limit=limit,
             max_abs_error_text=max_error_text,
             sqnr_text=sqnr_text,
-            saturated=saturated,
-            flushed=flushed,
+            saturated=sum(block.saturated),
+            flushed=sum(block.flushed),
         )
 
     def _scale_text(self, code: int) -> str:

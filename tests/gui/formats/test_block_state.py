@@ -223,3 +223,16 @@ def test_bad_npy_files_get_a_sentence_and_lose_nothing(tmp_path: Path) -> None:
     np.save(tmp_path / "ok.npy", np.ones(10))
     assert not state.load_npy(tmp_path / "ok.npy", block=5)
     assert state.problem == "ok.npy has blocks 0..0, not 5"
+
+
+def test_an_infinite_nvfp4_element_saturates_and_the_rest_keep_a_finite_scale() -> None:
+    state = BlockEditorState("nvfp4", ["1000", "-0.5", "0.01", "0"])
+    state.set_element(1, "-inf")
+    readout = state.readout()
+    assert readout.rows[1].status == "saturated" and readout.saturated == 1
+    assert readout.scale_text == "448"  # the clamp: (inf / 6) / s_global
+    assert readout.rows[1].value.is_finite and readout.rows[1].value.negative
+    assert readout.rows[1].element_text == "-6"
+    # 0.01 / (448 × 1000/2688) is far below E2M1's smallest step: flushed, said so.
+    assert readout.rows[2].status == "flushed to zero" and readout.flushed == 1
+    assert readout.rows[3].status == "exact"
