@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "inspect": "fpexplorer.commands.inspect",
     "formats": "fpexplorer.commands.formats",
     "quantize": "fpexplorer.commands.quantize",
+    "calc": "fpexplorer.commands.calc",
     "train": "fpexplorer.commands.train",
     "runs": "fpexplorer.commands.runs",
     "screenshot": "fpexplorer.commands.screenshot",

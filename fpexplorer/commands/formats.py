@@ -89,7 +89,7 @@ def _render_text(rows: list[dict[str, Any]]) -> str:
             specials.append("inf")
         if row["has_nan"]:
             specials.append("nan")
-        if not row["has_negative_zero"]:
+        if not row["has_negative_zero"] and row["signed"]:  # unsigned says it already
             specials.append("no -0")
         if not row["signed"]:
             specials.append("unsigned")

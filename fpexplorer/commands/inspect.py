@@ -20,9 +20,10 @@ ROUNDING_MODES = (
     "toward_zero",
     "toward_positive",
     "toward_negative",
+    "round_to_odd",
     "stochastic",
 )
-OVERFLOW_POLICIES = ("ieee", "saturate", "nan")
+OVERFLOW_POLICIES = ("ieee", "saturate", "saturate_propagate", "nan")
 # Text output cuts exact decimals that do not terminate (and errors) to this many digits;
 # --json always carries every digit of terminating values.
 TEXT_DIGITS = 80
@@ -31,12 +32,15 @@ EPILOG = """\
 VALUE: a decimal of any length (0.1, -1.5e-3), a fraction (1/3), a hex float (0x1.8p3),
 inf, -inf, nan, -0, or max / min_normal / min_subnormal / eps of each format.
 Negative values work as they are: fpexplorer inspect -1e-3 -f fp16.
-FORMAT: a name (float16, fp16, bf16, e4m3, e8m0, ...: see `fpexplorer formats`) or a spec
-such as e6m9 or e4m3:bias=11:encoding=fnuz:subnormals=off.
+FORMAT: a name (float16, fp16, bf16, e4m3, e8m0, ...: see `fpexplorer formats`), a P3109
+name binary{K}p{P}{s|u}{e|f} (binary8p3se, binary8p4uf, ...) or a spec such as e6m9 or
+e4m3:bias=11:encoding=fnuz:subnormals=off. P3109's saturation modes are overflow policies:
+SatFinite = saturate, SatPropagate = saturate_propagate, OvfInf = ieee.
 
 examples:
   fpexplorer inspect 0.1 --format fp16 bf16
   fpexplorer inspect 65520 -f fp16 --rounding toward_zero
+  fpexplorer inspect 300 -f binary8p4se --overflow saturate_propagate
   fpexplorer inspect 1/3 --all --json
   fpexplorer inspect --bits 0x3c00 --format fp16
 """
@@ -64,6 +68,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="overflow policy (default: what ml_dtypes does for each format)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=None, help="seed for stochastic rounding")
+    parser.add_argument(
+        "--random-bits", type=int, default=None, metavar="N",
+        help="random bits of stochastic rounding (1..64; default 64)",
+    )  # fmt: skip
     parser.add_argument(
         "--bits", metavar="CODE",
         help="decode CODE (0x.., 0b.. or decimal) of the one --format instead of rounding",
@@ -137,7 +145,9 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     results = []
     for fmt in formats:
         exact = parse_value(args.value, fmt)
-        rounded = fmt.round(exact, args.rounding, args.overflow, seed=args.seed)
+        rounded = fmt.round(
+            exact, args.rounding, args.overflow, seed=args.seed, random_bits=args.random_bits
+        )
         results.append(_describe_rounding(rounded))
     try:
         common_input: ExactValue | None = parse_value(args.value)

@@ -188,6 +188,7 @@ def test_commands_import_neither_torch_nor_qt() -> None:
         "assert main(['inspect', '0.1', '--all', '--json']) == 0\n"
         "assert main(['inspect', '--bits', '0x3c00', '-f', 'fp16']) == 0\n"
         "assert main(['formats', '--json']) == 0\n"
+        "assert main(['calc', 'sqrt(2)', '-f', 'binary8p3se', '--json']) == 0\n"
         "print('MODULES', ' '.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )
     result = _run([], code)

@@ -1,0 +1,287 @@
+"""`fpexplorer calc`: one operation in a format, exactly, rounded under each mode."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fractions import Fraction
+
+    from fpexplorer.formats import Calculation, ExactValue
+
+HELP = "compute a + b, a - b, a * b, a / b, fma(a, b, c) or sqrt(a) in a float format"
+
+# The deterministic rounding modes and the overflow policies, repeated so that building the
+# parser imports nothing (tests/test_cli_contract.py keeps them equal to the engine's).
+ROUNDING_MODES = (
+    "nearest_even",
+    "nearest_away",
+    "toward_zero",
+    "toward_positive",
+    "toward_negative",
+    "round_to_odd",
+    "stochastic",
+)
+OVERFLOW_POLICIES = ("ieee", "saturate", "saturate_propagate", "nan")
+# An irrational square root is shown to this many significant digits (all of them correct:
+# the engine brackets it to 2**-128 of its value).
+ROOT_DIGITS = 36
+TEXT_DIGITS = 60
+
+EPILOG = """\
+EXPRESSION: a + b, a - b, a * b, a / b (also × ÷ −), fma(a, b, c) or sqrt(a). Each operand is
+a value as `fpexplorer inspect` takes it (0.1, -1.5e-3, 1/3, 0x1.8p3, inf, nan, max, ...) and
+is first rounded into the format (nearest even); the operation is then exact, and its result
+is rounded under every rounding mode (or the one --rounding names), with the error and the
+IEEE 754 flags.
+
+examples:
+  fpexplorer calc "0.1 + 0.2" --format fp16
+  fpexplorer calc "fma(1.5, 2, -3)" --format bf16 --rounding toward_zero
+  fpexplorer calc "sqrt(2)" --format binary8p3se --json
+"""
+
+_OPERATORS = {"+": "add", "-": "sub", "−": "sub", "*": "mul", "×": "mul", "/": "div", "÷": "div"}
+_CALL = re.compile(r"\s*(?P<name>fma|sqrt)\s*\((?P<arguments>.*)\)\s*", re.IGNORECASE | re.DOTALL)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    # argparse takes "-1+2" or "-inf*2" for an option; only these look like options here.
+    parser._negative_number_matcher = re.compile(
+        r"^-(?:[0-9.]|inf|nan|max|min_|eps|0x)", re.IGNORECASE
+    )
+    parser.add_argument("expression", metavar="EXPRESSION", help="the operation, quoted")
+    parser.add_argument(
+        "-f", "--format", default="float32", metavar="NAME",
+        help="the format to compute in (a name, a spec or a P3109 name; default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rounding", choices=ROUNDING_MODES, default=None,
+        help="one rounding mode (default: every mode but stochastic)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--overflow", choices=OVERFLOW_POLICIES, default=None,
+        help="overflow policy (default: what ml_dtypes does for the format)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=None, help="seed for stochastic rounding")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from fpexplorer.errors import UsageError
+
+    try:
+        document = build(args.expression, args.format, args.rounding, args.overflow, args.seed)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if args.json:
+        print(json.dumps(document, indent=2, allow_nan=False))
+    else:
+        print(render_text(document))
+    return 0
+
+
+def parse_expression(text: str) -> tuple[str, list[str]]:
+    """(operation, operand texts) of an expression; ValueError saying what is wrong."""
+    from fpexplorer.formats import OPERATIONS, parse_value
+
+    shown = text.strip()[:60]
+    call = _CALL.fullmatch(text)
+    if call is not None:
+        operation = call["name"].lower()
+        arguments = [part.strip() for part in call["arguments"].split(",")]
+        if len(arguments) != OPERATIONS[operation] or not all(arguments):
+            raise ValueError(f"{shown!r}: {operation} takes {OPERATIONS[operation]} operand(s)")
+        return operation, arguments
+    splits: list[tuple[bool, str, str, str]] = []
+    for position, character in enumerate(text):
+        if character not in _OPERATORS or position == 0:
+            continue
+        left, right = text[:position].strip(), text[position + 1 :].strip()
+        if not left or not right:
+            continue
+        try:
+            parse_value(left.replace("−", "-"))
+            parse_value(right.replace("−", "-"))
+        except ValueError:
+            continue
+        spaced = (
+            text[position - 1].isspace()
+            and position + 1 < len(text)
+            and (text[position + 1].isspace())
+        )
+        splits.append((spaced, _OPERATORS[character], left, right))
+    if len(splits) > 1:
+        spaced = [split for split in splits if split[0]]
+        splits = spaced if len(spaced) == 1 else splits
+    if len(splits) > 1:
+        raise ValueError(f"{shown!r} is ambiguous: put spaces around the operator (1/2 / 3)")
+    if not splits:
+        raise ValueError(
+            f"{shown!r}: not an operation (expected a + b, a - b, a * b, a / b, fma(a, b, c) "
+            "or sqrt(a), with operands such as 0.1, -2.5e-3, 1/3, 0x1.8p3, inf)"
+        )
+    _, operation, left, right = splits[0]
+    return operation, [left.replace("−", "-"), right.replace("−", "-")]
+
+
+def build(
+    expression: str,
+    format_name: str,
+    rounding: str | None = None,
+    overflow: str | None = None,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """The JSON document of `fpexplorer calc` (ValueError for bad input)."""
+    from fpexplorer.formats import calculate, get_format, parse_value
+    from fpexplorer.formats.arith import DETERMINISTIC_MODES
+
+    fmt = get_format(format_name)
+    operation, texts = parse_expression(expression)
+    operands = [parse_value(text, fmt) for text in texts]
+    modes = (rounding,) if rounding else DETERMINISTIC_MODES
+    calculation = calculate(operation, operands, fmt, modes=modes, overflow=overflow, seed=seed)
+    return _document(expression, texts, calculation)
+
+
+def _document(expression: str, texts: list[str], calculation: Calculation) -> dict[str, Any]:
+    fmt = calculation.format
+    exact = calculation.exact
+    return {
+        "expression": expression,
+        "operation": calculation.operation,
+        "format": fmt.name,
+        "spec": fmt.spec,
+        "overflow_policy": calculation.overflow_policy,
+        "operands": [
+            {
+                "input": text,
+                "input_exact": _exact(operand.input),
+                "code": operand.code,
+                "code_hex": fmt.code_to_hex(operand.code),
+                "value_exact": _exact(operand.value),
+                "inexact": operand.inexact,
+            }
+            for text, operand in zip(texts, calculation.operands, strict=True)
+        ],
+        "exact": {
+            "is_exact": exact.is_exact,
+            "value_exact": _exact(exact.value) if exact.is_exact else None,
+            "value_approx": None if exact.is_exact else _root_digits(exact.value),
+            "lower": None if exact.lower is None else _exact_fraction(exact.lower),
+            "upper": None if exact.upper is None else _exact_fraction(exact.upper),
+            "invalid": exact.invalid,
+            "divide_by_zero": exact.divide_by_zero,
+        },
+        "results": [
+            {
+                "rounding": result.rounding,
+                "code": result.code,
+                "code_hex": fmt.code_to_hex(result.code),
+                "code_bits": fmt.code_to_bits(result.code),
+                "class": fmt.classify(result.code),
+                "value_exact": _exact(result.value),
+                "value": _number(result.value),
+                "error_abs_exact": (
+                    None
+                    if result.error_abs is None or result.error_is_approximate
+                    else _exact_fraction(result.error_abs)
+                ),
+                "error_abs": _float(result.error_abs),
+                "error_ulps": _float(result.error_ulps),
+                "error_is_approximate": result.error_is_approximate,
+                "flags": list(result.flags.raised()),
+            }
+            for result in calculation.results
+        ],
+    }
+
+
+def _exact(value: ExactValue) -> str:
+    from fpexplorer.formats import exact_decimal
+
+    return exact_decimal(value)
+
+
+def _exact_fraction(value: Fraction) -> str:
+    from fpexplorer.formats import exact_decimal
+
+    return exact_decimal(value)
+
+
+def _root_digits(value: ExactValue) -> str:
+    """The first ROOT_DIGITS digits of an irrational root (correct: see ROOT_DIGITS)."""
+    from fpexplorer.formats import exact_decimal
+
+    return exact_decimal(value, ROOT_DIGITS)
+
+
+def _number(value: ExactValue) -> float | None:
+    if not value.is_finite:
+        return None
+    return _float(value.fraction)
+
+
+def _float(value: Fraction | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        result = float(value)
+    except OverflowError:
+        return None
+    return result if result not in (float("inf"), float("-inf")) else None
+
+
+def _cut(text: str | None, digits: int = TEXT_DIGITS) -> str:
+    if text is None:
+        return "-"
+    significant = sum(ch.isdigit() for ch in text.lstrip("-0."))
+    if significant <= digits:
+        return text
+    from decimal import Decimal
+
+    return f"≈{Decimal(text.rstrip('…')):.{digits - 1}e}"
+
+
+def render_text(document: dict[str, Any]) -> str:
+    """The document as lines for a terminal."""
+    lines = [
+        f"{document['expression'].strip()}  in {document['format']}  "
+        f"(overflow {document['overflow_policy']})",
+        "",
+    ]
+    for index, operand in enumerate(document["operands"]):
+        label = "operands" if index == 0 else ""
+        note = "  (rounded into the format)" if operand["inexact"] else ""
+        lines.append(
+            f"  {label:<9} {operand['input']} -> {operand['code_hex']} "
+            f"{_cut(operand['value_exact'])}{note}"
+        )
+    exact = document["exact"]
+    if exact["is_exact"]:
+        lines.append(f"  {'exact':<9} {_cut(exact['value_exact'])}")
+    else:
+        lines.append(f"  {'exact':<9} {exact['value_approx']} (irrational)")
+    lines.append("")
+    width = max(len(r["value_exact"]) for r in document["results"])
+    width = min(max(width, 5), 28)
+    lines.append(f"  {'rounding':<16} {'code':<8} {'value':<{width}}  {'error':<22} flags")
+    for result in document["results"]:
+        error = "-"
+        if result["error_abs"] is not None:
+            approx = "≈" if result["error_is_approximate"] else ""
+            error = f"{approx}{result['error_abs']:.3g}"
+            if result["error_ulps"] is not None:
+                error += f" ({result['error_ulps']:.3g} ulp)"
+        lines.append(
+            f"  {result['rounding']:<16} {result['code_hex']:<8} "
+            f"{_cut(result['value_exact'], width):<{width}}  {error:<22} "
+            f"{', '.join(result['flags']) or '-'}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,105 @@
+"""`fpexplorer calc`: text, JSON, every operation, P3109 formats, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from fpexplorer.cli import main
+from fpexplorer.commands.calc import parse_expression
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> Any:
+    assert main(["calc", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_calc_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["calc", "0.1 + 0.2", "--format", "fp16"]) == 0
+    out = capsys.readouterr().out
+    assert "0.1 -> 0x2e66 0.0999755859375  (rounded into the format)" in out
+    assert "exact     0.2999267578125" in out
+    lines = {line.split()[0]: line for line in out.splitlines()[7:]}
+    assert lines["nearest_even"].split()[1:3] == ["0x34cc", "0.2998046875"]
+    assert lines["round_to_odd"].split()[1:3] == ["0x34cd", "0.300048828125"]
+    assert lines["nearest_even"].endswith("inexact")
+
+
+def test_calc_json(capsys: pytest.CaptureFixture[str]) -> None:
+    document = _json(capsys, ["0.1 + 0.2", "-f", "fp16", "--rounding", "toward_zero"])
+    assert document["operation"] == "add" and document["format"] == "float16"
+    assert [o["code_hex"] for o in document["operands"]] == ["0x2e66", "0x3266"]
+    assert document["exact"] == {
+        "is_exact": True,
+        "value_exact": "0.2999267578125",
+        "value_approx": None,
+        "lower": None,
+        "upper": None,
+        "invalid": False,
+        "divide_by_zero": False,
+    }
+    (result,) = document["results"]
+    assert result["rounding"] == "toward_zero" and result["code_hex"] == "0x34cc"
+    assert result["error_abs_exact"] == "0.0001220703125" and result["error_ulps"] == 0.5
+    assert result["flags"] == ["inexact"]
+
+
+def test_calc_fma_sqrt_and_p3109(capsys: pytest.CaptureFixture[str]) -> None:
+    fma = _json(capsys, ["fma(1.5, 2, -3)", "-f", "bf16", "--rounding", "toward_negative"])
+    assert fma["results"][0]["value_exact"] == "-0"  # an exact zero sum rounding down
+    root = _json(capsys, ["sqrt(2)", "-f", "binary8p3se"])
+    assert root["format"] == "binary8p3se" and not root["exact"]["is_exact"]
+    assert root["exact"]["value_approx"].startswith("1.41421356237309504880168872420969807")
+    nearest = root["results"][0]
+    assert nearest["value_exact"] == "1.5" and nearest["error_is_approximate"]
+    assert nearest["error_abs_exact"] is None and nearest["flags"] == ["inexact"]
+    big = _json(capsys, ["40000 * 2", "-f", "binary8p3se", "--overflow", "saturate_propagate"])
+    assert {r["value_exact"] for r in big["results"]} == {"49152"}
+    invalid = _json(capsys, ["inf - inf", "-f", "fp16"])
+    assert invalid["results"][0]["flags"] == ["invalid"] and invalid["results"][0]["value"] is None
+    assert _json(capsys, ["-1+2", "-f", "fp16"])["results"][0]["value_exact"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.1 + 0.2", ("add", ["0.1", "0.2"])),
+        ("1e-3-2", ("sub", ["1e-3", "2"])),
+        ("-1 - -2", ("sub", ["-1", "-2"])),
+        ("1/3 + 1/3", ("add", ["1/3", "1/3"])),
+        ("1/2 / 3", ("div", ["1/2", "3"])),
+        ("2 × 3", ("mul", ["2", "3"])),
+        ("0x1.8p3*inf", ("mul", ["0x1.8p3", "inf"])),
+        ("FMA(1, 2, 3)", ("fma", ["1", "2", "3"])),
+        ("sqrt( 2 )", ("sqrt", ["2"])),
+    ],
+)
+def test_expressions(text: str, expected: tuple[str, list[str]]) -> None:
+    assert parse_expression(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["1/2/3"], "ambiguous"),
+        (["hello"], "not an operation"),
+        (["2"], "not an operation"),
+        (["fma(1, 2)"], "fma takes 3"),
+        (["sqrt()"], "sqrt takes 1"),
+        (["1 + 2", "-f", "binary8p9se"], "P must be"),
+        (["1 + 2", "-f", "fp17"], "unknown format"),
+        (["1 + 2", "--rounding", "up"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    try:
+        status = main(["calc", *argv])
+    except SystemExit as error:  # argparse's own errors (one line too)
+        status = error.code
+    assert status == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
