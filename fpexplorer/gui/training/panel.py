@@ -42,6 +42,7 @@ from fpexplorer.gui.training.plots import (
     GradientHistogramPlot,
     HeatmapPlot,
     LayerTable,
+    LinkedSteps,
     LossPlot,
     LossScalePlot,
     MemoryReadout,
@@ -238,8 +239,9 @@ class TrainingPanel(QWidget):
         self.layer_table = LayerTable()
         self.memory = MemoryReadout()
         # One x axis for every plot over steps: zoom one, all follow.
-        self.scale_plot.plot.setXLink(self.loss_plot.plot)
-        self.heatmap.plot.setXLink(self.loss_plot.plot)
+        self.linked_steps = LinkedSteps(
+            [self.loss_plot.plot, self.scale_plot.plot, self.heatmap.plot]
+        )
         self.cards = {
             "loss": Card("Loss", *EXPLAIN_LOSS, self.loss_plot),
             "scale": Card("Loss scale", *EXPLAIN_SCALE, self.scale_plot),

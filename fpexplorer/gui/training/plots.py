@@ -7,13 +7,14 @@ one QTimer (at most ~30 times a second) and only when a model's revision moved.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -43,6 +44,7 @@ from fpexplorer.gui.training.run_model import (
     what_if,
 )
 from fpexplorer.gui.training.view_model import (
+    HoverLine,
     OverlayRun,
     RunMarker,
     data_range,
@@ -53,6 +55,7 @@ from fpexplorer.gui.training.view_model import (
     heatmap_hover_text,
     heatmap_limits,
     histogram_hover_text,
+    hover_plain,
     hover_text,
     layer_table_view,
     lost_updates_text,
@@ -254,13 +257,42 @@ class StickyRange:
         self.x = self.y = None
 
 
+class LinkedSteps:
+    """Plots over steps share one x range: zoom or pan one, the others show the same steps.
+
+    The range is copied as it is. (pyqtgraph's own `setXLink` lines linked views up by their
+    position on screen, meant for plots stacked in a column; for plots side by side in
+    different columns it showed other steps than the loss plot.)
+    """
+
+    def __init__(self, plots: Sequence[pg.PlotWidget]) -> None:
+        self.views = [plot.getPlotItem().getViewBox() for plot in plots]
+        self._copying = False
+        for view in self.views:
+            view.sigXRangeChanged.connect(self._on_view_x_range_changed)
+
+    def _on_view_x_range_changed(self, source: object, x_range: Sequence[float]) -> None:
+        if self._copying:
+            return
+        self._copying = True
+        try:
+            for view in self.views:
+                if view is not source:
+                    view.setXRange(float(x_range[0]), float(x_range[1]), padding=0)
+        finally:
+            self._copying = False
+
+
 class HoverReadout:
     """The values under the cursor, in the view's top-left corner while the mouse is over it."""
 
-    def __init__(self, plot: pg.PlotWidget, read: Callable[[float, float], str]) -> None:
+    def __init__(
+        self, plot: pg.PlotWidget, read: Callable[[float, float], list[HoverLine]]
+    ) -> None:
         self.plot = plot
         self.view = plot.getPlotItem().getViewBox()
-        self.read = read  # (x, y) in data units -> text (from the view model)
+        self.read = read  # (x, y) in data units -> lines (from the view model)
+        self.lines: list[HoverLine] = []
         background = QColor(plot_colors().background)
         background.setAlpha(225)
         self.item = pg.TextItem(
@@ -273,14 +305,20 @@ class HoverReadout:
 
     @property
     def text(self) -> str | None:
-        return self.item.toPlainText() if self.item.isVisible() else None
+        """What the read-out says now (plain text), or None while it is hidden."""
+        return hover_plain(self.lines) if self.item.isVisible() else None
 
     def show_at(self, x: float | None, y: float = 0.0) -> None:
-        text = self.read(x, y) if x is not None else ""
-        if not text:
+        self.lines = self.read(x, y) if x is not None else []
+        if not self.lines:
             self.item.setVisible(False)
             return
-        self.item.setHtml(f"<span style='font-size:8pt'>{text}</span>")
+        rows = [
+            (f"<span style='color:{line.colour}'>■</span> " if line.colour else "")
+            + html.escape(line.text)
+            for line in self.lines
+        ]
+        self.item.setHtml(f"<span style='font-size:8pt'>{'<br>'.join(rows)}</span>")
         self.item.setPos(self.view.boundingRect().topLeft() + QPointF(4, 2))
         self.item.setVisible(True)
 
@@ -383,18 +421,19 @@ class RunCurves:
     with steps are listed.
     """
 
-    LEGEND_COLUMNS = 3
-
     def __init__(self, plot: pg.PlotWidget, legend: bool = True) -> None:
         self.plot = plot
         self.curves: dict[int, pg.PlotDataItem] = {}
         self.legend: pg.LegendItem | None = None
         if legend:
             item = plot.getPlotItem()
-            self.legend = pg.LegendItem(colCount=self.LEGEND_COLUMNS)
+            self.legend = pg.LegendItem(colCount=1)
             self.legend.setParentItem(None)
             self.legend.setLabelTextColor(plot_colors().foreground)
             self.legend.setLabelTextSize("8pt")
+            # Compact: every pixel of height it takes is taken from the data.
+            self.legend.layout.setVerticalSpacing(-4)
+            self.legend.layout.setContentsMargins(2, 0, 2, 0)
             item.layout.addItem(self.legend, 4, 1)
         self._legend_shown = legend
 
@@ -420,7 +459,17 @@ class RunCurves:
 
     def show_legend(self, shown: bool) -> None:
         """Legends name runs apart: one run is named in the run list and gets the height."""
-        if self.legend is None or self._legend_shown == shown:
+        if self.legend is None:
+            return
+        # As many columns as the longest name allows in the plot's width (names whole).
+        metrics = QFontMetrics(QFont(self.plot.font().family(), 8))
+        names = [curve.name() or "" for curve in self.curves.values()]
+        entry = max((metrics.horizontalAdvance(name) for name in names), default=0) + 48
+        fit = max(1, int(self.plot.width() - 60) // max(entry, 1))
+        columns = max(1, min(len(names), fit))
+        if self.legend.columnCount != columns:
+            self.legend.setColumnCount(columns)
+        if self._legend_shown == shown:
             return
         self._legend_shown = shown
         layout = self.plot.getPlotItem().layout
@@ -521,7 +570,7 @@ class LossPlot(QWidget):
     def _on_smooth_changed(self, _value: int) -> None:
         self.refresh(self._overlay, self._shown)
 
-    def _hover_text(self, step: float, _y: float) -> str:
+    def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
         return hover_text(self._overlay, step, "loss")
 
     def refresh(self, overlay: Sequence[OverlayRun], shown: Sequence[RunModel]) -> None:
@@ -591,7 +640,7 @@ class LossScalePlot(QWidget):
         layout.addLayout(row)
         self._overlay: Sequence[OverlayRun] = ()
 
-    def _hover_text(self, step: float, _y: float) -> str:
+    def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
         return hover_text(self._overlay, step, "scale", show=scale_text)
 
     def refresh(self, overlay: Sequence[OverlayRun], shown: Sequence[RunModel]) -> None:
@@ -750,7 +799,7 @@ class GradientHistogramPlot(QWidget):
         self._scale_set_by_user = False
         self.last_what_if: WhatIf | None = None
 
-    def _hover_text(self, x: float, _y: float) -> str:
+    def _hover_text(self, x: float, _y: float) -> list[HoverLine]:
         return histogram_hover_text(self.current_histogram(), x)
 
     # ----- slots hand off -------------------------------------------------------------
@@ -936,7 +985,7 @@ class HeatmapPlot(QWidget):
         self._key: tuple[int, int, bool] | None = None
         self._heat: HeatmapBuffer | None = None
 
-    def _hover_text(self, step: float, log2_value: float) -> str:
+    def _hover_text(self, step: float, log2_value: float) -> list[HoverLine]:
         return heatmap_hover_text(self._heat, step, log2_value)
 
     def refresh(self, model: RunModel | None, activations: bool) -> None:

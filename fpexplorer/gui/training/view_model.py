@@ -396,47 +396,66 @@ def value_at(steps: FloatArray, values: FloatArray, step: float) -> tuple[int, f
     return int(steps[index]), float(values[index])
 
 
+@dataclass(frozen=True, slots=True)
+class HoverLine:
+    """A line of a hover read-out: plain text, and the colour of its run's swatch if any."""
+
+    text: str
+    colour: str | None = None
+
+
+def hover_plain(lines: Sequence[HoverLine]) -> str:
+    return "\n".join(line.text for line in lines)
+
+
 def hover_text(
     overlay: Sequence[OverlayRun],
     step: float,
     column: str,
     show: Callable[[float], str] = number_text,
-) -> str:
-    """The values of `column` under the cursor: "step 120 · run A: 0.4312 · run B: NaN"."""
-    parts: list[str] = []
+) -> list[HoverLine]:
+    """The values of `column` under the cursor: "step 120", then one line per run.
+
+    One line per run: the read-out sits inside the plot and must not run off its edge.
+    """
+    lines: list[HoverLine] = []
     at_step: int | None = None
     for run in overlay:
         found = value_at(run.model.scalars.steps, run.model.scalars.column(column), step)
         if found is None:
             continue
         at_step = found[0] if at_step is None else max(at_step, found[0])
-        parts.append(f"<span style='color:{run.colour}'>■</span> {elide(run.name, 24)}: "
-                     f"{show(found[1])}")  # fmt: skip
+        lines.append(HoverLine(f"{elide(run.name, 32)}: {show(found[1])}", run.colour))
     if at_step is None:
-        return ""
-    return f"step {at_step} · " + " · ".join(parts)
+        return []
+    return [HoverLine(f"step {at_step}"), *lines]
 
 
-def histogram_hover_text(hist: Histogram | None, log2_value: float) -> str:
-    """The bar under the cursor: "2^-12 ≤ |g| < 2^-11: 1,234 of 8,680 values (14.2%)"."""
+def histogram_hover_text(hist: Histogram | None, log2_value: float) -> list[HoverLine]:
+    """The bar under the cursor: "2^-12 ≤ |g| < 2^-11", "1,234 of 8,680 values (14.2%)"."""
     if hist is None or not math.isfinite(log2_value):
-        return ""
+        return []
     binade = math.floor(log2_value)
     index = binade - hist.lo
     count = int(hist.counts[index]) if 0 <= index < len(hist.counts) else 0
     total = hist.total
     share = f" ({share_text(count / total)})" if total else ""
-    return f"2^{binade} ≤ |g| < 2^{binade + 1}: {count:,} of {total:,} values{share}"
+    return [
+        HoverLine(f"2^{binade} ≤ |g| < 2^{binade + 1}"),
+        HoverLine(f"{count:,} of {total:,} values{share}"),
+    ]
 
 
-def heatmap_hover_text(heat: HeatmapBuffer | None, step: float, log2_value: float) -> str:
+def heatmap_hover_text(
+    heat: HeatmapBuffer | None, step: float, log2_value: float
+) -> list[HoverLine]:
     """The heatmap cell under the cursor: its steps, binade and share of the values.
 
     Columns are drawn evenly over the steps they cover, so the column under the cursor is
     found the same way it was drawn.
     """
     if heat is None or not len(heat) or not (math.isfinite(step) and math.isfinite(log2_value)):
-        return ""
+        return []
     image = heat.image()
     first, last = heat.step_span
     columns = image.shape[0]
@@ -445,12 +464,16 @@ def heatmap_hover_text(heat: HeatmapBuffer | None, step: float, log2_value: floa
     binade = math.floor(log2_value)
     row = binade - HEAT_LO
     if not (0 <= column < columns and 0 <= row < HEAT_BINS):
-        return ""
+        return []
     value = float(image[column, row])
     # The image is clipped at 10^-8 (no value at all reads the same).
     share = "at most 10^-8 of the values" if value <= -8.0 else f"10^{value:.1f} of the values"
     start = first + column * per_column
-    return f"steps from {start:.0f} · 2^{binade} ≤ |g| < 2^{binade + 1}: {share}"
+    return [
+        HoverLine(f"steps from {start:.0f}"),
+        HoverLine(f"2^{binade} ≤ |g| < 2^{binade + 1}"),
+        HoverLine(share),
+    ]
 
 
 def scale_text(scale: float) -> str:
@@ -547,7 +570,8 @@ def first_nonfinite_view(model: RunModel | None) -> FirstNonfiniteView:
             text += f". Gradients first went inf/NaN at step {step} (no layer named there)"
         return FirstNonfiniteView(text + ".", True)
     if step is not None:
-        skipped = f"; {model.skipped_count} skipped steps" if model.skipped_count else ""
+        count = model.skipped_count
+        skipped = f"; {count} skipped step{'s' if count != 1 else ''}" if count else ""
         return FirstNonfiniteView(
             f"Gradients first went inf/NaN at step {step}{skipped}; no layer named "
             "(no statistics on those steps).",

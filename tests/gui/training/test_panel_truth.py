@@ -171,7 +171,7 @@ def test_x_axes_are_linked_and_hover_reads_values(panel, make_run) -> None:  # t
     panel.loss_plot.hover.show_at(42.7)
     loss = panel.runs[0].model.scalars.column("loss")[42]
     text = panel.loss_plot.hover.text
-    assert text is not None and text.startswith("step 42 · ") and f"{loss:.4g}" in text
+    assert text is not None and text.startswith("step 42\n") and f"{loss:.4g}" in text
     panel.scale_plot.hover.show_at(42.0)
     assert panel.scale_plot.hover.text is not None and "2^16" in panel.scale_plot.hover.text
 

@@ -22,6 +22,7 @@ from fpexplorer.gui.training.view_model import (
     format_range,
     format_ranges_log2,
     heatmap_limits,
+    hover_plain,
     hover_text,
     layer_table_view,
     lost_updates_text,
@@ -209,12 +210,12 @@ def test_hover_reads_every_overlaid_run_at_the_step() -> None:
     runs = RunList()
     first = runs.add(_synthetic_model(steps=20), None)
     runs.add(_synthetic_model(steps=10, seed=1), None)
-    text = hover_text(runs.overlay(), 15.4, "loss")
+    text = hover_plain(hover_text(runs.overlay(), 15.4, "loss"))
     loss = first.model.scalars.column("loss")[15]
-    assert text.startswith("step 15 · ")
+    assert text.startswith("step 15\n")
     assert f"{loss:.4g}" in text
-    assert text.count("■") == 2  # the shorter run shows its last step
-    assert hover_text(runs.overlay(), -1.0, "loss") == ""
+    assert text.count("\n") == 2  # a line per run: the shorter run shows its last step
+    assert hover_text(runs.overlay(), -1.0, "loss") == []
 
 
 def test_run_list_titles_live_only_while_the_job_runs_and_drops_empty_runs() -> None:
@@ -275,16 +276,17 @@ def test_hover_over_the_histogram_and_the_heatmap_reads_the_cell() -> None:
     from fpexplorer.training.records import Histogram
 
     hist = Histogram(lo=-12, counts=(1, 3), zero=4)
-    assert histogram_hover_text(hist, -10.5) == "2^-11 ≤ |g| < 2^-10: 3 of 8 values (37.5%)"
-    assert histogram_hover_text(hist, 5.0) == "2^5 ≤ |g| < 2^6: 0 of 8 values (0%)"
-    assert histogram_hover_text(None, 0.0) == ""
+    text = hover_plain(histogram_hover_text(hist, -10.5))
+    assert text == "2^-11 ≤ |g| < 2^-10\n3 of 8 values (37.5%)"
+    assert hover_plain(histogram_hover_text(hist, 5.0)) == "2^5 ≤ |g| < 2^6\n0 of 8 values (0%)"
+    assert histogram_hover_text(None, 0.0) == []
     heat = HeatmapBuffer(capacity=4)
     heat.add(0, Histogram(lo=-3, counts=(1, 1)))
     heat.add(10, Histogram(lo=-3, counts=(0, 100)))
-    assert heatmap_hover_text(heat, 3.0, -2.5) == (
-        "steps from 0 · 2^-3 ≤ |g| < 2^-2: 10^-0.3 of the values"  # a half: log10 0.5
+    assert hover_plain(heatmap_hover_text(heat, 3.0, -2.5)) == (
+        "steps from 0\n2^-3 ≤ |g| < 2^-2\n10^-0.3 of the values"  # a half: log10 0.5
     )
-    assert heatmap_hover_text(heat, 12.0, -3.0) == (
-        "steps from 10 · 2^-3 ≤ |g| < 2^-2: at most 10^-8 of the values"
+    assert hover_plain(heatmap_hover_text(heat, 12.0, -3.0)) == (
+        "steps from 10\n2^-3 ≤ |g| < 2^-2\nat most 10^-8 of the values"
     )
-    assert heatmap_hover_text(heat, 40.0, -3.0) == ""
+    assert heatmap_hover_text(heat, 40.0, -3.0) == []
