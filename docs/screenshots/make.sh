@@ -10,4 +10,6 @@ shot formats-fp64-subnormal --format fp64 --value 4.9e-324 --view table
 shot formats-fp4-codes     --format fp4 fp6_e2m3 --value 2.7 --view codes
 shot formats-custom        --format e6m9 fp16 --value 1000.3 --view properties
 shot formats-nan-dark      --format fp16 float8_e4m3fn --value nan --view codes --theme dark
+shot formats-overflow      --format float8_e4m3fn fp16 bf16 --value 500 --view number-line --size 1920x1080
+shot formats-small-dark    --format fp32 fp16 bf16 float8_e5m2 --value fp16:0x0001 --view table --size 1024x640 --theme dark
 shot training              --panel training --run tests/gui/training/data/overflow-fp16.jsonl

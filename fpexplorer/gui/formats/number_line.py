@@ -24,7 +24,7 @@ from fpexplorer.gui.formats.plotting import LazyView, style_plot
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.theme import plot_colors
 
-BOTTOM_AXIS = 60  # pixels: tick labels, the axis title and the plot's margins
+BOTTOM_AXIS = 50  # pixels: tick labels, the axis title and the plot's margins
 
 
 class NumberLineView(LazyView):
@@ -103,7 +103,7 @@ class NumberLineView(LazyView):
         line = QFontMetrics(small).lineSpacing()
         plot.getAxis("left").setStyle(tickFont=small)
         self.plot_widget.setMinimumHeight(
-            round((len(self.modes) + 0.3) * (line + 3) + 3.6 * (line + 10) + 4 + BOTTOM_AXIS)
+            round((len(self.modes) + 0.3) * (line + 1) + 3.6 * (line + 10) + 4 + BOTTOM_AXIS)
         )
         self.plot_scroll = QScrollArea()
         self.plot_scroll.setWidgetResizable(True)
@@ -188,11 +188,10 @@ class NumberLineView(LazyView):
                         texts.append((pick.text, pick.x, row_number, pick.x >= input_x))
             random_rows = [row.mode for row in picture.rows if is_random(row.mode)]
             self.caption.setText(
-                f"{picture.format_name}: typed value (dashed line) between its neighbours; "
-                "dashed ticks are midpoints (where round-to-nearest changes its mind); each "
-                "row shows where a rounding mode sends it"
+                f"{picture.format_name}: the typed value (dashed) among its neighbours, "
+                "midpoints dashed ticks; each row: where a rounding mode sends it"
                 + (
-                    f" ({', '.join(random_rows)}: both outcomes with their probabilities)."
+                    f" ({', '.join(random_rows)}: both outcomes, with probabilities)."
                     if random_rows
                     else "."
                 )

@@ -42,7 +42,7 @@ ADD_ORDER = (
     "float6_e2m3fn",
     "float4_e2m1fn",
 )
-VIEWS_MIN_HEIGHT = 250  # number line, tables and charts stay readable
+VIEWS_MIN_HEIGHT = 290  # number line, tables and charts stay readable
 EDITORS_MIN_HEIGHT = 80  # one editor; more scroll
 
 
