@@ -242,3 +242,18 @@ def test_alarm_texts_read_on_both_themes(panel, tmp_path: Path, theme_name: str)
             assert theme.contrast_ratio(item.foreground().color(), background) >= 4.5
     finally:
         QApplication.setPalette(original)
+
+
+def test_plots_side_by_side_show_the_same_steps(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    # The step axes are copied, not lined up on screen (pyqtgraph's setXLink aligns linked
+    # views by their screen position, which is meant for plots stacked in one column).
+    panel.resize(1280, 760)
+    for index in range(3):
+        panel.load_run(make_run(f"r{index}.jsonl", steps=300, seed=index))
+    for _ in range(2):
+        panel.refresh()
+        QApplication.processEvents()
+    loss_x = panel.loss_plot.plot.getPlotItem().getViewBox().viewRange()[0]
+    assert loss_x == pytest.approx([0, 300])
+    for plot in (panel.scale_plot.plot, panel.heatmap.plot):
+        assert plot.getPlotItem().getViewBox().viewRange()[0] == pytest.approx(loss_x)
