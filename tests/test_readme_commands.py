@@ -192,7 +192,9 @@ def test_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
     git = shutil.which("git")
     assert git, "git is needed to clone the repository"
     clone = tmp_path / "clone"
-    subprocess.run([git, "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=300)
+    # safe.directory: CI may check the repository out as another user than the one testing.
+    clone_command = [git, "-c", "safe.directory=*", "clone", "--quiet", str(ROOT), str(clone)]
+    subprocess.run(clone_command, check=True, timeout=300)
     commands = [
         command
         for block in readme_shell_blocks(README.read_text(encoding="utf-8"))
