@@ -598,9 +598,17 @@ def lost_updates_text(model: RunModel | None) -> str:
             f"lost updates: n/a on step {stats.step} (its gradients held inf/NaN: there "
             "was no finite update to lose)"
         )
+    # A share measured on a sample of a large model's weights is an estimate: marked "≈",
+    # with its bound; an exact share is shown as it is.
+    if lost.sampled is not None and lost.bound is not None and math.isfinite(lost.bound):
+        shown = (
+            f"≈{share_text(share)} (± {share_text(lost.bound)}, 99.9%; {lost.sampled:,} sampled)"
+        )
+    else:
+        shown = share_text(share)
     if lost.kind == "actual":
-        return f"<b>{share_text(share)}</b> of weight updates lost to FP16 rounding."
-    return f"FP16 weights would lose {share_text(share)} of these updates to rounding."
+        return f"<b>{shown}</b> of weight updates lost to FP16 rounding."
+    return f"FP16 weights would lose {shown} of these updates to rounding."
 
 
 @dataclass(frozen=True, slots=True)

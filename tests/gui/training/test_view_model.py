@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -290,3 +291,18 @@ def test_hover_over_the_histogram_and_the_heatmap_reads_the_cell() -> None:
         "steps from 10\n2^-3 ≤ |g| < 2^-2\nat most 10^-8 of the values"
     )
     assert heatmap_hover_text(heat, 40.0, -3.0) == []
+
+
+def test_a_sampled_lost_update_share_is_marked_as_an_estimate() -> None:
+    from fpexplorer.training.records import LostUpdates
+
+    model = _model([_header("fp16"), _nan_step(0, layers=[], grad_hist=None)])
+    assert model.latest_stats is not None
+    exact = LostUpdates(share=0.25, kind="fp16_would_lose")
+    sampled = LostUpdates(share=0.25, kind="actual", sampled=4096, bound=0.0125)
+    model.latest_stats = dataclasses.replace(model.latest_stats, lost_updates=exact)
+    assert lost_updates_text(model) == "FP16 weights would lose 25% of these updates to rounding."
+    model.latest_stats = dataclasses.replace(model.latest_stats, lost_updates=sampled)
+    assert lost_updates_text(model) == (
+        "<b>≈25% (± 1.25%, 99.9%; 4,096 sampled)</b> of weight updates lost to FP16 rounding."
+    )
