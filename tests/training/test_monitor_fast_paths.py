@@ -218,3 +218,30 @@ def test_format_shares_at_scales_float32_cannot_hold(tmp_path: Path, scale: floa
     with np.errstate(over="ignore", invalid="ignore"):
         expected = expected_shares(grads.numpy(), float(np.float32(scale)))
     assert record["format_shares"] == expected
+
+
+def test_lost_updates_of_a_large_model_are_sampled_and_say_so(tmp_path: Path) -> None:
+    # Beyond 2**20 weights the old weights are kept for a random sample only: the record
+    # says how many updates the share was measured on and bounds it.
+    torch.manual_seed(6)
+    model = nn.Linear(1100, 1000)  # 1.1M weights
+    with torch.no_grad():
+        model.weight.mul_(40).add_(1.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl") as monitor:
+        loss = model(torch.randn(8, 1100)).square().mean()
+        loss.backward()
+        old = np.concatenate([p.detach().clone().numpy().ravel() for p in model.parameters()])
+        optimizer.step()
+        figures = monitor.step(loss).lost_updates
+    new = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
+    grads = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
+    old16 = old.astype(np.float16)
+    stepped = (old16.astype(np.float32) + (new - old)).astype(np.float16)
+    intended = int(np.sum(grads != 0))
+    exact = np.sum((stepped == old16) & (grads != 0)) / intended
+    assert figures is not None and figures.intended == intended
+    assert figures.sampled is not None and 0.9 * 2**20 < figures.sampled <= 2**20
+    assert figures.bound is not None and figures.bound < 0.002
+    assert abs(figures.share - exact) <= figures.bound
+    assert 0.05 < exact < 0.95  # a share the sample could get wrong

@@ -56,19 +56,17 @@ from fpexplorer.training import records
 from fpexplorer.training.monitor.cadence import StatsCadence
 from fpexplorer.training.monitor.device import bytes_by_dtype, device_description
 from fpexplorer.training.monitor.kernels import (
-    HIGH_HALF,
     Scratch,
     Segment,
     abs_max,
-    bits_view,
-    code_counts,
     count_deferred_zeros,
     count_low_bits_set,
     dtype_name,
+    group_code_counts,
     segment_of,
     segment_rows,
 )
-from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan
+from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan, UpdateSample
 from fpexplorer.training.monitor.thresholds import DEFAULT_FORMATS, format_ranges
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RunWriter
@@ -158,6 +156,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._param_ptrs: set[int] = set()
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._old_params: torch.Tensor | None = None
+        self._update_sample: UpdateSample | None = None
         self._optimizer_stepped = False
         self._found_inf: torch.Tensor | None = None
         self._handles: list[RemovableHandle] = []
@@ -341,15 +340,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._found_inf = self._scaler_found_inf(optimizer, kwargs)
         if not self._collecting:
             return
-        with_grads = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
-        if with_grads:
-            dtype = with_grads[0].dtype
-            if all(p.dtype == dtype for p in with_grads):
-                total = sum(p.numel() for p in with_grads)
-                buffer = self._scratch.get("old_params", total, dtype, with_grads[0].device)
-                self._old_params = torch.cat(with_grads, out=buffer)
-            else:
-                self._old_params = torch.cat(with_grads)
+        params = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
+        if params:
+            # The weights before the update, all of them or a fixed sample of 2**20: never a
+            # parameter-sized copy on a large model.
+            self._update_sample = self._sample_for(params)
+            self._old_params = self._update_sample.gather(params).clone()
 
     def _scaler_found_inf(self, optimizer: Any, kwargs: Any) -> torch.Tensor | None:
         """The scaler's found-inf flag for this step, when the optimizer is called anyway:
@@ -471,11 +467,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         """Queue every statistic as device tensors in `pack`; returns how to read them."""
         param_grads = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
         act_segments = count_deferred_zeros(self._act_segments) if activations else []
-        nonzero = self._nonzero_grads([g for _, g in param_grads])
+        nonzero = [torch.count_nonzero(g) for _, g in param_grads]
         groups = self._param_groups([g for _, g in param_grads], nonzero)
         lost_kind: str | None = None
         if groups and activations:
             lost = self._lost_updates([g for _, g in param_grads], nonzero)
+            sampled = self._update_sample is not None and self._update_sample.sampled
             if lost is not None:
                 pack.add("lost_updates", lost)
                 lost_kind = "actual" if self._params_dtype() == torch.float16 else (
@@ -493,6 +490,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             memory=self._memory(),
             formats=self.formats if self.format_shares else (),
             lost_update_kind=lost_kind,
+            lost_update_sampled=lost_kind is not None and sampled,
             scratch=self._scratch,
             activations=activations,
         )  # fmt: skip
@@ -518,30 +516,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         param = next(self.model.parameters(), None)
         return param.dtype if param is not None else torch.float32
 
-    def _nonzero_grads(self, grads: list[torch.Tensor]) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """(g != 0 for every gradient element, in order; the count per gradient tensor):
-        the zeros of the histogram and the intended updates of the lost-update share."""
-        if not grads:
-            return torch.zeros(0, dtype=torch.bool), []
-        total = sum(g.numel() for g in grads)
-        mask = self._scratch.get("nonzero", total, torch.bool, grads[0].device)
-        counts: list[torch.Tensor] = []
-        offset = 0
-        for grad in grads:
-            end = offset + grad.numel()
-            torch.ne(grad.detach().reshape(-1), 0, out=mask[offset:end])
-            counts.append(torch.count_nonzero(mask[offset:end]))  # cheap: bytes, not floats
-            offset = end
-        return mask, counts
-
     def _param_groups(
-        self, grads: list[torch.Tensor], nonzero: tuple[torch.Tensor, list[torch.Tensor]]
+        self, grads: list[torch.Tensor], nonzero: list[torch.Tensor]
     ) -> list[ParamGroup]:
-        """One pattern-count segment per gradient dtype (float16, bfloat16, else float32):
-        the masked bit patterns of all the group's gradients go into one buffer (one pass
-        each, no concatenated copy of the gradients), then one bincount."""
+        """One pattern-count segment per gradient dtype (float16, bfloat16, else float32),
+        counted chunk by chunk (no parameter-sized buffer, no concatenated copy)."""
         by_dtype: dict[torch.dtype, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        for grad, nonzero_count in zip(grads, nonzero[1], strict=True):
+        for grad, nonzero_count in zip(grads, nonzero, strict=True):
             dtype = grad.dtype if grad.dtype in (torch.float16, torch.bfloat16) else torch.float32
             by_dtype.setdefault(dtype, []).append((grad.detach(), nonzero_count))
         groups: list[ParamGroup] = []
@@ -573,20 +554,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     ) -> ParamGroup:
         members = [grad for grad, _ in pairs]
         total = sum(g.numel() for g in members)
-        patterns = self._scratch.get("patterns", total, torch.int16, members[0].device)
-        offset = 0
-        for grad in members:
-            data = bits_view(grad)
-            if dtype == torch.float32:
-                data = data if data.dtype == torch.float32 else data.float()
-                bits = data.view(torch.int16)[..., HIGH_HALF::2]
-            else:
-                bits = data.view(torch.int16)
-            target = patterns[offset : offset + data.numel()].view(bits.shape)
-            torch.bitwise_and(bits, 0x7FFF, out=target)
-            offset += data.numel()
         table = "float32_high" if dtype == torch.float32 else dtype_name(dtype)
-        codes, counts = code_counts(patterns, table, keep_patterns=self.format_shares)
+        codes, counts = group_code_counts(members, table, self._scratch,
+                                          keep_patterns=self.format_shares)  # fmt: skip
         if dtype == torch.float32:
             zeros = torch.stack([grad.numel() - count for grad, count in pairs]).sum()
             segment = Segment(-1, "float32", total, table, codes, zeros, None, None, counts,
@@ -595,54 +565,43 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             segment = Segment(-1, table, total, table, codes, None, None, None, counts, True)
         return ParamGroup(segment, tuple(members))
 
+    def _sample_for(self, params: list[torch.Tensor]) -> UpdateSample:
+        numels = tuple(p.numel() for p in params)
+        sample = self._update_sample
+        if sample is None or sample.numels != numels:
+            sample = UpdateSample(numels, params[0].device)
+        return sample
+
     def _lost_updates(
-        self, grads: list[torch.Tensor], nonzero_grads: tuple[torch.Tensor, list[torch.Tensor]]
+        self, grads: list[torch.Tensor], nonzero: list[torch.Tensor]
     ) -> torch.Tensor | None:
-        """[updates lost, updates intended]: among weights with a non-zero gradient, those
-        whose FP16 weight would not change (FP32 master weights) or did not (FP16 weights).
-        None when the optimizer was not called (a skipped step) or the gradients changed
-        since; a step the scaler skipped inside a fused optimizer is dropped on decoding.
+        """[updates lost, updates intended, in the sample; updates intended, all]: among
+        weights with a non-zero gradient, those whose FP16 weight would not change (FP32
+        master weights) or did not (FP16 weights). All weights of a model up to 2**20 of
+        them, a fixed random sample of 2**20 beyond (the record gives the bound). None when
+        the optimizer was not called (a skipped step) or the gradients changed since; a
+        step the scaler skipped inside a fused optimizer is dropped on decoding.
 
         FP32 masters: FP16(FP16(w_old) + (w_new - w_old)) == FP16(w_old), the sum in FP32,
-        as an FP16 weight would be updated. Computed in reused buffers, FP32 arithmetic
-        and conversions only (FP16 arithmetic and comparisons are slow on CPUs)."""
-        old = self._old_params
+        as an FP16 weight would be updated; FP32 arithmetic and conversions only (FP16
+        arithmetic and comparisons are slow on CPUs)."""
+        old, sample = self._old_params, self._update_sample
         params = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
-        total = sum(p.numel() for p in params)
-        if old is None or old.numel() != total or total != sum(g.numel() for g in grads):
+        numels = tuple(p.numel() for p in params)
+        if old is None or sample is None or sample.numels != numels:
             return None
-        device = old.device
-        unchanged = self._scratch.get("unchanged", total, torch.bool, device)
-        nonzero = nonzero_grads[0]
-        uniform = all(p.dtype == old.dtype for p in params)
-        if old.dtype == torch.float16 and uniform:
-            offset = 0
-            for param in params:
-                end = offset + param.numel()
-                torch.eq(param, old[offset:end], out=unchanged[offset:end])
-                offset = end
-        elif old.dtype == torch.float32 and uniform:
-            update = self._scratch.get("update", total, torch.float32, device)
-            old16f = self._scratch.get("old16f", total, torch.float32, device)
-            half = self._scratch.get("half", total, torch.float16, device)
-            offset = 0
-            for param in params:
-                end = offset + param.numel()
-                torch.sub(param, old[offset:end], out=update[offset:end])
-                offset = end
-            half.copy_(old)
-            old16f.copy_(half)  # FP16(w_old), in FP32 (exact)
-            update.add_(old16f)
-            half.copy_(update)
-            update.copy_(half)  # FP16(FP16(w_old) + update), in FP32 (exact)
-            torch.eq(update, old16f, out=unchanged)
-        else:  # mixed or other dtypes: the plain formulation
-            new = torch.cat(params)
-            old16 = old.to(torch.float16)
-            unchanged = torch.add(old16, new - old).to(torch.float16) == old16
-        intended = torch.stack(nonzero_grads[1]).sum()
-        lost = torch.count_nonzero(unchanged.logical_and_(nonzero))
-        return torch.stack([lost, intended])
+        if numels != tuple(g.numel() for g in grads):
+            return None
+        new = sample.gather(params)
+        changed = sample.gather([g.detach().reshape(-1) for g in grads]) != 0
+        if old.dtype == torch.float16 and new.dtype == torch.float16:
+            unchanged = new == old
+        else:
+            old32, new32 = old.float(), new.float()
+            old16 = old32.half().float()  # FP16(w_old), in FP32 (exact)
+            unchanged = (old16 + (new32 - old32)).half().float() == old16
+        lost = torch.count_nonzero(unchanged & changed)
+        return torch.stack([lost, torch.count_nonzero(changed), torch.stack(nonzero).sum()])
 
     def _memory(self) -> Memory:
         optimizer_tensors = (

@@ -274,6 +274,49 @@ def code_counts(
     return _map_patterns(counts, table), counts if keep_patterns else None
 
 
+# Parameter gradients are counted a chunk at a time through one reused buffer: the monitor
+# never holds a parameter-sized temporary.
+_CHUNK = 1 << 20
+
+
+def group_code_counts(
+    tensors: Sequence[torch.Tensor],
+    table_name: str,
+    scratch: Scratch,
+    *,
+    keep_patterns: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(CODES + 1 counts by code, the 32768 pattern counts or None) of several tensors
+    counted together: float16/bfloat16 by their own bits, anything else by the top half of
+    its float32 value (table "float32_high")."""
+    float32 = table_name == "float32_high"
+    total = sum(t.numel() for t in tensors)
+    device = tensors[0].device
+    buffer = scratch.get("chunk_patterns", min(max(total, 1), _CHUNK), torch.int16, device)
+    counts = torch.zeros(PATTERNS, dtype=torch.int64, device=device)
+    small = total < _LOOKUP_BELOW and not keep_patterns
+    offset = 0
+    for tensor in tensors:
+        data = bits_view(tensor).reshape(-1)
+        if float32 and data.dtype != torch.float32:
+            data = data.float()
+        for start in range(0, data.numel(), _CHUNK):
+            piece = data[start : start + _CHUNK]
+            bits = piece.view(torch.int16)[HIGH_HALF::2] if float32 else piece.view(torch.int16)
+            if small:  # everything fits in the buffer: one lookup at the end
+                torch.bitwise_and(bits, 0x7FFF, out=buffer[offset : offset + bits.numel()])
+                offset += bits.numel()
+                continue
+            out = buffer[: bits.numel()]
+            torch.bitwise_and(bits, 0x7FFF, out=out)
+            counts += torch.bincount(out, minlength=PATTERNS)
+    if small:
+        return code_counts(buffer[:offset], table_name)
+    return _map_patterns(counts, _code_tables(device)[table_name]), (
+        counts if keep_patterns else None
+    )
+
+
 def segment_of(layer: int, tensor: torch.Tensor, scratch: Scratch | None) -> Segment:
     """Code counts of `tensor`: mask, count (a bincount or a table lookup), max |x|; for
     float32 the zeros too where pattern 0 is occupied (on a CPU, counted later)."""

@@ -108,6 +108,49 @@ class HostValues:
         return float(self.parts[name][0])
 
 
+# The lost-update share of a model with more weights than this is measured on this many,
+# drawn at random (with replacement, fixed for the run): the record says so and gives the
+# share's bound at this confidence (Hoeffding), e.g. +-0.0019 when all 2**20 had updates.
+LOST_UPDATE_SAMPLE = 1 << 20
+LOST_UPDATE_CONFIDENCE = 0.999
+
+
+def hoeffding_bound(count: int, confidence: float = LOST_UPDATE_CONFIDENCE) -> float:
+    """Half-width of the interval around a share measured on `count` independent draws that
+    holds the whole population's share with probability `confidence`."""
+    if count <= 0:
+        return 1.0
+    return math.sqrt(math.log(2 / (1 - confidence)) / (2 * count))
+
+
+class UpdateSample:
+    """The weights the lost-update check follows: all of them, or `LOST_UPDATE_SAMPLE`
+    drawn at random (seed 0) from a larger model, so that the weights kept from before the
+    optimizer step never take more than a few MiB."""
+
+    def __init__(self, numels: tuple[int, ...], device: torch.device) -> None:
+        self.numels = numels
+        total = sum(numels)
+        self.sampled = total > LOST_UPDATE_SAMPLE
+        self._picks: list[tuple[int, torch.Tensor]] = []
+        if self.sampled:
+            generator = torch.Generator().manual_seed(0)
+            index = torch.randint(total, (LOST_UPDATE_SAMPLE,), generator=generator).sort()[0]
+            start = 0
+            for position, numel in enumerate(numels):
+                ends = torch.tensor([start, start + numel])
+                low, high = torch.searchsorted(index, ends).tolist()
+                if high > low:
+                    self._picks.append((position, (index[low:high] - start).to(device)))
+                start += numel
+
+    def gather(self, flat: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The followed elements of the 1-D tensors `flat` (one per parameter), in order."""
+        if not self.sampled:
+            return torch.cat(list(flat))
+        return torch.cat([flat[position].index_select(0, picks) for position, picks in self._picks])
+
+
 @dataclass(frozen=True, slots=True)
 class ParamGroup:
     """The parameter gradients of one dtype class, counted together as one segment."""
@@ -134,6 +177,7 @@ class StatsPlan:
     memory: Memory
     formats: tuple[FormatRange, ...]  # the format shares to compute (empty: none)
     lost_update_kind: str | None  # None: no lost-update figure queued
+    lost_update_sampled: bool  # measured on an `UpdateSample` smaller than the model
     scratch: Scratch = field(repr=False)
     # False for the statistics taken after an alarm step: its activation gradients are gone.
     activations: bool = True
@@ -186,9 +230,14 @@ class StatsPlan:
             format_shares = self._format_shares(dict(zip(bounds, at_most, strict=True)))
         lost_updates = None
         if self.lost_update_kind is not None and not skipped:
-            lost, intended = (float(v) for v in host["lost_updates"])
-            share = lost / intended if intended else 0.0
-            lost_updates = LostUpdates(share, self.lost_update_kind, int(intended))
+            lost, in_sample, intended = (float(v) for v in host["lost_updates"])
+            share = lost / in_sample if in_sample else 0.0
+            if self.lost_update_sampled:
+                lost_updates = LostUpdates(share, self.lost_update_kind, int(intended),
+                                           sampled=int(in_sample),
+                                           bound=hoeffding_bound(int(in_sample)))  # fmt: skip
+            else:
+                lost_updates = LostUpdates(share, self.lost_update_kind, int(intended))
         return StepStats(
             grad_hist=histogram_record(grad_counts.tolist()),
             act_hist=(
@@ -219,17 +268,19 @@ class StatsPlan:
         unresolved = rows[:, CODES] > rows[:, ZERO_CODE]
         unresolved |= rows[:, INF_CODE] > 0
         for index in np.flatnonzero(unresolved):
-            if segments[int(index)].table == "float32_high":
-                exact = code_histogram(self._segment_tensor(int(index))).cpu().numpy()
-                rows[index, :CODES] = exact
+            if segments[int(index)].table != "float32_high":
+                continue
+            if index < len(self.param_groups):  # one member at a time: no concatenated copy
+                members = self.param_groups[int(index)].members
+                exact = torch.stack([code_histogram(g) for g in members]).sum(dim=0)
+            else:
+                exact = code_histogram(self._segment_tensor(int(index)))
+            rows[index, :CODES] = exact.cpu().numpy()
         histograms: npt.NDArray[np.float64] = rows[:, :CODES]
         return histograms
 
     def _segment_tensor(self, index: int) -> torch.Tensor:
         """The values behind a float32 segment, for the exact (slow) histogram."""
-        if index < len(self.param_groups):
-            members = self.param_groups[index].members
-            return torch.cat([g.reshape(-1).float() for g in members])
         tensor = self.act_segments[index - len(self.param_groups)].tensor
         assert tensor is not None, "float32 activation segments keep their tensor"
         return tensor
