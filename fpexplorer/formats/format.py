@@ -36,6 +36,14 @@ positive values; toward_positive for negative ones; round_to_odd, which truncate
 give ±max for a finite input beyond max, as IEEE 754 §7.4 says: the rounded result of those
 directions is max itself, so there is no overflow to represent. That holds under ``nan`` too:
 the policy names what an overflow becomes, and those directions do not overflow past max.
+
+Formats without a zero (E8M0, the ``fnu`` encoding) round every positive value below their
+smallest value 2**-127 to that smallest value, in every mode: toward_zero of 2**-200 gives
+2**-127, larger than the input, with the underflow and inexact flags. That is deliberate:
+a rounding must give a value of the format, and on the side toward zero there is none, so
+the nearest value there is is the only candidate that keeps the sign and stays finite (NaN
+would turn a valid tiny number into "not a number"). It is also what the OCP MX spec does
+with a shared scale: the exponent is clamped at -127, never flushed.
 """
 
 from __future__ import annotations
@@ -635,7 +643,8 @@ class FloatFormat:
         tiny = exponent < d.emin
         if tiny and not self.subnormals:
             if not d.has_zero:
-                # Nothing below min_normal (E8M0): the smallest value is the nearest there is.
+                # Nothing below min_normal (E8M0): the smallest value is the nearest there is,
+                # in every mode (see the module docstring for why toward_zero goes up here).
                 return d.smallest_positive_code, False, False, True
             low_code, high_code = 0, 1 << m
             # where it lies between 0 and min_normal: numerator / (denominator * min_normal)

@@ -34,3 +34,15 @@ def test_readme_cli_example_is_real_output(capsys) -> None:  # type: ignore[no-u
     assert block is not None
     assert main(block.group(1).split()) == 0
     assert capsys.readouterr().out == block.group(2)
+
+
+def test_readme_calc_examples_are_real_output(capsys) -> None:  # type: ignore[no-untyped-def]
+    import shlex
+
+    from fpexplorer.cli import main
+
+    blocks = re.findall(r"```console\n\$ (fpexplorer calc .*?)\n(.*?)```", _section(), re.DOTALL)
+    assert blocks, "no calc example in the formats section"
+    for command, output in blocks:
+        assert main(shlex.split(command)[1:]) == 0
+        assert capsys.readouterr().out == output

@@ -156,3 +156,30 @@ def test_stochastic_threshold_and_arguments() -> None:
         first, fp16.from_float_array(x, "stochastic", seed=3, random_bits=3)
     )
     assert set(np.unique(first)) == {0x2E66, 0x2E67}
+
+
+def test_documented_rules_nan_policy_and_formats_without_zero() -> None:
+    """The two rules the README states: under the nan policy the directions that round toward
+    zero keep ±max; E8M0 has no zero, so every mode sends 2**-200 to 2**-127."""
+    for name in ("fp16", "e4m3", "binary8p3se"):
+        fmt = get_format(name)
+        top = fmt.from_value("max")
+        bottom = fmt.from_value("-max")
+        for rounding, x, expected in (
+            ("toward_zero", 1e6, top),
+            ("toward_zero", -1e6, bottom),
+            ("toward_negative", 1e6, top),
+            ("toward_positive", -1e6, bottom),
+            ("round_to_odd", 1e6, top),
+        ):
+            assert fmt.from_value(x, rounding, "nan") == expected, (name, rounding, x)
+            array = fmt.from_float_array(np.array([x]), rounding, "nan")
+            assert int(array[0]) == expected
+        assert fmt.classify(fmt.from_value(1e6, "nearest_even", "nan")) == "nan"
+        assert fmt.classify(fmt.from_value(-1e6, "toward_negative", "nan")) == "nan"
+    e8m0 = get_format("e8m0")
+    for rounding in ("nearest_even", "toward_zero", "toward_negative", "round_to_odd"):
+        rounded = e8m0.round(Fraction(1, 2**200), rounding)
+        assert rounded.value.fraction == Fraction(1, 2**127), rounding
+        assert rounded.underflow and rounded.inexact
+    assert e8m0.from_float_array(np.array([2.0**-200]), "toward_zero")[0] == 0
