@@ -247,7 +247,8 @@ class HeatmapBuffer:
         totals[totals == 0] = 1.0
         with np.errstate(divide="ignore"):
             shares = np.log10(counts / totals)
-        return np.clip(shares, -8.0, 0.0).astype(np.float32)
+        image: np.ndarray = np.clip(shares, -8.0, 0.0).astype(np.float32)
+        return image
 
     @property
     def step_span(self) -> tuple[float, float]:
