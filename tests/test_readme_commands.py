@@ -10,8 +10,9 @@ HTML comment on the line just above it, which a reader of the rendered README ne
 The commands run one after another in one bash process (as pasted into a terminal: no
 `set -e`, no pipefail), each checked for exit status 0, in a `git clone` of this repository
 (its committed HEAD) with the environment of this test run: its Python and `fpexplorer` on
-PATH, no new virtual environment. HOME is a temporary folder, so the run directory
-(~/.local/share/fpexplorer/runs) is a fresh one and the user's own stays untouched.
+PATH, no new virtual environment, the clone's package first on PYTHONPATH. HOME is a
+temporary folder, so the run directory (~/.local/share/fpexplorer/runs) is a fresh one and
+the user's own stays untouched.
 Afterwards the clone holds no untracked file that .gitignore does not cover.
 """
 
@@ -211,8 +212,21 @@ def test_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
     environment.update(
         HOME=str(home),
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}",
+        # The clone's own code, not the checkout this environment was installed from
+        # (whose uncommitted edits a fresh clone does not have); the dependencies are the
+        # environment's.
+        PYTHONPATH=os.pathsep.join(filter(None, [str(clone), environment.get("PYTHONPATH")])),
         QT_QPA_PLATFORM="offscreen",
     )
+    imported = subprocess.run(
+        ["fpexplorer", "--version"],
+        cwd=clone,
+        env={**environment, "PYTHONVERBOSE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert f"{clone}/fpexplorer/cli.py" in imported.stderr, imported.stderr[-3000:]
     script = tmp_path / "readme-commands.sh"
     script.write_text(_script(commands), encoding="utf-8")
     result = subprocess.run(
