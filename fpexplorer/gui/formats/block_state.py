@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -198,6 +198,48 @@ class TensorAnalysis:
         return self.data[row, column * size : (column + 1) * size]
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class LoadedTensor:
+    """A tensor read from a file, seen as (rows, length): blocks run along its last axis."""
+
+    source: str  # the file name
+    rows: np.ndarray[Any, Any]
+    shape: tuple[int, ...]
+
+    @property
+    def length(self) -> int:
+        return int(self.rows.shape[1])
+
+    def blocks_per_row(self, block_size: int) -> int:
+        return -(-self.length // block_size)
+
+    def block_count(self, block_size: int) -> int:
+        return int(self.rows.shape[0]) * self.blocks_per_row(block_size)
+
+    def block_values(self, block: int, block_size: int) -> np.ndarray[Any, Any]:
+        row, column = divmod(block, self.blocks_per_row(block_size))
+        return self.rows[row, column * block_size : (column + 1) * block_size]
+
+    def block_of_element(self, element: int, block_size: int) -> int:
+        """The block (under `block_size`) holding flat element `element` of the rows."""
+        row, column = divmod(element, self.length)
+        return row * self.blocks_per_row(block_size) + column // block_size
+
+
+# Runs work(), then done(outcome) on the caller's thread, where outcome is work's result or
+# the ValueError it raised. None runs it at once (tests, scripts); the view hands the work
+# to a worker thread so that quantizing a large tensor never freezes the window.
+Runner = Callable[[Callable[[], Any], Callable[[Any], None]], None]
+
+
+def run_now(work: Callable[[], Any], done: Callable[[Any], None]) -> None:
+    try:
+        outcome = work()
+    except ValueError as error:
+        outcome = error
+    done(outcome)
+
+
 def analyse_tensor(
     data: np.ndarray[Any, Any], fmt: BlockFormat, rounding: str, source: str
 ) -> TensorAnalysis:
@@ -298,8 +340,12 @@ class BlockEditorState:
         self._rounding = "nearest_even"
         self._forced_scale: int | None = None
         self._forced_tensor_scale: Fraction | None = None
-        self._tensor: TensorAnalysis | None = None
+        self._loaded: LoadedTensor | None = None
+        self._tensor: TensorAnalysis | None = None  # of _loaded, for the current format
         self._tensor_block: int | None = None
+        self._busy: str | None = None
+        self._generation = 0  # of tensor analyses: a newer request makes older ones moot
+        self.runner: Runner = run_now
         self._source = "sample values"
         self._problem: str | None = None
         self._note: str | None = None
@@ -338,6 +384,16 @@ class BlockEditorState:
         return self._tensor
 
     @property
+    def loaded(self) -> LoadedTensor | None:
+        """The tensor read from a file (its analysis may still be running: `busy`)."""
+        return self._loaded
+
+    @property
+    def busy(self) -> str | None:
+        """What is being computed in the background ("quantizing w.npy …"), else None."""
+        return self._busy
+
+    @property
     def tensor_block(self) -> int | None:
         """The tensor's block now in the editor (None once a value was edited)."""
         return self._tensor_block
@@ -373,8 +429,8 @@ class BlockEditorState:
             self._fail(f"{self._format.name} elements do not round {mode!r}")
             return
         self._rounding = mode
-        self._retensor()
         self._commit()
+        self._analyse_loaded()
 
     def set_element(self, index: int, value: Any) -> None:
         """Set one element's input value (a drag, or a value typed into the table)."""
@@ -459,58 +515,75 @@ class BlockEditorState:
             return False
         self._inputs = values
         self._source = source
+        self._loaded = None
         self._tensor = None
         self._tensor_block = None
+        self._busy = None
+        self._generation += 1
         self._forced_tensor_scale = None
         self._note = None
         self._commit()
         return True
 
     def load_npy(self, path: str | Path, block: int = 0) -> bool:
-        """Load a .npy tensor: quantize it whole, then put one of its blocks in the editor."""
+        """Read a .npy tensor, put one of its blocks in the editor, and quantize it whole
+        (through `runner`: in the background in the app). False, with `problem`, when the
+        file is not a tensor of numbers or has no such block; nothing is lost then."""
+        name = Path(path).name
         try:
             array = read_npy(path)
-            analysis = analyse_tensor(array, self._format, self._rounding, Path(path).name)
+            rows = np.asarray(array).reshape(-1, array.shape[-1])
+            loaded = LoadedTensor(name, rows, tuple(array.shape))
+            # The vectorized path reads the tensor's dtype; check it once here, where a
+            # problem can still be refused, not later in the background.
+            quantize(rows[:1, : min(rows.shape[1], 1)], self._format)
         except ValueError as error:
             self._fail(str(error))
             return False
-        if not 0 <= block < analysis.block_count:
-            self._fail(f"{analysis.source} has blocks 0..{analysis.block_count - 1}, not {block}")
+        count = loaded.block_count(self._format.block_size)
+        if not 0 <= block < count:
+            self._fail(f"{name} has blocks 0..{count - 1}, not {block}")
             return False
-        self._tensor = analysis
+        self._loaded = loaded
+        self._tensor = None
         self._note = None
         self._show_tensor_block(block)
         self._commit()
+        self._analyse_loaded()
         return True
 
     def load_tensor_block(self, block: int) -> None:
         """Put block `block` of the loaded tensor in the editor."""
-        tensor = self._tensor
-        if tensor is None:
+        loaded = self._loaded
+        if loaded is None:
             self._fail("load a .npy file first")
             return
-        if not 0 <= block < tensor.block_count:
-            self._fail(f"{tensor.source} has blocks 0..{tensor.block_count - 1}, not {block}")
+        count = loaded.block_count(self._format.block_size)
+        if not 0 <= block < count:
+            self._fail(f"{loaded.source} has blocks 0..{count - 1}, not {block}")
             return
         self._show_tensor_block(block)
         self._commit()
 
     # -- internals ------------------------------------------------------------------------------
     def _apply_format(self, fmt: BlockFormat) -> None:
-        start = 0
-        if self._tensor is not None and self._tensor_block is not None:
-            start = self._tensor_block * self._format.block_size  # keep the same elements
+        loaded = self._loaded
+        first_element = None
+        if loaded is not None and self._tensor_block is not None:
+            # Keep the same elements in view: the block that holds this block's first one.
+            row, column = divmod(self._tensor_block, loaded.blocks_per_row(self._format.block_size))
+            first_element = row * loaded.length + column * self._format.block_size
         self._format = fmt
         self._forced_scale = None
         if self._rounding not in rounding_modes_for(fmt):
             self._rounding = "nearest_even"
         self._note = None
-        if self._tensor is not None:
-            self._retensor()
-            if self._tensor is not None:
-                blocks_per_row = self._tensor.blocks_per_row
-                row, column = divmod(start, self._tensor.data.shape[1])
-                self._show_tensor_block(row * blocks_per_row + column // fmt.block_size)
+        if loaded is not None:
+            self._tensor = None
+            if first_element is not None:
+                self._show_tensor_block(loaded.block_of_element(first_element, fmt.block_size))
+            elif len(self._inputs) > fmt.block_size:
+                self._inputs = self._inputs[: fmt.block_size]
         else:
             self._forced_tensor_scale = None
             if len(self._inputs) > fmt.block_size:
@@ -521,20 +594,37 @@ class BlockEditorState:
                     "were dropped"
                 )
         self._commit()
+        self._analyse_loaded()
 
-    def _retensor(self) -> None:
-        """Quantize the loaded tensor again (format, rule or rounding changed)."""
-        tensor = self._tensor
-        if tensor is None:
+    def _analyse_loaded(self) -> None:
+        """Quantize the loaded tensor whole for the current format, rule and rounding."""
+        loaded = self._loaded
+        if loaded is None:
             return
-        try:
-            self._tensor = analyse_tensor(
-                tensor.data.reshape(tensor.shape), self._format, self._rounding, tensor.source
-            )
-        except ValueError as error:
-            self._tensor = None
-            self._note = f"{tensor.source} no longer analysed: {error}"
-        self._forced_tensor_scale = self._tensor_scale_of_tensor()
+        self._generation += 1
+        generation = self._generation
+        fmt, rounding = self._format, self._rounding
+        self._tensor = None
+        self._busy = f"quantizing {loaded.source} ({loaded.rows.size:,} values) into {fmt.name}…"
+        self.changed.emit()
+
+        def work() -> TensorAnalysis:
+            return analyse_tensor(loaded.rows.reshape(loaded.shape), fmt, rounding, loaded.source)
+
+        def done(outcome: TensorAnalysis | ValueError) -> None:
+            if generation != self._generation:
+                return  # the format, rounding or tensor changed meanwhile: a newer run follows
+            self._busy = None
+            if isinstance(outcome, ValueError):
+                self._note = f"{loaded.source} not quantized whole: {outcome}"
+                self._commit()
+                return
+            self._tensor = outcome
+            if self._tensor_block is not None:
+                self._forced_tensor_scale = self._tensor_scale_of_tensor()
+            self._commit()
+
+        self.runner(work, done)
 
     def _tensor_scale_of_tensor(self) -> Fraction | None:
         tensor = self._tensor
@@ -543,18 +633,21 @@ class BlockEditorState:
         return Fraction(tensor.quantized.tensor_scale)
 
     def _show_tensor_block(self, block: int) -> None:
-        tensor = self._tensor
-        assert tensor is not None
-        values = tensor.block_values(block).astype(np.float64)
+        loaded = self._loaded
+        assert loaded is not None
+        size = self._format.block_size
+        values = loaded.block_values(block, size).astype(np.float64)
         self._inputs = [to_exact_value(float(v)) for v in values]
         self._tensor_block = block
         self._forced_scale = None
+        # NVFP4's per-tensor scale is the whole tensor's; until its analysis is in, this
+        # block's own stands in (said on screen).
         self._forced_tensor_scale = self._tensor_scale_of_tensor()
-        self._source = f"{tensor.source}, block {block} of {tensor.block_count}"
+        self._source = f"{loaded.source}, block {block} of {loaded.block_count(size)}"
 
     def _edited(self) -> None:
-        if self._tensor_block is not None and self._tensor is not None:
-            self._source = f"edited (from {self._tensor.source}, block {self._tensor_block})"
+        if self._tensor_block is not None and self._loaded is not None:
+            self._source = f"edited (from {self._loaded.source}, block {self._tensor_block})"
             self._tensor_block = None
         elif not self._source.startswith("edited"):
             self._source = f"edited ({self._source})"

@@ -9,11 +9,12 @@ scale's bits to force a scale and watch every element move.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import QObject, QPointF, Qt, QThreadPool, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -122,6 +123,41 @@ class BarDragViewBox(pg.ViewBox):  # type: ignore[misc]  # pyqtgraph is untyped
             self.setYRange(low, low + 2 * span, padding=0)
         elif y < low + EDGE_SHARE * span:
             self.setYRange(high - 2 * span, high, padding=0)
+
+
+class _WorkerResults(QObject):
+    """Runs the state's slow work (quantizing a whole tensor) on the thread pool and hands
+    each outcome back on the GUI thread, where the state and the widgets live."""
+
+    arrived = Signal(object, object)  # done callback, outcome
+
+    def __init__(self, parent: QObject) -> None:
+        super().__init__(parent)
+        self.running = 0
+        self.arrived.connect(self._on_arrived, Qt.ConnectionType.QueuedConnection)
+
+    def run(self, work: Callable[[], Any], done: Callable[[Any], None]) -> None:
+        self.running += 1
+
+        def job() -> None:
+            outcome = _outcome(work)
+            try:
+                self.arrived.emit(done, outcome)
+            except RuntimeError:
+                pass  # the view was closed meanwhile: nobody waits for this outcome
+
+        QThreadPool.globalInstance().start(job)
+
+    def _on_arrived(self, done: Callable[[Any], None], outcome: Any) -> None:
+        self.running -= 1
+        done(outcome)
+
+
+def _outcome(work: Callable[[], Any]) -> Any:
+    try:
+        return work()
+    except ValueError as error:
+        return error
 
 
 class BlockEditorView(LazyView):
@@ -346,6 +382,8 @@ class BlockEditorView(LazyView):
             lambda row, _: state.load_tensor_block(self._worst_block(row))
         )
         state.changed.connect(self.mark_stale)
+        self._worker_results = _WorkerResults(self)
+        state.runner = self._worker_results.run
         self._shown_tensor: TensorAnalysis | None = None
         self.restyle()
 
@@ -405,7 +443,7 @@ class BlockEditorView(LazyView):
         try:
             self._render_pickers()
             self.source.setText(f"values: {state.source}")
-            message = state.problem or state.note or ""
+            message = state.problem or state.note or state.busy or ""
             self.message.setText(message)
             self.message.setVisible(bool(message))
             self._render_scales(readout)
@@ -533,19 +571,25 @@ class BlockEditorView(LazyView):
                     item.setForeground(foreground or table.palette().color(QPalette.ColorRole.Text))
 
     def _render_tensor(self, tensor: TensorAnalysis | None) -> None:
-        self.block_spin.setEnabled(tensor is not None)
-        if tensor is None:
+        state = self.state
+        loaded = state.loaded
+        self.block_spin.setEnabled(loaded is not None)
+        if loaded is None:
             self.block_spin.setRange(0, 0)
-            self.side_tabs.setTabEnabled(1, False)
+        else:
+            self.block_spin.setRange(0, loaded.block_count(state.format.block_size) - 1)
+            if state.tensor_block is not None:
+                self.block_spin.setValue(state.tensor_block)
+        self.side_tabs.setTabEnabled(1, loaded is not None)
+        if tensor is None:
             if self._shown_tensor is not None:
                 self.histogram_bars.setOpts(x0=[], x1=[], height=[])
                 self.worst_table.setRowCount(0)
                 self._shown_tensor = None
+            self.tensor_summary.setText(
+                state.busy or "Open a .npy file to see the error of every block."
+            )
             return
-        self.side_tabs.setTabEnabled(1, True)
-        self.block_spin.setRange(0, tensor.block_count - 1)
-        if self.state.tensor_block is not None:
-            self.block_spin.setValue(self.state.tensor_block)
         if tensor is self._shown_tensor:
             return
         if self._shown_tensor is None:

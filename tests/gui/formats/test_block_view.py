@@ -212,6 +212,12 @@ def test_npy_histogram_worst_blocks_and_bad_files(
     path = tmp_path / "grads.npy"
     np.save(path, tensor)
     assert view.open_npy(str(path))
+    # Block 0 is in the editor at once; the whole tensor is quantized on a worker thread,
+    # whose outcome comes back through the event loop (the window stays responsive).
+    assert view.state.busy is not None and view.state.tensor is None
+    assert view.state.tensor_block == 0
+    assert view.message.text().startswith("quantizing grads.npy (512 values)")
+    qtbot.waitUntil(lambda: view.state.busy is None)
     assert view.side_tabs.currentIndex() == 1
     assert "grads.npy: 8×64 float32, 16 blocks of 32" in view.tensor_summary.text()
     heights = view.histogram_bars.opts["height"]
@@ -248,3 +254,20 @@ def test_registered_in_the_formats_panel_and_the_screenshot_command(qtbot: QtBot
     assert isinstance(view, BlockEditorView)
     assert panel.current_view_name() == "block"
     assert view.table.rowCount() == 32
+
+
+def test_a_format_change_during_the_analysis_wins(
+    view: BlockEditorView, qtbot: QtBot, tmp_path: Path
+) -> None:
+    path = tmp_path / "t.npy"
+    np.save(path, np.linspace(-3, 3, 96 * 4, dtype=np.float32).reshape(4, 96))
+    assert view.open_npy(str(path))
+    view.state.set_format("nvfp4")
+    assert view.state.busy is not None
+    qtbot.waitUntil(lambda: view.state.busy is None)
+    tensor = view.state.tensor
+    assert tensor is not None and tensor.quantized.format.name == "nvfp4"
+    assert view.state.tensor_block == 0 and view.table.rowCount() == 16
+    assert view.block_spin.maximum() == 4 * 6 - 1
+    assert view.state.readout().tensor_scale_source.startswith("from the whole tensor")
+    qtbot.waitUntil(lambda: view._worker_results.running == 0)
