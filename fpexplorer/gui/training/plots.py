@@ -47,6 +47,7 @@ from fpexplorer.gui.training.view_model import (
     HoverLine,
     OverlayRun,
     RunMarker,
+    counts_text,
     data_range,
     elide,
     first_nonfinite_view,
@@ -59,11 +60,15 @@ from fpexplorer.gui.training.view_model import (
     hover_text,
     layer_table_view,
     lost_updates_text,
+    no_histogram_reason,
+    no_steps_reason,
     run_colour,
     run_markers,
     scale_text,
     smoothed,
     throughput_text,
+    what_if_text,
+    x_extent,
 )
 from fpexplorer.training.records import Histogram
 
@@ -366,51 +371,6 @@ class EmptyNote:
     def _place(self, *_args: object) -> None:
         rect = self.view.boundingRect()
         self.item.setPos(rect.center().x(), rect.top() + self.height_fraction * rect.height())
-
-
-def no_steps_reason(models: Sequence[RunModel]) -> str:
-    """Why runs that hold no step show nothing."""
-    if not models:
-        return "no run: start a job or open a run file"
-    failed = [m for m in models if m.end is not None and m.end.status == "failed"]
-    if failed:
-        return "no steps: the run failed before its first step"
-    if any(m.end is None and not m.closed for m in models):
-        return "waiting for the first step…"
-    return "no steps recorded in this run"
-
-
-def no_histogram_reason(model: RunModel | None, hist: Histogram | None) -> str:
-    """Why the gradient histogram (or its heatmap) of `model` has no bars."""
-    if model is None or not model.steps_seen:
-        return no_steps_reason([model] if model is not None else [])
-    if hist is None:
-        if model.latest_stats is None and model.config.get("stats_every") == 0:
-            return "statistics were off for this run (stats-every 0)"
-        return "no statistics step yet"
-    return f"no finite non-zero gradient: {hist.zero:,} zero, {hist.inf:,} inf, {hist.nan:,} NaN"
-
-
-def x_extent(models: Sequence[RunModel]) -> float:
-    """The last step the x axis must show for the runs drawn.
-
-    A finished run shows its length. A live run shows its planned length while it is
-    within 4x of what has arrived, else room for 1.5x what has arrived: the axis then
-    moves a logarithmic number of times, not on every frame.
-    """
-    extent = 1.0
-    for model in models:
-        seen = float(model.scalars.steps[-1] + 1) if len(model.scalars) else 0.0
-        # A damaged header's 10**309 steps is beyond float: capped, it is "far away".
-        planned = float(min(model.planned_steps or 0, 2**1000))
-        if model.end is not None or model.closed or not planned or not math.isfinite(planned):
-            wanted = seen  # finished (or no plan): exactly what is there
-        elif planned <= 4 * max(seen, 1.0):
-            wanted = planned
-        else:
-            wanted = 1.5 ** math.ceil(math.log(max(seen, 16.0) * 1.5, 1.5))
-        extent = max(extent, wanted)
-    return min(extent, 1e300)
 
 
 class RunCurves:
@@ -862,11 +822,7 @@ class GradientHistogramPlot(QWidget):
                 self.counts_label.setText(reason)
             else:
                 # Every value was zero, inf or NaN: the counts are the whole story.
-                dtype = f" ({elide(hist.dtype, 20)})" if hist.dtype else ""
-                self.counts_label.setText(
-                    f"step {stats.step}{dtype}: {hist.total:,} values · "
-                    f"zero {hist.zero:,} · inf {hist.inf:,} · NaN {hist.nan:,}"
-                )
+                self.counts_label.setText(counts_text(stats.step, hist))
         else:
             self.empty_note.show(None)
             # The view holds the bars and FP16's window at the scale the step ran with.
@@ -883,11 +839,7 @@ class GradientHistogramPlot(QWidget):
             x = np.arange(hist.lo, hist.lo + len(counts), dtype=np.float64) + 0.5
             self.bars.setOpts(x=x, height=np.log10(1.0 + counts), width=0.9)
             stats = model.latest_stats if model is not None else None
-            dtype = f" ({elide(hist.dtype, 20)})" if hist.dtype else ""
-            self.counts_label.setText(
-                f"step {stats.step if stats else '?'}{dtype}: {hist.total:,} values · "
-                f"zero {hist.zero:,} · inf {hist.inf:,} · NaN {hist.nan:,}"
-            )
+            self.counts_label.setText(counts_text(stats.step if stats else None, hist))
         # Fixed by the data, not auto-ranged: BF16's ruler would stretch the view to ±130.
         x_lo -= 0.12 * (x_hi - x_lo)  # room for the format names on the left
         # The rulers keep about a third of the height however tall the bars are (counts of
@@ -939,13 +891,7 @@ class GradientHistogramPlot(QWidget):
             return
         result = what_if(hist, k, recorded)
         self.last_what_if = result
-        self.what_if_label.setText(
-            f"What-if at loss scale 2^{k} in FP16: "
-            f"<b>{100 * result.share(result.underflow):.3g}%</b> underflow "
-            f"({result.underflow:,}), {100 * result.share(result.subnormal):.3g}% subnormal, "
-            f"<b>{100 * result.share(result.overflow):.3g}%</b> overflow ({result.overflow:,}); "
-            f"already zero {result.zero:,}, non-finite {result.nonfinite:,}."
-        )
+        self.what_if_label.setText(what_if_text(result))
 
 
 class HeatmapPlot(QWidget):

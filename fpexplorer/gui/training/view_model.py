@@ -35,6 +35,7 @@ from fpexplorer.gui.training.run_model import (
     HEAT_LO,
     HeatmapBuffer,
     RunModel,
+    WhatIf,
     distinguishing_details,
 )
 from fpexplorer.training.config import TrainConfig
@@ -321,6 +322,51 @@ def settings_of(model: RunModel) -> TrainConfig | str:
 # ----- ranges, smoothing, markers, hover -------------------------------------------------
 
 
+def no_steps_reason(models: Sequence[RunModel]) -> str:
+    """Why runs that hold no step show nothing."""
+    if not models:
+        return "no run: start a job or open a run file"
+    failed = [m for m in models if m.end is not None and m.end.status == "failed"]
+    if failed:
+        return "no steps: the run failed before its first step"
+    if any(m.end is None and not m.closed for m in models):
+        return "waiting for the first step…"
+    return "no steps recorded in this run"
+
+
+def no_histogram_reason(model: RunModel | None, hist: Histogram | None) -> str:
+    """Why the gradient histogram (or its heatmap) of `model` has no bars."""
+    if model is None or not model.steps_seen:
+        return no_steps_reason([model] if model is not None else [])
+    if hist is None:
+        if model.latest_stats is None and model.config.get("stats_every") == 0:
+            return "statistics were off for this run (stats-every 0)"
+        return "no statistics step yet"
+    return f"no finite non-zero gradient: {hist.zero:,} zero, {hist.inf:,} inf, {hist.nan:,} NaN"
+
+
+def x_extent(models: Sequence[RunModel]) -> float:
+    """The last step the x axis must show for the runs drawn.
+
+    A finished run shows its length. A live run shows its planned length while it is
+    within 4x of what has arrived, else room for 1.5x what has arrived: the axis then
+    moves a logarithmic number of times, not on every frame.
+    """
+    extent = 1.0
+    for model in models:
+        seen = float(model.scalars.steps[-1] + 1) if len(model.scalars) else 0.0
+        # A damaged header's 10**309 steps is beyond float: capped, it is "far away".
+        planned = float(min(model.planned_steps or 0, 2**1000))
+        if model.end is not None or model.closed or not planned or not math.isfinite(planned):
+            wanted = seen  # finished (or no plan): exactly what is there
+        elif planned <= 4 * max(seen, 1.0):
+            wanted = planned
+        else:
+            wanted = 1.5 ** math.ceil(math.log(max(seen, 16.0) * 1.5, 1.5))
+        extent = max(extent, wanted)
+    return min(extent, 1e300)
+
+
 def data_range(arrays: Sequence[FloatArray], log: bool = False) -> tuple[float, float] | None:
     """(lo, hi) of the finite values (positive ones on a log axis, as log10); None if none.
 
@@ -578,6 +624,32 @@ def first_nonfinite_view(model: RunModel | None) -> FirstNonfiniteView:
             True,
         )
     return FirstNonfiniteView("No non-finite gradients so far.", False)
+
+
+def counts_text(step: int | None, hist: Histogram) -> str:
+    """The line under the histogram: its step, dtype and the zero/inf/NaN counts."""
+    dtype = f" ({elide(hist.dtype, 20)})" if hist.dtype else ""
+    at = "?" if step is None else str(step)
+    return (
+        f"step {at}{dtype}: {hist.total:,} values · zero {hist.zero:,} · inf {hist.inf:,} "
+        f"· NaN {hist.nan:,}"
+    )
+
+
+def what_if_text(result: WhatIf) -> str:
+    """The what-if read-out; shares of the finite non-zero values (n/a when there are none:
+    a share over inf/NaN or zeros says nothing about the scale)."""
+    head = f"What-if at loss scale 2^{result.log2_scale} in FP16: "
+    tail = f"already zero {result.zero:,}, non-finite {result.nonfinite:,}."
+    finite = result.total - result.zero - result.nonfinite
+    if finite <= 0:
+        return head + f"n/a (no finite non-zero gradient); {tail}"
+    return head + (
+        f"<b>{share_text(result.underflow / finite)}</b> underflow ({result.underflow:,}), "
+        f"{share_text(result.subnormal / finite)} subnormal, "
+        f"<b>{share_text(result.overflow / finite)}</b> overflow ({result.overflow:,}) of "
+        f"{finite:,} finite non-zero; {tail}"
+    )
 
 
 def lost_updates_text(model: RunModel | None) -> str:

@@ -306,3 +306,22 @@ def test_a_sampled_lost_update_share_is_marked_as_an_estimate() -> None:
     assert lost_updates_text(model) == (
         "<b>≈25% (± 1.25%, 99.9%; 4,096 sampled)</b> of weight updates lost to FP16 rounding."
     )
+
+
+def test_what_if_shares_are_of_finite_values_and_n_a_over_nan() -> None:
+    from fpexplorer.gui.training.run_model import what_if
+    from fpexplorer.gui.training.view_model import what_if_text
+    from fpexplorer.training.records import Histogram
+
+    # 3 values below 2**-24 at scale 1, 1 inside FP16's range; zeros and NaNs aside.
+    hist = Histogram(lo=-30, counts=(3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1),
+                     zero=4, nan=2)  # fmt: skip
+    text = what_if_text(what_if(hist, 0))
+    assert text.startswith("What-if at loss scale 2^0 in FP16: <b>75%</b> underflow (3)")
+    assert "of 4 finite non-zero; already zero 4, non-finite 2." in text
+    nan_only = Histogram(lo=0, counts=(), nan=12)
+    # Was: "0% underflow ... 0% overflow" over twelve NaNs.
+    assert what_if_text(what_if(nan_only, 0)) == (
+        "What-if at loss scale 2^0 in FP16: n/a (no finite non-zero gradient); "
+        "already zero 0, non-finite 12."
+    )
