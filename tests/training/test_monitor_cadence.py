@@ -85,3 +85,25 @@ def test_a_skipped_step_gets_gradient_statistics_at_once_and_full_ones_next(
     assert skipped["grad_hist"]["inf"] + skipped["grad_hist"]["nan"] > 0
     assert skipped["first_nonfinite"] is not None
     assert "act_hist" in records[6]  # the step after an alarm: full statistics
+
+
+def test_module_hooks_are_in_place_only_for_statistics_steps(tmp_path: Path) -> None:
+    # A forward hook sends every module call through PyTorch's slower hooked path.
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def hooked() -> int:
+        return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+    monitor = AmpMonitor(model, optimizer, out=tmp_path / "run.jsonl", stats_every=2,
+                         precision="fp32")  # fmt: skip
+    seen = []
+    for _ in range(4):
+        seen.append(hooked())
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+        monitor.step(0.0)
+        optimizer.zero_grad()
+    monitor.close()
+    assert [count > 0 for count in seen] == [True, False, True, False]
+    assert hooked() == 0

@@ -160,12 +160,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._optimizer_stepped = False
         self._found_inf: torch.Tensor | None = None
         self._handles: list[RemovableHandle] = []
+        self._module_handles: list[RemovableHandle] = []
         self._header_config = (precision, dict(config or {}))
         self._header_written = False
         self._install_hooks()
-        self._collecting = self.cadence.collect_next(0)
         if precision is not None:
             self._write_header()
+        self._arm(self.cadence.collect_next(0))
 
     @property
     def stats_every(self) -> int | None:
@@ -188,18 +189,34 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return layers
 
     def _install_hooks(self) -> None:
-        layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
-        for name, module in self.model.named_modules():
-            index = layer_index.get(name or type(module).__name__)
-            if index is not None and next(module.children(), None) is None:
-                hook = self._activation_hook(index)
-                self._handles.append(module.register_forward_hook(hook))
-        self._handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
-        self._handles.append(
-            self.model.register_forward_hook(self._on_model_forward_end, always_call=True)
-        )
+        """The optimizer hooks, for the whole run (they tell a skipped step)."""
         self._handles.append(self.optimizer.register_step_pre_hook(self._on_optimizer_step_start))
         self._handles.append(self.optimizer.register_step_post_hook(self._on_optimizer_step_end))
+
+    def _arm(self, collecting: bool) -> None:
+        """Decide the next step: the module hooks are in place only while they have work
+        (a statistics step, or a header that waits for the autocast dtype), because any
+        forward hook sends every module call through PyTorch's slower hooked path."""
+        self._collecting = collecting
+        wanted = collecting or not self._header_written
+        if wanted and not self._module_handles:
+            layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
+            handles = self._module_handles
+            for name, module in self.model.named_modules():
+                index = layer_index.get(name or type(module).__name__)
+                if index is not None and next(module.children(), None) is None:
+                    handles.append(module.register_forward_hook(self._activation_hook(index)))
+            handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
+            handles.append(
+                self.model.register_forward_hook(self._on_model_forward_end, always_call=True)
+            )
+        elif not wanted and self._module_handles:
+            self._remove_module_hooks()
+
+    def _remove_module_hooks(self) -> None:
+        for handle in self._module_handles:
+            handle.remove()
+        self._module_handles = []
 
     def _scaler_enabled(self) -> bool:
         scaler = self.scaler
@@ -458,7 +475,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._found_inf = None
         self.cadence.account(duration, statistics=plan is not None, alarm=alarm)
         self.step_index += 1
-        self._collecting = self.cadence.collect_next(self.step_index)
+        self._arm(self.cadence.collect_next(self.step_index))
         return record
 
     def _queue_statistics(
@@ -632,6 +649,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self.closed = True
         for handle in self._handles:
             handle.remove()
+        self._remove_module_hooks()
         if self._saved_hooks is not None:
             self._saved_hooks.__exit__(None, None, None)
             self._saved_hooks = None
