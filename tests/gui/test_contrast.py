@@ -120,3 +120,16 @@ def test_text_colours_come_from_the_theme() -> None:
             if LITERAL_TEXT_COLOUR.search(line):
                 offenders.append(f"{path.name}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_code_map_cell_labels_read_on_their_cells(qapp: object) -> None:
+    from fpexplorer.formats import list_formats
+    from fpexplorer.gui.formats.codes_map import MAX_LABELLED_BITS, code_image
+
+    for fmt in list_formats():
+        if fmt.width > MAX_LABELLED_BITS:
+            continue
+        cells = {tuple(int(c) for c in pixel[:3]) for pixel in code_image(fmt).reshape(-1, 4)}
+        for red, green, blue in cells:
+            fill = QColor(red, green, blue)
+            assert contrast_ratio(best_text_on(fill), fill) >= MIN_CONTRAST, (fmt.name, fill.name())
