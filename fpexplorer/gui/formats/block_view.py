@@ -296,7 +296,9 @@ class BlockEditorView(LazyView):
         self.table.setToolTip("Double-click an input to type a new value for that element")
         _compact_rows(self.table)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # Columns are fitted once per render (resizeColumnsToContents): ResizeToContents
+        # would re-measure the column on each of the 256 cell updates of a scale toggle.
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
         self.tensor_summary = QLabel("Open a .npy file to see the error of every block.")
         self.tensor_summary.setWordWrap(True)
@@ -538,6 +540,15 @@ class BlockEditorView(LazyView):
         )
 
     def _render_table(self, readout: BlockReadout) -> None:
+        table = self.table
+        table.setUpdatesEnabled(False)
+        try:
+            self._fill_table(readout)
+        finally:
+            table.resizeColumnsToContents()
+            table.setUpdatesEnabled(True)
+
+    def _fill_table(self, readout: BlockReadout) -> None:
         table = self.table
         if table.rowCount() != len(readout.rows):
             table.setRowCount(len(readout.rows))
