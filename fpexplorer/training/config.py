@@ -46,6 +46,17 @@ DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 # torch seeds are 64-bit; tasks derive further seeds from it (seed + 1), so int64's top.
 MAX_SEED = 2**63 - 1
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+# Loss scales are float32 in the loop (GradScaler's scale tensor, the static scaler's
+# multiply): above float32's largest finite value a scale is inf and skips every step.
+FLOAT32_MAX = float.fromhex("0x1.fffffep127")  # 3.4028234663852886e38
+
+
+def _beyond_float32(what: str, value: float) -> str:
+    return (
+        f"{what} {value:g} is inf in float32, where the loop holds it (every step would be "
+        f"skipped): use at most {FLOAT32_MAX:.8g}"
+    )
+
 
 # A user task: "path/to/file.py:factory".
 _USER_TASK = re.compile(r"^(?P<path>.+\.py):(?P<factory>[A-Za-z_][A-Za-z0-9_]*)$")
@@ -117,6 +128,8 @@ class TrainConfig:
             problems["stats_every"] = "stats-every must be a whole number of at least 0 (0: off)"
         if not _positive_finite(self.init_scale):
             problems["init_scale"] = "the initial scale must be a positive finite number"
+        elif self.init_scale > FLOAT32_MAX:
+            problems["init_scale"] = _beyond_float32("the initial scale", self.init_scale)
         if not (_positive_finite(self.growth_factor) and self.growth_factor > 1.0):
             problems["growth_factor"] = "the growth factor must be greater than 1"
         if not (_positive_finite(self.backoff_factor) and self.backoff_factor < 1.0):
@@ -125,6 +138,8 @@ class TrainConfig:
             problems["growth_interval"] = "the growth interval must be a whole number of at least 1"
         if not _positive_finite(self.loss_scale):
             problems["loss_scale"] = "the loss scale must be a positive finite number"
+        elif self.loss_scale > FLOAT32_MAX:
+            problems["loss_scale"] = _beyond_float32("the loss scale", self.loss_scale)
         if self.out is not None:
             if not self.out.strip():
                 problems["out"] = "the output file name is empty"

@@ -7,12 +7,15 @@ a scaler, an optimizer) watched by `AmpMonitor`, which writes the run log.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import enum
 import os
 import signal
 import sys
 import time
+import traceback as traceback_module
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +40,7 @@ from fpexplorer.training.records import (
     FormatRange,
     HeaderRecord,
     ModelInfo,
+    Record,
     StepRecord,
     from_schema1_dict,
 )
@@ -62,7 +66,9 @@ class JobResult:
     state: RunState
     steps: int
     path: Path
-    error: str | None
+    error: str | None  # one line
+    traceback: str | None = None  # the task's failure, as Python printed it
+    log_error: str | None = None  # the run log could not be written (training went on)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,16 +178,80 @@ def default_out_path(config: TrainConfig) -> Path:
     return run_directory().path / f"run-{task}-{config.precision}-{stamp}.jsonl"
 
 
-def _new_default_writer(path: Path, echo: IO[str] | None) -> RunWriter:
+class _JobWriter(RunWriter):
+    """The job's run-log writer: the `end` record the monitor writes on a failure gets
+    the failure's traceback (the monitor knows only its one-line message)."""
+
+    end_traceback: str | None = None
+
+    def write(self, record: Record | Mapping[str, Any]) -> str:
+        if isinstance(record, EndRecord) and self.end_traceback and record.traceback is None:
+            record = dataclasses.replace(record, traceback=self.end_traceback)
+        return super().write(record)
+
+
+def _new_default_writer(path: Path, channel: IO[bytes] | None, echo: IO[str] | None) -> RunWriter:
     """A writer on a new file: the default name has one-second resolution, and two jobs
     started in the same second (a seed sweep in the background) must not share a file."""
     candidate = path
     for counter in range(2, 1000):
         try:
-            return RunWriter(candidate, echo=echo, exclusive=True)
+            return _JobWriter(candidate, channel=channel, echo=echo, exclusive=True)
         except FileExistsError:
             candidate = path.with_name(f"{path.stem}-{counter}{path.suffix}")
-    return RunWriter(candidate, echo=echo, exclusive=True)  # raises: reported as such
+    return _JobWriter(candidate, channel=channel, echo=echo, exclusive=True)  # raises
+
+
+class _RecordChannel:
+    """Where `--stream` records go: the job's stdout, made a channel that the task's code
+    cannot write to.
+
+    Before any task code runs, the process's fd 1 is pointed at stderr, so print(),
+    `sys.__stdout__`, `os.write(1, ...)` and the stdout of any subprocess all land on
+    stderr; the records go to a private duplicate of the original stdout (not inherited
+    by subprocesses). Whoever reads the job's stdout (the panel's QProcess, a shell pipe)
+    therefore reads records only. Why this rather than a second pipe handed to the child:
+    QProcess cannot pass extra descriptors, a named FIFO is POSIX-only, and tailing the
+    run file adds a polling delay; moving fd 1 works everywhere with the pipe every
+    process already has. (The reader's RecordStream resynchronises after garbage anyway.)
+
+    When `stdout` is not the process's real fd 1 (a caller's StringIO), records are
+    echoed to it and `sys.stdout` is redirected to stderr for the job's duration.
+    """
+
+    def __init__(self, stdout: IO[str], stderr: IO[str]) -> None:
+        self._stdout = stdout
+        self._stderr = stderr
+        self._saved_fd: int | None = None
+        self._redirect = contextlib.ExitStack()
+        self.binary: IO[bytes] | None = None
+        self.text: IO[str] | None = None
+
+    def _is_fd1(self) -> bool:
+        try:
+            return self._stdout is sys.stdout and self._stdout.fileno() == 1
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation included
+            return False
+
+    def open(self) -> None:
+        if self._is_fd1():
+            self._stdout.flush()
+            self._saved_fd = os.dup(1)  # non-inheritable since Python 3.4
+            os.dup2(2, 1)
+            self.binary = os.fdopen(self._saved_fd, "wb", buffering=0, closefd=False)
+        else:
+            self.text = self._stdout
+            # A print() in the task (without a newline, even) would glue itself to a record.
+            self._redirect.enter_context(contextlib.redirect_stdout(self._stderr))
+
+    def close(self) -> None:
+        self._redirect.close()
+        if self._saved_fd is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()  # what the task printed goes where fd 1 pointed
+            os.dup2(self._saved_fd, 1)
+            os.close(self._saved_fd)
+            self._saved_fd = None
 
 
 def _to_device(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> Any:
@@ -205,11 +275,21 @@ def make_optimizer(
     return torch.optim.Adam(params, lr=lr, eps=1e-4 if fp16_params else 1e-8)
 
 
+class StopNow(KeyboardInterrupt):
+    """Raised by a second SIGTERM/SIGINT wherever the job's Python code is: the step in
+    progress is abandoned and the log ends with `end` status "stopped"."""
+
+
 class _StopFlag:
-    """Set by SIGTERM/SIGINT; the loop stops after the step in progress."""
+    """SIGTERM/SIGINT: the first asks the loop to stop after the step in progress; a
+    second (a step stuck in Python: a dataloader that never yields, a runaway loop)
+    raises StopNow there and then; a third kills the process by the signal's default
+    action, for a job stuck where Python cannot act."""
 
     def __init__(self) -> None:
         self.requested = False
+        self.signals = 0
+        self.finishing = False  # writing the end: a second signal must not interrupt that
         self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
@@ -222,7 +302,13 @@ class _StopFlag:
         self._previous.clear()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals += 1
         self.requested = True
+        if self.signals == 2 and not self.finishing:
+            raise StopNow(f"stopped by a second {signal.Signals(signum).name}")
+        if self.signals >= 3:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
 
 class _Progress:
@@ -270,10 +356,7 @@ def _fallback_header(config: TrainConfig, device: torch.device) -> HeaderRecord:
         config=config.to_dict(),
         device=DeviceInfo(**device_description(device)),
         model=ModelInfo(params=0, layers=()),
-        formats={
-            fmt.name: FormatRange(fmt.max, fmt.min_normal, fmt.min_subnormal)
-            for fmt in FORMAT_RANGES
-        },
+        formats={fmt.name: FormatRange(**fmt.header_json()) for fmt in FORMAT_RANGES},
     )
 
 
@@ -300,25 +383,27 @@ def run_job(
         torch.set_num_threads(1)
     plan = PLANS[config.precision]
     path = Path(config.out) if config.out else default_out_path(config)
+    channel = _RecordChannel(stdout, stderr)
+    if config.stream:
+        channel.open()
     try:
         if config.out:
-            writer = RunWriter(path, echo=stdout if config.stream else None)
+            writer: RunWriter = _JobWriter(path, channel=channel.binary, echo=channel.text)
         else:
-            writer = _new_default_writer(path, stdout if config.stream else None)
+            writer = _new_default_writer(path, channel.binary, channel.text)
             path = writer.path
     except OSError as error:
+        channel.close()
         raise JobSetupError(f"cannot write {path}: {error.strerror or error}") from None
 
     stop = _StopFlag()
     if handle_signals:
         stop.install()
-    # With --stream, stdout carries records only: a print() in the user's task (without a
-    # newline, even) would otherwise glue itself to a record and the reader would lose it.
-    quiet_stdout = contextlib.ExitStack()
-    if config.stream:
-        quiet_stdout.enter_context(contextlib.redirect_stdout(stderr))
     monitor: AmpMonitor | None = None
     steps_done = 0
+    log_warnings = warnings.catch_warnings(record=True)
+    caught = log_warnings.__enter__()
+    warnings.simplefilter("always", RuntimeWarning)
     try:
         torch.manual_seed(config.seed)
         task: Task = make_task(config.task, config.seed, config.batch_size, device, config.lr)
@@ -356,6 +441,10 @@ def run_job(
                 break
             batch = next(task.batches, None)
             if batch is None:
+                if steps_done == 0:
+                    raise EmptyBatchesError(
+                        "the task's batches gave nothing: no step could be taken"
+                    )
                 break
             inputs = _to_device(batch[0], device, input_dtype)
             target = _to_device(batch[1], device, input_dtype)
@@ -363,30 +452,64 @@ def run_job(
             record = monitor.step(loss)
             steps_done += 1
             progress.update(record)
+        stop.finishing = True
         progress.finish()
         state = RunState.STOPPED if stop.requested else RunState.COMPLETED
         monitor.close(state.value)
-        return JobResult(state, steps_done, path, None)
+        return JobResult(state, steps_done, path, None, log_error=_log_error(monitor, caught))
     except (Exception, SystemExit, KeyboardInterrupt) as error:
         # The task's code can raise anything (sys.exit() included): it ends the run, logged.
-        # A KeyboardInterrupt (Ctrl-C without our handler, e.g. handle_signals=False) is a
-        # stop asked for, not a failure: the log still ends with its `end` record.
+        # A KeyboardInterrupt (Ctrl-C without our handler, e.g. handle_signals=False, or
+        # a second signal) is a stop asked for, not a failure: the log still ends with its
+        # `end` record.
+        stop.finishing = True
         interrupted = isinstance(error, KeyboardInterrupt)
         state = RunState.STOPPED if interrupted else RunState.FAILED
         message = None if interrupted else one_line_error(error)
+        trace = None
+        if not interrupted and not isinstance(error, EmptyBatchesError):
+            trace = "".join(traceback_module.format_exception(error))
+            if isinstance(writer, _JobWriter):
+                writer.end_traceback = trace
         if monitor is None:
-            writer.write(_fallback_header(config, device))
-            writer.write(EndRecord(status=state.value, error=message, steps=0, elapsed=0.0))
-            writer.close()
+            try:
+                writer.write(_fallback_header(config, device))
+                writer.write(
+                    EndRecord(
+                        status=state.value, error=message, steps=0, elapsed=0.0, traceback=trace
+                    )
+                )
+            except OSError as write_error:
+                return JobResult(
+                    state, 0, path, message, trace, f"{write_error.strerror or write_error}"
+                )
         else:
             monitor.close(state.value, message)
-        return JobResult(state, steps_done, path, message)
+        return JobResult(state, steps_done, path, message, trace, _log_error(monitor, caught))
     finally:
-        quiet_stdout.close()
+        log_warnings.__exit__(None, None, None)
         if handle_signals:
             stop.restore()
         if not writer.closed:
-            writer.close()
+            with contextlib.suppress(OSError):
+                writer.close()
+        channel.close()
+
+
+class EmptyBatchesError(Exception):
+    """The task's batch source ended before the first step."""
+
+
+def _log_error(monitor: AmpMonitor | None, caught: list[warnings.WarningMessage]) -> str | None:
+    """Why the run log is incomplete (the monitor warned once and went on), or None.
+    Other warnings the job caught are shown as Python would."""
+    for item in caught:
+        if monitor is None or monitor.write_error is None or "run log" not in str(item.message):
+            warnings.showwarning(item.message, item.category, item.filename, item.lineno)
+    if monitor is None or monitor.write_error is None:
+        return None
+    error = monitor.write_error
+    return str(error.strerror or error)
 
 
 def run_job_cli(config: TrainConfig) -> int:
@@ -398,8 +521,18 @@ def run_job_cli(config: TrainConfig) -> int:
         result = run_job(config)
     except JobSetupError as error:
         raise UsageError(str(error)) from None
+    if result.traceback:
+        print(result.traceback, end="", file=sys.stderr)
     if result.state is RunState.FAILED:
+        # The one line last, where it is seen: under the traceback.
         print(f"fpexplorer train: error: the task failed: {result.error}", file=sys.stderr)
+        return 1
+    if result.log_error:
+        print(
+            f"fpexplorer train: error: cannot write the run log {result.path}: "
+            f"{result.log_error} (training went on: {result.steps} steps, log incomplete)",
+            file=sys.stderr,
+        )
         return 1
     print(
         f"fpexplorer train: {result.state.value} after {result.steps} steps; "

@@ -56,8 +56,21 @@ def _generator(seed: int) -> torch.Generator:
 def _sample_forever(
     inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, seed: int
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Random batches without replacement within an epoch, reshuffled every epoch."""
-    generator = _generator(seed + 1)
+    """Random batches without replacement within an epoch, reshuffled every epoch.
+
+    Raises ValueError at once for a batch larger than the dataset: an epoch would hold no
+    batch, and the loop below would reshuffle forever without yielding one."""
+    count = inputs.shape[0]
+    if batch_size > count:
+        raise ValueError(
+            f"the batch size {batch_size} is larger than the task's dataset ({count} samples)"
+        )
+    return _epochs(inputs, targets, batch_size, _generator(seed + 1))
+
+
+def _epochs(
+    inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, generator: torch.Generator
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     count = inputs.shape[0]
     while True:
         order = torch.randperm(count, generator=generator)

@@ -190,12 +190,17 @@ def test_failing_user_task(tmp_path: Path) -> None:
     result = run_cli("train", "--task", f"{task}:make", "--steps", "5", "--device", "cpu",
                      "--out", str(tmp_path / "fail.jsonl"))  # fmt: skip
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
-        "fpexplorer train: error: the task failed: RuntimeError: the data loader broke"
-    ]
+    # The one line last; above it the traceback, which says where in the task it broke.
+    *trace, last = result.stderr.strip().splitlines()
+    assert last == "fpexplorer train: error: the task failed: RuntimeError: the data loader broke"
+    assert trace[0] == "Traceback (most recent call last):"
+    assert any("broken.py" in line and "line 6" in line for line in trace)
+    assert trace[-2:] == ["RuntimeError: the data loader", "broke"]
     run = load_run(tmp_path / "fail.jsonl")
     assert run.status == "failed" and len(run.steps) == 1 and run.problems == ()
     assert run.end is not None and run.end.error == "RuntimeError: the data loader broke"
+    # The end record keeps the traceback too (the window shows what the terminal did).
+    assert run.end.traceback is not None and "\n".join(trace) in run.end.traceback
     # A factory that returns the wrong thing fails the same way, with a header still first.
     bad = run_cli("train", "--task", f"{task}:not_a_task", "--device", "cpu",
                   "--out", str(tmp_path / "bad.jsonl"))  # fmt: skip
@@ -230,6 +235,8 @@ def test_a_user_task_that_calls_sys_exit_fails_with_an_end_record(tmp_path: Path
         (["--device", "cuda:7"], "cuda"),
         (["--out", "/nonexistent-folder/run.jsonl"], "cannot write"),
         (["--seed", str(2**64)], "the seed must be"),
+        (["--precision", "fp16-static", "--loss-scale", "1e39"], "is inf in float32"),
+        (["--init-scale", "1e39"], "is inf in float32"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(args: list[str], message: str) -> None:
@@ -397,3 +404,159 @@ def test_runs_command(tmp_path: Path) -> None:
     assert check.returncode == 1 and "line 2" in check.stdout
     missing = run_cli("runs", "summarize", str(tmp_path / "nope.jsonl"))
     assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+
+
+# ----- the job's robustness -------------------------------------------------------------
+
+
+CHATTY_TASK = """
+import os, subprocess, sys
+import torch
+from torch import nn
+
+def make():
+    def loss_fn(output, target):
+        # Everything a user's code may do with "standard output":
+        print("print without a newline", end="")
+        os.write(1, b"os.write(1) bytes")
+        sys.__stdout__.write("sys.__stdout__ text")
+        sys.__stdout__.flush()
+        subprocess.run([sys.executable, "-c", "print('a subprocess', end='')"], check=True)
+        return nn.functional.mse_loss(output, target)
+    batch = (torch.ones(4, 3), torch.zeros(4, 3))
+    return nn.Linear(3, 3), iter([batch] * 100), loss_fn
+"""
+
+
+@pytest.mark.slow  # a child process that starts further children: seconds
+def test_stream_is_a_channel_the_tasks_output_cannot_reach(tmp_path: Path) -> None:
+    """--stream: the job's stdout carries records only, whatever the task writes to fd 1."""
+    from fpexplorer.training.runlog import RecordStream
+
+    task = tmp_path / "chatty.py"
+    task.write_text(CHATTY_TASK)
+    out = tmp_path / "chatty.jsonl"
+    result = run_cli("train", "--task", f"{task}:make", "--steps", "9", "--device", "cpu",
+                     "--stream", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == out.read_text()  # nothing but the records
+    stream = RecordStream()
+    records = stream.feed(result.stdout.encode()) + stream.finish()
+    assert stream.problems == []
+    assert [type(r).kind for r in records] == ["header", *["step"] * 9, "end"]
+    for text in ("print without a newline", "os.write(1) bytes", "sys.__stdout__ text",
+                 "a subprocess"):  # fmt: skip
+        assert result.stderr.count(text) == 9, text
+
+
+def test_a_batch_size_above_the_dataset_fails_at_once(tmp_path: Path) -> None:
+    out = tmp_path / "big.jsonl"
+    result = run_cli("train", "--task", "mlp", "--batch-size", "100000", "--steps", "3",
+                     "--device", "cpu", "--out", str(out), timeout=60)  # fmt: skip
+    assert result.returncode == 1
+    assert "larger than the task's dataset (2048 samples)" in result.stderr.splitlines()[-1]
+    assert load_run(out).status == "failed"
+
+
+def test_an_empty_batch_source_is_a_failure_not_a_completed_run(tmp_path: Path) -> None:
+    task = tmp_path / "empty.py"
+    task.write_text(
+        "from torch import nn\n"
+        "def make():\n"
+        "    return nn.Linear(3, 3), iter([]), nn.functional.mse_loss\n"
+    )
+    run, result = job(tmp_path, task=f"{task}:make", steps=5)
+    assert result.state is RunState.FAILED  # type: ignore[attr-defined]
+    assert run.status == "failed" and run.end is not None
+    assert (
+        run.end.error
+        == "EmptyBatchesError: the task's batches gave nothing: no step could be taken"
+    )
+    assert run.end.traceback is None  # our own message: no traceback to show
+
+
+def test_an_unwritable_run_log_is_one_line_not_a_traceback() -> None:
+    if not Path("/dev/full").exists():
+        pytest.skip("/dev/full exists on Linux only")
+    result = run_cli("train", "--task", "regression", "--steps", "3", "--device", "cpu",
+                     "--out", "/dev/full")  # fmt: skip
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines == [
+        "fpexplorer train: error: cannot write the run log /dev/full: No space left on device"
+        " (training went on: 3 steps, log incomplete)"
+    ]
+
+
+STUCK_TASK = """
+import torch
+from torch import nn
+calls = 0
+
+def make():
+    def loss_fn(output, target):
+        global calls
+        calls += 1
+        if calls == 3:
+            print("stuck", flush=True)
+            while True:  # a step stuck in Python
+                try:
+                    while True:
+                        pass
+                except KeyboardInterrupt:
+                    if {swallow}:
+                        continue
+                    raise
+        return nn.functional.mse_loss(output, target)
+    batch = (torch.ones(4, 3), torch.zeros(4, 3))
+    return nn.Linear(3, 3), iter([batch] * 100), loss_fn
+"""
+
+
+def _start_stuck_job(tmp_path: Path, swallow: bool) -> tuple[subprocess.Popen[str], Path]:
+    task = tmp_path / "stuck.py"
+    task.write_text(STUCK_TASK.format(swallow=swallow))
+    out = tmp_path / "stuck.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fpexplorer", "train", "--task", f"{task}:make",
+         "--steps", "50", "--device", "cpu", "--out", str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "stuck"
+    return process, out
+
+
+@pytest.mark.slow  # child processes: seconds
+def test_a_second_signal_ends_a_step_stuck_in_python(tmp_path: Path) -> None:
+    process, out = _start_stuck_job(tmp_path, swallow=False)
+    try:
+        process.send_signal(signal.SIGTERM)  # the first asks to stop after the step...
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=1.0)  # ...which never ends
+        process.send_signal(signal.SIGTERM)  # the second ends it now
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+    assert process.returncode == 0
+    run = load_run(out)
+    assert run.status == "stopped" and len(run.steps) == 2 and run.problems == ()
+
+
+@pytest.mark.slow  # child processes: seconds
+def test_a_third_signal_kills_a_job_that_swallows_the_second(tmp_path: Path) -> None:
+    process, out = _start_stuck_job(tmp_path, swallow=True)
+    try:
+        for _ in range(2):
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+        assert process.poll() is None  # the task swallowed the KeyboardInterrupt
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGINT
+    assert load_run(out).status == "incomplete"
