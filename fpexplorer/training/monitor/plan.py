@@ -75,7 +75,10 @@ class HostPack:
         if not isinstance(values, torch.Tensor):
             self._host[name] = np.array([values], dtype=np.float64)
         elif self._on_host and values.device.type == "cpu":
-            self._host[name] = values.detach().reshape(-1).double().numpy()
+            if values.numel() == 1:  # the cheap signals: item() is the fastest read
+                self._host[name] = np.array([values.item()], dtype=np.float64)
+            else:
+                self._host[name] = values.detach().reshape(-1).double().numpy()
         else:
             tensor = values.detach().to(device=self.device, dtype=torch.float64).reshape(-1)
             self._parts.append(tensor)
