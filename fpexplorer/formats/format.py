@@ -228,7 +228,9 @@ class FloatFormat:
             "fnuz": "no inf, no -0, NaN at -0",
             "finite": "no inf, no NaN",
             "fnu": "unsigned, no zero, NaN at all ones",
-            "p3109_extended": "P3109 extended: ±inf at the top codes, one NaN, no -0",
+            "p3109_extended": "P3109 extended: "
+            + ("±inf at the top codes" if self.signed else "inf at the top code but one")
+            + ", one NaN, no -0",
             "p3109_finite": "P3109 finite: no inf, one NaN, no -0",
         }[self.encoding]
         text = f"{self.width} bits: {', '.join(parts)}, bias {self.bias}, {special}"
@@ -268,7 +270,8 @@ class FloatFormat:
         positive = d.max_magnitude_code + 1
         if not self.signed:
             return positive
-        negative = positive - 1 if self.encoding == "fnuz" else positive
+        # Without -0 (fnuz, P3109) the negative-zero code is NaN, not a number.
+        negative = positive if d.has_negative_zero else positive - 1
         return positive + negative
 
     @property

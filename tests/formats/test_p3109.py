@@ -90,6 +90,8 @@ def test_every_code_decodes_as_gfloat(parameters: P3109Parameters) -> None:
     assert get_format(parameters.name) == fmt
     assert get_format(fmt.spec) == fmt
     assert p3109_parameters(fmt) == parameters
+    finite = sum(fmt.to_exact(code).is_finite for code in range(1 << fmt.width))
+    assert fmt.finite_count == finite
     classes = {"zero": "ZERO", "subnormal": "SUBNORMAL", "normal": "NORMAL"}
     for code in range(1 << fmt.width):
         expected = decode_float(fi, code)
@@ -151,6 +153,9 @@ def test_worked_values() -> None:
         "normal",
     ]
     assert p4sf.to_fraction(0x7F) == 240 and p4sf.to_fraction(0xFF) == -240
+    # 0x00..0x7E and 0x81..0xFE; the finite domain adds ±max; unsigned 0x00..0xFD.
+    assert p4se.finite_count == 253 and p4sf.finite_count == 255
+    assert get_format("binary8p4ue").finite_count == 254
     assert p4se.from_value("-0") == 0 and not p4se.has_negative_zero
     assert p4se.from_value("-nan") == p4se.from_value("nan") == 0x80
     unsigned = get_format("binary8p4ue")
