@@ -44,6 +44,7 @@ from fpexplorer.gui.training.run_model import (
     what_if,
 )
 from fpexplorer.gui.training.view_model import (
+    DEFAULT_RULER_FORMATS,
     HoverLine,
     OverlayRun,
     RunMarker,
@@ -62,6 +63,7 @@ from fpexplorer.gui.training.view_model import (
     lost_updates_text,
     no_histogram_reason,
     no_steps_reason,
+    ruler_formats,
     run_colour,
     run_markers,
     scale_text,
@@ -80,6 +82,12 @@ FORMAT_COLOURS: dict[str, str] = {
     "float8_e4m3fn": "#009E73",
     "float8_e5m2": "#CC79A7",
 }
+_MORE_FORMAT_COLOURS = ("#56B4E9", "#E69F00", "#999999", "#F0E442", "#882255", "#44AA99")
+
+
+def format_colour(name: str, index: int) -> str:
+    """A format's ruler colour: fixed for the usual four, then from a colour-blind-safe list."""
+    return FORMAT_COLOURS.get(name, _MORE_FORMAT_COLOURS[index % len(_MORE_FORMAT_COLOURS)])
 
 
 class ElidedLabel(QLabel):
@@ -683,7 +691,6 @@ class GradientHistogramPlot(QWidget):
     what_if_changed = Signal(int)
 
     RULER_STEP = 0.6  # vertical distance between format rulers, in log10(count) units
-    FORMAT_ORDER = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 
     def __init__(self) -> None:
         super().__init__()
@@ -692,22 +699,12 @@ class GradientHistogramPlot(QWidget):
         self.plot.setLabel("left", "count")
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.9, brush="#4a7fb5", pen=None)
         self.plot.addItem(self.bars)
+        # A ruler per format the run reports (the monitor's list, FP6/FP4/E8M0/custom
+        # included), made when first needed and kept; ranges exact from the engine.
         self._rulers: dict[str, tuple[pg.PlotDataItem, pg.PlotDataItem, pg.TextItem]] = {}
         self._ruler_step = self.RULER_STEP
-        for row, name in enumerate(self.FORMAT_ORDER):
-            colour = FORMAT_COLOURS[name]
-            y = -self.RULER_STEP * (row + 1)
-            thin = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
-            thick = pg.PlotDataItem(pen=pg.mkPen(colour, width=5))
-            label = pg.TextItem(
-                format_range(name).label, color=colour, anchor=(0.0, 0.5),
-                fill=pg.mkBrush(plot_colors().background),
-            )  # fmt: skip
-            label.setFont(QFont("DejaVu Sans", 7))
-            for item in (thin, thick, label):
-                self.plot.addItem(item)
-            self._rulers[name] = (thin, thick, label)
-            thin.setData([0, 0], [y, y])
+        self.formats: tuple[str, ...] = ()
+        self.format_ranges: dict[str, tuple[float, float, float]] = {}
         self.fp16_window = pg.LinearRegionItem(
             values=(FP16_LOW, FP16_HIGH), brush=pg.mkBrush(255, 170, 0, 40), pen=pg.mkPen("#e69f00")
         )
@@ -738,19 +735,8 @@ class GradientHistogramPlot(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         self.header_widgets = (self.param_button, self.act_button, self.scale_spin)
         layout.addWidget(self.plot, 1)
-        # The rulers' ranges, exact from the engine (any format the engine knows).
-        self.format_ranges = format_ranges_log2(self.FORMAT_ORDER)
-        # Swatches carry the colour; the names are in the palette's text colour (readable
-        # on both themes).
-        self.ranges_label = file_text_label(
-            "ranges: "
-            + " ".join(
-                f"<span style='color:{FORMAT_COLOURS[name]}'>■</span> {format_range(name).label}"
-                for name in self.FORMAT_ORDER
-            )
-            + " (top to bottom; dashed: subnormal)",
-            word_wrap=False,
-        )
+        self.ranges_label = file_text_label("", word_wrap=False)
+        self._show_formats(DEFAULT_RULER_FORMATS)
         layout.addWidget(self.ranges_label)
         layout.addWidget(self.counts_label)
         layout.addWidget(self.what_if_label)
@@ -761,6 +747,46 @@ class GradientHistogramPlot(QWidget):
 
     def _hover_text(self, x: float, _y: float) -> list[HoverLine]:
         return histogram_hover_text(self.current_histogram(), x)
+
+    def _ruler(self, name: str) -> tuple[pg.PlotDataItem, pg.PlotDataItem, pg.TextItem]:
+        ruler = self._rulers.get(name)
+        if ruler is None:
+            colour = format_colour(name, len(self._rulers))
+            thin = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
+            thick = pg.PlotDataItem(pen=pg.mkPen(colour, width=5))
+            label = pg.TextItem(
+                elide(format_range(name).label, 16), color=colour, anchor=(0.0, 0.5),
+                fill=pg.mkBrush(plot_colors().background),
+            )  # fmt: skip
+            label.setFont(QFont("DejaVu Sans", 7))
+            for item in (thin, thick, label):
+                self.plot.addItem(item)
+            ruler = self._rulers[name] = (thin, thick, label)
+        return ruler
+
+    def _show_formats(self, names: tuple[str, ...]) -> None:
+        """Rulers for `names` (top to bottom), the others hidden; the line under the plot."""
+        if names == self.formats:
+            return
+        self.formats = names
+        self.format_ranges = format_ranges_log2(names)
+        for name, (thin, thick, label) in self._rulers.items():
+            for item in (thin, thick, label):
+                item.setVisible(name in names)
+        for name in names:
+            for item in self._ruler(name):
+                item.setVisible(True)
+        # Swatches carry the colour; the names are in the palette's text colour (readable
+        # on both themes).
+        self.ranges_label.setText(
+            "ranges: "
+            + " ".join(
+                f"<span style='color:{self._ruler(name)[1].opts['pen'].color().name()}'>■</span> "
+                f"{elide(format_range(name).label, 16)}"
+                for name in names
+            )
+            + " (top to bottom; dashed: subnormal)"
+        )
 
     # ----- slots hand off -------------------------------------------------------------
 
@@ -809,7 +835,9 @@ class GradientHistogramPlot(QWidget):
             self._scale_set_by_user = False
         self._model = model
         self._shown_revision = model.revision if model is not None else -1
-        # The formats' own ranges, from the engine: the rulers are the reference, never blank.
+        # The formats the run reports, ranges from the engine: the rulers are the reference,
+        # never blank.
+        self._show_formats(ruler_formats(model))
         ranges = self.format_ranges
         hist = self.current_histogram()
         x_lo, x_hi, y_hi = -30.0, 20.0, 1.0
@@ -845,8 +873,9 @@ class GradientHistogramPlot(QWidget):
         # The rulers keep about a third of the height however tall the bars are (counts of
         # 10^5 would otherwise squeeze them into hairlines and hide their names).
         self._ruler_step = max(self.RULER_STEP, 0.18 * y_hi - 0.075)
-        for name, (thin, thick, label) in self._rulers.items():
-            y = -self._ruler_step * (self.FORMAT_ORDER.index(name) + 1)
+        for row, name in enumerate(self.formats):
+            thin, thick, label = self._ruler(name)
+            y = -self._ruler_step * (row + 1)
             if name in ranges:
                 sub, normal, top = ranges[name]
                 thin.setData([sub, normal], [y, y])
@@ -854,7 +883,7 @@ class GradientHistogramPlot(QWidget):
             label.setPos(x_lo, y)
         self.plot.getPlotItem().setRange(
             xRange=(x_lo, x_hi),
-            yRange=(-self._ruler_step * len(self.FORMAT_ORDER) - 0.3, y_hi * 1.08),
+            yRange=(-self._ruler_step * len(self.formats) - 0.3, y_hi * 1.08),
             padding=0,
         )
         self._on_view_resized()

@@ -39,25 +39,6 @@ from fpexplorer.training.records import (
     from_schema1_dict,
 )
 
-# Fallback format ranges (log2 of smallest subnormal, smallest normal, largest finite),
-# used when a header does not carry them. The exact values beside them.
-FORMAT_RANGES_LOG2: dict[str, tuple[float, float, float]] = {
-    # 2**-24 = 5.96e-08, 2**-14 = 6.10e-05, 65504 = 0x1.ffcp15
-    "float16": (-24.0, -14.0, math.log2(65504.0)),
-    # 2**-133 = 9.18e-41, 2**-126 = 1.18e-38, 0x1.fep127 = 3.39e38
-    "bfloat16": (-133.0, -126.0, math.log2(float.fromhex("0x1.fep127"))),
-    # 2**-9 = 0.00195, 2**-6 = 0.0156, 448 = 0x1.cp8
-    "float8_e4m3fn": (-9.0, -6.0, math.log2(448.0)),
-    # 2**-16 = 1.53e-05, 2**-14 = 6.10e-05, 57344 = 0x1.cp15
-    "float8_e5m2": (-16.0, -14.0, math.log2(57344.0)),
-}
-FORMAT_LABELS: dict[str, str] = {
-    "float16": "FP16",
-    "bfloat16": "BF16",
-    "float8_e4m3fn": "E4M3",
-    "float8_e5m2": "E5M2",
-}
-
 # The binade axis of the heatmap: fixed, so the image never reshapes. It covers FP32's
 # subnormals (2**-149) up to FP32's largest binade (2**127).
 HEAT_LO = -150
@@ -257,16 +238,6 @@ class HeatmapBuffer:
         return (float(self._first_step[0]), float(self._last_step[self._size - 1]))
 
 
-def format_ranges(header: HeaderRecord | None) -> dict[str, tuple[float, float, float]]:
-    """log2 (min subnormal, min normal, max) per format, from the header or the fallback."""
-    ranges = dict(FORMAT_RANGES_LOG2)
-    for name, info in (header.formats if header is not None else {}).items():
-        values = (info.min_subnormal, info.min_normal, info.max)
-        if all(v > 0 and math.isfinite(v) for v in values):
-            ranges[name] = (math.log2(values[0]), math.log2(values[1]), math.log2(values[2]))
-    return ranges
-
-
 def run_label(config: Mapping[str, Any] | None, fallback: str = "run") -> str:
     """A short name for a run made of its settings, e.g. 'mlp fp16 lr=0.001 seed=0'."""
     if not config:
@@ -419,10 +390,6 @@ class RunModel:
     @property
     def precision(self) -> str:
         return str(self.config.get("precision", ""))
-
-    @property
-    def ranges(self) -> dict[str, tuple[float, float, float]]:
-        return format_ranges(self.header)
 
     @property
     def status(self) -> str:

@@ -162,6 +162,26 @@ def format_ranges_log2(names: Sequence[str]) -> dict[str, tuple[float, float, fl
     return out
 
 
+# The formats whose ranges the gradient histogram draws when a run names none.
+DEFAULT_RULER_FORMATS: tuple[str, ...] = ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+MAX_RULERS = 6  # more would leave the bars no height
+
+
+def ruler_formats(model: RunModel | None) -> tuple[str, ...]:
+    """The formats the run's header reports (the monitor's list: FP6, FP4, E8M0 or a custom
+    spec included), as far as the engine knows them; the usual four otherwise."""
+    reported = model.header.formats if model is not None and model.header is not None else {}
+    names: list[str] = []
+    for name in reported:
+        try:
+            canonical = format_range(str(name)).name
+        except (KeyError, ValueError):
+            continue
+        if canonical not in names:
+            names.append(canonical)
+    return tuple(names[:MAX_RULERS]) or DEFAULT_RULER_FORMATS
+
+
 # The format a precision mode's low-precision gradients are held in.
 _PRECISION_FORMAT = {
     "fp32": "float32",

@@ -17,13 +17,11 @@ from fpexplorer.gui.training.run_model import (
     Histogram,
     RunModel,
     distinguishing_details,
-    format_ranges,
     run_label,
     what_if,
 )
 from fpexplorer.gui.training.synthetic import synthetic_records
 from fpexplorer.training.config import PRECISION_NAMES, TrainConfig
-from fpexplorer.training.records import FormatRange, HeaderRecord
 
 # ----- what-if against numpy's float16 as the oracle -------------------------------------
 
@@ -162,15 +160,6 @@ def test_run_label_names_settings() -> None:
     assert "scale=128" in run_label({"task": "mlp", "precision": "fp16-static", "loss_scale": 128})
     assert run_label({"task": "/x/y/own.py:make", "precision": "bf16"}) == "own.py:make bf16"
     assert run_label(None, fallback="file.jsonl") == "file.jsonl"
-
-
-def test_format_ranges_from_header_are_log2_of_the_values() -> None:
-    ranges = format_ranges(
-        HeaderRecord(formats={"float16": FormatRange(65504.0, 2.0**-14, 2.0**-24)})
-    )
-    assert ranges["float16"][:2] == (-24.0, -14.0)
-    assert ranges["float16"][2] == pytest.approx(math.log2(65504.0))
-    assert ranges["bfloat16"][0] == -133.0  # the fallback fills in the rest
 
 
 # ----- the job state machine ------------------------------------------------------------

@@ -257,3 +257,29 @@ def test_plots_side_by_side_show_the_same_steps(panel, make_run) -> None:  # typ
     assert loss_x == pytest.approx([0, 300])
     for plot in (panel.scale_plot.plot, panel.heatmap.plot):
         assert plot.getPlotItem().getViewBox().viewRange()[0] == pytest.approx(loss_x)
+
+
+def test_histogram_rulers_follow_the_formats_the_run_reports(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # The header's values are deliberately off: the rulers come from the exact engine.
+    bogus = {"max": 1.0, "min_normal": 0.5, "min_subnormal": 0.25}
+    header = _header()
+    header["formats"] = {"float6_e2m3fn": bogus, "float4_e2m1fn": bogus,
+                         "float8_e8m0fnu": bogus, "no-such-format": bogus}  # fmt: skip
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0,
+            "grad_hist": {"lo": -10, "counts": [5, 6]}}  # fmt: skip
+    panel.load_run(_write(tmp_path / "fp6.jsonl", [header, step]))
+    panel.refresh()
+    hist = panel.hist_plot
+    assert hist.formats == ("float6_e2m3fn", "float4_e2m1fn", "float8_e8m0fnu")
+    thin, thick, label = hist._rulers["float6_e2m3fn"]
+    assert list(thin.getData()[0]) == [-3.0, 0.0]  # 2^-3 = 0.125 .. 1
+    assert list(thick.getData()[0]) == [0.0, math.log2(7.5)]
+    thin, thick, _ = hist._rulers["float8_e8m0fnu"]  # no subnormals: the dashed part is empty
+    assert list(thin.getData()[0]) == [-127.0, -127.0] and list(thick.getData()[0]) == [-127, 127]
+    assert label.toPlainText() == "float6_e2m3fn"
+    assert "float4_e2m1fn" in hist.ranges_label.text() and "FP16" not in hist.ranges_label.text()
+    # The usual four return for a run that names none.
+    panel.load_run(_write(tmp_path / "plain.jsonl", [_header(), step]))
+    panel.refresh()
+    assert hist.formats == ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+    assert not hist._rulers["float6_e2m3fn"][1].isVisible()
