@@ -161,6 +161,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._found_inf: torch.Tensor | None = None
         self._handles: list[RemovableHandle] = []
         self._module_handles: list[RemovableHandle] = []
+        self._static_bytes: tuple[tuple[int, int], dict[str, int], dict[str, int]] | None = None
         self._header_config = (precision, dict(config or {}))
         self._header_written = False
         self._install_hooks()
@@ -621,21 +622,28 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return torch.stack([lost, torch.count_nonzero(changed), torch.stack(nonzero).sum()])
 
     def _memory(self) -> Memory:
-        optimizer_tensors = (
+        """Bytes by dtype; the parameters' and optimizer state's are counted again only
+        when their number of tensors changes (the state appears at the first step)."""
+        state_tensors = [
             value
             for state in self.optimizer.state.values()
             for value in state.values()
             if isinstance(value, torch.Tensor)
-        )
+        ]
+        key = (len(self._param_layer), len(state_tensors))
+        if self._static_bytes is None or self._static_bytes[0] != key:
+            params = bytes_by_dtype(p for _, p in self._param_layer)
+            self._static_bytes = (key, params, bytes_by_dtype(state_tensors))
+        _, params, optimizer = self._static_bytes
         peak = (
             int(torch.cuda.max_memory_allocated(self.device))
             if self.device.type == "cuda"
             else None
         )
         return Memory(
-            params=bytes_by_dtype(p for p in self.model.parameters()),
-            grads=bytes_by_dtype(p.grad for p in self.model.parameters() if p.grad is not None),
-            optimizer=bytes_by_dtype(optimizer_tensors),
+            params=params,
+            grads=bytes_by_dtype(p.grad for _, p in self._param_layer if p.grad is not None),
+            optimizer=optimizer,
             activations=dict(self._saved_bytes),
             peak_device=peak,
         )

@@ -46,14 +46,14 @@ def binade_codes(values: torch.Tensor) -> torch.Tensor:
     return torch.where(magnitude_ok, codes, special)
 
 
-def histogram_record(counts: Sequence[float], dtype: str | None = None) -> Histogram:
+def histogram_record(counts: Sequence[float] | np.ndarray, dtype: str | None = None) -> Histogram:
     """The run-log histogram of CODES counts: binade counts trimmed to the non-zero range."""
-    binades = [int(c) for c in counts[:NUM_BINADES]]  # int(): counts may arrive as floats
-    nonzero = [i for i, count in enumerate(binades) if count]
-    first, last = (nonzero[0], nonzero[-1] + 1) if nonzero else (0, 0)
+    binades = np.asarray(counts[:NUM_BINADES], dtype=np.int64)  # counts may arrive as floats
+    nonzero = np.flatnonzero(binades)
+    first, last = (int(nonzero[0]), int(nonzero[-1]) + 1) if nonzero.size else (0, 0)
     return Histogram(
-        lo=BINADE_LO + first if nonzero else 0,
-        counts=tuple(binades[first:last]),
+        lo=BINADE_LO + first if nonzero.size else 0,
+        counts=tuple(binades[first:last].tolist()),
         zero=int(counts[ZERO_CODE]),
         inf=int(counts[INF_CODE]),
         nan=int(counts[NAN_CODE]),
@@ -419,5 +419,6 @@ def magnitude_limits(bounds: tuple[float, ...], scale: float) -> tuple[int, ...]
     return tuple(int(x) for x in low)
 
 
+@functools.cache
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")

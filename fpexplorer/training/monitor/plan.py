@@ -242,11 +242,9 @@ class StatsPlan:
             else:
                 lost_updates = LostUpdates(share, self.lost_update_kind, int(intended))
         return StepStats(
-            grad_hist=histogram_record(grad_counts.tolist()),
+            grad_hist=histogram_record(grad_counts),
             act_hist=(
-                histogram_record(act_counts.tolist(), self._act_dtype())
-                if self.activations
-                else None
+                histogram_record(act_counts, self._act_dtype()) if self.activations else None
             ),
             act_zero_share=(
                 _share(act_counts[ZERO_CODE], act_counts.sum()) if self.activations else None
