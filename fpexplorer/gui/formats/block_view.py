@@ -20,12 +20,14 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
     QFileDialog,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QSplitter,
@@ -64,6 +66,7 @@ SCALE_RULE_HELP = {
     "nearest": "NVFP4: (amax / 6) / per-tensor scale rounded to the nearest E4M3",
 }
 BAR_WIDTH = 0.8
+PLOT_MIN_HEIGHT = 150  # the bars stay draggable; a shorter window scrolls
 VALUE_BAR_WIDTH = 0.36
 EDGE_SHARE = 0.05  # a drag this close to the plot's top or bottom grows the range
 DRAG_REACH = 0.45  # a press this close to a bar's centre (in elements) grabs it
@@ -241,6 +244,7 @@ class BlockEditorView(LazyView):
         self.tensor_bits = BitRow()
         self.tensor_bits.set_format(FLOAT32)
         self.tensor_label = QLabel()
+        self.tensor_label.setWordWrap(True)
         self.tensor_reset_button = QPushButton("Default")
         self.tensor_reset_button.setToolTip(
             "The per-tensor scale from the loaded tensor's amax (or this block's)"
@@ -259,7 +263,10 @@ class BlockEditorView(LazyView):
         self.view_box = BarDragViewBox()
         self.view_box.on_drag = self._on_bar_dragged
         self.plot_widget = pg.PlotWidget(viewBox=self.view_box)
-        self.plot_widget.setMinimumHeight(120)
+        self.plot_widget.setMinimumHeight(PLOT_MIN_HEIGHT)
+        # Its size hint (a 640×480 picture) would make the left column scroll even when
+        # the window is tall enough: it takes the height there is, at least the minimum.
+        self.plot_widget.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Ignored)
         self.plot: pg.PlotItem = self.plot_widget.getPlotItem()
         self.plot.hideButtons()
         self.plot.setMenuEnabled(False)
@@ -341,10 +348,18 @@ class BlockEditorView(LazyView):
         self.side_tabs.addTab(tensor_page, "Tensor")
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(left)
+        # A short window scrolls the scale editors and the bars rather than squeeze them
+        # into each other (NVFP4 has two scale editors).
+        self.left_scroll = QScrollArea()
+        self.left_scroll.setWidgetResizable(True)
+        self.left_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.left_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.left_scroll.setWidget(left)
+        self.splitter.addWidget(self.left_scroll)
         self.splitter.addWidget(self.side_tabs)
         self.splitter.setStretchFactor(0, 4)
         self.splitter.setStretchFactor(1, 5)
+        self.splitter.setSizes([400, 500])  # scaled to the width: bars 4/9, table 5/9
         self.splitter.setChildrenCollapsible(False)
 
         layout = QVBoxLayout(self)
