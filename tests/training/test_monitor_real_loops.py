@@ -184,3 +184,18 @@ def test_the_monitor_counts_low_payload_nans_as_nan(tmp_path: Path) -> None:
         record = flat(monitor.step(0.0))
     hist = record["grad_hist"]
     assert (hist["nan"], hist["inf"], hist["zero"], sum(hist["counts"])) == (2, 1, 1, 2)
+
+
+@pytest.mark.parametrize("stats_every", [0, 1])
+def test_the_gradient_norm_of_fp16_gradients_is_summed_in_float32(
+    tmp_path: Path, stats_every: int
+) -> None:
+    # 4096 FP16 gradients of 2000: each fits FP16, their norm (128000) does not.
+    model = nn.Linear(64, 64, bias=False).half()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl",
+                    stats_every=stats_every) as monitor:  # fmt: skip
+        model.weight.grad = torch.full((64, 64), 2000.0, dtype=torch.float16)
+        optimizer.step()
+        record = monitor.step(0.0)
+    assert record.grad_norm == 128000.0
