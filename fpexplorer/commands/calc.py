@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fractions import Fraction
 
-    from fpexplorer.formats import Calculation, ExactValue
+    from fpexplorer.formats import Calculation, ExactValue, FloatFormat
 
 HELP = "compute a + b, a - b, a * b, a / b, fma(a, b, c) or sqrt(a) in a float format"
 
@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_expression(text: str) -> tuple[str, list[str]]:
-    """(operation, operand texts) of an expression; ValueError saying what is wrong."""
+def parse_expression(text: str, fmt: FloatFormat | None = None) -> tuple[str, list[str]]:
+    """(operation, operand texts) of an expression; ValueError saying what is wrong. With
+    `fmt`, operands may be its named constants (max, min_normal, ...)."""
     from fpexplorer.formats import OPERATIONS, parse_value
 
     shown = text.strip()[:60]
@@ -107,8 +108,8 @@ def parse_expression(text: str) -> tuple[str, list[str]]:
         if not left or not right:
             continue
         try:
-            parse_value(left.replace("−", "-"))
-            parse_value(right.replace("−", "-"))
+            parse_value(left.replace("−", "-"), fmt)
+            parse_value(right.replace("−", "-"), fmt)
         except ValueError:
             continue
         spaced = (
@@ -143,7 +144,7 @@ def build(
     from fpexplorer.formats.arith import DETERMINISTIC_MODES
 
     fmt = get_format(format_name)
-    operation, texts = parse_expression(expression)
+    operation, texts = parse_expression(expression, fmt)
     operands = [parse_value(text, fmt) for text in texts]
     modes = (rounding,) if rounding else DETERMINISTIC_MODES
     calculation = calculate(operation, operands, fmt, modes=modes, overflow=overflow, seed=seed)
@@ -216,10 +217,14 @@ def _exact_fraction(value: Fraction) -> str:
 
 
 def _root_digits(value: ExactValue) -> str:
-    """The first ROOT_DIGITS digits of an irrational root (correct: see ROOT_DIGITS)."""
-    from fpexplorer.formats import exact_decimal
+    """The first ROOT_DIGITS digits of an irrational root (correct: see ROOT_DIGITS), in
+    scientific notation when the point is far from them."""
+    from fpexplorer.formats import exact_decimal, leading_digits
 
-    return exact_decimal(value, ROOT_DIGITS)
+    digits, exponent, _ = leading_digits(value, ROOT_DIGITS)
+    if -6 <= exponent <= ROOT_DIGITS:
+        return exact_decimal(value, ROOT_DIGITS)
+    return f"{digits[0]}.{digits[1:]}…e{exponent:+d}"
 
 
 def _number(value: ExactValue) -> float | None:

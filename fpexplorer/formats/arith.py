@@ -100,7 +100,7 @@ class Operand:
     input: ExactValue
     code: int
     value: ExactValue
-    inexact: bool
+    inexact: bool  # the value differs from the input (rounded, or inf saturated to max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +171,9 @@ def calculate(
 
 def _operand(fmt: FloatFormat, x: ValueLike) -> Operand:
     rounded = fmt.round(x)
-    return Operand(rounded.input, rounded.code, rounded.value, rounded.inexact)
+    # inf into a format without inf (saturated to max, or NaN) changes too, though exactly.
+    same = rounded.value == rounded.input or (rounded.value.is_nan and rounded.input.is_nan)
+    return Operand(rounded.input, rounded.code, rounded.value, inexact=not same)
 
 
 def exact_operation(operation: str, values: Sequence[ExactValue], rounding: str) -> ExactResult:
