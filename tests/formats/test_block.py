@@ -215,6 +215,7 @@ def _assert_same(fmt: BlockFormat, rows: np.ndarray, rounding: str, tensor_scale
 
 
 @pytest.mark.parametrize("fmt", ALL, ids=_ids)
+@pytest.mark.slow  # a sweep, every block format, exact path: ~3 s in all
 def test_vectorized_path_equals_exact_path(fmt: BlockFormat) -> None:
     rng = np.random.default_rng(abs(hash(_ids(fmt))) % 2**32)
     rows = _random_blocks(rng, 24, fmt.block_size)

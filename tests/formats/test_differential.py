@@ -174,6 +174,7 @@ def _points(fmt: FloatFormat) -> list[Fraction]:
 
 
 @pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.slow  # a sweep, MPFR over many specs: ~6 s in all
 def test_scalar_engine_against_mpfr(spec: str) -> None:
     fmt = get_format(spec)
     points = _points(fmt)
@@ -235,6 +236,7 @@ GFLOAT_MODES = {
 
 
 @pytest.mark.parametrize("spec", GFLOAT_SPECS)
+@pytest.mark.slow  # a sweep, gfloat over many specs: ~3 s in all
 def test_custom_formats_against_gfloat(spec: str) -> None:
     fmt = get_format(spec)
     fi = _gfloat_info(fmt)

@@ -106,6 +106,7 @@ def _steps(points: list[Fraction], dtype: Any) -> np.ndarray[Any, Any]:
 
 
 @pytest.mark.parametrize("fmt", ORACLE_SMALL_FORMATS, ids=IDS)
+@pytest.mark.slow  # a sweep, every midpoint of every small format: ~4 s in all
 def test_midpoints_and_float32_steps_encode_like_the_oracle(fmt: FloatFormat) -> None:
     inputs = _steps(midpoints(fmt), np.float32)
     if fmt.name == "float8_e8m0fnu":
@@ -123,6 +124,7 @@ def test_midpoints_and_float32_steps_encode_like_the_oracle(fmt: FloatFormat) ->
 
 
 @pytest.mark.parametrize("fmt", ORACLE_SMALL_FORMATS, ids=IDS)
+@pytest.mark.slow  # a sweep, every midpoint of every small format: ~3 s in all
 def test_midpoints_float64_steps_round_correctly(fmt: FloatFormat) -> None:
     """One float64 step either side of a midpoint rounds away from the midpoint.
 

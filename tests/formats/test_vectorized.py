@@ -73,6 +73,7 @@ def _inputs(fmt: FloatFormat, count: int = 160) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@pytest.mark.slow  # a sweep, every format against the scalar path: ~3 s in all
 def test_from_float_array_matches_from_value(fmt: FloatFormat) -> None:
     x = _inputs(fmt)
     for rounding in MODES:
@@ -86,6 +87,7 @@ def test_from_float_array_matches_from_value(fmt: FloatFormat) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.name)
+@pytest.mark.slow  # a sweep, every format's float32 kernels against the scalar path: ~8 s in all
 def test_float32_kernels_match_from_value(fmt: FloatFormat) -> None:
     """float32 input with nearest_even takes specialised bit-trick kernels: same answers."""
     with np.errstate(over="ignore"):
