@@ -14,6 +14,7 @@ from itertools import pairwise
 
 from fpexplorer.formats import ROUNDING_MODES, ExactValue, FloatFormat
 from fpexplorer.formats.decimal import display_decimal, display_decimals
+from fpexplorer.formats.format import DEFAULT_RANDOM_BITS, stochastic_threshold
 from fpexplorer.gui.formats.state import STOCHASTIC_SEED
 from fpexplorer.gui.formats.text import typed as typed_text
 
@@ -86,8 +87,11 @@ def stochastic_outcomes(
 
     The value lies `rest / quantum` of the way from the grid point below its magnitude to
     the one above (IEEE-style: the grid continues past max, and a point past max overflows
-    by the policy); it goes up with that probability. Without subnormals the grid below
-    min_normal is just 0 and min_normal.
+    by the policy). The engine rounds that fraction to its random bits (d / 2**N, ties to
+    even) and goes up for exactly d of the 2**N draws: that is the probability shown, not
+    the fraction itself (0.1 into FP16 goes up
+    with 7378697629483820646 / 2**64, a hair under 0.4). Without
+    subnormals the grid below min_normal is just 0 and min_normal.
     """
     single = ((fmt.round(value, "stochastic", overflow, seed=STOCHASTIC_SEED).code, Fraction(1)),)
     if not value.is_finite or value.is_zero or (value.negative and not fmt.signed):
@@ -106,8 +110,14 @@ def stochastic_outcomes(
     rest = (magnitude - low) / quantum
     if rest == 0:
         return single
+    draws = 1 << DEFAULT_RANDOM_BITS
+    up = Fraction(
+        stochastic_threshold(rest.numerator, rest.denominator, DEFAULT_RANDOM_BITS), draws
+    )
     outcomes: dict[int, Fraction] = {}
-    for point, probability in ((low, 1 - rest), (low + quantum, rest)):
+    for point, probability in ((low, 1 - up), (low + quantum, up)):
+        if probability == 0:
+            continue
         code = fmt.round(ExactValue("finite", value.negative, point), "nearest_even", overflow).code
         outcomes[code] = outcomes.get(code, Fraction(0)) + probability
     return tuple(outcomes.items())

@@ -104,6 +104,24 @@ def test_stochastic_outcomes_are_what_the_engine_draws(name: str, text: str) -> 
         assert abs(share - float(probability)) < 0.1, (code, share, probability)
 
 
+@pytest.mark.parametrize(("name", "text"), [("fp16", "0.1"), ("fp16", "-2049.5"), ("fp4", "5.5")])
+def test_stochastic_probabilities_are_exactly_the_engines(name: str, text: str) -> None:
+    from fpexplorer.formats.format import DEFAULT_RANDOM_BITS
+
+    fmt = get_format(name)
+    value = parse_value(text, fmt)
+    (down, p_down), (up, p_up) = stochastic_outcomes(fmt, value, None)
+    draws = 1 << DEFAULT_RANDOM_BITS
+    ups = p_up * draws
+    assert ups.denominator == 1 and p_down + p_up == 1
+    # Replayed draws: exactly the top `ups` of the 2**64 draws go up.
+    boundary = draws - int(ups)
+    assert fmt.round(value, "stochastic", random_draw=boundary).code == up
+    assert fmt.round(value, "stochastic", random_draw=boundary - 1).code == down
+    assert fmt.round(value, "stochastic", random_draw=0).code == down
+    assert fmt.round(value, "stochastic", random_draw=draws - 1).code == up
+
+
 def test_the_stochastic_row_shows_both_outcomes_with_probabilities() -> None:
     _, _, picture = picture_of("fp16", "2049")
     (row,) = [row for row in picture.rows if is_random(row.mode)]
