@@ -12,5 +12,5 @@ shot formats-custom        --format e6m9 fp16 --value 1000.3 --view properties
 shot formats-nan-dark      --format fp16 float8_e4m3fn --value nan --view codes --theme dark
 shot formats-overflow      --format float8_e4m3fn fp16 bf16 --value 500 --view number-line --size 1920x1080
 shot formats-small-dark    --format fp32 fp16 bf16 float8_e5m2 --value fp16:0x0001 --view table --size 1024x640 --theme dark
-shot formats-block       --format fp32 --view block --size 1280x800
+shot formats-block       --format fp32 --value 0.1 --view block --size 1280x800
 shot training              --panel training --run tests/gui/training/data/overflow-fp16.jsonl
