@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication, QWidget
 from pytestqt.qtbot import QtBot
 
 from fpexplorer.formats.block_quantize import quantize
+from fpexplorer.gui.formats.block_state import block_format_names
 from fpexplorer.gui.formats.block_view import ELEMENT_COLUMNS, BlockEditorView
 
 MOVE_INTERVAL_MS = 25  # above pyqtgraph's mouse rate limit
@@ -271,3 +272,23 @@ def test_a_format_change_during_the_analysis_wins(
     assert view.block_spin.maximum() == 4 * 6 - 1
     assert view.state.readout().tensor_scale_source.startswith("from the whole tensor")
     qtbot.waitUntil(lambda: view._worker_results.running == 0)
+
+
+@pytest.mark.parametrize("name", block_format_names())
+def test_every_block_format_through_the_picker(view: BlockEditorView, name: str) -> None:
+    view.format_picker.setCurrentIndex(view.format_picker.findData(name))
+    view.format_picker.activated.emit(view.format_picker.currentIndex())
+    fmt = view.state.format
+    assert fmt.name == name
+    scale, codes = codes_by_quantize(view)
+    assert [cell(view, i, "code") for i in range(fmt.block_size)] == codes
+    assert scale in view.scale_label.text()
+    bits = cell(view, 0, "bits")
+    assert len(bits.replace("|", "")) == fmt.element.width
+    assert view.scale_bits.cell_rect(fmt.scale_format.width - 1).isValid()
+    modes = [view.rounding_picker.itemData(i) for i in range(view.rounding_picker.count())]
+    assert "stochastic" in modes and "toward_zero" in modes
+    view.rounding_picker.setCurrentIndex(modes.index("toward_zero"))
+    view.rounding_picker.activated.emit(view.rounding_picker.currentIndex())
+    _, truncated = codes_by_quantize(view, rounding="toward_zero")
+    assert [cell(view, i, "code") for i in range(fmt.block_size)] == truncated
