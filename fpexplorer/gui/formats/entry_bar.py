@@ -38,12 +38,16 @@ ROUNDING_HELP = {
     "toward_negative": "Always the neighbour below (floor).",
     "stochastic": "Up or down at random with probability proportional to closeness "
     "(a fixed seed here, so the picture is repeatable).",
+    "round_to_odd": "Truncate, then set the last bit when the result is inexact (so that a "
+    "later rounding into a narrower format is correct).",
 }
 OVERFLOW_HELP = {
     DEFAULT_OVERFLOW_LABEL: "What ml_dtypes does for this format (IEEE for formats with "
     "infinity; NaN or saturation for FP8/FP6/FP4 flavours).",
     "ieee": "Too large becomes ±infinity (or NaN when the format has no infinity).",
-    "saturate": "Too large is clamped to ±max.",
+    "saturate": "Too large is clamped to ±max, infinity included.",
+    "saturate_propagate": "Finite values too large are clamped to ±max; ±inf stays ±inf "
+    "(NaN where the format has no infinity).",
     "nan": "Too large becomes NaN.",
 }
 
@@ -73,7 +77,9 @@ class EntryBar(QWidget):
         for mode in ROUNDING_MODES:
             self.rounding.addItem(mode, mode)
             self.rounding.setItemData(
-                self.rounding.count() - 1, ROUNDING_HELP.get(mode, ""), Qt.ItemDataRole.ToolTipRole
+                self.rounding.count() - 1,
+                ROUNDING_HELP.get(mode, mode),
+                Qt.ItemDataRole.ToolTipRole,
             )
         self.rounding.setToolTip("Rounding mode used for typed values")
         self.overflow = QComboBox()
@@ -83,7 +89,7 @@ class EntryBar(QWidget):
         for index in range(self.overflow.count()):
             label = self.overflow.itemText(index)
             self.overflow.setItemData(
-                index, OVERFLOW_HELP.get(label, ""), Qt.ItemDataRole.ToolTipRole
+                index, OVERFLOW_HELP.get(label, label), Qt.ItemDataRole.ToolTipRole
             )
         self.overflow.setToolTip("What happens to values beyond the format's max")
         self.linked = QCheckBox("linked")

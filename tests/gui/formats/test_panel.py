@@ -484,3 +484,14 @@ def test_table_values_that_differ_read_differently(qtbot: QtBot, panel: FormatsP
     assert all(len(group) == 1 for group in values.values())  # equal values, equal texts
     assert len(set(texts)) == len(texts)  # different values, different texts
     assert "<b>1/3</b>" in panel.cross_table.caption.text()
+
+
+def test_pickers_list_what_the_engine_has_each_explained(panel: FormatsPanel) -> None:
+    from fpexplorer.formats import OVERFLOW_POLICIES
+
+    rounding, overflow = panel.entry.rounding, panel.entry.overflow
+    assert [rounding.itemData(i) for i in range(rounding.count())] == list(ROUNDING_MODES)
+    assert [overflow.itemData(i) for i in range(1, overflow.count())] == list(OVERFLOW_POLICIES)
+    for combo in (rounding, overflow):
+        for index in range(combo.count()):
+            assert combo.itemData(index, Qt.ItemDataRole.ToolTipRole), combo.itemText(index)
