@@ -1,19 +1,32 @@
-"""The options of `fpexplorer train`, as one frozen dataclass. Torch-free: the GUI imports it.
+"""The options of `fpexplorer train`, each declared once. Torch-free: the GUI imports it.
 
-`TrainConfig` is what the training panel's form edits and what `fpexplorer train` parses;
-`to_argv()` turns it back into the command line of the job, `validate()` says what is wrong
-field by field before a process is started.
+`TrainConfig` is what the training panel's form edits and what `fpexplorer train` parses.
+Each field carries its `OptionSpec` in the dataclass field's metadata: its title, its one
+line of help, its kind (text, choice, int, float, flag), its choices, what None stands
+for. Everything else derives from that declaration:
+
+- `fpexplorer train`'s argparse arguments: `add_train_arguments(parser)` (flags, types,
+  choices and "(default: ...)" from the field's default, never typed twice);
+- `TrainConfig.to_argv()`: the job's command line, and `from_args(namespace)` back;
+- the training form: iterate `train_options()` for each field's title, tooltip, kind and
+  choices (`OptionSpec.in_form` says which fields the form shows). A new option is one
+  field here, and the CLI and the form follow.
+
+Precision modes are a table of their own (`training.precision.PRECISION_MODES`).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
+
+from fpexplorer.training.precision import PRECISION_MODES, PRECISION_NAMES
 
 
 class Choice(NamedTuple):
@@ -23,15 +36,9 @@ class Choice(NamedTuple):
     description: str
 
 
-PRECISIONS: tuple[Choice, ...] = (
-    Choice("fp32", "FP32 everywhere: the reference"),
-    Choice("fp16", "FP16 autocast + dynamic loss scaling (GradScaler), FP32 master weights"),
-    Choice("fp16-static", "FP16 autocast + a fixed loss scale (--loss-scale), FP32 master weights"),
-    Choice("fp16-noscale", "FP16 autocast without loss scaling: small gradients underflow to zero"),
-    Choice("bf16", "BF16 autocast, no scaling: FP32's range, 8 bits of precision"),
-    Choice("pure-fp16", "model and optimizer in FP16, no FP32 master weights: updates get lost"),
+PRECISIONS: tuple[Choice, ...] = tuple(
+    Choice(mode.name, mode.description) for mode in PRECISION_MODES
 )
-PRECISION_NAMES: tuple[str, ...] = tuple(choice.name for choice in PRECISIONS)
 
 TASKS: tuple[Choice, ...] = (
     Choice("mlp", "a small MLP classifying points on two interleaved spirals (the default)"),
@@ -45,7 +52,11 @@ TASK_NAMES: tuple[str, ...] = tuple(choice.name for choice in TASKS)
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 # torch seeds are 64-bit; tasks derive further seeds from it (seed + 1), so int64's top.
 MAX_SEED = 2**63 - 1
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+OPTIMIZER_CHOICES: tuple[Choice, ...] = (
+    Choice("sgd", "stochastic gradient descent, no momentum"),
+    Choice("adam", "Adam (eps 1e-4 with FP16 weights: 1e-8 is zero there)"),
+)
+OPTIMIZERS: tuple[str, ...] = tuple(choice.name for choice in OPTIMIZER_CHOICES)
 # Loss scales are float32 in the loop (GradScaler's scale tensor, the static scaler's
 # multiply): above float32's largest finite value a scale is inf and skips every step.
 FLOAT32_MAX = float.fromhex("0x1.fffffep127")  # 3.4028234663852886e38
@@ -71,6 +82,25 @@ def split_user_task(task: str) -> tuple[str, str] | None:
     return match.group("path"), match.group("factory")
 
 
+OptionKind = Literal["text", "choice", "int", "float", "flag"]
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """How one TrainConfig field appears on the command line and in the form."""
+
+    title: str  # the form's label, e.g. "Learning rate"
+    help: str  # one line: argparse's help and the form's tooltip (no default in it)
+    kind: OptionKind
+    choices: tuple[Choice, ...] = ()  # "choice": the allowed values; "text": suggestions
+    none_means: str | None = None  # what a None value stands for (e.g. "the task's default")
+    in_form: bool = True  # False: command line only (the panel chooses the file itself)
+
+
+def _option(default: Any, **spec: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"option": OptionSpec(**spec)})
+
+
 @dataclass(frozen=True, slots=True)
 class TrainConfig:
     """Every option of `fpexplorer train`. Scaler settings carry torch's names and defaults.
@@ -79,22 +109,63 @@ class TrainConfig:
     knows what learning rate makes it train in a few hundred steps).
     """
 
-    task: str = "mlp"
-    precision: str = "fp16"
-    device: str = "auto"
-    steps: int = 200
-    lr: float | None = None
-    batch_size: int | None = None
-    optimizer: str | None = None
-    seed: int = 0
-    stats_every: int = 1
-    init_scale: float = 65536.0  # 2**16, torch.amp.GradScaler's default
-    growth_factor: float = 2.0
-    backoff_factor: float = 0.5
-    growth_interval: int = 2000
-    loss_scale: float = 1024.0  # the fixed scale of fp16-static
-    out: str | None = None  # None: a new file named after task, precision and time
-    stream: bool = False
+    task: str = _option(
+        "mlp", title="Task", kind="text", choices=TASKS,
+        help="a built-in task (see below) or path/to/file.py:factory",
+    )  # fmt: skip
+    precision: str = _option(
+        "fp16", title="Precision", kind="choice", choices=PRECISIONS, help="precision mode"
+    )
+    device: str = _option(
+        "auto", title="Device", kind="text",
+        choices=(Choice("auto", "CUDA when available, else the CPU"), Choice("cpu", "the CPU"),
+                 Choice("cuda", "the first CUDA device")),
+        help="auto (CUDA when available), cpu, cuda or cuda:N",
+    )  # fmt: skip
+    steps: int = _option(200, title="Steps", kind="int", help="training steps")
+    lr: float | None = _option(
+        None, title="Learning rate", kind="float", help="learning rate",
+        none_means="the task's default",
+    )  # fmt: skip
+    batch_size: int | None = _option(
+        None, title="Batch size", kind="int", help="batch size", none_means="the task's default"
+    )
+    optimizer: str | None = _option(
+        None, title="Optimizer", kind="choice", choices=OPTIMIZER_CHOICES, help="optimizer",
+        none_means="the task's default",
+    )  # fmt: skip
+    seed: int = _option(0, title="Seed", kind="int", help="random seed")
+    stats_every: int = _option(
+        1, title="Statistics every", kind="int",
+        help="record gradient statistics every N steps; 0 turns them off",
+    )  # fmt: skip
+    init_scale: float = _option(
+        65536.0, title="Initial scale", kind="float",
+        help="GradScaler initial scale (fp16; 2^16 is torch's default)",
+    )  # fmt: skip
+    growth_factor: float = _option(
+        2.0, title="Growth factor", kind="float", help="GradScaler growth factor (fp16)"
+    )
+    backoff_factor: float = _option(
+        0.5, title="Backoff factor", kind="float", help="GradScaler backoff factor (fp16)"
+    )
+    growth_interval: int = _option(
+        2000, title="Growth interval", kind="int",
+        help="GradScaler growth interval: clean steps before the scale grows (fp16)",
+    )  # fmt: skip
+    loss_scale: float = _option(
+        1024.0, title="Fixed loss scale", kind="float",
+        help="the fixed loss scale of fp16-static and pure-fp16",
+    )  # fmt: skip
+    out: str | None = _option(
+        None, title="Run log", kind="text", in_form=False,
+        help="run log file (JSON Lines)",
+        none_means="a new run-TASK-PRECISION-TIME.jsonl in the run directory",
+    )  # fmt: skip
+    stream: bool = _option(
+        False, title="Stream", kind="flag", in_form=False,
+        help="also write every record to stdout (the task's own output goes to stderr)",
+    )  # fmt: skip
 
     def validate(self) -> dict[str, str]:
         """Field name -> what is wrong with it; empty when the configuration is valid."""
@@ -148,31 +219,22 @@ class TrainConfig:
         return problems
 
     def to_argv(self) -> list[str]:
-        """The arguments after `fpexplorer train` that run this configuration."""
-        argv = [
-            "--task", self.task,
-            "--precision", self.precision,
-            "--device", self.device,
-            "--steps", str(self.steps),
-            "--seed", str(self.seed),
-            "--stats-every", str(self.stats_every),
-            "--init-scale", repr(float(self.init_scale)),
-            "--growth-factor", repr(float(self.growth_factor)),
-            "--backoff-factor", repr(float(self.backoff_factor)),
-            "--growth-interval", str(self.growth_interval),
-            "--loss-scale", repr(float(self.loss_scale)),
-        ]  # fmt: skip
-        if self.lr is not None:
-            argv += ["--lr", repr(float(self.lr))]
-        if self.batch_size is not None:
-            argv += ["--batch-size", str(self.batch_size)]
-        if self.optimizer is not None:
-            argv += ["--optimizer", self.optimizer]
-        if self.out is not None:
-            argv += ["--out", self.out]
-        if self.stream:
-            argv.append("--stream")
+        """The arguments after `fpexplorer train` that run this configuration (derived
+        from the fields' option declarations: flags, None left out, floats exact)."""
+        argv: list[str] = []
+        for name, spec, _default in train_options():
+            value = getattr(self, name)
+            if spec.kind == "flag":
+                argv += [option_flag(name)] if value else []
+            elif value is not None:
+                text = repr(float(value)) if spec.kind == "float" else str(value)
+                argv += [option_flag(name), text]
         return argv
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainConfig:
+        """The configuration that parsed arguments (`add_train_arguments`) describe."""
+        return cls(**{name: getattr(args, name) for name, _spec, _default in train_options()})
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (the header record's "config")."""
@@ -189,6 +251,36 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
+def train_options() -> tuple[tuple[str, OptionSpec, Any], ...]:
+    """(field name, its OptionSpec, its default) for every option, in declaration order."""
+    return _OPTIONS
+
+
+def option_flag(name: str) -> str:
+    """The command-line flag of a field: `batch_size` -> `--batch-size`."""
+    return "--" + name.replace("_", "-")
+
+
+def _default_text(spec: OptionSpec, default: Any) -> str:
+    if default is None:
+        return spec.none_means or "none"
+    return f"{default:g}" if isinstance(default, float) else str(default)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """`fpexplorer train`'s arguments, one per TrainConfig field, from its OptionSpec."""
+    for name, spec, default in train_options():
+        help_text = f"{spec.help} (default: {_default_text(spec, default)})"
+        if spec.kind == "flag":
+            parser.add_argument(option_flag(name), action="store_true", help=spec.help)
+            continue
+        kinds: dict[str, Any] = {"int": int, "float": float}
+        extra: dict[str, Any] = {"type": kinds[spec.kind]} if spec.kind in kinds else {}
+        if spec.kind == "choice":
+            extra["choices"] = [choice.name for choice in spec.choices]
+        parser.add_argument(option_flag(name), dest=name, default=default, help=help_text, **extra)
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -200,3 +292,8 @@ def _positive_finite(value: object) -> bool:
         and math.isfinite(value)
         and value > 0
     )
+
+
+_OPTIONS: tuple[tuple[str, OptionSpec, Any], ...] = tuple(
+    (item.name, item.metadata["option"], item.default) for item in dataclasses.fields(TrainConfig)
+)

@@ -33,6 +33,7 @@ from fpexplorer.training.monitor import (
     device_description,
     one_line_error,
 )
+from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode
 from fpexplorer.training.records import (
     SCHEMA_VERSION,
     DeviceInfo,
@@ -80,15 +81,13 @@ class PrecisionPlan:
     scaler: str  # "none" | "dynamic" | "static"
 
 
-PLANS: dict[str, PrecisionPlan] = {
-    "fp32": PrecisionPlan(None, torch.float32, "none"),
-    "fp16": PrecisionPlan(torch.float16, torch.float32, "dynamic"),
-    "fp16-static": PrecisionPlan(torch.float16, torch.float32, "static"),
-    "fp16-noscale": PrecisionPlan(torch.float16, torch.float32, "none"),
-    "bf16": PrecisionPlan(torch.bfloat16, torch.float32, "none"),
-    # torch's GradScaler refuses FP16 gradients, so pure FP16 uses the fixed --loss-scale.
-    "pure-fp16": PrecisionPlan(None, torch.float16, "static"),
-}
+def _plan(mode: PrecisionMode) -> PrecisionPlan:
+    autocast = getattr(torch, mode.autocast_dtype) if mode.autocast_dtype else None
+    return PrecisionPlan(autocast, getattr(torch, mode.params_dtype), mode.scaler)
+
+
+# From the one table of precision modes (training.precision).
+PLANS: dict[str, PrecisionPlan] = {mode.name: _plan(mode) for mode in PRECISION_MODES}
 
 
 class StaticLossScaler:

@@ -95,3 +95,81 @@ def test_config_and_runlog_do_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ----- each option declared once ----------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    from fpexplorer.training.config import add_train_arguments
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    return parser
+
+
+def test_every_field_is_an_option_and_the_parser_has_exactly_them() -> None:
+    import dataclasses
+
+    from fpexplorer.training.config import option_flag, train_options
+
+    names = [item.name for item in dataclasses.fields(TrainConfig)]
+    assert [name for name, _spec, _default in train_options()] == names
+    parser = _parser()
+    dests = {action.dest for action in parser._actions if action.dest != "help"}
+    assert dests == set(names)
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    assert {option_flag(name) for name in names} <= flags
+    # Defaults come from the dataclass, and the help says them (never typed twice).
+    defaults = TrainConfig()
+    for action in parser._actions:
+        if action.dest in names:
+            assert action.default == getattr(defaults, action.dest)
+    help_text = parser.format_help()
+    assert "(default: 2000)" in help_text and "(default: the task's default)" in help_text
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        TrainConfig(),
+        TrainConfig(task="x.py:make", precision="pure-fp16", device="cuda:1", steps=7,
+                    lr=0.1 + 0.2, batch_size=3, optimizer="sgd", seed=2**40, stats_every=0,
+                    init_scale=2.0**-3, growth_factor=1.5, backoff_factor=0.25,
+                    growth_interval=9, loss_scale=1e-45, out="r u n.jsonl", stream=True),
+    ],
+)  # fmt: skip
+def test_to_argv_and_from_args_round_trip_every_field(config: TrainConfig) -> None:
+    assert TrainConfig.from_args(_parser().parse_args(config.to_argv())) == config
+
+
+def test_precision_modes_table_is_what_the_cli_and_the_job_use() -> None:
+    from fpexplorer.training.precision import PRECISION_MODES, precision_mode
+
+    assert [choice.name for choice in PRECISIONS] == [m.name for m in PRECISION_MODES]
+    assert [choice.description for choice in PRECISIONS] == [m.description for m in PRECISION_MODES]
+    for mode in PRECISION_MODES:
+        # Master weights are FP32 unless the weights are 16-bit; a scaled mode is one
+        # whose backward runs on a multiplied loss.
+        assert mode.master_weights == (mode.params_dtype == "float32")
+        assert mode.scaled == (mode.scaler in ("dynamic", "static"))
+        assert mode.gradient_dtype in ("float32", "float16", "bfloat16")
+        assert mode.code_note
+    assert precision_mode("bf16").gradient_dtype == "bfloat16"
+    with pytest.raises(KeyError, match="unknown precision 'fp8'"):
+        precision_mode("fp8")
+
+
+def test_the_jobs_plans_come_from_the_table() -> None:
+    import torch
+
+    from fpexplorer.training.job import PLANS
+    from fpexplorer.training.precision import PRECISION_MODES
+
+    assert list(PLANS) == [mode.name for mode in PRECISION_MODES]
+    for mode in PRECISION_MODES:
+        plan = PLANS[mode.name]
+        assert plan.params_dtype == getattr(torch, mode.params_dtype)
+        assert plan.scaler == mode.scaler
+        expected = getattr(torch, mode.autocast_dtype) if mode.autocast_dtype else None
+        assert plan.autocast_dtype == expected

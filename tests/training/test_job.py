@@ -560,3 +560,16 @@ def test_a_third_signal_kills_a_job_that_swallows_the_second(tmp_path: Path) -> 
         process.communicate(timeout=30)
     assert process.returncode == -signal.SIGINT
     assert load_run(out).status == "incomplete"
+
+
+def test_a_second_job_on_the_same_run_file_is_refused(tmp_path: Path) -> None:
+    """Two writers on one file would interleave their lines: the second is refused."""
+    from fpexplorer.training.job import JobSetupError
+    from fpexplorer.training.runlog import RunWriter
+
+    out = tmp_path / "shared.jsonl"
+    config = TrainConfig(task="regression", device="cpu", steps=1, out=str(out))
+    with RunWriter(out):
+        with pytest.raises(JobSetupError, match="being written by another job"):
+            run_job(config, stderr=io.StringIO(), handle_signals=False)
+    assert run_job(config, stderr=io.StringIO(), handle_signals=False).state is RunState.COMPLETED

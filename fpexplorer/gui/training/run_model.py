@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fpexplorer.training.precision import find_precision_mode
 from fpexplorer.training.records import (
     EndRecord,
     FormatShares,
@@ -247,9 +248,11 @@ def run_label(config: Mapping[str, Any] | None, fallback: str = "run") -> str:
         task = task.replace("\\", "/").rsplit("/", 1)[-1]
     precision = str(config.get("precision", "?"))
     parts = [task, precision]
-    if precision == "fp16-static" and config.get("loss_scale") is not None:
+    mode = find_precision_mode(precision)
+    scaler = mode.scaler if mode is not None else None
+    if scaler == "static" and config.get("loss_scale") is not None:
         parts.append(f"scale={to_float(config['loss_scale']):g}")
-    elif precision == "fp16" and to_float(config.get("init_scale", 65536.0)) != 65536.0:
+    elif scaler == "dynamic" and to_float(config.get("init_scale", 65536.0)) != 65536.0:
         parts.append(f"init={to_float(config['init_scale']):g}")
     if config.get("lr") is not None:  # None: the task's default, not known until the header
         parts.append(f"lr={to_float(config['lr']):g}")

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from fpexplorer.training.precision import precision_mode
 from fpexplorer.training.records import (
     SCHEMA_VERSION,
     DeviceInfo,
@@ -99,13 +100,15 @@ def synthetic_records(
         model=ModelInfo(params=12345, layers=LAYERS),
         formats=FORMATS,
     )
-    scale = 65536.0 if precision == "fp16" else 1.0
+    mode = precision_mode(precision)
+    dynamic = mode.scaler == "dynamic"
+    scale = 65536.0 if dynamic else 1.0
     tracker = 0
     started = time.perf_counter()
     for step in range(steps):
         # Gradients shrink as the loss falls; an occasional spike overflows at the scale.
         grad_log2 = -12.0 - 6.0 * step / max(steps, 1)
-        overflow = precision == "fp16" and step % overflow_every == overflow_every - 1
+        overflow = dynamic and step % overflow_every == overflow_every - 1
         skipped = overflow
         loss = 2.5 * math.exp(-3.0 * step / max(steps, 1)) + 0.05 * rng.random()
         elapsed = time.perf_counter() - started
@@ -141,8 +144,8 @@ def synthetic_records(
                     for name in FORMATS
                 },
                 lost_updates=LostUpdates(
-                    share=0.3 if precision == "pure-fp16" else 0.05,
-                    kind="actual" if precision == "pure-fp16" else "fp16_would_lose",
+                    share=0.05 if mode.master_weights else 0.3,
+                    kind="fp16_would_lose" if mode.master_weights else "actual",
                 ),
                 memory=Memory(
                     params={"float32": 49380},
@@ -164,7 +167,7 @@ def synthetic_records(
             time=elapsed,
             stats=stats,
         )
-        if precision == "fp16":
+        if dynamic:
             if overflow:
                 scale *= 0.5
                 tracker = 0

@@ -1,0 +1,129 @@
+"""The precision modes of a training job: one table that everything reads. Torch-free.
+
+`PRECISION_MODES` says, for each mode, what it means for the loop (autocast dtype,
+parameter dtype, loss scaler, FP32 master weights), what its gradients are held in, and
+the one line and the code comment that explain it. The CLI's choices and help, the
+training form, the job's loop, the code view and the plots all come from here: a new
+mode is one row.
+
+Dtypes are named as torch names them ("float16", "bfloat16"); the job turns a name into
+`getattr(torch, name)`, everyone else uses the name (the formats engine knows them too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ScalerKind = Literal["none", "dynamic", "static"]
+
+
+@dataclass(frozen=True, slots=True)
+class PrecisionMode:
+    """One precision mode of `fpexplorer train`."""
+
+    name: str
+    description: str  # one line: the CLI's help, the form's tooltip
+    autocast_dtype: str | None  # torch.autocast's dtype; None: no autocast
+    params_dtype: str  # weights, their gradients and the optimizer state
+    scaler: ScalerKind  # "dynamic": torch.amp.GradScaler; "static": a fixed --loss-scale
+    master_weights: bool  # the optimizer updates FP32 weights (not the 16-bit copies)
+    code_note: str  # the comment the code view puts above the loop: why it looks so
+
+    @property
+    def gradient_dtype(self) -> str:
+        """What the activation gradients of backward are held in."""
+        return self.autocast_dtype or self.params_dtype
+
+    @property
+    def scaled(self) -> bool:
+        """Backward runs on a loss multiplied by a loss scale (gradients recorded scaled)."""
+        return self.scaler != "none"
+
+
+PRECISION_MODES: tuple[PrecisionMode, ...] = (
+    PrecisionMode(
+        name="fp32",
+        description="FP32 everywhere: the reference",
+        autocast_dtype=None,
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note="FP32 everywhere: the reference run, no autocast, no scaler.",
+    ),
+    PrecisionMode(
+        name="fp16",
+        description="FP16 autocast + dynamic loss scaling (GradScaler), FP32 master weights",
+        autocast_dtype="float16",
+        params_dtype="float32",
+        scaler="dynamic",
+        master_weights=True,
+        code_note=(
+            "Dynamic loss scaling: skip a step and halve the scale on inf/NaN gradients,\n"
+            "grow it after growth_interval clean steps."
+        ),
+    ),
+    PrecisionMode(
+        name="fp16-static",
+        description="FP16 autocast + a fixed loss scale (--loss-scale), FP32 master weights",
+        autocast_dtype="float16",
+        params_dtype="float32",
+        scaler="static",
+        master_weights=True,
+        code_note="A fixed loss scale: never grows, never backs off; inf/NaN steps are skipped.",
+    ),
+    PrecisionMode(
+        name="fp16-noscale",
+        description="FP16 autocast without loss scaling: small gradients underflow to zero",
+        autocast_dtype="float16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "FP16 autocast without loss scaling: gradients below 2**-24 (5.96e-08)\n"
+            "underflow to zero in the FP16 backward pass."
+        ),
+    ),
+    PrecisionMode(
+        name="bf16",
+        description="BF16 autocast, no scaling: FP32's range, 8 bits of precision",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "BF16 has FP32's exponent range: no loss scaling is needed.\n"
+            "Weights and optimizer state stay FP32 (master weights)."
+        ),
+    ),
+    PrecisionMode(
+        name="pure-fp16",
+        # torch's GradScaler refuses FP16 gradients, so pure FP16 uses the fixed --loss-scale.
+        description="model and optimizer in FP16, no FP32 master weights: updates get lost",
+        autocast_dtype=None,
+        params_dtype="float16",
+        scaler="static",
+        master_weights=False,
+        code_note=(
+            "No FP32 master weights: an update smaller than half an FP16 ulp of its weight\n"
+            "(|w| * 2**-11) rounds away and is lost."
+        ),
+    ),
+)
+PRECISION_NAMES: tuple[str, ...] = tuple(mode.name for mode in PRECISION_MODES)
+_BY_NAME = {mode.name: mode for mode in PRECISION_MODES}
+
+
+def precision_mode(name: str) -> PrecisionMode:
+    """The mode called `name`; KeyError naming the known ones otherwise."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown precision {name!r}: use one of {', '.join(PRECISION_NAMES)}"
+        ) from None
+
+
+def find_precision_mode(name: str) -> PrecisionMode | None:
+    """The mode called `name`, or None (a run file from another version may name others)."""
+    return _BY_NAME.get(name)
