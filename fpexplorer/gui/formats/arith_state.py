@@ -48,6 +48,7 @@ class OperandLine:
     value_text: str
     code_hex: str
     rounded: bool  # the typed value is not a value of the format
+    note: str  # "" or how it got into the format: "rounded from 0.1", "no code for -1: NaN"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +96,24 @@ def _mode_line(fmt: FloatFormat, result: ModeResult) -> ModeLine:
 
 def build_readout(calculation: Calculation) -> ArithmeticReadout:
     fmt = calculation.format
-    operands = tuple(
-        OperandLine(
-            name=name,
-            input_text=display_decimal(operand.input),
-            value_text=display_decimal(operand.value),
-            code_hex=hex_code(fmt, operand.code),
-            rounded=operand.inexact,
+    operands = []
+    for name, operand in zip(OPERAND_NAMES, calculation.operands, strict=False):
+        typed = display_decimal(operand.input)
+        note = ""
+        if operand.value.is_nan and not operand.input.is_nan:
+            note = f"{fmt.name} has no code for {typed}: NaN (invalid)"
+        elif operand.inexact:
+            note = f"rounded from {typed}"
+        operands.append(
+            OperandLine(
+                name=name,
+                input_text=typed,
+                value_text=display_decimal(operand.value),
+                code_hex=hex_code(fmt, operand.code),
+                rounded=operand.inexact,
+                note=note,
+            )
         )
-        for name, operand in zip(OPERAND_NAMES, calculation.operands, strict=False)
-    )
     values = [line.value_text for line in operands]
     operation = calculation.operation
     if operation == "fma":
@@ -129,7 +138,7 @@ def build_readout(calculation: Calculation) -> ArithmeticReadout:
     return ArithmeticReadout(
         calculation=calculation,
         expression=expression,
-        operands=operands,
+        operands=tuple(operands),
         exact_text=display_decimal(exact.value),
         exact_note=exact_note,
         lines=tuple(_mode_line(fmt, result) for result in calculation.results),

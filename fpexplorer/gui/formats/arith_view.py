@@ -183,8 +183,8 @@ class ArithmeticView(LazyView):
         operand_texts = []
         for operand in readout.operands:
             text = f"{operand.name} = <b>{operand.value_text}</b> <code>{operand.code_hex}</code>"
-            if operand.rounded:
-                text += f" (rounded from {operand.input_text})"
+            if operand.note:
+                text += f" ({operand.note})"
             operand_texts.append(text)
         self.operands.setText(" &nbsp; ".join(operand_texts))
         self.exact.setText(

@@ -136,3 +136,12 @@ def test_follows_the_active_editor_and_the_overflow_picker(qtbot: QtBot) -> None
     assert "0.09375 + 0.1875 = <b>0.28125</b>" in view.exact.text()
     session.set_overflow("saturate")
     assert "overflow policy <b>saturate</b>" in view.format_label.text()
+
+
+def test_an_operand_the_format_cannot_hold_is_said() -> None:
+    state = ArithmeticState("binary8p4uf", "add", ("-1", "2"))
+    readout = state.readout()
+    assert readout.operands[0].note == "binary8p4uf has no code for -1: NaN (invalid)"
+    assert readout.operands[1].note == ""
+    assert readout.exact_text == "nan"
+    assert {line.value_text for line in readout.lines} == {"nan"}
