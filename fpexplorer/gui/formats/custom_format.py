@@ -171,6 +171,6 @@ class CustomFormatDialog(QDialog):
             f"<b>{fmt.name}</b> ({fmt.width} bits, spec <code>{fmt.spec}</code>)<br>"
             f"{fmt.description}<br>max {short(fmt.max)}, min normal {short(fmt.min_normal)}, "
             f"min subnormal {subnormal}, eps {short(fmt.eps)}, "
-            f"{fmt.decimal_digits:.2f} decimal digits, {fmt.finite_count:,} finite values"
+            f"≈{fmt.decimal_digits:.2f} decimal digits, {fmt.finite_count:,} finite values"
         )
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(True)

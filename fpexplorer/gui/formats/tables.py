@@ -273,7 +273,7 @@ class PropertiesTable(LazyView):
                 short(fmt.min_normal),
                 short(fmt.min_subnormal) if fmt.min_subnormal is not None else "none",
                 short(fmt.eps),
-                f"{fmt.decimal_digits:.2f}",
+                f"≈{fmt.decimal_digits:.2f}",  # (m + 1) log10 2 is irrational: rounded
                 f"{fmt.finite_count:,}",
                 "yes" if fmt.has_inf else "no",
                 "yes" if fmt.has_nan else "no",
