@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence
+from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -121,6 +121,26 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60].strip("_") or "run"
 
 
+class FormScrollArea(QScrollArea):
+    """A scroll area that gives its form the height its wrapped texts need at its width.
+
+    QScrollArea sizes a resizable widget from its minimum size hint and ignores height for
+    width, so on a short screen the form was squeezed and its word-wrapped notes overlapped
+    the rows under them; with this the form keeps its height and scrolls instead.
+    """
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_height()
+
+    def fit_height(self) -> None:
+        widget = self.widget()
+        if widget is not None and widget.hasHeightForWidth():
+            needed = widget.heightForWidth(self.viewport().width())
+            if needed > 0 and widget.minimumHeight() != needed:
+                widget.setMinimumHeight(needed)
+
+
 class TrainingPanel(QWidget):
     """The second tab of the main window. See the module docstring for the data flow."""
 
@@ -148,10 +168,11 @@ class TrainingPanel(QWidget):
         # ----- left: the job ------------------------------------------------------------
         self.form = TrainForm()
         self.form.changed.connect(self._on_form_changed)
-        form_scroll = QScrollArea()
+        form_scroll = FormScrollArea()
         form_scroll.setWidget(self.form)
         form_scroll.setWidgetResizable(True)
         form_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.form_scroll = form_scroll
 
         self.start_button = QPushButton("Start")
         self.pause_button = QPushButton("Pause")
@@ -594,6 +615,7 @@ class TrainingPanel(QWidget):
 
     def _on_form_changed(self) -> None:
         self._update_buttons()
+        self.form_scroll.fit_height()  # a message shown or hidden changes the form's height
         problems = self.form.problems()
         summary = summarize_problems(problems, self.form.titles)
         self.start_problems.setText(summary)

@@ -207,6 +207,9 @@ def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
         axis = item.getAxis(name)
         axis.setPen(colours.foreground)
         axis.setTextPen(colours.foreground)
+        # No "(x1e+27)" or "(x0.001)" multiplier folded into the axis title: tick labels
+        # carry the values themselves, so the title never depends on the data shown.
+        axis.enableAutoSIPrefix(False)
     cache_axes(item)
     return widget
 

@@ -283,3 +283,33 @@ def test_histogram_rulers_follow_the_formats_the_run_reports(panel, tmp_path: Pa
     panel.refresh()
     assert hist.formats == ("float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
     assert not hist._rulers["float6_e2m3fn"][1].isVisible()
+
+
+def test_the_form_is_never_squeezed_on_a_short_screen(qtbot, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training.panel import TrainingPanel
+
+    panel = TrainingPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1024, 550)
+    panel.show()
+    try:
+        panel.form.fields["steps"].edit.setText(str(2**64))  # messages appear: it grows
+        panel.form.fields["growth_interval"].edit.setText("abc")
+        QApplication.processEvents()
+        form = panel.form
+        # Was: 504 px for 518 needed; the wrapped device note overlapped the next row.
+        assert form.height() >= form.heightForWidth(form.width())
+    finally:
+        panel.shutdown()
+
+
+def test_axis_titles_carry_no_multiplier(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    steps = [{"type": "step", "step": i, "loss": 1e27 * (i + 1), "scale": 1.0} for i in range(5)]
+    panel.load_run(_write(tmp_path / "huge.jsonl", [_header(), *steps]))
+    panel.loss_plot.log_box.setChecked(True)
+    panel.refresh()
+    QApplication.processEvents()
+    # Was: "loss (x1e+27)" once the axis held large values.
+    for plot in (panel.loss_plot.plot, panel.scale_plot.plot, panel.hist_plot.plot):
+        for name in ("left", "bottom"):
+            assert "(x" not in plot.getPlotItem().getAxis(name).labelString()
