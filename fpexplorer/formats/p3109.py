@@ -1,9 +1,11 @@
 """The IEEE P3109 family of small binary formats, as `FloatFormat` data.
 
-Draft followed: IEEE SA P3109 Working Group, "Interim Report on 8-bit Binary Floating-point
-Formats", version 3.0 (the parametrised family binaryKpP with signedness s/u and domain
-e/f, and its saturation modes), as implemented by gfloat 0.5 (``format_info_p3109``), which
-the tests check every code of every format against.
+Draft followed: IEEE Working Group P3109, "Interim Report on Arithmetic Formats for Machine
+Learning", v3 (the public draft "IEEE WG P3109 Interim Report v3" of github.com/P3109/Public:
+the parametrised family binaryKpP with signedness s/u and domain e/f, and its saturation
+modes), as gfloat 0.5.2 implements it (``format_info_p3109``); the tests check every code of
+every format against gfloat. The report is an unapproved draft and later revisions exist;
+they have not been checked here.
 
 ``binary{K}p{P}{s|u}{e|f}``: K bits, precision P (P - 1 fraction bits), signed or unsigned,
 extended (with infinities) or finite.
