@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -48,11 +49,11 @@ def main() -> int:
     view.show()
     app.processEvents()
 
-    def timed(action: object) -> list[float]:
+    def timed(action: Callable[[int], object]) -> list[float]:
         times = []
         for step in range(args.steps):
             start = time.perf_counter()
-            action(step)  # type: ignore[operator]
+            action(step)
             app.processEvents()
             times.append((time.perf_counter() - start) * 1000)
         return times
