@@ -472,6 +472,21 @@ class BlockEditorState:
         code = self.readout().scale_code
         self.set_scale_code(code | (1 << bit) if value else code & ~(1 << bit))
 
+    def step_scale(self, how: str) -> None:
+        """The scale code's next value "up" or "down" (the bit editors' Up/Down keys): for
+        E8M0 the scale doubles or halves."""
+        scale_format = self._format.scale_format
+        code = self.readout().scale_code
+        try:
+            moved = scale_format.next_up(code) if how == "up" else scale_format.next_down(code)
+        except ValueError as error:
+            self._fail(str(error))
+            return
+        if moved == code:
+            self._fail(f"the scale has no next value {how}")
+            return
+        self.set_scale_code(moved)
+
     def use_rule_scale(self) -> None:
         self._forced_scale = None
         self._commit()

@@ -390,6 +390,7 @@ class BlockEditorView(LazyView):
         )
         self.scale_bits.bit_toggled.connect(state.toggle_scale_bit)
         self.scale_bits.bit_painted.connect(state.paint_scale_bit)
+        self.scale_bits.step_requested.connect(state.step_scale)
         self.rule_scale_button.clicked.connect(state.use_rule_scale)
         self.tensor_bits.bit_toggled.connect(state.toggle_tensor_scale_bit)
         self.tensor_bits.bit_painted.connect(state.paint_tensor_scale_bit)

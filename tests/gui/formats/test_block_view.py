@@ -292,3 +292,20 @@ def test_every_block_format_through_the_picker(view: BlockEditorView, name: str)
     view.rounding_picker.activated.emit(view.rounding_picker.currentIndex())
     _, truncated = codes_by_quantize(view, rounding="toward_zero")
     assert [cell(view, i, "code") for i in range(fmt.block_size)] == truncated
+
+
+def test_up_and_down_keys_in_the_scale_bits_double_and_halve_it(
+    view: BlockEditorView, qtbot: QtBot
+) -> None:
+    code = view.state.readout().scale_code
+    view.scale_bits.setFocus()
+    qtbot.keyClick(view.scale_bits, Qt.Key.Key_Up)
+    assert view.state.readout().scale_code == code + 1
+    assert "2⁻⁶ = 0.015625" in view.scale_label.text()
+    qtbot.keyClick(view.scale_bits, Qt.Key.Key_Down)
+    qtbot.keyClick(view.scale_bits, Qt.Key.Key_Down)
+    assert view.state.readout().scale_code == code - 1
+    view.state.set_scale_code(0)
+    qtbot.keyClick(view.scale_bits, Qt.Key.Key_Down)
+    assert view.state.problem == "the scale has no next value down"
+    assert view.message.text() == "the scale has no next value down"
