@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, Qt, QTimer
+from PySide6.QtCore import QByteArray, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QShowEvent
 from PySide6.QtWidgets import (
     QFrame,
@@ -35,6 +35,18 @@ SHORTCUTS_HELP = """<table>
 <tr><td><b>Ctrl+1, Ctrl+2</b></td><td>Formats / Training tab</td></tr>
 <tr><td><b>Ctrl+Q</b></td><td>quit</td></tr>
 </table>"""
+
+
+DEFAULT_SIZE = QSize(1280, 800)
+
+
+def default_size() -> QSize:
+    """1280x800, or the screen's free area when it is smaller (a 1024x640 laptop screen):
+    a first window never opens larger than the screen it is on."""
+    screen = QGuiApplication.primaryScreen()
+    if screen is None:
+        return DEFAULT_SIZE
+    return DEFAULT_SIZE.boundedTo(screen.availableGeometry().size())
 
 
 def _training_panel() -> tuple[QWidget, str | None]:
@@ -88,7 +100,7 @@ class MainWindow(QMainWindow):
         self.tabs.setTabToolTip(1, "Mixed-precision training numerics, live or replayed")
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)
         self.setCentralWidget(self.tabs)
-        self.resize(1280, 800)
+        self.resize(default_size())
         self._build_menus()
         self.status = self.statusBar()
         self.session.changed.connect(self._on_session_changed)

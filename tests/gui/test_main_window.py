@@ -419,3 +419,17 @@ def test_the_view_menu_lists_every_view_the_panel_registers(window: MainWindow) 
         action.trigger()
         assert window.formats_panel.current_view_name() == name
     assert len(VIEW_NAMES) == len(VIEW_TABS)
+
+
+def test_a_first_window_fits_the_screen(window: MainWindow) -> None:
+    from fpexplorer.gui.main_window import DEFAULT_SIZE, default_size
+
+    available = QGuiApplication.primaryScreen().availableGeometry().size()
+    size = default_size()
+    assert size.width() <= available.width() and size.height() <= available.height()
+    assert size == DEFAULT_SIZE.boundedTo(available)
+    fresh = MainWindow(SettingsStore(persistent=False), restore=False)
+    try:
+        assert fresh.size() == size
+    finally:
+        fresh.close()
