@@ -292,8 +292,9 @@ def test_the_window_is_usable_at_1024x640(qtbot: QtBot, window: MainWindow, tab:
         assert panel.rows[0].visibleRegion().boundingRect().height() > 40
 
 
+@pytest.mark.parametrize("height", [640, 480])
 def test_number_line_labels_do_not_collide_at_small_heights(
-    qtbot: QtBot, window: MainWindow
+    qtbot: QtBot, window: MainWindow, height: int
 ) -> None:
     from fpexplorer.gui.formats.number_line import NumberLineView
 
@@ -303,8 +304,8 @@ def test_number_line_labels_do_not_collide_at_small_heights(
         panel._on_add_clicked()
     window.session.set_format(window.session.editors[0], get_format("fp64"))
     window.session.set_active(window.session.editors[0])
-    window.resize(1024, 640)
-    qtbot.waitUntil(lambda: window.height() == 640)
+    window.resize(1024, height)
+    qtbot.waitUntil(lambda: window.height() == height)
     for text in ("0.1", "2049", "-1e-310"):
         window.session.enter_text(text)
         QApplication.processEvents()
