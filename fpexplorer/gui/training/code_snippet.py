@@ -1,12 +1,18 @@
 """The PyTorch training-loop code that does what a TrainConfig's precision mode does. Qt-free.
 
 The text is meant to be copied into one's own loop: it names torch's real APIs
-(torch.autocast, torch.amp.GradScaler) with the scaler settings from the form.
+(torch.autocast, torch.amp.GradScaler) with the scaler settings from the form. It is built
+from the precision mode's row in `training.precision.PRECISION_MODES` (autocast dtype,
+parameter dtype, scaler kind, the comment that explains the mode), not from its name: a new
+mode in the table gets its code here with no change.
 """
 
 from __future__ import annotations
 
 from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.precision import PrecisionMode, find_precision_mode
+
+_LABELS = {"float16": "FP16", "bfloat16": "BF16", "float32": "FP32"}
 
 
 def _device_line(config: TrainConfig) -> str:
@@ -23,9 +29,9 @@ def _lr(config: TrainConfig) -> str:
     return f"{config.lr!r}"
 
 
-def _optimizer(config: TrainConfig) -> str:
+def _optimizer(config: TrainConfig, mode: PrecisionMode) -> str:
     if config.optimizer == "adam":
-        if config.precision == "pure-fp16":
+        if mode.params_dtype == "float16":
             # Adam's default eps=1e-8 rounds to 0 in FP16 and 0/0 is NaN (the job uses 1e-4).
             return "torch.optim.Adam(model.parameters(), lr=lr, eps=1e-4)"
         return "torch.optim.Adam(model.parameters(), lr=lr)"
@@ -36,55 +42,54 @@ def _optimizer(config: TrainConfig) -> str:
     return "torch.optim.SGD(model.parameters(), lr=lr)"
 
 
-# Each loop moves its batch to the model's device first (batches usually come from the CPU).
-_TO_DEVICE = "    inputs, targets = inputs.to(device), targets.to(device)\n"
+def _comment(text: str, indent: str = "") -> str:
+    return "".join(f"{indent}# {line}\n" for line in text.splitlines())
 
 
-def pytorch_code(config: TrainConfig) -> str:
-    """A complete, runnable-shaped training loop for `config.precision`."""
-    head = f"import torch\n\n{_device_line(config)}\nlr = {_lr(config)}\nmodel = model.to(device)\n"
-    mode = config.precision
-    if mode == "fp32":
-        return head + (
-            f"optimizer = {_optimizer(config)}\n\n"
-            "# FP32 everywhere: the reference run, no autocast, no scaler.\n"
-            "for inputs, targets in batches:\n"
-            + _TO_DEVICE
-            + "    optimizer.zero_grad(set_to_none=True)\n"
-            "    loss = loss_fn(model(inputs), targets)\n"
-            "    loss.backward()\n"
-            "    optimizer.step()\n"
-        )
-    if mode == "bf16":
-        return head + (
-            f"optimizer = {_optimizer(config)}\n\n"
-            "# BF16 has FP32's exponent range: no loss scaling is needed.\n"
-            "# Weights and optimizer state stay FP32 (master weights).\n"
-            "for inputs, targets in batches:\n"
-            + _TO_DEVICE
-            + "    optimizer.zero_grad(set_to_none=True)\n"
-            "    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):\n"
-            "        loss = loss_fn(model(inputs), targets)\n"
-            "    loss.backward()\n"
-            "    optimizer.step()\n"
-        )
-    if mode == "fp16":
-        return head + (
-            f"optimizer = {_optimizer(config)}\n"
-            "# Dynamic loss scaling: skip a step and halve the scale on inf/NaN gradients,\n"
-            "# grow it after growth_interval clean steps.\n"
+def _scaler_setup(config: TrainConfig, mode: PrecisionMode) -> str:
+    if mode.scaler == "dynamic":
+        return (
             "scaler = torch.amp.GradScaler(\n"
             "    device.type,\n"
             f"    init_scale={config.init_scale!r},\n"
             f"    growth_factor={config.growth_factor!r},\n"
             f"    backoff_factor={config.backoff_factor!r},\n"
             f"    growth_interval={config.growth_interval!r},\n"
-            ")\n\n"
-            "for inputs, targets in batches:\n"
-            + _TO_DEVICE
-            + "    optimizer.zero_grad(set_to_none=True)\n"
-            "    with torch.autocast(device_type=device.type, dtype=torch.float16):\n"
-            "        loss = loss_fn(model(inputs), targets)\n"
+            ")\n"
+        )
+    if mode.scaler == "static":
+        return f"loss_scale = {config.loss_scale!r}  # fixed: never grows, never backs off\n"
+    return ""
+
+
+def _inputs(mode: PrecisionMode) -> tuple[str, str]:
+    """(helper defined before the loop, the loop's first line) moving a batch to the model."""
+    if mode.params_dtype == "float32":
+        return "", "    inputs, targets = inputs.to(device), targets.to(device)\n"
+    dtype = mode.params_dtype
+    helper = (
+        f"# Floating-point data in {_LABELS.get(dtype, dtype)}; integer data (labels, tokens) "
+        "as they are.\n"
+        "def to_model(t):\n"
+        "    if t.is_floating_point():\n"
+        f"        return t.to(device, torch.{dtype})\n"
+        "    return t.to(device)\n\n"
+    )
+    return helper, "    inputs, targets = to_model(inputs), to_model(targets)\n"
+
+
+def _forward(mode: PrecisionMode) -> str:
+    if mode.autocast_dtype is None:
+        return "    loss = loss_fn(model(inputs), targets)\n"
+    return (
+        f"    with torch.autocast(device_type=device.type, dtype=torch.{mode.autocast_dtype}):\n"
+        "        loss = loss_fn(model(inputs), targets)\n"
+    )
+
+
+def _backward_and_step(mode: PrecisionMode) -> str:
+    if mode.scaler == "dynamic":
+        return (
             "    scaler.scale(loss).backward()   # gradients of loss * scale\n"
             "    scaler.unscale_(optimizer)       # optional: before clipping or inspecting\n"
             "    scaler.step(optimizer)           # skipped when a gradient is inf/NaN\n"
@@ -92,59 +97,49 @@ def pytorch_code(config: TrainConfig) -> str:
             "    scaler.update()\n"
             "    skipped = scaler.get_scale() < scale_before  # GradScaler does not say so itself\n"
         )
-    if mode == "fp16-static":
-        return head + (
-            f"optimizer = {_optimizer(config)}\n"
-            f"loss_scale = {config.loss_scale!r}  # fixed: never grows, never backs off\n\n"
-            "for inputs, targets in batches:\n"
-            + _TO_DEVICE
-            + "    optimizer.zero_grad(set_to_none=True)\n"
-            "    with torch.autocast(device_type=device.type, dtype=torch.float16):\n"
-            "        loss = loss_fn(model(inputs), targets)\n"
-            "    (loss * loss_scale).backward()\n"
-            "    grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
-            "    finite = all(torch.isfinite(g).all() for g in grads)\n"
-            "    if finite:                        # skip the step on inf/NaN\n"
-            "        for g in grads:\n"
-            "            g.div_(loss_scale)\n"
-            "        optimizer.step()\n"
-        )
-    if mode == "fp16-noscale":
-        return head + (
-            f"optimizer = {_optimizer(config)}\n\n"
-            "# FP16 autocast without loss scaling: gradients below 2**-24 (5.96e-08)\n"
-            "# underflow to zero in the FP16 backward pass.\n"
-            "for inputs, targets in batches:\n"
-            + _TO_DEVICE
-            + "    optimizer.zero_grad(set_to_none=True)\n"
-            "    with torch.autocast(device_type=device.type, dtype=torch.float16):\n"
-            "        loss = loss_fn(model(inputs), targets)\n"
-            "    loss.backward()\n"
-            "    optimizer.step()\n"
-        )
-    if mode == "pure-fp16":
-        return head + (
-            "model = model.half()  # weights, gradients and optimizer state all FP16\n"
-            f"optimizer = {_optimizer(config)}\n"
-            f"loss_scale = {config.loss_scale!r}  # fixed, as in fpexplorer's job\n\n"
-            "# Floating-point data in FP16; integer data (labels, tokens) as they are.\n"
-            "def to_model(t):\n"
-            "    if t.is_floating_point():\n"
-            "        return t.to(device, torch.float16)\n"
-            "    return t.to(device)\n\n"
-            "# No FP32 master weights: an update smaller than half an FP16 ulp of its weight\n"
-            "# (|w| * 2**-11) rounds away and is lost.\n"
-            "for inputs, targets in batches:\n"
-            "    inputs, targets = to_model(inputs), to_model(targets)\n"
-            "    optimizer.zero_grad(set_to_none=True)\n"
-            "    loss = loss_fn(model(inputs), targets)\n"
+    if mode.scaler == "static":
+        scaled = (
             "    # The scaled loss in FP32: it must not overflow itself.\n"
             "    (loss.float() * loss_scale).backward()\n"
+            if mode.params_dtype != "float32"
+            else "    (loss * loss_scale).backward()\n"
+        )
+        return scaled + (
             "    grads = [p.grad for p in model.parameters() if p.grad is not None]\n"
-            "    # Skip the step on inf/NaN gradients.\n"
-            "    if all(torch.isfinite(g).all() for g in grads):\n"
+            "    if all(torch.isfinite(g).all() for g in grads):  # skip the step on inf/NaN\n"
             "        for g in grads:\n"
             "            g.div_(loss_scale)\n"
             "        optimizer.step()\n"
         )
-    return head + f"# precision mode {mode!r} is not known to this version of fpexplorer\n"
+    return "    loss.backward()\n    optimizer.step()\n"
+
+
+def pytorch_code(config: TrainConfig) -> str:
+    """A complete, runnable-shaped training loop for `config.precision`."""
+    head = f"import torch\n\n{_device_line(config)}\nlr = {_lr(config)}\nmodel = model.to(device)\n"
+    mode = find_precision_mode(config.precision)
+    if mode is None:
+        return head + f"# precision mode {config.precision!r} is not known to this version\n"
+    if mode.params_dtype == "float16":
+        cast = "model = model.half()"
+    elif mode.params_dtype != "float32":
+        cast = f"model = model.to(torch.{mode.params_dtype})"
+    else:
+        cast = ""
+    label = _LABELS.get(mode.params_dtype, mode.params_dtype)
+    setup = f"{cast}  # weights, gradients and optimizer state all {label}\n" if cast else ""
+    helper, to_device = _inputs(mode)
+    return (
+        head
+        + setup
+        + f"optimizer = {_optimizer(config, mode)}\n"
+        + _scaler_setup(config, mode)
+        + "\n"
+        + helper
+        + _comment(mode.code_note)
+        + "for inputs, targets in batches:\n"
+        + to_device
+        + "    optimizer.zero_grad(set_to_none=True)\n"
+        + _forward(mode)
+        + _backward_and_step(mode)
+    )

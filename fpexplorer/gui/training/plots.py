@@ -54,6 +54,7 @@ from fpexplorer.gui.training.view_model import (
     first_nonfinite_view,
     format_range,
     format_ranges_log2,
+    has_dynamic_scaling,
     heatmap_hover_text,
     heatmap_limits,
     histogram_hover_text,
@@ -666,7 +667,7 @@ class LossScalePlot(QWidget):
     def refresh_growth(self, current: RunModel | None) -> None:
         """The growth tracker read-out (slow cadence: a progress bar repaints at once)."""
         growth = current.growth() if current is not None else None
-        dynamic = current is not None and current.precision == "fp16"
+        dynamic = current is not None and has_dynamic_scaling(current)
         if growth is None or not dynamic:
             self.growth_bar.setRange(0, 1)
             self.growth_bar.setValue(0)

@@ -39,6 +39,7 @@ from fpexplorer.gui.training.run_model import (
     distinguishing_details,
 )
 from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.precision import find_precision_mode
 from fpexplorer.training.records import Histogram
 
 FloatArray = npt.NDArray[np.float64]
@@ -182,19 +183,6 @@ def ruler_formats(model: RunModel | None) -> tuple[str, ...]:
     return tuple(names[:MAX_RULERS]) or DEFAULT_RULER_FORMATS
 
 
-# The format a precision mode's low-precision gradients are held in.
-_PRECISION_FORMAT = {
-    "fp32": "float32",
-    "bf16": "bfloat16",
-    "fp16": "float16",
-    "fp16-static": "float16",
-    "fp16-noscale": "float16",
-    "pure-fp16": "float16",
-}
-# Modes whose backward runs on a scaled loss.
-_SCALED = frozenset({"fp16", "fp16-static", "pure-fp16"})
-
-
 def gradient_format(model: RunModel) -> str:
     """The format the run's (activation) gradients were held in.
 
@@ -207,11 +195,20 @@ def gradient_format(model: RunModel) -> str:
             return format_range(dtype).name
         except (KeyError, ValueError):
             pass
-    return _PRECISION_FORMAT.get(model.precision, "float32")
+    mode = find_precision_mode(model.precision)
+    return mode.gradient_dtype if mode is not None else "float32"
 
 
 def is_scaled(model: RunModel) -> bool:
-    return model.precision in _SCALED
+    """Backward ran on a scaled loss (the precision table says which modes do)."""
+    mode = find_precision_mode(model.precision)
+    return mode is not None and mode.scaled
+
+
+def has_dynamic_scaling(model: RunModel) -> bool:
+    """The run's scale is torch's GradScaler's (it grows and backs off)."""
+    mode = find_precision_mode(model.precision)
+    return mode is not None and mode.scaler == "dynamic"
 
 
 # ----- the run list --------------------------------------------------------------------

@@ -35,6 +35,7 @@ from fpexplorer.gui.training.view_model import (
     summarize_problems,
 )
 from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode
 from fpexplorer.training.records import HeaderRecord, from_schema1_dict
 
 
@@ -325,3 +326,37 @@ def test_what_if_shares_are_of_finite_values_and_n_a_over_nan() -> None:
         "What-if at loss scale 2^0 in FP16: n/a (no finite non-zero gradient); "
         "already zero 0, non-finite 12."
     )
+
+
+@pytest.mark.parametrize("mode", PRECISION_MODES, ids=lambda mode: mode.name)
+def test_code_view_follows_the_precision_table(mode: PrecisionMode) -> None:
+    from fpexplorer.gui.training.code_snippet import pytorch_code
+
+    code = pytorch_code(TrainConfig(precision=mode.name))
+    compile(code, mode.name, "exec")
+    assert mode.code_note.splitlines()[0] in code
+    autocast = f"torch.autocast(device_type=device.type, dtype=torch.{mode.autocast_dtype})"
+    assert (autocast in code) == (mode.autocast_dtype is not None)
+    assert ("torch.amp.GradScaler(" in code) == (mode.scaler == "dynamic")
+    assert ("loss_scale = 1024.0" in code) == (mode.scaler == "static")
+
+
+def test_a_new_precision_mode_gets_its_code_and_views_with_no_change(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training import code_snippet, view_model
+
+    pure_bf16 = PrecisionMode(
+        name="pure-bf16", description="model and optimizer in BF16", autocast_dtype=None,
+        params_dtype="bfloat16", scaler="none", master_weights=False,
+        code_note="BF16 weights: updates below half a BF16 ulp are lost.",
+    )  # fmt: skip
+    find = {mode.name: mode for mode in (*PRECISION_MODES, pure_bf16)}.get
+    monkeypatch.setattr(code_snippet, "find_precision_mode", find)
+    monkeypatch.setattr(view_model, "find_precision_mode", find)
+    code = code_snippet.pytorch_code(TrainConfig(precision="pure-bf16"))
+    compile(code, "pure-bf16", "exec")
+    assert "model = model.to(torch.bfloat16)" in code and "loss.backward()" in code
+    assert "return t.to(device, torch.bfloat16)" in code
+    model = _model([_header("pure-bf16"), {"type": "step", "step": 0, "loss": 1.0}])
+    assert view_model.gradient_format(model) == "bfloat16"
+    assert not view_model.is_scaled(model)
+    assert layer_table_view(model).columns[3] == "headroom in BF16"
