@@ -3,10 +3,15 @@ scaling, FP16 with dynamic loss scaling and BF16, as one table.
 
     python benchmarks/underflow_table.py                 # 300 steps each, CPU
     python benchmarks/underflow_table.py --steps 600 --keep runs/
+    python benchmarks/underflow_table.py --head-init 1   # the output layer's default init
 
 Columns: final loss (mean finite loss of the last 10% of steps) and its ratio to FP32's,
 the share of activation-gradient values that are exactly zero (over all statistics steps,
 in the dtype backward actually used), skipped steps, and the loss-scale range.
+
+Below the table, the activation gradients' binades for fp32 and fp16 (as recorded: fp16's
+are scaled by the loss scale): smallest, median and largest binade of the non-zero values
+at step 0, and the median over every statistics step.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fpexplorer.training import tasks
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.job import run_job
-from fpexplorer.training.runlog import load_run
+from fpexplorer.training.records import Histogram
+from fpexplorer.training.runlog import Run, load_run
 from fpexplorer.training.summary import RunSummary, summarize
 
 PRECISIONS = ("fp32", "fp16-noscale", "fp16", "bf16")
@@ -44,6 +51,32 @@ def table(summaries: list[RunSummary]) -> str:
     return "\n".join(lines)
 
 
+def _median_binade(hists: list[Histogram]) -> int | None:
+    """floor(log2 |x|) of the median non-zero finite value over the histograms."""
+    counts: dict[int, int] = {}
+    for hist in hists:
+        for exponent, count in zip(hist.exponents, hist.counts, strict=True):
+            counts[exponent] = counts.get(exponent, 0) + count
+    total = sum(counts.values())
+    seen = 0
+    for exponent in sorted(counts):
+        seen += counts[exponent]
+        if 2 * seen >= total:
+            return exponent
+    return None
+
+
+def gradient_ranges(run: Run) -> str:
+    """Activation-gradient binades at step 0 and the median over all statistics steps."""
+    hists = [s.act_hist for s in run.steps if s.act_hist is not None]
+    first = hists[0]
+    nonzero = [e for e, c in zip(first.exponents, first.counts, strict=True) if c]
+    return (
+        f"step 0: 2^{min(nonzero)} .. 2^{max(nonzero)}, median 2^{_median_binade([first])}; "
+        f"all {len(hists)} statistics steps: median 2^{_median_binade(hists)}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -51,20 +84,33 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, help="keep the run logs in this folder")
+    parser.add_argument(
+        "--head-init", type=float, default=tasks.UNDERFLOW_HEAD_INIT,
+        help="the output layer's initial weights times this (the task: 2**-10; 1: default)",
+    )  # fmt: skip
     args = parser.parse_args()
+    tasks.UNDERFLOW_HEAD_INIT = args.head_init  # the jobs run in this process
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
         summaries = []
+        ranges: list[str] = []
         for precision in PRECISIONS:
             out = folder / f"underflow-{precision}.jsonl"
             config = TrainConfig(task="underflow", precision=precision, device=args.device,
                                  steps=args.steps, stats_every=args.stats_every, seed=args.seed,
                                  out=str(out))  # fmt: skip
             run_job(config, stderr=io.StringIO())
-            summaries.append(summarize(load_run(out)))
-    print(f"underflow task, {args.steps} steps, seed {args.seed}, device {args.device}")
+            run = load_run(out)
+            summaries.append(summarize(run))
+            if precision in ("fp32", "fp16"):
+                ranges.append(f"{precision:5} activation gradients, {gradient_ranges(run)}")
+    print(
+        f"underflow task, {args.steps} steps, seed {args.seed}, device {args.device}, "
+        f"head init x{args.head_init:g}"
+    )
     print(table(summaries))
+    print("\n".join(ranges))
     return 0
 
 
