@@ -26,25 +26,30 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer.gui.theme import role_hex
-from fpexplorer.training.config import OPTIMIZERS, PRECISIONS, TASKS, TrainConfig
+from fpexplorer.training.config import (
+    FLOAT32_MAX,
+    OPTIMIZER_CHOICES,
+    PRECISIONS,
+    TASKS,
+    OptionSpec,
+    TrainConfig,
+    train_options,
+)
 
 _DEFAULTS = TrainConfig()
 
-# What the engine can hold, per numeric field (checked at the field, before a job starts):
-# step counters, sizes and seeds are int64 in torch; GradScaler's growth tracker is an
-# int32 tensor, so a longer growth interval is never reached; GradScaler keeps its scale
-# in a float32 tensor, where 1e39 is inf and every step would be skipped.
+# What the engine can hold, per numeric field, beyond what TrainConfig.validate() checks
+# (it owns the float32 limits of the loss scales): step counters, sizes and seeds are
+# int64 in torch; GradScaler's growth tracker is an int32 tensor, so a longer growth
+# interval is never reached; the growth factor multiplies a float32 scale.
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
-FLOAT32_MAX = float.fromhex("0x1.fffffep127")  # 3.4028234663852886e38
 LIMITS: dict[str, tuple[float, str]] = {
     "steps": (INT64_MAX, "int64"),
     "batch_size": (INT64_MAX, "int64"),
     "stats_every": (INT64_MAX, "int64"),
     "growth_interval": (INT32_MAX, "GradScaler's int32 growth tracker"),
-    "init_scale": (FLOAT32_MAX, "float32, where GradScaler keeps its scale"),
     "growth_factor": (FLOAT32_MAX, "float32"),
-    "loss_scale": (FLOAT32_MAX, "float32"),
 }
 
 
@@ -66,7 +71,18 @@ def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_or_none
 
 
-_parse_optional_int = _optional(_parse_int)
+_OPTION_KINDS = {name: spec.kind for name, spec, _default in train_options()}
+_TITLES = {name: spec.title for name, spec, _default in train_options()}
+_NONE_MEANS = {name: spec.none_means for name, spec, _default in train_options()}
+
+
+def _parser(spec: OptionSpec, default: Any) -> Callable[[str], Any]:
+    parse = _parse_int if spec.kind == "int" else _parse_float
+    return _optional(parse) if default is None else parse
+
+
+def _tooltip(spec: OptionSpec) -> str:
+    return f"{spec.help}; empty: {spec.none_means}" if spec.none_means else spec.help
 
 
 def _narrow_combo() -> QComboBox:
@@ -149,17 +165,13 @@ class TrainForm(QWidget):
 
     changed = Signal()
 
-    TEXT_FIELDS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = (
-        ("steps", "Steps", _parse_int, "training steps"),
-        ("lr", "Learning rate", _optional(_parse_float), "empty: the task's default"),
-        ("batch_size", "Batch size", _parse_optional_int, "empty: the task's default"),
-        ("seed", "Seed", _parse_int, "random seed"),
-        ("stats_every", "Statistics every", _parse_int, "record histograms every N steps (0: off)"),
-        ("init_scale", "Initial scale", _parse_float, "GradScaler init_scale (65536 = 2^16)"),
-        ("growth_factor", "Growth factor", _parse_float, "GradScaler growth_factor"),
-        ("backoff_factor", "Backoff factor", _parse_float, "GradScaler backoff_factor"),
-        ("growth_interval", "Growth interval", _parse_int, "clean steps before the scale grows"),
-        ("loss_scale", "Fixed loss scale", _parse_float, "the scale of fp16-static and pure-fp16"),
+    # The number fields: every int/float option the form shows, in declaration order, with
+    # its title, help and "empty means" from its declaration (`train_options()`): a new
+    # option in TrainConfig appears here with no change.
+    TEXT_FIELDS: tuple[tuple[str, str, Callable[[str], Any], str], ...] = tuple(
+        (name, spec.title, _parser(spec, default), _tooltip(spec))
+        for name, spec, default in train_options()
+        if spec.in_form and spec.kind in ("int", "float")
     )
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -190,7 +202,7 @@ class TrainForm(QWidget):
         task_row.addWidget(self.task_browse)
         task_layout.addLayout(task_row)
         task_layout.addWidget(self.task_error)
-        layout.addRow("Task", task_box)
+        layout.addRow(_TITLES["task"], task_box)
 
         self.precision_combo = _narrow_combo()
         for index, (name, description) in enumerate(PRECISIONS):
@@ -199,7 +211,7 @@ class TrainForm(QWidget):
         self.precision_combo.setCurrentText(_DEFAULTS.precision)
         self.precision_note = QLabel("")
         self.precision_note.setWordWrap(True)
-        layout.addRow("Precision", self.precision_combo)
+        layout.addRow(_TITLES["precision"], self.precision_combo)
         layout.addRow("", self.precision_note)
 
         self.device_combo = _narrow_combo()
@@ -213,25 +225,22 @@ class TrainForm(QWidget):
         self.device_combo.addItem("cpu", "cpu")
         self.device_note = QLabel("looking for CUDA devices…")
         self.device_note.setWordWrap(True)
-        layout.addRow("Device", self.device_combo)
+        layout.addRow(_TITLES["device"], self.device_combo)
         layout.addRow("", self.device_note)
 
         self.optimizer_combo = _narrow_combo()
         self.optimizer_combo.addItem("task default", None)
-        for name in OPTIMIZERS:
-            self.optimizer_combo.addItem(name, name)
-        layout.addRow("Optimizer", self.optimizer_combo)
+        for choice in OPTIMIZER_CHOICES:
+            self.optimizer_combo.addItem(choice.name, choice.name)
+            self.optimizer_combo.setItemData(
+                self.optimizer_combo.count() - 1, choice.description, Qt.ItemDataRole.ToolTipRole
+            )
+        layout.addRow(_TITLES["optimizer"], self.optimizer_combo)
 
         self.fields: dict[str, FieldRow] = {}
         self._parsers: dict[str, Callable[[str], Any]] = {}
         # Field name -> its title in the form (for the summary beside Start).
-        self.titles: dict[str, str] = {
-            "task": "Task",
-            "precision": "Precision",
-            "device": "Device",
-            "optimizer": "Optimizer",
-        }
-        self.titles.update({name: title for name, title, _parse, _tip in self.TEXT_FIELDS})
+        self.titles: dict[str, str] = dict(_TITLES)
         for name, title, parse, tooltip in self.TEXT_FIELDS:
             default = getattr(_DEFAULTS, name)
             text = (
@@ -239,9 +248,7 @@ class TrainForm(QWidget):
                 if default is None
                 else (f"{default:g}" if isinstance(default, float) else str(default))
             )
-            row = FieldRow(
-                text, placeholder="task default" if default is None else "", tooltip=tooltip
-            )
+            row = FieldRow(text, placeholder=_NONE_MEANS.get(name) or "", tooltip=tooltip)
             row.edit.textChanged.connect(self._on_field_edited)
             self.fields[name] = row
             self._parsers[name] = parse
@@ -293,7 +300,7 @@ class TrainForm(QWidget):
             try:
                 values[name] = self._parsers[name](row.edit.text())
             except ValueError:
-                whole = self._parsers[name] in (_parse_int, _parse_optional_int)
+                whole = _OPTION_KINDS.get(name) == "int"
                 kind = "a whole number" if whole else "a number"
                 text = row.edit.text()
                 shown = text if len(text) <= 24 else text[:23] + "…"

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from fpexplorer.gui.training.synthetic import synthetic_records
@@ -313,3 +314,21 @@ def test_axis_titles_carry_no_multiplier(panel, tmp_path: Path) -> None:  # type
     for plot in (panel.loss_plot.plot, panel.scale_plot.plot, panel.hist_plot.plot):
         for name in ("left", "bottom"):
             assert "(x" not in plot.getPlotItem().getAxis(name).labelString()
+
+
+def test_the_form_is_derived_from_the_option_declarations(panel) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.training.config import train_options
+
+    numbers = [name for name, spec, _ in train_options()
+               if spec.in_form and spec.kind in ("int", "float")]  # fmt: skip
+    assert list(panel.form.fields) == numbers
+    for name, spec, _default in train_options():
+        if name in panel.form.fields:
+            edit = panel.form.fields[name].edit
+            assert edit.toolTip().startswith(spec.help)
+            assert edit.placeholderText() == (spec.none_means or "")
+        if spec.in_form:
+            assert panel.form.titles[name] == spec.title
+    tips = [panel.form.optimizer_combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
+            for i in range(1, panel.form.optimizer_combo.count())]  # fmt: skip
+    assert all(tips)
