@@ -99,6 +99,9 @@ def quit_interrupted() -> None:
     """Close every window (each saves what it keeps) and leave the event loop."""
     app = QApplication.instance()
     if isinstance(app, QApplication):
+        # Closing the last window would quit with status 0 (a posted event that can run
+        # after the exit below and overwrite its status).
+        app.setQuitOnLastWindowClosed(False)
         for widget in app.topLevelWidgets():
             if widget.isVisible():
                 widget.close()
