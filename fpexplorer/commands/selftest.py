@@ -156,6 +156,26 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
 
         return body
 
+    def formats_read_outs() -> str:
+        from fpexplorer.gui.main_window import MainWindow
+
+        window = state["window"]
+        assert isinstance(window, MainWindow)
+        panel = window.formats_panel
+        if not window.session.enter_text("0.1"):
+            raise CheckFailed(f"typing 0.1 failed: {window.session.entry_error}")
+        shown = {
+            "exact": panel.readouts.exact.toPlainText(),
+            "shortest round-trip": panel.readouts.shortest.text(),
+        }
+        wanted = {
+            "exact": "0.100000001490116119384765625",  # float32 0.1, every digit
+            "shortest round-trip": "0.1",
+        }
+        if shown != wanted:
+            raise CheckFailed(f"float32 0.1 read-outs say {shown}, expected {wanted}")
+        return "float32 0.1: exact 0.100000001490116119384765625, shortest round-trip 0.1"
+
     def settings() -> str:
         from fpexplorer.gui.settings import SettingsStore
 
@@ -232,6 +252,7 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
     if "app" in state:
         check("main window", main_window)
     if "window" in state:
+        check("formats read-outs", formats_read_outs)
         check("render formats panel", render_panel(0, "formats"))
     if "app" in state:
         check("settings", settings)
