@@ -539,6 +539,7 @@ def test_stochastic_rounding_is_seeded_and_draws_per_element() -> None:
 
 @pytest.mark.parametrize("name", MX_NAMES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.slow  # a sweep, every MX element format at every rounding boundary: ~1.5 s in all
 def test_mx_elements_next_to_every_rounding_boundary(name: str, dtype: type) -> None:
     """Every element value and midpoint, and one float step either side, under scales from
     2**-127 to 2**20: the vectorized path (float32 stays float32 there) equals the exact."""

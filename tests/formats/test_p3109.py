@@ -106,6 +106,7 @@ def test_every_code_decodes_as_gfloat(parameters: P3109Parameters) -> None:
 
 
 @pytest.mark.parametrize("parameters", FAMILY, ids=lambda p: p.name)
+@pytest.mark.slow  # a sweep, every P3109 format x every mode against gfloat: ~2 s in all
 def test_rounding_matches_gfloat_in_every_mode_and_saturation(parameters: P3109Parameters) -> None:
     fmt, fi = _engine(parameters), _gfloat_info(parameters)
     x = _inputs(fi, parameters.signed)

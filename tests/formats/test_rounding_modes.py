@@ -45,6 +45,7 @@ def _points(fmt: FloatFormat, count: int = 400) -> np.ndarray[Any, Any]:
 
 
 @pytest.mark.parametrize("name", list(ORACLES))
+@pytest.mark.slow  # a sweep, every oracle format: ~1 s in all
 def test_round_to_odd_is_the_odd_one_of_the_truncation_and_its_successor(name: str) -> None:
     """Oracle from gfloat: x if exact, else whichever of toward_zero(x) and away(x) has the odd
     code (gfloat 0.5.2 has no round-to-odd mode of its own)."""
