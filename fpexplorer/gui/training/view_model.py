@@ -3,15 +3,17 @@
 The panel and its plots only render what this module computes:
 
 - `RunList`: the runs shown, which one is selected, which are overlaid, what each is
-  called in the list (and whether it is still live), which runs are kept when a job ends;
+  called in the list (and whether it is still live), which runs are kept when a job ends,
+  and the selected run's settings for the form and the code view (`settings_of`);
 - the read-outs of one run: the first non-finite step and layer (`first_nonfinite_view`),
-  the layer table (`layer_table_view`), lost updates (`lost_updates_text`), the progress
-  bar (`progress_view`);
+  the layer table (`layer_table_view`), lost updates (`lost_updates_text`), the histogram's
+  counts and what-if lines, the progress bar (`progress_view`);
 - what the plots draw besides the curves: ranges from the data alone (`data_range`),
   the optional smoothing of the loss (`smoothed`), markers at the first NaN loss and the
-  first non-finite gradients (`run_markers`), hover read-outs (`hover_text`), and the limits
-  of the format the shown gradients were held in (`heatmap_limits`), computed exactly by
-  `fpexplorer.formats` for any format.
+  first non-finite gradients (`run_markers`), hover read-outs (`hover_text` and friends),
+  the format rulers of the histogram (`ruler_formats`) and the limits drawn over the
+  heatmap (`heatmap_limits`), with ranges computed exactly by `fpexplorer.formats` for any
+  format, and what each precision mode implies read from `training.precision`.
 
 A run file is data from outside: every text made from it is elided (`elide`) so that
 nothing a run contains can widen the window.
@@ -99,7 +101,7 @@ def number_text(value: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class FormatRange:
+class ExactRange:
     """A format's positive range as exact Fractions, and their log2 for plotting."""
 
     name: str
@@ -137,12 +139,12 @@ _SHORT_LABELS = {
 
 
 @lru_cache(maxsize=64)
-def format_range(name: str) -> FormatRange:
+def format_range(name: str) -> ExactRange:
     """The exact range of format `name` (any name or spec `fpexplorer.formats` knows)."""
     fmt = get_format(name)
     min_normal = Fraction(fmt.min_normal)
     subnormal = fmt.min_subnormal
-    return FormatRange(
+    return ExactRange(
         name=fmt.name,
         label=_SHORT_LABELS.get(fmt.name, fmt.name),
         min_positive=Fraction(subnormal) if subnormal is not None else min_normal,
