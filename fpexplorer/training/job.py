@@ -235,13 +235,18 @@ class _RecordChannel:
     def open(self) -> None:
         if self._is_fd1():
             self._stdout.flush()
-            self._saved_fd = os.dup(1)  # non-inheritable since Python 3.4
-            os.dup2(2, 1)
-            self.binary = os.fdopen(self._saved_fd, "wb", buffering=0, closefd=False)
-        else:
-            self.text = self._stdout
-            # A print() in the task (without a newline, even) would glue itself to a record.
-            self._redirect.enter_context(contextlib.redirect_stdout(self._stderr))
+            saved = os.dup(1)  # non-inheritable since Python 3.4
+            try:
+                os.dup2(2, 1)
+            except OSError:  # no usable fd 2 (a windowless process): echo as below
+                os.close(saved)
+            else:
+                self._saved_fd = saved
+                self.binary = os.fdopen(saved, "wb", buffering=0, closefd=False)
+                return
+        self.text = self._stdout
+        # A print() in the task (without a newline, even) would glue itself to a record.
+        self._redirect.enter_context(contextlib.redirect_stdout(self._stderr))
 
     def close(self) -> None:
         self._redirect.close()
