@@ -163,3 +163,18 @@ def test_runs_memory_does_not_grow_with_the_log(tmp_path: Path) -> None:
 
     for verb, (small, large) in measure(tmp_path, 4.0, 10.0).items():
         assert large < 1.15 * small, (verb, small, large)
+
+
+def test_runs_check_refuses_a_newer_schema_instead_of_reading_it_as_old(tmp_path: Path) -> None:
+    from training_helpers import run_cli
+
+    from fpexplorer.training.records import SCHEMA_VERSION
+
+    path = tmp_path / "future.jsonl"
+    header = {**HEADER, "schema": SCHEMA_VERSION + 1}
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0}
+    path.write_text("".join(json.dumps(r) + "\n" for r in (header, step)))
+    result = run_cli("runs", "check", str(path))
+    assert result.returncode == 1
+    assert f"schema {SCHEMA_VERSION + 1} is newer than this fpexplorer reads" in result.stdout
+    assert "0 steps" in result.stdout  # its steps are not summarized as if they were old
