@@ -45,6 +45,7 @@ from fpexplorer.gui.training.run_model import (
 )
 from fpexplorer.gui.training.view_model import (
     DEFAULT_RULER_FORMATS,
+    FloatArray,
     HoverLine,
     OverlayRun,
     RunMarker,
@@ -529,6 +530,7 @@ class LossPlot(QWidget):
         layout.addWidget(self.plot, 1)
         self._overlay: Sequence[OverlayRun] = ()
         self._shown: Sequence[RunModel] = ()
+        self._smoothed_cache: dict[int, tuple[tuple[int, float, int], FloatArray]] = {}
 
     @property
     def smoothing(self) -> float:
@@ -543,7 +545,11 @@ class LossPlot(QWidget):
         self.refresh(self._overlay, self._shown)
 
     def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
-        return hover_text(self._overlay, step, "loss")
+        lines = hover_text(self._overlay, step, "loss")
+        if lines and self.smoothing:
+            # The read-out gives the recorded losses, not the smoothed curve: it says so.
+            lines[0] = HoverLine(f"{lines[0].text} (recorded, not smoothed)")
+        return lines
 
     def refresh(self, overlay: Sequence[OverlayRun], shown: Sequence[RunModel]) -> None:
         self._overlay, self._shown = overlay, shown
@@ -551,7 +557,7 @@ class LossPlot(QWidget):
         for run in overlay:
             curve = self.curves.curve_for(run)
             steps = run.model.scalars.steps
-            loss = smoothed(run.model.scalars.column("loss"), weight)
+            loss = self._smoothed_loss(run, weight)
             # Non-finite losses (an overflowed forward) would break the line; they are
             # left out of the curve and marked where they start.
             finite = np.isfinite(loss)
@@ -560,6 +566,19 @@ class LossPlot(QWidget):
         self.curves.show_legend(len(overlay) > 1)
         self.markers.show(run_markers(overlay))
         self._show_range()
+
+    def _smoothed_loss(self, run: OverlayRun, weight: float) -> FloatArray:
+        """The run's loss, smoothed once per change of the run or the weight (the average
+        is a Python loop: not paid again on every frame)."""
+        raw = run.model.scalars.column("loss")
+        if not weight:
+            return raw
+        key = (run.model.revision, weight, len(raw))
+        cached = self._smoothed_cache.get(run.key)
+        if cached is None or cached[0] != key:
+            cached = (key, smoothed(raw, weight))
+            self._smoothed_cache[run.key] = cached
+        return cached[1]
 
     def _show_range(self) -> None:
         log = self.log_box.isChecked()

@@ -185,6 +185,11 @@ def test_smoothing_and_markers_on_the_loss_plot(panel, make_run) -> None:  # typ
     panel.loss_plot.smooth_spin.setValue(90)
     _x, smooth = panel.loss_plot.curves.curves[key].getData()
     assert len(smooth) == len(raw) and (abs(smooth - raw) > 0).any()
+    # The hover reads the recorded loss, and says it is not the smoothed curve.
+    panel.loss_plot.hover.show_at(10.0)
+    text = panel.loss_plot.hover.text
+    assert text is not None and text.startswith("step 10 (recorded, not smoothed)\n")
+    assert f"{raw[10]:.4g}" in text
     assert [line.value() for line in panel.loss_plot.markers.lines] == [24, 24]
     texts = [line.label.toPlainText() for line in panel.loss_plot.markers.lines]
     assert texts == ["first NaN loss", "first inf/NaN: head"]
