@@ -91,6 +91,8 @@ def test_config_and_runlog_do_not_import_torch() -> None:
     code = (
         "import fpexplorer.training, fpexplorer.training.config, fpexplorer.training.runlog\n"
         "import fpexplorer.training.summary, fpexplorer.commands.runs\n"
+        "import fpexplorer.training.records, fpexplorer.training.precision\n"
+        "import fpexplorer.commands.train\n"
         "import sys; print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
