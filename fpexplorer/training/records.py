@@ -19,18 +19,25 @@ Reading::
     record = decode_record(json_object, schema=header_schema)   # or use RecordStream
 
 How fields map to JSON: each dataclass field is a JSON key of the same name (unless its
-metadata says `json="other"`), encoded from its type hint (`_Codec`): floats that are not
-finite become the strings "NaN", "Infinity", "-Infinity" (strict JSON parsers read the
-file; `decode_float` turns them back), tuples become lists, nested records objects. A
-field whose value is None and whose default is None is left out of the line. Adding a
-field to a record is therefore one line here (with a default, so older logs still read),
-plus the one consumer that shows it: the codec, the writers' plumbing and the readers
-follow from the dataclass.
+metadata says `json="other"`), encoded and decoded from its type hint (`_codec_of`, built
+once per class): floats that are not finite become the strings "NaN", "Infinity",
+"-Infinity" (strict JSON parsers read the file; `decode_float` turns them back), tuples
+become lists, nested records objects. A field whose value is None and whose default is None
+is left out of the line. Keys a reader does not know are ignored.
+
+Adding a field is therefore one line here, with a default (so that older logs, which lack
+it, still read), plus the one consumer that shows it: the codec, the writers' plumbing and
+the readers follow from the dataclass (tests/training/test_record_contract.py holds that).
+An added optional field needs no new schema. A field that moves or changes meaning does:
+bump `SCHEMA_VERSION` and add `UPGRADES[old]`, the step that rewrites an old record.
 
 Schema versions: the header carries `schema`. Records of an older schema are upgraded on
-reading, one `UPGRADES[n]` step per version (n -> n + 1), so a schema-1 log reads forever.
-A log of a newer schema than `SCHEMA_VERSION` is refused (`NewerSchemaError`) rather than
-read as if it were old.
+reading, one `UPGRADES[n]` step per version (n -> n + 1), so a schema-1 log reads forever
+(tests/training/data keeps real ones). A log of a newer schema than `SCHEMA_VERSION` is
+refused (`NewerSchemaError`) rather than read as if it were old.
+
+Hand-built dicts (tests; older callers) become records through `from_schema1_dict`, which
+takes schema 1's layout or today's; `RunWriter.write` accepts them that way too.
 
 - schema 1: statistics fields (`grad_hist`, `layers`, ...) flat on the step record.
 - schema 2: statistics grouped in `stats` (absent on steps without statistics); the end
