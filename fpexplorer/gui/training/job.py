@@ -2,7 +2,12 @@
 
 The GUI process never imports torch: the job is this same program started again
 (`fpexplorer.entry.self_command()`, which is the bundled executable when frozen), and
-everything it says comes back as JSON Lines on stdout (and in the run file).
+its records come back as JSON Lines on stdout (and in the run file). With `--stream` the
+job keeps its stdout for records alone: before the task's code runs it points fd 1 at
+stderr, so nothing the task prints, writes to fd 1 or starts can reach the records (see
+`training.job._RecordChannel` for why this channel rather than a second pipe). The
+records are read by the run log's one reader, `RecordStream`, which would resynchronise
+after garbage anyway; what the task printed arrives on stderr (`stderr_tail`).
 
 Pause/Resume send SIGSTOP/SIGCONT on POSIX. Windows has no such signals, so there pause
 is not offered (`PAUSE_SUPPORTED` is False) and Stop is the only way to end a job early.
