@@ -233,7 +233,8 @@ def test_lost_updates_of_a_large_model_are_sampled_and_say_so(tmp_path: Path) ->
         loss.backward()
         old = np.concatenate([p.detach().clone().numpy().ravel() for p in model.parameters()])
         optimizer.step()
-        figures = monitor.step(loss).lost_updates
+        record = monitor.step(loss)
+        figures = record.lost_updates
     new = np.concatenate([p.detach().numpy().ravel() for p in model.parameters()])
     grads = np.concatenate([p.grad.numpy().ravel() for p in model.parameters()])
     old16 = old.astype(np.float16)
@@ -245,3 +246,9 @@ def test_lost_updates_of_a_large_model_are_sampled_and_say_so(tmp_path: Path) ->
     assert figures.bound is not None and figures.bound < 0.002
     assert abs(figures.share - exact) <= figures.bound
     assert 0.05 < exact < 0.95  # a share the sample could get wrong
+    # The gradient histogram of more than 2**20 values, counted a chunk at a time: exact.
+    _, exponent = np.frexp(np.abs(grads[grads != 0]).astype(np.float64))
+    binades = exponent - 1
+    hist = record.grad_hist
+    assert hist is not None and hist.lo == binades.min() and hist.zero == np.sum(grads == 0)
+    assert list(hist.counts) == np.bincount(binades - binades.min()).tolist()

@@ -363,7 +363,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             # The weights before the update, all of them or a fixed sample of 2**20: never a
             # parameter-sized copy on a large model.
             self._update_sample = self._sample_for(params)
-            self._old_params = self._update_sample.gather(params).clone()
+            self._old_params = self._update_sample.gather(params)  # a new tensor
 
     def _scaler_found_inf(self, optimizer: Any, kwargs: Any) -> torch.Tensor | None:
         """The scaler's found-inf flag for this step, when the optimizer is called anyway:
@@ -436,9 +436,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             plan = self._queue_statistics(pack, norms, activations=True)
         host = pack.fetch()  # the one host sync of the step
         now = time.perf_counter()
-        duration = now - self._last_step_time
-        self._last_step_time = now
-        self._recent_durations = [*self._recent_durations[-9:], duration]
+        self._recent_durations = [*self._recent_durations[-9:], now - self._last_step_time]
         skipped = not self._optimizer_stepped or host.scalar("found_inf") > 0
         loss_value = host.scalar("loss")
         grad_norm = host.scalar("grad_norm")
@@ -474,7 +472,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._old_params = None
         self._optimizer_stepped = False
         self._found_inf = None
-        self.cadence.account(duration, statistics=plan is not None, alarm=alarm)
+        # The cadence is charged from the end of one step() to the end of the next: this
+        # step's own decoding and writing belong to it.
+        end = time.perf_counter()
+        duration, self._last_step_time = end - self._last_step_time, end
+        self.cadence.account(duration, statistics=stats is not None, alarm=alarm)
         self.step_index += 1
         self._arm(self.cadence.collect_next(self.step_index))
         return record

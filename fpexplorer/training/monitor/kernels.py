@@ -288,30 +288,41 @@ def group_code_counts(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(CODES + 1 counts by code, the 32768 pattern counts or None) of several tensors
     counted together: float16/bfloat16 by their own bits, anything else by the top half of
-    its float32 value (table "float32_high")."""
+    its float32 value (table "float32_high"). The masked patterns of consecutive tensors
+    fill one reused buffer of at most 2**20 elements, counted each time it is full."""
     float32 = table_name == "float32_high"
     total = sum(t.numel() for t in tensors)
     device = tensors[0].device
-    buffer = scratch.get("chunk_patterns", min(max(total, 1), _CHUNK), torch.int16, device)
-    counts = torch.zeros(PATTERNS, dtype=torch.int64, device=device)
-    small = total < _LOOKUP_BELOW and not keep_patterns
-    offset = 0
+    size = min(max(total, 1), _CHUNK)
+    buffer = scratch.get("chunk_patterns", size, torch.int16, device)
+    counts: torch.Tensor | None = None
+    filled = 0
+
+    def count_buffer() -> None:
+        nonlocal counts, filled
+        if filled:
+            found = torch.bincount(buffer[:filled], minlength=PATTERNS)
+            counts = found if counts is None else counts.add_(found)
+            filled = 0
+
     for tensor in tensors:
         data = bits_view(tensor).reshape(-1)
         if float32 and data.dtype != torch.float32:
             data = data.float()
-        for start in range(0, data.numel(), _CHUNK):
-            piece = data[start : start + _CHUNK]
+        start = 0
+        while start < data.numel():
+            take = min(data.numel() - start, size - filled)
+            piece = data[start : start + take]
             bits = piece.view(torch.int16)[HIGH_HALF::2] if float32 else piece.view(torch.int16)
-            if small:  # everything fits in the buffer: one lookup at the end
-                torch.bitwise_and(bits, 0x7FFF, out=buffer[offset : offset + bits.numel()])
-                offset += bits.numel()
-                continue
-            out = buffer[: bits.numel()]
-            torch.bitwise_and(bits, 0x7FFF, out=out)
-            counts += torch.bincount(out, minlength=PATTERNS)
-    if small:
-        return code_counts(buffer[:offset], table_name)
+            torch.bitwise_and(bits, 0x7FFF, out=buffer[filled : filled + take])
+            filled += take
+            start += take
+            if filled == size and total > size:
+                count_buffer()
+    if total < _LOOKUP_BELOW and not keep_patterns:
+        return code_counts(buffer[:filled], table_name)
+    count_buffer()
+    assert counts is not None
     return _map_patterns(counts, _code_tables(device)[table_name]), (
         counts if keep_patterns else None
     )
