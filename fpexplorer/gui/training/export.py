@@ -78,15 +78,13 @@ def _number(value: Any) -> str:
 
 
 def _rows_from_file(path: Path, problems: list[str]) -> Iterator[list[str]]:
+    # A chunk at a time through the run log's reader: memory stays bounded however long.
     reader = RunReader(path)
-    while True:
-        records = reader.read_new()
-        if not records:
-            break
-        for record in records:
+    for chunk in reader.chunks():
+        for record in reader.stream.feed(chunk):
             if isinstance(record, StepRecord):
                 yield [str(record.step)] + [_number(getattr(record, f)) for f in SCALAR_FIELDS]
-    for record in reader.finish():
+    for record in reader.stream.finish():
         if isinstance(record, StepRecord):
             yield [str(record.step)] + [_number(getattr(record, f)) for f in SCALAR_FIELDS]
     problems.extend(reader.problems)
