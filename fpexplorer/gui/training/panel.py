@@ -319,6 +319,7 @@ class TrainingPanel(QWidget):
         self.timer.start()
         self._update_buttons()
         self._on_form_changed()
+        self.refresh()  # the first paint shows the empty views' notes and the format rulers
 
     # ----- the contract with the main window -----------------------------------------
 

@@ -337,3 +337,18 @@ def test_the_form_is_derived_from_the_option_declarations(panel) -> None:  # typ
     tips = [panel.form.optimizer_combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
             for i in range(1, panel.form.optimizer_combo.count())]  # fmt: skip
     assert all(tips)
+
+
+def test_a_new_panel_shows_the_format_rulers_before_any_timer_tick(qtbot, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training.panel import TrainingPanel
+
+    panel = TrainingPanel()
+    qtbot.addWidget(panel)
+    try:
+        # Was: until the redraw timer's first tick the histogram was a bare frame.
+        for name in panel.hist_plot.formats:
+            x, _y = panel.hist_plot._rulers[name][1].getData()
+            assert x is not None and x[1] > x[0], name
+        assert panel.loss_plot.empty_note.text == "no run: start a job or open a run file"
+    finally:
+        panel.shutdown()
