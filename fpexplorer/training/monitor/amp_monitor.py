@@ -17,11 +17,12 @@ the wall time (`stats_budget=0.05`), and a step that was skipped, or whose loss 
 norm is not finite, always gets the parameter-gradient statistics at once (its activation
 gradients are gone by then) and full statistics on the next step.
 
-What it hooks (all removed on close):
-- a forward hook on every leaf module registers, on statistics steps, a tensor hook on the
-  module's output: it receives the activation gradient during backward, in its actual
-  dtype and still multiplied by the loss scale (the paper's figure). Each is counted there
-  and then (a bincount of its bit patterns), so backward can free it as usual.
+What it hooks (all removed on close; the module hooks are in place only for statistics
+steps, since any forward hook sends every module call through PyTorch's slower path):
+- a forward hook on every leaf module registers a tensor hook on the module's output: it
+  receives the activation gradient during backward, in its actual dtype and still
+  multiplied by the loss scale (the paper's figure). Each is counted there and then (from
+  its bit patterns), so backward can free it as usual.
 - forward pre/post hooks on the model enter saved-tensor hooks that count the bytes autograd
   saves for backward (activations, and autocast's low-precision copies of the weights), and
   note the autocast dtype in use (the header's precision label when none is given).
@@ -33,6 +34,13 @@ What it hooks (all removed on close):
 
 A run log that cannot be written (disk full) never stops the training: the monitor warns
 once, stops logging and goes on returning records.
+
+Cost: a plain step adds the gradient norm (one fused kernel), a few scalar reads and one
+record. A statistics step makes a fixed number of passes, no logarithms (see `kernels`),
+plus a few hundred small tensor operations, which on a CPU cost more than the passes on a
+small model. Memory: parameter-sized data are never copied whole; gradients are counted
+through a 2**20-element buffer and the lost-update check keeps the old weights of at most
+2**20 of them (a fixed random sample beyond; the record gives the bound).
 """
 
 from __future__ import annotations
