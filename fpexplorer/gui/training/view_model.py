@@ -294,7 +294,7 @@ class RunList:
         """The run's line in the list: name, status, and "(live)" only while its job runs."""
         model = entry.model
         live = " (live)" if entry.live and job_active else ""
-        return f"{elide(model.label, 60)} — {model.status}{live}"
+        return f"{elide(model.label, 60)} — {elide(model.status, 24)}{live}"
 
     def end_live(self, entry: RunEntry, keep_empty: bool = False) -> bool:
         """The job feeding `entry` ended; returns whether the run stays in the list.
