@@ -12,7 +12,9 @@ after garbage anyway; what the task printed arrives on stderr (`stderr_tail`).
 Pause/Resume send SIGSTOP/SIGCONT on POSIX. Windows has no such signals, so there pause
 is not offered (`PAUSE_SUPPORTED` is False) and Stop is the only way to end a job early.
 Stop sends SIGTERM (the job finishes its step and writes its `end` record); if the
-process is still there after `stop_timeout_ms` it is killed.
+process is still there after `stop_timeout_ms` (a step stuck in Python), a second SIGTERM
+makes the job abandon the step and still write `end` "stopped"; if it is there after
+another `stop_timeout_ms`, it is killed.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class TrainingJob(QObject):
         self._kill_timer.timeout.connect(self._on_kill_timer_timeout)
         self._killed_by_us = False
         self._stop_sent = False
+        self._second_stop_sent = False
 
     # ----- state ----------------------------------------------------------------------
 
@@ -132,6 +135,7 @@ class TrainingJob(QObject):
         self._backlog_bytes = 0
         self._killed_by_us = False
         self._stop_sent = False
+        self._second_stop_sent = False
         self.exit_summary = ""
         process = QProcess(self)
         environment = QProcessEnvironment.systemEnvironment()
@@ -264,11 +268,18 @@ class TrainingJob(QObject):
             self.finished.emit(message)
 
     def _on_kill_timer_timeout(self) -> None:
-        if self._process is not None and self.active:
-            self.problem.emit(
-                f"the job did not stop within {self.stop_timeout_ms / 1000:g} s: killed"
-            )
-            self.kill()
+        if self._process is None or not self.active:
+            return
+        if self._stop_sent and not self._second_stop_sent:
+            # The step in progress did not end: a second SIGTERM makes the job abandon it
+            # and still write its `end` record (training.job._StopFlag).
+            self._second_stop_sent = True
+            self._process.terminate()
+            self._kill_timer.start(self.stop_timeout_ms)
+            return
+        waited = (1 + self._second_stop_sent) * self.stop_timeout_ms / 1000
+        self.problem.emit(f"the job did not stop within {waited:g} s: killed")
+        self.kill()
 
     def _on_process_finished(self, exit_code: int, exit_status: QProcess.ExitStatus) -> None:
         self._kill_timer.stop()
