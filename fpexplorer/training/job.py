@@ -405,9 +405,14 @@ def run_job(
         stop.install()
     monitor: AmpMonitor | None = None
     steps_done = 0
-    log_warnings = warnings.catch_warnings(record=True)
-    caught = log_warnings.__enter__()
-    warnings.simplefilter("always", RuntimeWarning)
+    # The monitor warns once when the run log cannot be written and goes on; the job
+    # reports that itself, in one line, from `monitor.write_error` (a warning would add a
+    # second line and a source line). Other warnings pass as usual.
+    log_warnings = warnings.catch_warnings()
+    log_warnings.__enter__()
+    warnings.filterwarnings(
+        "ignore", message="AmpMonitor: cannot write the run log", category=RuntimeWarning
+    )
     try:
         torch.manual_seed(config.seed)
         task: Task = make_task(config.task, config.seed, config.batch_size, device, config.lr)
@@ -460,7 +465,7 @@ def run_job(
         progress.finish()
         state = RunState.STOPPED if stop.requested else RunState.COMPLETED
         monitor.close(state.value)
-        return JobResult(state, steps_done, path, None, log_error=_log_error(monitor, caught))
+        return JobResult(state, steps_done, path, None, log_error=_log_error(monitor))
     except (Exception, SystemExit, KeyboardInterrupt) as error:
         # The task's code can raise anything (sys.exit() included): it ends the run, logged.
         # A KeyboardInterrupt (Ctrl-C without our handler, e.g. handle_signals=False, or
@@ -489,7 +494,7 @@ def run_job(
                 )
         else:
             monitor.close(state.value, message)
-        return JobResult(state, steps_done, path, message, trace, _log_error(monitor, caught))
+        return JobResult(state, steps_done, path, message, trace, _log_error(monitor))
     finally:
         log_warnings.__exit__(None, None, None)
         if handle_signals:
@@ -504,12 +509,8 @@ class EmptyBatchesError(Exception):
     """The task's batch source ended before the first step."""
 
 
-def _log_error(monitor: AmpMonitor | None, caught: list[warnings.WarningMessage]) -> str | None:
-    """Why the run log is incomplete (the monitor warned once and went on), or None.
-    Other warnings the job caught are shown as Python would."""
-    for item in caught:
-        if monitor is None or monitor.write_error is None or "run log" not in str(item.message):
-            warnings.showwarning(item.message, item.category, item.filename, item.lineno)
+def _log_error(monitor: AmpMonitor | None) -> str | None:
+    """Why the run log is incomplete (the monitor could not write and went on), or None."""
     if monitor is None or monitor.write_error is None:
         return None
     error = monitor.write_error

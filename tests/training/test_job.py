@@ -573,3 +573,22 @@ def test_a_second_job_on_the_same_run_file_is_refused(tmp_path: Path) -> None:
         with pytest.raises(JobSetupError, match="being written by another job"):
             run_job(config, stderr=io.StringIO(), handle_signals=False)
     assert run_job(config, stderr=io.StringIO(), handle_signals=False).state is RunState.COMPLETED
+
+
+def test_the_tasks_own_warnings_still_reach_stderr(tmp_path: Path) -> None:
+    """Only the monitor's run-log warning is the job's to report; a task's pass through."""
+    task = tmp_path / "warns.py"
+    task.write_text(
+        "import warnings\n"
+        "import torch\n"
+        "from torch import nn\n"
+        "def make():\n"
+        "    def loss_fn(output, target):\n"
+        "        warnings.warn('the task says so', RuntimeWarning)\n"
+        "        return nn.functional.mse_loss(output, target)\n"
+        "    return nn.Linear(3, 3), iter([(torch.ones(4, 3), torch.zeros(4, 3))] * 3), loss_fn\n"
+    )
+    result = run_cli("train", "--task", f"{task}:make", "--steps", "3", "--device", "cpu",
+                     "--out", str(tmp_path / "warns.jsonl"))  # fmt: skip
+    assert result.returncode == 0
+    assert "RuntimeWarning: the task says so" in result.stderr
