@@ -53,6 +53,7 @@ def _pairs(width: int, count: int, seed: int) -> np.ndarray[Any, Any]:
 @pytest.mark.parametrize(
     ("name", "dtype"), [("fp16", np.float16), ("e4m3", ml_dtypes.float8_e4m3fn)]
 )
+@pytest.mark.slow  # every operation over whole formats: ~1 s in all
 def test_nearest_even_matches_numpy_and_ml_dtypes(operation: str, name: str, dtype: Any) -> None:
     """numpy/ml_dtypes compute in float32 and round once more; float32 has at least 2p + 2
     bits for these formats, so that second rounding is innocuous and they are exact oracles."""
@@ -96,6 +97,7 @@ def _mpfr(operation: str, operands: list[float], rounding: str) -> tuple[float, 
 
 
 @pytest.mark.parametrize("operation", list(MPFR_OPS))
+@pytest.mark.slow  # every operation x mode against MPFR: ~1 s in all
 def test_every_ieee_mode_and_flags_match_mpfr(operation: str) -> None:
     fmt = get_format("fp16")
     arity = {"fma": 3, "sqrt": 1}.get(operation, 2)

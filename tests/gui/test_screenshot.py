@@ -79,6 +79,7 @@ def test_formats_screenshot_shows_the_asked_formats_value_and_view(shoot) -> Non
     assert rows["e6m9"] == "0.0999755859375"
 
 
+@pytest.mark.slow  # renders every README screenshot: ~3 s
 def test_every_readme_screenshot_shows_what_its_command_asks(shoot) -> None:  # type: ignore[no-untyped-def]
     shots = [
         line.split()[2:]
