@@ -46,7 +46,7 @@ from fpexplorer.training.records import (
     from_schema1_dict,
 )
 from fpexplorer.training.runlog import RunWriter
-from fpexplorer.training.tasks import Task, make_task
+from fpexplorer.training.tasks import Task, TaskSettingsError, make_task
 
 
 class JobSetupError(Exception):
@@ -476,7 +476,7 @@ def run_job(
         state = RunState.STOPPED if interrupted else RunState.FAILED
         message = None if interrupted else one_line_error(error)
         trace = None
-        if not interrupted and not isinstance(error, EmptyBatchesError):
+        if not interrupted and not isinstance(error, (EmptyBatchesError, TaskSettingsError)):
             trace = "".join(traceback_module.format_exception(error))
             if isinstance(writer, _JobWriter):
                 writer.end_traceback = trace

@@ -53,16 +53,21 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+class TaskSettingsError(ValueError):
+    """Settings a built-in task cannot run with (found once its data exists): the run
+    fails with this one line, without a traceback (there is no bug to trace)."""
+
+
 def _sample_forever(
     inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, seed: int
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Random batches without replacement within an epoch, reshuffled every epoch.
 
-    Raises ValueError at once for a batch larger than the dataset: an epoch would hold no
-    batch, and the loop below would reshuffle forever without yielding one."""
+    Raises TaskSettingsError at once for a batch larger than the dataset: an epoch would
+    hold no batch, and the loop below would reshuffle forever without yielding one."""
     count = inputs.shape[0]
     if batch_size > count:
-        raise ValueError(
+        raise TaskSettingsError(
             f"the batch size {batch_size} is larger than the task's dataset ({count} samples)"
         )
     return _epochs(inputs, targets, batch_size, _generator(seed + 1))
