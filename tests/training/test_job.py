@@ -578,6 +578,7 @@ def test_a_second_job_on_the_same_run_file_is_refused(tmp_path: Path) -> None:
     assert run_job(config, stderr=io.StringIO(), handle_signals=False).state is RunState.COMPLETED
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_the_tasks_own_warnings_still_reach_stderr(tmp_path: Path) -> None:
     """Only the monitor's run-log warning is the job's to report; a task's pass through."""
     task = tmp_path / "warns.py"
