@@ -199,3 +199,20 @@ def test_the_gradient_norm_of_fp16_gradients_is_summed_in_float32(
         optimizer.step()
         record = monitor.step(0.0)
     assert record.grad_norm == 128000.0
+
+
+def test_the_first_module_whose_forward_output_overflows_is_named(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 2))
+    with torch.no_grad():
+        model[2].weight.fill_(1e5)  # FP16 outputs beyond 65504: inf from module "2" on
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    with AmpMonitor(model, optimizer, scaler, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(torch.full((4, 8), 3.0)).float().sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        record = flat(monitor.step(loss))
+    assert record.get("first_nonfinite_forward") == "2"
