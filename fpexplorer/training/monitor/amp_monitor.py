@@ -66,6 +66,7 @@ from fpexplorer.training.monitor.device import bytes_by_dtype, device_descriptio
 from fpexplorer.training.monitor.kernels import (
     Scratch,
     Segment,
+    abs_max,
     count_deferred_zeros,
     count_low_bits_set,
     dtype_name,
@@ -319,10 +320,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if tensor is None or not tensor.requires_grad or not tensor.is_floating_point():
                 return
             # Where a forward overflow starts (FP16 activations above 65504 become inf).
-            # A float64 sum is finite exactly when every element is (it cannot overflow:
-            # 2**31 elements of at most 2**128), and costs two operations, not five.
-            flag = tensor.detach().sum(dtype=torch.float64).isfinite()
-            self._forward_finite.append((layer_index, flag))
+            self._forward_finite.append((layer_index, abs_max(tensor).isfinite()))
 
             def on_backward(grad: torch.Tensor) -> None:
                 # Counted now, so the gradient can be freed as backward goes on.
