@@ -495,11 +495,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         """Queue every statistic as device tensors in `pack`; returns how to read them."""
         param_grads = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
         act_segments = count_deferred_zeros(self._act_segments) if activations else []
-        nonzero = [torch.count_nonzero(g) for _, g in param_grads]
-        groups = self._param_groups([g for _, g in param_grads], nonzero)
+        groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
         if groups and activations:
-            lost = self._lost_updates([g for _, g in param_grads], nonzero)
+            intended = torch.stack([group.nonzero for group in groups]).sum()
+            lost = self._lost_updates([g for _, g in param_grads], intended)
             sampled = self._update_sample is not None and self._update_sample.sampled
             if lost is not None:
                 pack.add("lost_updates", lost)
@@ -544,54 +544,47 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         param = next(self.model.parameters(), None)
         return param.dtype if param is not None else torch.float32
 
-    def _param_groups(
-        self, grads: list[torch.Tensor], nonzero: list[torch.Tensor]
-    ) -> list[ParamGroup]:
+    def _param_groups(self, grads: list[torch.Tensor]) -> list[ParamGroup]:
         """One pattern-count segment per gradient dtype (float16, bfloat16, else float32),
-        counted chunk by chunk (no parameter-sized buffer, no concatenated copy)."""
-        by_dtype: dict[torch.dtype, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        for grad, nonzero_count in zip(grads, nonzero, strict=True):
+        counted through one chunk buffer (no parameter-sized copy)."""
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for grad in grads:
             dtype = grad.dtype if grad.dtype in (torch.float16, torch.bfloat16) else torch.float32
-            by_dtype.setdefault(dtype, []).append((grad.detach(), nonzero_count))
+            by_dtype.setdefault(dtype, []).append(grad.detach())
         groups: list[ParamGroup] = []
-        for dtype, all_pairs in by_dtype.items():
-            subgroups: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], bool | None]]
-            split = self.format_shares and all_pairs[0][0].device.type == "cpu"
+        for dtype, members in by_dtype.items():
+            subgroups: list[tuple[list[torch.Tensor], bool | None]]
+            split = self.format_shares and members[0].device.type == "cpu"
             if dtype == torch.float32 and split:
                 # float32 gradients holding BF16 values (BF16 matmuls under autocast) have
                 # nothing in their low 16 bits: their patterns answer every threshold. One
                 # cheap pass per tensor sorts them out (a host sync: only on a CPU, and only
                 # for the format shares).
-                low = torch.stack([count_low_bits_set([g]) for g, _ in all_pairs]).tolist()
+                low = torch.stack([count_low_bits_set([g]) for g in members]).tolist()
                 subgroups = [
-                    ([pair for pair, bits in zip(all_pairs, low, strict=True) if not bits], True),
-                    ([pair for pair, bits in zip(all_pairs, low, strict=True) if bits], False),
+                    ([g for g, bits in zip(members, low, strict=True) if not bits], True),
+                    ([g for g, bits in zip(members, low, strict=True) if bits], False),
                 ]
             else:
-                subgroups = [(all_pairs, None if dtype == torch.float32 else True)]
-            for pairs, top_exact in subgroups:
-                if pairs:
-                    groups.append(self._param_group(dtype, pairs, top_exact))
+                subgroups = [(members, None if dtype == torch.float32 else True)]
+            for chosen, top_exact in subgroups:
+                if chosen:
+                    groups.append(self._param_group(dtype, chosen, top_exact))
         return groups
 
     def _param_group(
-        self,
-        dtype: torch.dtype,
-        pairs: list[tuple[torch.Tensor, torch.Tensor]],
-        top_exact: bool | None,
+        self, dtype: torch.dtype, members: list[torch.Tensor], top_exact: bool | None
     ) -> ParamGroup:
-        members = [grad for grad, _ in pairs]
         total = sum(g.numel() for g in members)
         table = "float32_high" if dtype == torch.float32 else dtype_name(dtype)
-        codes, counts = group_code_counts(members, table, self._scratch,
-                                          keep_patterns=self.format_shares)  # fmt: skip
+        codes, counts, nonzero = group_code_counts(members, table, self._scratch,
+                                                   keep_patterns=self.format_shares)  # fmt: skip
         if dtype == torch.float32:
-            zeros = torch.stack([grad.numel() - count for grad, count in pairs]).sum()
-            segment = Segment(-1, "float32", total, table, codes, zeros, None, None, counts,
-                              top_exact)  # fmt: skip
+            segment = Segment(-1, "float32", total, table, codes, total - nonzero, None, None,
+                              counts, top_exact)  # fmt: skip
         else:
             segment = Segment(-1, table, total, table, codes, None, None, None, counts, True)
-        return ParamGroup(segment, tuple(members))
+        return ParamGroup(segment, tuple(members), nonzero)
 
     def _sample_for(self, params: list[torch.Tensor]) -> UpdateSample:
         numels = tuple(p.numel() for p in params)
@@ -601,7 +594,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return sample
 
     def _lost_updates(
-        self, grads: list[torch.Tensor], nonzero: list[torch.Tensor]
+        self, grads: list[torch.Tensor], intended: torch.Tensor
     ) -> torch.Tensor | None:
         """[updates lost, updates intended, in the sample; updates intended, all]: among
         weights with a non-zero gradient, those whose FP16 weight would not change (FP32
@@ -629,7 +622,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             old16 = old32.half().float()  # FP16(w_old), in FP32 (exact)
             unchanged = (old16 + (new32 - old32)).half().float() == old16
         lost = torch.count_nonzero(unchanged & changed)
-        return torch.stack([lost, torch.count_nonzero(changed), torch.stack(nonzero).sum()])
+        return torch.stack([lost, torch.count_nonzero(changed), intended])
 
     def _memory(self) -> Memory:
         """Bytes by dtype; the parameters' and optimizer state's are counted again only
@@ -689,15 +682,23 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
 
 def _tensor_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The 2-norm of each gradient tensor: 16-bit ones summed in float32, float64 ones in
-    float64 (vector_norm refuses a dtype narrower than its input's)."""
-    norms = [
-        torch.linalg.vector_norm(
-            g, dtype=torch.float32 if g.dtype in (torch.float16, torch.bfloat16) else None
-        ).to(torch.float64)
-        for g in grads
-    ]
-    return torch.stack(norms)
+    """The 2-norm of each gradient tensor (float64): one fused kernel where torch has it;
+    16-bit gradients are summed in float32 (their own dtype would overflow at 65504)."""
+    narrow = [g.dtype in (torch.float16, torch.bfloat16) for g in grads]
+    try:
+        if all(narrow) or not any(narrow):
+            norms = torch._foreach_norm(
+                list(grads), 2, dtype=torch.float32 if all(narrow) else None
+            )
+            return torch.stack(norms).double()  # stack promotes float32 with float64
+    except RuntimeError:  # tensors on several devices
+        pass
+    return torch.stack(
+        [
+            torch.linalg.vector_norm(g, dtype=torch.float32 if small else None).double()
+            for g, small in zip(grads, narrow, strict=True)
+        ]
+    )
 
 
 def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -706,7 +707,7 @@ def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     try:
         wide = all(g.dtype in (torch.float16, torch.bfloat16) for g in grads)
         norms = torch._foreach_norm(list(grads), 2, dtype=torch.float32 if wide else None)
-        total: torch.Tensor = torch.linalg.vector_norm(torch.stack([n.double() for n in norms]))
+        total: torch.Tensor = torch.linalg.vector_norm(torch.stack(norms).double())
     except RuntimeError:  # tensors on several devices
         total = torch.linalg.vector_norm(_tensor_norms(grads).cpu())
     return total

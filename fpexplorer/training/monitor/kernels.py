@@ -285,47 +285,62 @@ def group_code_counts(
     scratch: Scratch,
     *,
     keep_patterns: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(CODES + 1 counts by code, the 32768 pattern counts or None) of several tensors
-    counted together: float16/bfloat16 by their own bits, anything else by the top half of
-    its float32 value (table "float32_high"). The masked patterns of consecutive tensors
-    fill one reused buffer of at most 2**20 elements, counted each time it is full."""
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """(CODES + 1 counts by code, the 32768 pattern counts or None, the count of non-zero
+    elements) of several tensors counted together: float16/bfloat16 by their own bits
+    (all of one dtype), anything else by the top half of its float32 value (table
+    "float32_high"). Consecutive tensors are copied into one reused buffer of at most 2**20
+    elements (one `cat` each time it fills), which is then masked and counted: a handful
+    of operations per 2**20 elements however many tensors there are."""
     float32 = table_name == "float32_high"
+    dtype = torch.float32 if float32 else tensors[0].dtype
     total = sum(t.numel() for t in tensors)
     device = tensors[0].device
     size = min(max(total, 1), _CHUNK)
-    buffer = scratch.get("chunk_patterns", size, torch.int16, device)
-    counts: torch.Tensor | None = None
+    values = scratch.get("chunk_values", size, dtype, device)
+    patterns = scratch.get("chunk_patterns", size, torch.int16, device)
+    lookup = total < _LOOKUP_BELOW and not keep_patterns
+    pending: list[torch.Tensor] = []
+    found: list[torch.Tensor] = []  # code counts (lookup) or pattern counts, per chunk
+    nonzero: list[torch.Tensor] = []
     filled = 0
 
-    def count_buffer() -> None:
-        nonlocal counts, filled
-        if filled:
-            found = torch.bincount(buffer[:filled], minlength=PATTERNS)
-            counts = found if counts is None else counts.add_(found)
-            filled = 0
+    def count_chunk() -> None:
+        nonlocal filled
+        if not filled:
+            return
+        chunk = values[:filled]
+        torch.cat(pending, out=chunk)
+        pending.clear()
+        bits = chunk.view(torch.int16)[HIGH_HALF::2] if float32 else chunk.view(torch.int16)
+        masked = torch.bitwise_and(bits, 0x7FFF, out=patterns[:filled])
+        nonzero.append(torch.count_nonzero(chunk))
+        if lookup:
+            found.append(code_counts(masked, table_name)[0])
+        else:
+            found.append(torch.bincount(masked, minlength=PATTERNS))
+        filled = 0
 
     for tensor in tensors:
-        data = bits_view(tensor).reshape(-1)
-        if float32 and data.dtype != torch.float32:
-            data = data.float()
+        flat = tensor.detach().reshape(-1)
+        if flat.dtype != dtype:
+            flat = flat.to(dtype)
         start = 0
-        while start < data.numel():
-            take = min(data.numel() - start, size - filled)
-            piece = data[start : start + take]
-            bits = piece.view(torch.int16)[HIGH_HALF::2] if float32 else piece.view(torch.int16)
-            torch.bitwise_and(bits, 0x7FFF, out=buffer[filled : filled + take])
+        while start < flat.numel():
+            take = min(flat.numel() - start, size - filled)
+            pending.append(flat[start : start + take])
             filled += take
             start += take
-            if filled == size and total > size:
-                count_buffer()
-    if total < _LOOKUP_BELOW and not keep_patterns:
-        return code_counts(buffer[:filled], table_name)
-    count_buffer()
-    assert counts is not None
-    return _map_patterns(counts, _code_tables(device)[table_name]), (
-        counts if keep_patterns else None
-    )
+            if filled == size:
+                count_chunk()
+    count_chunk()
+    nonzero_count = torch.stack(nonzero).sum() if nonzero else torch.zeros((), dtype=torch.int64)
+    if lookup:
+        codes = found[0] if found else torch.zeros(CODES + 1, dtype=torch.int64, device=device)
+        return codes, None, nonzero_count
+    counts = torch.stack(found).sum(dim=0) if len(found) > 1 else found[0]
+    codes = _map_patterns(counts, _code_tables(device)[table_name])
+    return codes, counts if keep_patterns else None, nonzero_count
 
 
 def segment_of(layer: int, tensor: torch.Tensor, scratch: Scratch | None) -> Segment:

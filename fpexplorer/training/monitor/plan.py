@@ -160,6 +160,7 @@ class ParamGroup:
 
     segment: Segment
     members: tuple[torch.Tensor, ...]
+    nonzero: torch.Tensor  # count of non-zero gradients (device scalar)
 
 
 @dataclass(frozen=True, slots=True)
