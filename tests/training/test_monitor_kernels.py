@@ -13,8 +13,12 @@ import torch
 from fpexplorer.training.monitor.kernels import (
     BINADE_LO,
     CODES,
+    PATTERNS,
     ZERO_CODE,
     Scratch,
+    _code_tables,
+    _first_code,
+    _map_patterns,
     code_histogram,
     count_deferred_zeros,
     segment_of,
@@ -65,3 +69,14 @@ def test_the_host_pack_reads_parts_back_by_name() -> None:
     assert "norms" in host and "rows" not in host
     with pytest.raises(ValueError):
         pack.add("loss", 1.0)
+
+
+@pytest.mark.parametrize("table_name", ["float16", "bfloat16", "float32_high"])
+def test_block_mapping_of_pattern_counts_equals_the_table(table_name: str) -> None:
+    # Normal rows summed in place must give what the pattern-by-pattern table gives.
+    tables = _code_tables(torch.device("cpu"))
+    generator = torch.Generator().manual_seed(2)
+    counts = torch.randint(0, 1000, (PATTERNS,), generator=generator)
+    table = tables[table_name]
+    assert _first_code(table_name, table) is not None  # the block path is taken
+    assert torch.equal(_map_patterns(counts, table, table_name), _map_patterns(counts, table))

@@ -101,10 +101,43 @@ def _code_tables(device: torch.device) -> dict[str, torch.Tensor]:
     return tables
 
 
-def _map_patterns(counts: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    return torch.zeros(CODES + 1, dtype=torch.int64, device=counts.device).index_add_(
-        0, table, counts
-    )
+# The tables' block structure: with `cols` patterns per exponent field value, every row of
+# normal numbers maps wholly to one code, consecutive from `first` (FP16: 1024 patterns per
+# binade; BF16 and a float32's top half: 128). Only the first row (zero, subnormals) and the
+# last (inf, NaN) need the pattern-by-pattern table.
+_LAYOUTS = {"float16": 1024, "bfloat16": 128, "float32_high": 128}
+_FIRST_CODES: dict[tuple[str, torch.device], int | None] = {}
+
+
+def _first_code(table_name: str, table: torch.Tensor) -> int | None:
+    """The code of the first normal row, when every normal row maps wholly to one code,
+    consecutive; None otherwise (the plain table is used)."""
+    key = (table_name, table.device)
+    if key not in _FIRST_CODES:
+        cols = _LAYOUTS.get(table_name)
+        first: int | None = None
+        if cols is not None:
+            rows = table.cpu().view(PATTERNS // cols, cols)[1:-1]
+            expected = torch.arange(rows.shape[0]).unsqueeze(1) + int(rows[0, 0])
+            first = int(rows[0, 0]) if bool((rows == expected).all()) else None
+        _FIRST_CODES[key] = first
+    return _FIRST_CODES[key]
+
+
+def _map_patterns(
+    counts: torch.Tensor, table: torch.Tensor, table_name: str | None = None
+) -> torch.Tensor:
+    """CODES + 1 counts by code from the 32768 pattern counts: the normal rows summed in
+    place (a view and a sum), the first and last rows through the table."""
+    out = torch.zeros(CODES + 1, dtype=torch.int64, device=counts.device)
+    first = _first_code(table_name, table) if table_name is not None else None
+    if first is None:
+        return out.index_add_(0, table, counts)
+    cols = _LAYOUTS[table_name or ""]
+    rows = PATTERNS // cols
+    out[first : first + rows - 2] = counts.view(rows, cols)[1:-1].sum(dim=1)
+    out.index_add_(0, table[:cols], counts[:cols])
+    return out.index_add_(0, table[-cols:], counts[-cols:])
 
 
 def code_histogram(tensor: torch.Tensor) -> torch.Tensor:
@@ -119,12 +152,13 @@ def code_histogram(tensor: torch.Tensor) -> torch.Tensor:
     tables = _code_tables(flat.device)
     if flat.dtype in (torch.float16, torch.bfloat16):
         counts = torch.bincount(flat.view(torch.int16) & 0x7FFF, minlength=PATTERNS)
-        return _map_patterns(counts, tables[dtype_name(flat.dtype)])[:CODES]
+        name = dtype_name(flat.dtype)
+        return _map_patterns(counts, tables[name], name)[:CODES]
     values = flat if flat.dtype == torch.float32 else flat.float()
     high = torch.bincount(values.view(torch.int16)[HIGH_HALF::2] & 0x7FFF, minlength=PATTERNS)
     lifted = (values * 2.0**24).view(torch.int16)[HIGH_HALF::2] & 0x7FFF
     tiny = torch.bincount(lifted, minlength=PATTERNS)
-    merged = _map_patterns(high, tables["float32_high"])
+    merged = _map_patterns(high, tables["float32_high"], "float32_high")
     merged += _map_patterns(tiny, tables["float32_tiny"])
     # The inf pattern holds the infinities and the NaNs with a payload in the low bits only.
     hidden_nans = high[_FLOAT32_INF_PATTERN] - torch.count_nonzero(values.isinf())
@@ -271,7 +305,7 @@ def code_counts(
         codes = table.index_select(0, patterns.int())
         return torch.bincount(codes, minlength=CODES + 1), None
     counts = torch.bincount(patterns, minlength=PATTERNS)
-    return _map_patterns(counts, table), counts if keep_patterns else None
+    return _map_patterns(counts, table, table_name), counts if keep_patterns else None
 
 
 # Parameter gradients are counted a chunk at a time through one reused buffer: the monitor
@@ -339,7 +373,7 @@ def group_code_counts(
         codes = found[0] if found else torch.zeros(CODES + 1, dtype=torch.int64, device=device)
         return codes, None, nonzero_count
     counts = torch.stack(found).sum(dim=0) if len(found) > 1 else found[0]
-    codes = _map_patterns(counts, _code_tables(device)[table_name])
+    codes = _map_patterns(counts, _code_tables(device)[table_name], table_name)
     return codes, counts if keep_patterns else None, nonzero_count
 
 
