@@ -15,6 +15,7 @@ Variants:
 
     python benchmarks/bench_monitor.py                    # transformer and mlp, fp32 and bf16
     python benchmarks/bench_monitor.py --tasks mlp --precisions bf16 --repeats 5
+    python benchmarks/bench_monitor.py --in-process      # cheap signals vs bare, one process
 
 Targets: cheap <= 1.02, defaults <= 1.05, every <= 1.5 (transformer) and <= 2 (mlp).
 """
@@ -75,6 +76,50 @@ def child(task_name: str, precision: str, variant: str, steps: int) -> None:
     print(json.dumps({"wall": wall, "cpu": cpu, "statistics_steps": statistics_steps}))
 
 
+def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> None:
+    """Bare and cheap-signal steps alternating in blocks of `block` in one process: the
+    cheap signals' cost without the spread between processes."""
+    import torch
+
+    from fpexplorer.training.job import PLANS, amp_step, make_optimizer
+    from fpexplorer.training.monitor import AmpMonitor
+    from fpexplorer.training.tasks import make_task
+
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    plan = PLANS[precision]
+    torch.manual_seed(0)
+    task = make_task(task_name, 0, None, device)
+    model = task.model.to(device=device, dtype=plan.params_dtype)
+    optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
+    scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
+    batches = [next(task.batches) for _ in range(steps)]
+    times: dict[str, list[float]] = {"bare": [], "cheap": []}
+    with tempfile.TemporaryDirectory() as folder:
+        monitor = None
+        for index, (inputs, target) in enumerate(batches):
+            variant = "cheap" if (index // block) % 2 else "bare"
+            if variant == "cheap" and monitor is None:
+                monitor = AmpMonitor(model, optimizer, scaler, stats_every=0, precision=precision,
+                                     out=Path(folder) / f"run-{index}.jsonl")  # fmt: skip
+            elif variant == "bare" and monitor is not None:
+                monitor.close()
+                monitor = None
+            start = time.perf_counter()
+            loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan, device)
+            if monitor is not None:
+                monitor.step(loss)
+            else:
+                loss.item()
+            times[variant].append(time.perf_counter() - start)
+        if monitor is not None:
+            monitor.close()
+    bare, cheap = (statistics.median(times[v]) for v in ("bare", "cheap"))
+    print(f"{task_name} {precision}, one process, blocks of {block} steps: median step bare"
+          f" {bare * 1e3:.3f} ms, cheap signals {cheap * 1e3:.3f} ms, ratio"
+          f" {cheap / bare:.3f}")  # fmt: skip
+
+
 def run_child(task: str, precision: str, variant: str, steps: int) -> dict[str, float]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, __file__, "--child", task, precision, variant, str(steps)]
@@ -91,7 +136,15 @@ def main() -> int:
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", nargs=4, metavar=("TASK", "PRECISION", "VARIANT", "STEPS"))
+    parser.add_argument(
+        "--in-process", action="store_true", help="cheap signals vs bare in one process"
+    )
     args = parser.parse_args()
+    if args.in_process:
+        for task in args.tasks.split(","):
+            for precision in args.precisions.split(","):
+                in_process(task, precision, 4 * STEPS[task])
+        return 0
     if args.child:
         task, precision, variant, steps = args.child
         child(task, precision, variant, int(steps))
