@@ -335,7 +335,7 @@ def group_code_counts(
     patterns = scratch.get("chunk_patterns", size, torch.int16, device)
     lookup = total < _LOOKUP_BELOW and not keep_patterns
     pending: list[torch.Tensor] = []
-    found: list[torch.Tensor] = []  # code counts (lookup) or pattern counts, per chunk
+    found: list[torch.Tensor] = []  # code counts (lookup: one chunk) or pattern counts, summed
     nonzero: list[torch.Tensor] = []
     filled = 0
 
@@ -351,6 +351,8 @@ def group_code_counts(
         nonzero.append(torch.count_nonzero(chunk))
         if lookup:
             found.append(code_counts(masked, table_name)[0])
+        elif found:  # summed as they come: one 32768-bin vector, whatever the model size
+            found[0].add_(torch.bincount(masked, minlength=PATTERNS))
         else:
             found.append(torch.bincount(masked, minlength=PATTERNS))
         filled = 0
@@ -372,7 +374,7 @@ def group_code_counts(
     if lookup:
         codes = found[0] if found else torch.zeros(CODES + 1, dtype=torch.int64, device=device)
         return codes, None, nonzero_count
-    counts = torch.stack(found).sum(dim=0) if len(found) > 1 else found[0]
+    counts = found[0]
     codes = _map_patterns(counts, _code_tables(device)[table_name], table_name)
     return codes, counts if keep_patterns else None, nonzero_count
 
