@@ -1,7 +1,7 @@
 """The linters of pyproject.toml, run as tests so that CI enforces them.
 
 ruff (E W F I UP B RUF) on the whole tree; mypy --strict on the layers that must stay
-typed (formats/ and training/, as configured in pyproject.toml).
+typed (formats/, training/ and gui/, as configured in pyproject.toml).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_ruff_format_is_applied() -> None:
 
 
 @pytest.mark.slow  # mypy over the typed packages: about 10 s
-def test_mypy_is_clean_on_formats_and_training() -> None:
+def test_mypy_is_clean_on_formats_training_and_gui() -> None:
     result = _run("mypy", "--no-incremental")
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
 
