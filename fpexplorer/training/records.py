@@ -229,8 +229,10 @@ def record_fields(cls: type) -> tuple[str, ...]:
 
 def _encode_dataclass(value: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    kind = getattr(value, "kind", None)
-    if kind is not None:
+    # Only the top-level records declare their type as a ClassVar `kind`; a nested record
+    # may have a data field of that name (LostUpdates.kind), which is not a record type.
+    kind = type(value).__dict__.get("kind")
+    if isinstance(kind, str):
         out["type"] = kind  # first on the line: the stream resynchronises on it
     for codec in _plan(type(value)):
         item = getattr(value, codec.name)

@@ -291,3 +291,12 @@ def test_writer_still_takes_schema1_dicts(tmp_path: Path) -> None:
     assert lines[0]["schema"] == SCHEMA_VERSION
     assert lines[1]["stats"]["grad_hist"] == {"lo": 0, "counts": [2], "zero": 0, "inf": 0,
                                               "nan": 0}  # fmt: skip
+
+
+def test_a_nested_record_with_a_kind_field_is_not_given_a_record_type() -> None:
+    # LostUpdates has a data field named `kind`; only header/step/end carry "type".
+    lost = LostUpdates(share=0.25, kind="actual", intended=4)
+    encoded = lost.to_json()
+    assert "type" not in encoded
+    assert encoded["kind"] == "actual"
+    assert LostUpdates.from_json(encoded) == lost
