@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fpexplorer.formats import get_format
+from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.gui.training.run_model import (
     HEAT_BINS,
     HEAT_LO,
@@ -85,7 +86,8 @@ def share_text(share: float) -> str:
     """A share as a percentage; 'n/a' where it was computed over inf/NaN (it means nothing)."""
     if not math.isfinite(share):
         return "n/a"
-    return f"{100 * share:.3g}%"
+    # The app's one notation (the engine's display rule), cut to 3 digits: "1.52…e-5%".
+    return f"{display_decimal(Fraction(share) * 100, cut_digits=3)}%"
 
 
 def number_text(value: float) -> str:
@@ -93,8 +95,9 @@ def number_text(value: float) -> str:
     if not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     value += 0.0  # -0.0 reads 0: these are magnitudes and losses
-    text = f"{value:.4g}"
-    return text if float(text) == value else f"{value:.4g}{ELLIPSIS}"
+    # The engine's display rule, as everywhere in the app: exact when short ("65536",
+    # "0.25"), else 4 of the value's own digits and "…" ("0.1234…", "1.525…e-5").
+    return display_decimal(Fraction(value), cut_digits=4)
 
 
 # ----- the formats gradients are held in ----------------------------------------------

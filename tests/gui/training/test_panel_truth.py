@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from fpexplorer.gui.training.synthetic import synthetic_records
+from fpexplorer.gui.training.view_model import number_text
 from fpexplorer.training.records import from_schema1_dict
 from fpexplorer.training.runlog import RunWriter
 
@@ -189,7 +190,7 @@ def test_smoothing_and_markers_on_the_loss_plot(panel, make_run) -> None:  # typ
     panel.loss_plot.hover.show_at(10.0)
     text = panel.loss_plot.hover.text
     assert text is not None and text.startswith("step 10 (recorded, not smoothed)\n")
-    assert f"{raw[10]:.4g}" in text
+    assert number_text(float(raw[10])) in text  # the app's notation, not "%.4g"
     assert [line.value() for line in panel.loss_plot.markers.lines] == [24, 24]
     texts = [line.label.toPlainText() for line in panel.loss_plot.markers.lines]
     assert texts == ["first NaN loss", "first inf/NaN: head"]

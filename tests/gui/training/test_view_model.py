@@ -27,6 +27,7 @@ from fpexplorer.gui.training.view_model import (
     hover_text,
     layer_table_view,
     lost_updates_text,
+    number_text,
     progress_view,
     run_markers,
     settings_of,
@@ -108,6 +109,10 @@ def test_a_share_over_nan_gradients_is_n_a_not_zero() -> None:
     assert "n/a" in text and "0%" not in text  # was "FP16 weights would lose 0% ..."
     assert share_text(math.nan) == "n/a"
     assert share_text(0.25) == "25%"
+    # One notation across the app (the engine's display rule): no "1e-05", no rounded digits.
+    assert share_text(2**-16 / 100) == "1.52…e-5%"
+    assert number_text(2**-16) == "1.52587890625e-5"
+    assert number_text(0.1) == "0.1000…"
 
 
 def test_layer_norm_is_blank_for_a_module_without_parameters() -> None:
@@ -305,7 +310,7 @@ def test_a_sampled_lost_update_share_is_marked_as_an_estimate() -> None:
     assert lost_updates_text(model) == "FP16 weights would lose 25% of these updates to rounding."
     model.latest_stats = dataclasses.replace(model.latest_stats, lost_updates=sampled)
     assert lost_updates_text(model) == (
-        "<b>≈25% (± 1.25%, 99.9%; 4,096 sampled)</b> of weight updates lost to FP16 rounding."
+        "<b>≈25% (± 1.25…%, 99.9%; 4,096 sampled)</b> of weight updates lost to FP16 rounding."
     )
 
 
