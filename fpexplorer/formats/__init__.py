@@ -8,6 +8,8 @@ Fraction(65504, 1)
 '0x2e66'
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .arith import (
     OPERATIONS,
     Calculation,
@@ -20,24 +22,27 @@ from .arith import (
     double_round,
     double_rounding_cases,
 )
-from .block import (
-    SCALE_RULES,
-    BlockFormat,
-    IntElement,
-    get_block_format,
-    list_block_formats,
-)
-from .block_quantize import (
-    BlockErrorStats,
-    ErrorStats,
-    ExactBlock,
-    QuantizedTensor,
-    dequantize,
-    exact_error_stats,
-    quantize,
-    quantize_block_exact,
-    tensor_scale_for,
-)
+
+if TYPE_CHECKING:
+    from .block import (
+        SCALE_RULES,
+        BlockFormat,
+        IntElement,
+        get_block_format,
+        list_block_formats,
+    )
+    from .block_quantize import (
+        BlockErrorStats,
+        ErrorStats,
+        ExactBlock,
+        QuantizedTensor,
+        dequantize,
+        exact_error_stats,
+        quantize,
+        quantize_block_exact,
+        tensor_scale_for,
+    )
+
 from .exact import ExactValue, exact_decimal, leading_digits
 from .format import (
     CLASSES,
@@ -54,6 +59,35 @@ from .format import (
 from .p3109 import SATURATION_MODES, P3109Parameters, p3109_format, p3109_parameters
 from .parse import parse_value
 from .registry import get_format, list_formats
+
+# The block formats load numpy at import; `fpexplorer inspect` and `formats` should not pay
+# for it (they answer in well under 0.1 s), so these names are imported on first use.
+_LAZY = {
+    "block": ("SCALE_RULES", "BlockFormat", "IntElement", "get_block_format", "list_block_formats"),
+    "block_quantize": (
+        "BlockErrorStats",
+        "ErrorStats",
+        "ExactBlock",
+        "QuantizedTensor",
+        "dequantize",
+        "exact_error_stats",
+        "quantize",
+        "quantize_block_exact",
+        "tensor_scale_for",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    for module, names in _LAZY.items():
+        if name in names:
+            import importlib
+
+            value = getattr(importlib.import_module(f".{module}", __name__), name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CLASSES",

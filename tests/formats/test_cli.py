@@ -195,6 +195,9 @@ def test_commands_import_neither_torch_nor_qt() -> None:
     assert result.returncode == 0, result.stderr
     modules = set(result.stdout.rsplit("MODULES", 1)[1].split())
     assert not modules & {"torch", "PySide6", "shiboken6", "pyqtgraph", "PyQt5", "PyQt6"}
+    # The README promises these commands answer without numpy's import (the block formats,
+    # which need it, load on first use).
+    assert "numpy" not in modules
 
 
 def test_real_process_exit_status_and_one_line_error() -> None:
