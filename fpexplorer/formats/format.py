@@ -354,7 +354,9 @@ class FloatFormat:
         sign, exponent, fraction = self._split(code)
         negative = bool(sign)
         if kind == "nan":
-            return ExactValue.nan(negative)
+            # FNUZ and P3109 formats have one NaN whose code happens to set the sign bit
+            # (0x80): it has no sign, so it reads "nan" (as ml_dtypes prints it), not "-nan".
+            return ExactValue.nan(negative and _derived(self).nan_is_signed)
         if kind == "inf":
             return ExactValue.infinity(negative)
         if kind == "zero":

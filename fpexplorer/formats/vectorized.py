@@ -95,6 +95,8 @@ def _decode(fmt: FloatFormat, c: CodeArray) -> tuple[FloatArray, ClassArray]:
         classes[nan] = _NAN
         values[nan] = np.nan
     values = np.copysign(values, np.where(negative, -1.0, 1.0))
+    if not d.nan_is_signed:  # the one NaN of FNUZ/P3109 formats has no sign (as to_exact)
+        values[classes == _NAN] = np.nan
     return values, classes
 
 

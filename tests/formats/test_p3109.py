@@ -212,3 +212,14 @@ def test_named_p3109_formats_are_listed_and_bad_names_explain() -> None:
         get_format("binary2p1se")
     with pytest.raises(ValueError, match="K must be"):
         p3109_format(17, 3)
+
+
+def test_the_single_nan_of_p3109_and_fnuz_formats_has_no_sign() -> None:
+    # Code 0x80 is the one NaN of these formats; "-nan" on screen would invent a sign.
+    for name in ("binary8p4sf", "binary8p3se", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+        fmt = get_format(name)
+        assert fmt.classify(0x80) == "nan"
+        assert str(fmt.to_exact(0x80)) == "nan", name
+        assert not np.signbit(fmt.to_float_array(np.array([0x80], dtype=np.uint8))[0]), name
+    # IEEE-style formats keep the sign of a NaN code (a sign bit that is really there).
+    assert str(get_format("e5m2").to_exact(0xFE)) == "-nan"
