@@ -6,6 +6,9 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any
 
+# The same choices as `inspect` (kept equal to the engine's by tests/test_cli_contract.py).
+from fpexplorer.commands.inspect import OVERFLOW_POLICIES, ROUNDING_MODES
+
 if TYPE_CHECKING:
     from fractions import Fraction
 
@@ -13,18 +16,6 @@ if TYPE_CHECKING:
 
 HELP = "compute a + b, a - b, a * b, a / b, fma(a, b, c) or sqrt(a) in a float format"
 
-# The deterministic rounding modes and the overflow policies, repeated so that building the
-# parser imports nothing (tests/test_cli_contract.py keeps them equal to the engine's).
-ROUNDING_MODES = (
-    "nearest_even",
-    "nearest_away",
-    "toward_zero",
-    "toward_positive",
-    "toward_negative",
-    "round_to_odd",
-    "stochastic",
-)
-OVERFLOW_POLICIES = ("ieee", "saturate", "saturate_propagate", "nan")
 # An irrational square root is shown to this many significant digits (all of them correct:
 # the engine brackets it to 2**-128 of its value).
 ROOT_DIGITS = 36
@@ -72,19 +63,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
+    from fpexplorer.commands.output import print_document
 
-    from fpexplorer.errors import UsageError
-
-    try:
-        document = build(args.expression, args.format, args.rounding, args.overflow, args.seed)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    if args.json:
-        print(json.dumps(document, indent=2, allow_nan=False))
-    else:
-        print(render_text(document))
-    return 0
+    return print_document(
+        lambda: build(args.expression, args.format, args.rounding, args.overflow, args.seed),
+        render_text,
+        args.json,
+    )
 
 
 def parse_expression(text: str, fmt: FloatFormat | None = None) -> tuple[str, list[str]]:

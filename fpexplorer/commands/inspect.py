@@ -80,19 +80,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
+    from fpexplorer.commands.output import print_document
 
-    from fpexplorer.cli import UsageError
-
-    try:
-        document = _build(args)
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    if args.json:
-        print(json.dumps(document, indent=2, allow_nan=False))
-    else:
-        print(_render_text(document))
-    return 0
+    return print_document(lambda: _build(args), _render_text, args.json)
 
 
 # ---- building the document -----------------------------------------------------------
