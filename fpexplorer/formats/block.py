@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .exact import ExactValue
-from .format import FloatFormat, to_exact_value
+from .format import FloatFormat, _floor_log2, to_exact_value
 from .registry import get_format
 
 if TYPE_CHECKING:
@@ -326,14 +326,7 @@ def floor_log2(value: Fraction | int) -> int:
     value = Fraction(value)
     if value <= 0:
         raise ValueError("floor_log2 needs a positive value")
-    numerator, denominator = value.numerator, value.denominator
-    guess = numerator.bit_length() - denominator.bit_length()
-    if guess >= 0:
-        if numerator < denominator << guess:
-            guess -= 1
-    elif numerator << -guess < denominator:
-        guess -= 1
-    return guess
+    return _floor_log2(value)  # the scalar engine's integer-only binade search
 
 
 def ceil_log2(value: Fraction | int) -> int:
