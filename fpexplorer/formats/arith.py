@@ -27,21 +27,14 @@ from fractions import Fraction
 from typing import Any
 
 from .exact import ExactValue
-from .format import FloatFormat, ValueLike, to_exact_value
+from .format import ROUNDING_MODES, FloatFormat, ValueLike, to_exact_value
 from .registry import get_format
 
 OPERATIONS: dict[str, int] = {"add": 2, "sub": 2, "mul": 2, "div": 2, "fma": 3, "sqrt": 1}
 SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # Every mode whose result is a function of the value: stochastic is left out of the table
 # (ask for it by name, with a seed).
-DETERMINISTIC_MODES = (
-    "nearest_even",
-    "nearest_away",
-    "toward_zero",
-    "toward_positive",
-    "toward_negative",
-    "round_to_odd",
-)
+DETERMINISTIC_MODES = tuple(mode for mode in ROUNDING_MODES if mode != "stochastic")
 # Bits of an irrational square root's bracket below its leading bit: at least 64 beyond the
 # quantum of any format of 64 bits or fewer (62 fraction bits at most), so rounding the
 # bracket's midpoint is rounding the root, and the midpoint shows the error to 2**-64 ulp.

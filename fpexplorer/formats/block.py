@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .exact import ExactValue
-from .format import FloatFormat, _floor_log2, to_exact_value
+from .format import ROUNDING_MODES, FloatFormat, _floor_log2, to_exact_value
 from .registry import get_format
 
 if TYPE_CHECKING:
@@ -71,15 +71,8 @@ SCALE_RULES = ("floor", "ceil", "even", "rceil", "nearest")
 # floor/ceil/even/rceil give power-of-two scales (E8M0); nearest rounds amax / max_elem (and
 # the per-tensor scale) to the nearest scale-format value (NVFP4's E4M3 block scales).
 POWER_OF_TWO_RULES = ("floor", "ceil", "even", "rceil")
-INT_ROUNDING_MODES = (
-    "nearest_even",
-    "nearest_away",
-    "toward_zero",
-    "toward_positive",
-    "toward_negative",
-    "round_to_odd",
-    "stochastic",
-)
+# MXINT8 elements round under every mode of the float engine.
+INT_ROUNDING_MODES = ROUNDING_MODES
 
 E8M0_NAN_CODE = 0xFF
 E8M0_BIAS = 127
