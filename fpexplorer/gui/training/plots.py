@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -386,6 +386,25 @@ class EmptyNote:
         self.item.setPos(rect.center().x(), rect.top() + self.height_fraction * rect.height())
 
 
+class _ResizeFilter(QObject):
+    """Calls back after its watched widget was resized (an event filter that eats nothing)."""
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        super().__init__()
+        self._callback = callback
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Resize:
+            self._callback()
+        return False
+
+
+# The most of a plot's height its legend of overlaid runs may take.
+LEGEND_HEIGHT_SHARE = 0.3
+# Below this many pixels per name, a legend is hidden rather than shown unreadable.
+LEGEND_MIN_TEXT_WIDTH = 90
+
+
 class RunCurves:
     """One curve per overlaid run; curves are created when a run appears and kept.
 
@@ -408,7 +427,12 @@ class RunCurves:
             self.legend.layout.setVerticalSpacing(-4)
             self.legend.layout.setContentsMargins(2, 0, 2, 0)
             item.layout.addItem(self.legend, 4, 1)
+            # The legend's columns and elided names depend on the plot's size: redo them
+            # when it changes (a window resized, a splitter dragged).
+            self._resize_filter = _ResizeFilter(lambda: self.show_legend(self._legend_wanted))
+            plot.installEventFilter(self._resize_filter)
         self._legend_shown = legend
+        self._legend_wanted = legend  # as last asked for; shown only where names fit
 
     def curve_for(self, run: OverlayRun) -> pg.PlotDataItem:
         curve = self.curves.get(run.key)
@@ -434,14 +458,33 @@ class RunCurves:
         """Legends name runs apart: one run is named in the run list and gets the height."""
         if self.legend is None:
             return
-        # As many columns as the longest name allows in the plot's width (names whole).
+        self._legend_wanted = shown
+        # As many columns as the longest name allows in the plot's width (names whole), or
+        # more, with names elided in the middle (their distinguishing end kept), when whole
+        # names would need more rows than LEGEND_HEIGHT_SHARE of the plot: with many runs on
+        # a small screen the legend must not squash the data into a strip.
         metrics = QFontMetrics(QFont(self.plot.font().family(), 8))
         names = [curve.name() or "" for curve in self.curves.values()]
         entry = max((metrics.horizontalAdvance(name) for name in names), default=0) + 48
-        fit = max(1, int(self.plot.width() - 60) // max(entry, 1))
-        columns = max(1, min(len(names), fit))
+        width = int(self.plot.width() - 60)
+        fit = max(1, width // max(entry, 1))
+        row_height = max(8, metrics.height() - 2)
+        rows = max(1, int(self.plot.height() * LEGEND_HEIGHT_SHARE) // row_height)
+        columns = max(1, min(len(names), max(fit, math.ceil(len(names) / rows))))
         if self.legend.columnCount != columns:
             self.legend.setColumnCount(columns)
+        text_width = width // columns - 48
+        if text_width < LEGEND_MIN_TEXT_WIDTH:
+            # Names cut to a few letters say nothing: the run list beside the plots names
+            # each run with its colour swatch, and the data keeps the height.
+            shown = False
+        for sample, label in self.legend.items:
+            full = getattr(sample.item, "name", lambda: None)() or label.text
+            shown_text = metrics.elidedText(
+                full, Qt.TextElideMode.ElideMiddle, max(text_width, LEGEND_MIN_TEXT_WIDTH)
+            )
+            if label.text != shown_text:
+                label.setText(shown_text)
         if self._legend_shown == shown:
             return
         self._legend_shown = shown

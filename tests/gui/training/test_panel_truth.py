@@ -353,3 +353,21 @@ def test_a_new_panel_shows_the_format_rulers_before_any_timer_tick(qtbot, run_di
         assert panel.loss_plot.empty_note.text == "no run: start a job or open a run file"
     finally:
         panel.shutdown()
+
+
+def test_many_runs_on_a_small_screen_keep_the_plot_height(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    # Was: at 1024x640 the legend of 8 runs took the loss plot's whole height (data in a
+    # strip). Names that cannot be read are not shown; the run list names the colours.
+    for index in range(8):
+        panel.load_run(make_run(f"s{index}.jsonl", steps=60, seed=index))
+    panel.refresh()
+    panel.resize(740, 560)
+    QApplication.processEvents()
+    legend = panel.loss_plot.curves.legend
+    view = panel.loss_plot.plot.getPlotItem().getViewBox()
+    assert not legend.isVisible() or legend.boundingRect().height() < view.boundingRect().height()
+    # Back at a roomy size, the legend returns with every run.
+    panel.resize(1400, 900)
+    QApplication.processEvents()
+    assert legend.isVisible()
+    assert len(panel.loss_plot.curves.legend_names) == 8
