@@ -510,6 +510,21 @@ class RunCurves:
                 self.plot.removeItem(curve)
 
 
+def _markers_to_label(markers: Sequence[RunMarker]) -> set[int]:
+    """Indices of the markers whose lines carry their text. Each run's own markers are all
+    labelled when one run is shown; with several runs, only the earliest marker of each kind
+    (the first NaN loss, the first non-finite gradients) is, so labels of runs that went
+    wrong at nearby steps do not pile on each other (each line keeps its run's colour)."""
+    if len({marker.key for marker in markers}) <= 1:
+        return set(range(len(markers)))
+    earliest: dict[str, int] = {}
+    for index, marker in enumerate(markers):
+        kind = "loss" if marker.text.startswith("first NaN loss") else "gradients"
+        if kind not in earliest or marker.step < markers[earliest[kind]].step:
+            earliest[kind] = index
+    return set(earliest.values())
+
+
 class RunMarkers:
     """Vertical dashed lines at each run's first NaN loss and first non-finite gradients."""
 
@@ -524,14 +539,17 @@ class RunMarkers:
         for line in self.lines:
             self.plot.removeItem(line)
         self.lines = []
+        labelled = _markers_to_label(markers)
+        # Labels stacked by their order among the labelled lines, so two never share a height.
+        rank = {index: order for order, index in enumerate(sorted(labelled))}
         for index, marker in enumerate(markers):
             line = pg.InfiniteLine(
                 pos=marker.step,
                 angle=90,
                 pen=pg.mkPen(marker.colour, width=1, style=Qt.PenStyle.DashLine),
-                label=marker.text,
+                label=marker.text if index in labelled else None,
                 labelOpts={
-                    "position": 0.85 - 0.16 * (index % 4),
+                    "position": 0.85 - 0.16 * (rank.get(index, 0) % 4),
                     "color": plot_colors().foreground,
                     "fill": pg.mkBrush(QColor(plot_colors().background)),
                     "anchors": [(0, 0.5), (0, 0.5)],

@@ -371,3 +371,23 @@ def test_many_runs_on_a_small_screen_keep_the_plot_height(panel, make_run) -> No
     QApplication.processEvents()
     assert legend.isVisible()
     assert len(panel.loss_plot.curves.legend_names) == 8
+
+
+def test_markers_of_many_runs_label_only_the_earliest_of_each_kind(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    # Was: each run's markers carried their text, and runs that went wrong at nearby steps
+    # piled their labels on top of each other.
+    from fpexplorer.gui.training.plots import _markers_to_label
+    from fpexplorer.gui.training.view_model import RunMarker
+
+    one_run = [
+        RunMarker(0, "#000", 24, "first NaN loss"),
+        RunMarker(0, "#000", 24, "first inf/NaN: head"),
+    ]
+    assert _markers_to_label(one_run) == {0, 1}
+    many = [
+        RunMarker(0, "#000", 50, "first NaN loss"),
+        RunMarker(1, "#111", 40, "first NaN loss"),
+        RunMarker(1, "#111", 45, "first inf/NaN: head"),
+        RunMarker(2, "#222", 30, "first inf/NaN gradient"),
+    ]
+    assert _markers_to_label(many) == {1, 3}
