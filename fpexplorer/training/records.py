@@ -380,6 +380,32 @@ class ModelInfo(_Codable):
     class_name: str | None = field(default=None, metadata={"json": "class"})
 
 
+# The tensors of a quantized linear layer whose low-precision cast the monitor measures.
+QUANT_ROLES = ("input", "weight", "grad_output")
+
+
+@dataclass(frozen=True, slots=True)
+class QuantTensorStats(_Codable):
+    """How one tensor of one quantized linear layer fared in its low-precision format
+    (FP8, MX, NVFP4 recipes) on a statistics step.
+
+    `scale` follows torchao's convention: the factor the tensor is multiplied by before
+    the cast (E4M3's 448 / amax for current per-tensor scaling). Block-scaled recipes have
+    one scale per block instead: `scale_hist` counts the blocks by the binade of their
+    scale (floor(log2 scale)), and `scale` is the per-tensor scale NVFP4 adds on top, or
+    None. Shares are of all the tensor's elements."""
+
+    layer: str  # the module's name in the model
+    role: str  # one of QUANT_ROLES
+    format: str  # the element format the tensor is cast to, as the formats engine names it
+    amax: float  # max |x| of the tensor before scaling (NaN/inf when the tensor holds them)
+    scale: float | None = None  # per-tensor scale used (x * scale is cast); None: blocks only
+    scale_hist: Histogram | None = None  # block scales by binade (block-scaled recipes)
+    saturated: float = 0.0  # share clamped to the format's largest finite value
+    flushed: float = 0.0  # share of non-zero values that became zero
+    sqnr_db: float = math.nan  # 10*log10(sum x^2 / sum (x - q(x))^2); inf when exact
+
+
 @dataclass(frozen=True, slots=True)
 class StepStats(_Codable):
     """What a statistics step adds to a step (every `stats_every` steps)."""
@@ -393,6 +419,8 @@ class StepStats(_Codable):
     format_shares: dict[str, FormatShares] = field(default_factory=dict)
     lost_updates: LostUpdates | None = None
     memory: Memory | None = None
+    # Quantized linear layers (fp8 / MX / NVFP4 modes): one entry per layer and role.
+    quant: tuple[QuantTensorStats, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------

@@ -146,9 +146,18 @@ def test_a_new_step_field_travels_with_no_change_outside_the_contract(
 def _distinctive_keys() -> set[str]:
     """JSON keys of the records that mean nothing else (with an underscore: grad_hist,
     growth_tracker, ...): seeing one as a dict key outside the contract is a hand-built
-    record. A format's range (min_normal, ...) is the formats' vocabulary, not the log's."""
+    record. A format's range (min_normal, ...) and a quantization's error statistics
+    (sqnr_db, ...) are the formats' vocabulary, not the log's."""
+    from fpexplorer.formats.block_quantize import ErrorStats
+
     classes = [cls for cls in _record_classes() if cls is not records.FormatRange]
-    return {key for cls in classes for key in record_fields(cls) if "_" in key}
+    formats_vocabulary = {item.name for item in dataclasses.fields(ErrorStats)}
+    return {
+        key
+        for cls in classes
+        for key in record_fields(cls)
+        if "_" in key and key not in formats_vocabulary
+    }
 
 
 def _hand_built_records(source: str) -> list[str]:
