@@ -92,6 +92,7 @@ class _CheapSignals:
     scale_after: float  # the scaler's scale after update(): the next step's
     growth_tracker: float
     found_inf: float  # > 0: the scaler found inf/NaN (a fused optimizer skipped inside)
+    grad_amax: float | None = None  # max |gradient| after unscaling (loss-scaled runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +268,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 backoff_factor=scaler.get_backoff_factor(),
                 growth_interval=scaler.get_growth_interval(),
             )
+        # A loss-scaling policy's own settings (training.scalers: hysteresis, minimum scale).
+        policy_settings = getattr(scaler, "header_settings", None)
+        if callable(policy_settings):
+            merged.update(policy_settings())
         merged.update(config)
         return HeaderRecord(
             config=merged,
@@ -436,6 +441,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             raise RuntimeError("AmpMonitor.step() after close()")
         self._write_header()
         grads = [p.grad for p in self._params if p.grad is not None]
+        # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
+        # under another loss scale needs (one fused pass, read with the other signals).
+        scaled = bool(grads) and self._scaler_enabled()
         plan: StatsPlan | None = None
         if self._collecting:
             pack = HostPack(self.device)
@@ -445,6 +453,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             pack.add("scale_after", self._scale_after_tensor())
             pack.add("growth_tracker", self._growth_tracker_tensor())
             pack.add("found_inf", self._found_inf if self._found_inf is not None else 0.0)
+            if scaled:
+                pack.add("grad_amax", _abs_max(grads))
             plan = self._queue_statistics(pack, norms, activations=True)
             host = pack.fetch()  # the one host sync of the step
             signals = _CheapSignals(
@@ -453,9 +463,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 scale_after=host.scalar("scale_after"),
                 growth_tracker=host.scalar("growth_tracker"),
                 found_inf=host.scalar("found_inf"),
+                grad_amax=host.scalar("grad_amax") if scaled else None,
             )
         else:
-            signals = self._cheap_signals(loss, grads)
+            signals = self._cheap_signals(loss, grads, amax=scaled)
         now = time.perf_counter()
         durations = self._recent_durations
         durations.append(now - self._last_step_time)
@@ -482,6 +493,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             steps_per_s=len(durations) / max(sum(durations), 1e-9),
             time=now - self._started,
             stats=stats,
+            grad_amax=signals.grad_amax,
+            hysteresis=_hysteresis(self.scaler),
         )
         self._write(record)
         # The scale after update() is the scale the next step uses.
@@ -504,7 +517,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return record
 
     def _cheap_signals(
-        self, loss: torch.Tensor | float, grads: list[torch.Tensor]
+        self, loss: torch.Tensor | float, grads: list[torch.Tensor], *, amax: bool
     ) -> _CheapSignals:
         """The signals of every step, read with as few operations as possible: one fused
         norm kernel over the gradients and one host copy (on a CPU, a few `item()` reads,
@@ -514,6 +527,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         parts: list[torch.Tensor] = []
         if isinstance(loss, torch.Tensor):
             parts.append(loss.detach().reshape(()))
+        if amax:
+            parts.append(_abs_max(grads))
         norms: list[torch.Tensor] = []
         if grads:
             try:
@@ -544,11 +559,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             scale_after = host.pop(0) if scaler else self._current_scale_host()
             tracker = host.pop(0) if scaler and scaler[1] is not None else 0.0
             found_value = host.pop(0) if found is not None else 0.0
-        loss_value = values[0] if parts else float(loss)
-        grad_norm = math.sqrt(math.fsum(n * n for n in norm_values)) if norm_values else 0.0
-        if norm_values and not math.isfinite(grad_norm):  # inf + NaN, NaN: as the norm has it
-            grad_norm = math.nan if any(map(math.isnan, norm_values)) else math.inf
-        return _CheapSignals(loss_value, grad_norm, scale_after, tracker, found_value)
+        loss_value = values[0] if isinstance(loss, torch.Tensor) else float(loss)
+        grad_amax = values[-1] if amax else None
+        grad_norm = math.hypot(*norm_values)  # scaled: no overflow of the squares
+        if not math.isfinite(grad_norm) and any(map(math.isnan, norm_values)):
+            grad_norm = math.nan  # hypot says inf when an inf is among NaNs; the norm, NaN
+        return _CheapSignals(loss_value, grad_norm, scale_after, tracker, found_value, grad_amax)
 
     @property
     def _scaler_tensors(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -791,6 +807,23 @@ def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     except RuntimeError:  # tensors on several devices
         total = torch.linalg.vector_norm(_tensor_norms(grads).cpu())
     return total
+
+
+def _abs_max(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """max |g| over all gradients: one fused inf-norm kernel over the list where torch has
+    it (inf or NaN when a gradient holds them)."""
+    try:
+        norms = list(torch._foreach_norm(list(grads), math.inf))
+    except RuntimeError:  # tensors on several devices
+        norms = [torch.linalg.vector_norm(g, math.inf).cpu() for g in grads]
+    return torch.stack(norms).max()
+
+
+def _hysteresis(scaler: Any) -> int | None:
+    """A loss-scaling policy's hysteresis tracker (training.scalers), a host int; None for
+    scalers without hysteresis."""
+    tracker = getattr(scaler, "hysteresis_tracker", None)
+    return tracker if isinstance(tracker, int) else None
 
 
 def one_line_error(error: BaseException) -> str:
