@@ -12,10 +12,11 @@
 
 Every step records the cheap signals: loss, loss scale, skipped or not, the scaler's growth
 tracker, the gradient norm (one fused norm over the gradients, one host copy per step).
-Statistics steps add the histograms and per-layer figures; by default they take about 5% of
-the wall time (`stats_budget=0.05`), and a step that was skipped, or whose loss or gradient
-norm is not finite, always gets the parameter-gradient statistics at once (its activation
-gradients are gone by then) and full statistics on the next step.
+Statistics steps add the histograms and per-layer figures; by default they are taken as
+often as keeps the monitor's whole cost (its own time on every step included) within about
+5% of the wall time (`stats_budget=0.05`, see `cadence`), and a step that was skipped, or
+whose loss or gradient norm is not finite, always gets the parameter-gradient statistics at
+once (its activation gradients are gone by then) and full statistics on the next step.
 
 What it hooks (all removed on close; the module hooks are in place only for statistics
 steps, since any forward hook sends every module call through PyTorch's slower path):
@@ -111,8 +112,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             or None (scale 1).
         out: the run-log path (or pass `writer=`).
         stats_every: statistics every N steps (0: off). Give this or `stats_budget`.
-        stats_budget: statistics as often as this share of the wall time allows (default
-            0.05 when `stats_every` is not given).
+        stats_budget: statistics as often as keeps the monitor's cost (cheap signals
+            included) within this share of the wall time (default 0.05 when `stats_every`
+            is not given).
         formats: the formats whose ranges the header records (names or specs that
             `fpexplorer.formats.get_format` reads: FP8/FP6/FP4, E8M0, custom `eXmY`...).
         format_shares: also record, per format, the share of gradients that would flush,
@@ -437,6 +439,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def step(self, loss: torch.Tensor | float) -> StepRecord:
         """Record the step just taken. Call after the optimizer step (and scaler.update()),
         before gradients are zeroed. Returns the record (written unless writing failed)."""
+        entered = time.perf_counter()
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         self._write_header()
@@ -511,7 +514,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # step's own decoding and writing belong to it.
         end = time.perf_counter()
         duration, self._last_step_time = end - self._last_step_time, end
-        self.cadence.account(duration, statistics=stats is not None, alarm=alarm)
+        self.cadence.account(duration, statistics=stats is not None, alarm=alarm,
+                             monitor_time=end - entered)  # fmt: skip
         self.step_index += 1
         self._arm(self.cadence.collect_next(self.step_index))
         return record
@@ -637,8 +641,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return plan
 
     def _params_dtype(self) -> torch.dtype:
-        param = next(self.model.parameters(), None)
-        return param.dtype if param is not None else torch.float32
+        # The model's first parameter (the layers list them in the model's own order).
+        return self._params[0].dtype if self._params else torch.float32
 
     def _param_groups(self, grads: list[torch.Tensor]) -> list[ParamGroup]:
         """One pattern-count segment per gradient dtype (float16, bfloat16, else float32),
