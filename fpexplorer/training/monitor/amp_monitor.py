@@ -68,7 +68,6 @@ from fpexplorer.training.monitor.device import bytes_by_dtype, device_descriptio
 from fpexplorer.training.monitor.kernels import (
     Scratch,
     Segment,
-    abs_max,
     count_deferred_zeros,
     count_low_bits_set,
     dtype_name,
@@ -174,7 +173,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._collecting = False
         self._act_segments: list[Segment] = []
         self._scratch = Scratch()
-        self._forward_finite: list[tuple[int, torch.Tensor]] = []
+        self._forward_extremes: list[tuple[int, tuple[torch.Tensor, torch.Tensor]]] = []
         self._saved_bytes: dict[str, int] = {}
         self._saved_seen: set[tuple[int, torch.dtype]] = set()
         self._param_ptrs: set[int] = set()
@@ -339,8 +338,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 tensor = next((t for t in output if isinstance(t, torch.Tensor)), None)
             if tensor is None or not tensor.requires_grad or not tensor.is_floating_point():
                 return
-            # Where a forward overflow starts (FP16 activations above 65504 become inf).
-            self._forward_finite.append((layer_index, abs_max(tensor).isfinite()))
+            # Where a forward overflow starts (FP16 activations above 65504 become inf): the
+            # extremes here, one operation; whether they are finite, for all layers at once.
+            self._forward_extremes.append((layer_index, torch.aminmax(tensor.detach().reshape(-1))))
 
             def on_backward(grad: torch.Tensor) -> None:
                 # Counted now, so the gradient can be freed as backward goes on.
@@ -504,7 +504,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._scale_used = signals.scale_after
         if self._collecting or stats is not None:
             self._act_segments = []
-            self._forward_finite = []
+            self._forward_extremes = []
             self._saved_bytes = {}
             self._saved_seen = set()
             self._old_params = None
@@ -612,7 +612,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),
-            forward_layers=tuple(layer for layer, _ in self._forward_finite) if activations
+            forward_layers=tuple(layer for layer, _ in self._forward_extremes) if activations
             else (),
             scale=self._scale_used,
             memory=self._memory(),
@@ -625,7 +625,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if norms is not None:
             pack.add("norms", norms.to(torch.float64))
         if plan.forward_layers:
-            flags = torch.stack([finite for _, finite in self._forward_finite])
+            lows = torch.stack([low for _, (low, _) in self._forward_extremes])
+            highs = torch.stack([high for _, (_, high) in self._forward_extremes])
+            flags = lows.isfinite() & highs.isfinite()
             pack.add("forward_finite", flags.to(device=self.device, dtype=torch.float64))
         segments = plan.segments
         if segments:
