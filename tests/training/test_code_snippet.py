@@ -94,3 +94,18 @@ def test_code_view_quantizes_the_linears_as_the_recipe_says(
     # The first layer (8 inputs) never fits the kernels; the last stays BF16 when kept.
     assert kinds == ["Linear", layer_class, layer_class, "Linear" if keep else layer_class]
     assert math.isfinite(float(namespace["loss"].detach()))
+
+
+@pytest.mark.parametrize("policy", ["deepspeed", "megatron"])
+def test_code_view_shows_and_runs_the_chosen_scaler(policy: str) -> None:
+    from fpexplorer.training.scalers import PolicyGradScaler
+
+    config = TrainConfig(precision="fp16", device="cpu", scaler=policy, init_scale=2.0**40)
+    code = pytorch_code(config)
+    assert "GradScaler(" in code and f"'{policy}'" in code
+    namespace = _run_snippet(config)
+    scaler = namespace["scaler"]
+    assert isinstance(scaler, PolicyGradScaler) and scaler.settings == config.scaler_settings()
+    # 12 steps from 2^40: FP16 gradients overflow at first and the scale backs off under
+    # the policy's hysteresis (2 overflows for the first backoff).
+    assert scaler.get_scale() < 2.0**40 and scaler.hysteresis_tracker < 2

@@ -1,2 +1,2 @@
-"""Low-precision training recipes: FP8 (torchao, delayed scaling) and emulated MX/NVFP4
-block-scaled linear layers. Needs torch."""
+"""Low-precision training recipes in torch (FP8, MX, NVFP4): quantizers that follow the
+exact engine's rules on device, their statistics, and the linear layers that use them."""

@@ -36,6 +36,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from fpexplorer.training.lowprec.tensorwise import quantize_tensorwise
 from fpexplorer.training.records import Histogram, QuantTensorStats
 
 TorchaoRecipe = Literal["tensorwise", "rowwise"]
@@ -425,7 +426,8 @@ class DelayedScalingLinear(nn.Linear):
         fmt = self.formats[index]
         with torch.no_grad():
             scale = self.fp8_scale[index].clone()
-            dequantized = cast_fp8(tensor, scale, fmt).float() / scale
+            # The project's per-tensor cast (equal to torch's and torchao's bit for bit).
+            dequantized = quantize_tensorwise(tensor.float(), fmt, scale).values
             if self.collect_stats:
                 self._pending.append(
                     measure_cast(self.layer_name, role, fmt, tensor, scale, per_tensor=True)

@@ -259,6 +259,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 backoff_factor=scaler.get_backoff_factor(),
                 growth_interval=scaler.get_growth_interval(),
             )
+        # A loss-scaling policy's own settings (training.scalers: hysteresis, minimum scale).
+        policy_settings = getattr(scaler, "header_settings", None)
+        if callable(policy_settings):
+            merged.update(policy_settings())
         merged.update(config)
         return HeaderRecord(
             config=merged,
@@ -444,6 +448,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         pack.add("scale_after", self._scale_after_tensor())
         pack.add("growth_tracker", self._growth_tracker_tensor())
         pack.add("found_inf", self._found_inf if self._found_inf is not None else 0.0)
+        scaled = grads and self._scaler_enabled()
+        if scaled:
+            # What a replay under another loss scale needs: one fused pass, same host copy.
+            pack.add("grad_amax", _abs_max(grads))
         plan: StatsPlan | None = None
         if self._collecting:
             plan = self._queue_statistics(pack, norms, activations=True)
@@ -476,6 +484,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             steps_per_s=len(self._recent_durations) / max(sum(self._recent_durations), 1e-9),
             time=now - self._started,
             stats=stats,
+            grad_amax=host.scalar("grad_amax") if scaled else None,
+            hysteresis=_hysteresis(self.scaler),
         )
         self._write(record)
         # The scale after update() is the scale the next step uses.
@@ -719,6 +729,23 @@ def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     except RuntimeError:  # tensors on several devices
         total = torch.linalg.vector_norm(_tensor_norms(grads).cpu())
     return total
+
+
+def _abs_max(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """max |g| over all gradients: one fused inf-norm kernel over the list where torch has
+    it (inf or NaN when a gradient holds them)."""
+    try:
+        norms = list(torch._foreach_norm(list(grads), math.inf))
+    except RuntimeError:  # tensors on several devices
+        norms = [torch.linalg.vector_norm(g, math.inf).cpu() for g in grads]
+    return torch.stack(norms).max()
+
+
+def _hysteresis(scaler: Any) -> int | None:
+    """A loss-scaling policy's hysteresis tracker (training.scalers), a host int; None for
+    scalers without hysteresis."""
+    tracker = getattr(scaler, "hysteresis_tracker", None)
+    return tracker if isinstance(tracker, int) else None
 
 
 def one_line_error(error: BaseException) -> str:
