@@ -12,7 +12,7 @@ import torch
 from fpexplorer.formats import quantize
 from fpexplorer.formats.block import list_block_formats
 from fpexplorer.training.lowprec.block_torch import quantize_blocks
-from fpexplorer.training.lowprec.stats import quant_stats
+from fpexplorer.training.lowprec.stats import measure_quantized, quant_stats, read_pending_stats
 from fpexplorer.training.lowprec.tensorwise import quantize_tensorwise
 from fpexplorer.training.records import Histogram, QuantTensorStats
 
@@ -131,3 +131,17 @@ def test_bad_arguments() -> None:
         quant_stats("fc", "bias", x, q, "mxfp4")
     with pytest.raises(ValueError, match="shape"):
         quant_stats("fc", "input", torch.ones(5), q, "mxfp4")
+
+
+def test_many_measurements_read_in_one_transfer_equal_one_by_one() -> None:
+    x = torch.linspace(-3, 5, 100)
+    casts = [
+        ("a", "input", quantize_blocks(x, "mxfp4"), "mxfp4"),
+        ("a", "weight", quantize_tensorwise(x, "e5m2", 0.5), "float8_e5m2"),
+        ("b", "grad_output", quantize_blocks(x, "nvfp4"), "nvfp4"),
+    ]
+    pending = [measure_quantized(layer, role, x, q, name) for layer, role, q, name in casts]
+    assert all(isinstance(item.values, torch.Tensor) for item in pending)
+    together = read_pending_stats(pending)
+    assert together == tuple(quant_stats(layer, role, x, q, name) for layer, role, q, name in casts)
+    assert read_pending_stats([]) == ()

@@ -21,8 +21,9 @@ does not round the emulated operands again.
 Costs: forward quantizes two tensors and backward four (each about twenty elementwise
 passes, see `block_torch`), on top of the three float32 matmuls: several times a plain
 linear layer on CPU, memory-bound on an accelerator. The layer saves the high-precision
-input and weight for backward, as `nn.Linear` does. No host synchronisation, except with
-`collect_stats` on: then each quantized tensor's `QuantTensorStats` costs one transfer.
+input and weight for backward, as `nn.Linear` does. No host synchronisation in forward or
+backward, statistics included: with `collect_stats` on they are measured on the device
+(about a dozen more passes per tensor) and read in one transfer by `take_quant_stats()`.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from fpexplorer.formats.block import BlockFormat, get_block_format
 from fpexplorer.training.records import QuantTensorStats
 
 from .block_torch import quantize_blocks
-from .stats import quant_stats
+from .stats import PendingQuantStats, measure_quantized, read_pending_stats
 
 
 class BlockScaledLinear(nn.Linear):
@@ -73,7 +74,7 @@ class BlockScaledLinear(nn.Linear):
         self.generator = generator
         self.layer_name = name
         self.collect_stats = False
-        self._quant_stats: list[QuantTensorStats] = []
+        self._pending_stats: list[PendingQuantStats] = []
 
     @classmethod
     def from_linear(
@@ -112,10 +113,10 @@ class BlockScaledLinear(nn.Linear):
         return output
 
     def take_quant_stats(self) -> tuple[QuantTensorStats, ...]:
-        """The statistics collected since the last call (and forget them)."""
-        taken = tuple(self._quant_stats)
-        self._quant_stats.clear()
-        return taken
+        """The statistics collected since the last call (and forget them): one host
+        transfer for all of them."""
+        pending, self._pending_stats = self._pending_stats, []
+        return read_pending_stats(pending)
 
     def extra_repr(self) -> str:
         rounding = ", stochastic gradients" if self.stochastic_gradients else ""
@@ -123,7 +124,8 @@ class BlockScaledLinear(nn.Linear):
 
     def _measure(self, role: str, x: torch.Tensor, q: Any) -> None:
         if self.collect_stats:
-            self._quant_stats.append(quant_stats(self.layer_name, role, x, q, self.block.name))
+            measured = measure_quantized(self.layer_name, role, x, q, self.block.name)
+            self._pending_stats.append(measured)
 
 
 class _BlockScaledMatmul(torch.autograd.Function):

@@ -9,13 +9,17 @@ equal), except that shares are of all the tensor's elements, as the record says:
 that are NaN or ±inf count in the denominator and never as saturated or flushed.
 
 Cost: about a dozen elementwise float64 passes over x and a scatter of the block scales,
-all on x's device, then ONE host transfer of ~260 numbers: a synchronisation, which is why
-the linear layers only call this on statistics steps.
+all on x's device; then ONE host transfer of ~260 numbers, a synchronisation. So that
+forward and backward never wait for it, `measure_quantized` does the device work alone and
+`read_pending_stats` reads many measurements in one transfer (the linear layers read theirs
+in `take_quant_stats`, after the step).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -31,6 +35,22 @@ _AMAX, _SCALE, _SATURATED, _FLUSHED, _SIGNAL, _NOISE, _FINITE = range(7)
 _SUMMARY_LENGTH = 7
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class PendingQuantStats:
+    """One tensor's statistics, measured on its device and not yet read to the host.
+
+    `values`: float64 on the device, the seven tensor-wide numbers (positions `_AMAX` ...)
+    followed, for block-scaled formats, by the block-scale counts per binade from
+    `histogram_lo` and three more for zero, inf and NaN scales."""
+
+    layer: str
+    role: str
+    format: str
+    elements: int
+    histogram_lo: int | None  # None: no block scales (a per-tensor cast)
+    values: torch.Tensor
+
+
 def quant_stats(
     layer: str,
     role: str,
@@ -38,7 +58,8 @@ def quant_stats(
     q: BlockQuantized | TensorwiseQuantized,
     format_name: str,
 ) -> QuantTensorStats:
-    """Statistics of `x` (the tensor before the cast) quantized as `q`.
+    """Statistics of `x` (the tensor before the cast) quantized as `q`, read at once (one
+    host transfer): `read_pending_stats([measure_quantized(...)])`.
 
     - amax: max |x| (NaN if x holds NaN, inf if it holds ±inf);
     - scale: the per-tensor factor x is multiplied by before the cast (torchao's
@@ -51,6 +72,18 @@ def quant_stats(
     - sqnr_db: 10·log10(Σx² / Σ(x - q)²) over finite inputs: +inf when exact, -inf when an
       input became NaN, NaN when there is no finite input.
     """
+    return read_pending_stats([measure_quantized(layer, role, x, q, format_name)])[0]
+
+
+def measure_quantized(
+    layer: str,
+    role: str,
+    x: torch.Tensor,
+    q: BlockQuantized | TensorwiseQuantized,
+    format_name: str,
+) -> PendingQuantStats:
+    """`quant_stats`' measurement, on the device only (no synchronisation): read it, with
+    others, by `read_pending_stats`."""
     if role not in QUANT_ROLES:
         raise ValueError(f"unknown role {role!r}; one of {', '.join(QUANT_ROLES)}")
     if tuple(x.shape) != tuple(q.values.shape):
@@ -62,6 +95,8 @@ def quant_stats(
         dequantized = q.values.detach().double()
         finite = torch.isfinite(original)
         magnitude = original.abs()
+        histogram_lo: int | None = None
+        counts: torch.Tensor | None = None
         if isinstance(q, BlockQuantized):
             saturated = finite & (magnitude > q.saturation_limit())
             scale = (
@@ -69,13 +104,11 @@ def quant_stats(
                 if q.per_tensor_scale is not None
                 else torch.full((), math.nan, dtype=torch.float64, device=x.device)
             )
-            scale_format = q.format.scale_format
-            histogram_lo, counts = _binade_counts(q.block_scales, scale_format)
+            histogram_lo, counts = _binade_counts(q.block_scales, q.format.scale_format)
         else:
             element_max = float(q.element.max)
             saturated = finite & (q.scaled_input().double().abs() > element_max)
             scale = q.scale.double()
-            histogram_lo, counts = 0, None
         flushed = finite & (original != 0) & (dequantized == 0)
         error = torch.where(torch.isfinite(dequantized), dequantized - original, math.inf)
         noise = torch.where(finite, error * error, 0.0)
@@ -91,22 +124,41 @@ def quant_stats(
                 finite.sum().double(),
             ]
         )
-        vector = summary if counts is None else torch.cat([summary, counts.double()])
-        numbers = vector.tolist()  # the one host transfer
-    elements = x.numel()
-    finite_count = numbers[_FINITE]
+        values = summary if counts is None else torch.cat([summary, counts.double()])
+    return PendingQuantStats(layer, role, format_name, x.numel(), histogram_lo, values)
+
+
+def read_pending_stats(pending: Sequence[PendingQuantStats]) -> tuple[QuantTensorStats, ...]:
+    """The records of measured tensors, in order, read to the host in one transfer."""
+    if not pending:
+        return ()
+    device = pending[0].values.device
+    numbers = torch.cat([item.values.to(device) for item in pending]).tolist()
+    records = []
+    offset = 0
+    for item in pending:
+        own = numbers[offset : offset + item.values.numel()]
+        offset += item.values.numel()
+        records.append(_record(item, own))
+    return tuple(records)
+
+
+def _record(item: PendingQuantStats, numbers: list[float]) -> QuantTensorStats:
+    scale = numbers[_SCALE]
     return QuantTensorStats(
-        layer=layer,
-        role=role,
-        format=format_name,
+        layer=item.layer,
+        role=item.role,
+        format=item.format,
         amax=numbers[_AMAX],
-        scale=None if math.isnan(numbers[_SCALE]) else numbers[_SCALE],
+        scale=None if math.isnan(scale) else scale,
         scale_hist=(
-            None if counts is None else _histogram(histogram_lo, numbers[_SUMMARY_LENGTH:])
+            None
+            if item.histogram_lo is None
+            else _histogram(item.histogram_lo, numbers[_SUMMARY_LENGTH:])
         ),
-        saturated=numbers[_SATURATED] / elements,
-        flushed=numbers[_FLUSHED] / elements,
-        sqnr_db=_sqnr_db(numbers[_SIGNAL], numbers[_NOISE]) if finite_count else math.nan,
+        saturated=numbers[_SATURATED] / item.elements,
+        flushed=numbers[_FLUSHED] / item.elements,
+        sqnr_db=_sqnr_db(numbers[_SIGNAL], numbers[_NOISE]) if numbers[_FINITE] else math.nan,
     )
 
 
