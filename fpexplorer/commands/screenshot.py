@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # Qt is imported only when a picture is taken
 
 HELP = "render the app window (formats or training panel) offscreen to a PNG"
 VIEWS = ("number-line", "table", "range", "codes", "properties", "block", "arithmetic")
+# The training panel's plots pages (a Qt-free copy of panel.PLOT_PAGES' keys, held equal
+# by a test: building the CLI parser imports no Qt).
+TRAINING_PAGES = ("mixed", "low")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +52,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run",
         metavar="FILE.jsonl",
+        action="extend",
+        nargs="+",
         default=None,
-        help="training panel: replay this run file before rendering",
+        help="training panel: replay these run files before rendering (overlaid; the "
+        "last one named is selected)",
+    )
+    parser.add_argument(
+        "--training-page",
+        choices=TRAINING_PAGES,
+        default="mixed",
+        help="training panel: the plots page to show, mixed (AMP: loss, scale, "
+        "gradients) or low (FP8/MX layers) (default: mixed)",
     )
 
 
@@ -76,8 +89,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out!r}: the file name must end in .png")
     if not out.parent.exists():
         raise UsageError(f"--out {args.out!r}: folder {out.parent} does not exist")
-    if args.run is not None and not Path(args.run).is_file():
-        raise UsageError(f"--run {args.run!r}: no such file")
+    for path in args.run or ():
+        if not Path(path).is_file():
+            raise UsageError(f"--run {path!r}: no such file")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     app, window = prepare_window(args)
     image = render(window, width, height)
@@ -109,14 +123,17 @@ def prepare_window(args: argparse.Namespace) -> tuple[QApplication, MainWindow]:
     window.formats_panel.show_view(args.view)
     if args.panel == "training":
         window.tabs.setCurrentIndex(1)
-        if args.run is not None:
-            load_run = getattr(window.training_panel, "load_run", None)
-            if not callable(load_run):
+        from fpexplorer.gui.training.panel import TrainingPanel
+
+        panel = window.training_panel
+        if not isinstance(panel, TrainingPanel):  # torch-free, but its imports may fail
+            if args.run or args.training_page != "mixed":
                 raise UsageError(f"training panel unavailable: {window.training_problem}")
-            load_run(args.run)
-            finish_loading = getattr(window.training_panel, "finish_loading", None)
-            if callable(finish_loading):
-                finish_loading()  # a large run file is otherwise read in pieces, later
+        else:
+            for path in args.run or ():
+                panel.load_run(path)
+                panel.finish_loading()  # a large run file is otherwise read in pieces
+            panel.show_plot_page(args.training_page)
     return app, window
 
 

@@ -27,9 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from fpexplorer.training.precision import PRECISION_MODES, PRECISION_NAMES
-
-PRECISION_BY_NAME = {mode.name: mode for mode in PRECISION_MODES}
+from fpexplorer.training.precision import PRECISION_MODES, PRECISION_NAMES, find_precision_mode
+from fpexplorer.training.scaler_rules import (
+    SCALER_NAMES,
+    SCALER_POLICIES,
+    ScalerSettings,
+    resolve_settings,
+    settings_problems,
+)
 
 
 class Choice(NamedTuple):
@@ -41,6 +46,10 @@ class Choice(NamedTuple):
 
 PRECISIONS: tuple[Choice, ...] = tuple(
     Choice(mode.name, mode.description) for mode in PRECISION_MODES
+)
+
+SCALERS: tuple[Choice, ...] = tuple(
+    Choice(policy.name, policy.description) for policy in SCALER_POLICIES
 )
 
 TASKS: tuple[Choice, ...] = (
@@ -115,7 +124,8 @@ def _option(default: Any, **spec: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class TrainConfig:
-    """Every option of `fpexplorer train`. Scaler settings carry torch's names and defaults.
+    """Every option of `fpexplorer train`. Scaler settings carry torch's names; None is
+    the chosen scaler policy's own default (`scaler_settings()` resolves them).
 
     `lr`, `batch_size` and `optimizer` are None for "the task's own default" (each task
     knows what learning rate makes it train in a few hundred steps).
@@ -151,19 +161,40 @@ class TrainConfig:
         1, title="Statistics every", kind="int",
         help="record gradient statistics every N steps; 0 turns them off",
     )  # fmt: skip
-    init_scale: float = _option(
-        65536.0, title="Initial scale", kind="float",
-        help="GradScaler initial scale (fp16; 2^16 is torch's default)",
+    scaler: str = _option(
+        "torch", title="Loss scaler", kind="choice", choices=SCALERS,
+        help="the dynamic loss-scaling policy of the fp16 mode",
+    )  # fmt: skip
+    init_scale: float | None = _option(
+        None, title="Initial scale", kind="float",
+        help="the dynamic scaler's initial loss scale (fp16)",
+        none_means="the scaler's: 2^16 (torch, DeepSpeed), 2^32 (Megatron)",
     )  # fmt: skip
     growth_factor: float = _option(
-        2.0, title="Growth factor", kind="float", help="GradScaler growth factor (fp16)"
+        2.0, title="Growth factor", kind="float", help="the dynamic scaler's growth factor (fp16)"
     )
     backoff_factor: float = _option(
-        0.5, title="Backoff factor", kind="float", help="GradScaler backoff factor (fp16)"
-    )
-    growth_interval: int = _option(
-        2000, title="Growth interval", kind="int",
-        help="GradScaler growth interval: clean steps before the scale grows (fp16)",
+        0.5, title="Backoff factor", kind="float",
+        help="the dynamic scaler's backoff factor (fp16)",
+    )  # fmt: skip
+    growth_interval: int | None = _option(
+        None, title="Growth interval", kind="int",
+        help="clean steps before the dynamic scaler grows the scale (fp16)",
+        none_means="the scaler's: 2000 (torch), 1000 (DeepSpeed, Megatron)",
+    )  # fmt: skip
+    hysteresis: int | None = _option(
+        None, title="Hysteresis", kind="int",
+        help="overflows before the scale backs off (DeepSpeed, Megatron; torch has none)",
+        none_means="the scaler's: 2 (DeepSpeed, Megatron), none (torch)",
+    )  # fmt: skip
+    min_scale: float | None = _option(
+        None, title="Minimum scale", kind="float",
+        help="the scale never backs off below it (DeepSpeed, Megatron)",
+        none_means="the scaler's: 1 (DeepSpeed, Megatron), none (torch)",
+    )  # fmt: skip
+    consecutive_hysteresis: bool = _option(
+        False, title="Consecutive hysteresis", kind="flag", in_form=False,
+        help="DeepSpeed: refill the hysteresis on every clean step, not only when the scale grows",
     )  # fmt: skip
     loss_scale: float = _option(
         1024.0, title="Fixed loss scale", kind="float",
@@ -232,16 +263,7 @@ class TrainConfig:
             problems["seed"] = f"the seed must be a whole number from 0 to {MAX_SEED}"
         if not _is_int(self.stats_every) or self.stats_every < 0:
             problems["stats_every"] = "stats-every must be a whole number of at least 0 (0: off)"
-        if not _positive_finite(self.init_scale):
-            problems["init_scale"] = "the initial scale must be a positive finite number"
-        elif self.init_scale > FLOAT32_MAX:
-            problems["init_scale"] = _beyond_float32("the initial scale", self.init_scale)
-        if not (_positive_finite(self.growth_factor) and self.growth_factor > 1.0):
-            problems["growth_factor"] = "the growth factor must be greater than 1"
-        if not (_positive_finite(self.backoff_factor) and self.backoff_factor < 1.0):
-            problems["backoff_factor"] = "the backoff factor must lie between 0 and 1"
-        if not _is_int(self.growth_interval) or self.growth_interval < 1:
-            problems["growth_interval"] = "the growth interval must be a whole number of at least 1"
+        problems.update(self._scaler_problems())
         if not _positive_finite(self.loss_scale):
             problems["loss_scale"] = "the loss scale must be a positive finite number"
         elif self.loss_scale > FLOAT32_MAX:
@@ -302,13 +324,67 @@ class TrainConfig:
                 "and --nnodes"
             )
         if self.parallel == "fsdp":
-            mode = PRECISION_BY_NAME.get(self.precision)
+            # Under FSDP each rank holds a shard of the gradients: only ShardedGradScaler
+            # agrees a skip across ranks (it all-reduces its found-inf flag).
+            mode = find_precision_mode(self.precision)
             if mode is not None and mode.scaler == "static":
                 problems["parallel"] = (
                     f"--parallel fsdp cannot run {self.precision}: a fixed loss scale decides "
                     "each rank's skip alone on its shard; use fp16 (ShardedGradScaler) or bf16"
                 )
+            elif self.scaler != "torch":
+                problems["parallel"] = (
+                    f"--parallel fsdp runs torch's ShardedGradScaler: --scaler {self.scaler} "
+                    "would decide each rank's skip alone on its shard"
+                )
         return problems
+
+    def _scaler_problems(self) -> dict[str, str]:
+        problems: dict[str, str] = {}
+        if self.scaler not in SCALER_NAMES:
+            return {
+                "scaler": f"unknown scaler {self.scaler!r}: use one of {', '.join(SCALER_NAMES)}"
+            }
+        mode = find_precision_mode(self.precision)
+        if self.scaler != "torch" and mode is not None and mode.scaler != "dynamic":
+            problems["scaler"] = (
+                f"--scaler {self.scaler} is a dynamic loss-scaling policy: it applies to fp16, "
+                f"and {self.precision} has none"
+            )
+        if self.init_scale is not None:
+            if not _positive_finite(self.init_scale):
+                problems["init_scale"] = "the initial scale must be a positive finite number"
+            elif self.init_scale > FLOAT32_MAX:
+                problems["init_scale"] = _beyond_float32("the initial scale", self.init_scale)
+        if not (_positive_finite(self.growth_factor) and self.growth_factor > 1.0):
+            problems["growth_factor"] = "the growth factor must be greater than 1"
+        if not (_positive_finite(self.backoff_factor) and self.backoff_factor < 1.0):
+            problems["backoff_factor"] = "the backoff factor must lie between 0 and 1"
+        if self.growth_interval is not None and (
+            not _is_int(self.growth_interval) or self.growth_interval < 1
+        ):
+            problems["growth_interval"] = "the growth interval must be a whole number of at least 1"
+        if self.hysteresis is not None and not _is_int(self.hysteresis):
+            problems["hysteresis"] = "the hysteresis must be a whole number of at least 1"
+        if self.min_scale is not None and not _positive_finite(self.min_scale):
+            problems["min_scale"] = "the minimum scale must be a positive finite number"
+        if not problems:
+            # The policy's own rules (torch has no hysteresis, no minimum scale, ...).
+            problems.update(settings_problems(self.scaler_settings()))
+        return problems
+
+    def scaler_settings(self) -> ScalerSettings:
+        """The dynamic scaler's settings: the options given, the policy's defaults else."""
+        return resolve_settings(
+            self.scaler,
+            init_scale=self.init_scale,
+            growth_factor=self.growth_factor,
+            backoff_factor=self.backoff_factor,
+            growth_interval=self.growth_interval,
+            hysteresis=self.hysteresis,
+            min_scale=self.min_scale,
+            consecutive_hysteresis=self.consecutive_hysteresis,
+        )
 
     def to_argv(self, omit: tuple[str, ...] = ()) -> list[str]:
         """The arguments after `fpexplorer train` that run this configuration (derived

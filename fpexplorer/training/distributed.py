@@ -51,6 +51,7 @@ from torch import nn
 
 from fpexplorer.training.config import LAUNCH_OPTIONS, TrainConfig, launched_world_size
 from fpexplorer.training.monitor.ranks import RankContext, rank_log_path
+from fpexplorer.training.scaler_rules import ScalerSettings
 
 COLLECTIVE_TIMEOUT_S = 60
 FAULT_ENV = "FPEXPLORER_TEST_FAULT"
@@ -270,15 +271,19 @@ def wrap_model(model: nn.Module, setup: RankSetup) -> tuple[nn.Module, nn.Module
     return wrapped, model
 
 
-def make_scaler(setup: RankSetup, **settings: Any) -> Any:
-    """The dynamic loss scaler of a rank: ShardedGradScaler under FSDP (it all-reduces its
-    found-inf flag across the shards), GradScaler under DDP (gradients are averaged before
-    it looks, so every rank finds the same)."""
-    if setup.parallel == "fsdp":
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+def make_sharded_scaler(settings: ScalerSettings, setup: RankSetup) -> Any:
+    """The dynamic loss scaler of an FSDP rank: ShardedGradScaler, which all-reduces its
+    found-inf flag across the shards (under DDP, torch's GradScaler already agrees: the
+    gradients are averaged before it looks at them)."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-        return ShardedGradScaler(setup.device.type, **settings)
-    return torch.amp.GradScaler(setup.device.type, **settings)
+    return ShardedGradScaler(
+        setup.device.type,
+        init_scale=settings.init_scale,
+        growth_factor=settings.growth_factor,
+        backoff_factor=settings.backoff_factor,
+        growth_interval=settings.growth_interval,
+    )
 
 
 # -- the test hook ----------------------------------------------------------------------

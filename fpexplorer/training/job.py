@@ -48,6 +48,7 @@ from fpexplorer.training.records import (
     from_schema1_dict,
 )
 from fpexplorer.training.runlog import RunWriter
+from fpexplorer.training.scalers import make_grad_scaler
 from fpexplorer.training.tasks import Task, TaskSettingsError, make_task
 
 
@@ -445,16 +446,10 @@ def run_job(
         optimizer = make_optimizer(optimizer_name, model.parameters(), lr, fp16_params)
         scaler: Any = None
         if plan.scaler == "dynamic":
-            settings: dict[str, Any] = {
-                "init_scale": config.init_scale,
-                "growth_factor": config.growth_factor,
-                "backoff_factor": config.backoff_factor,
-                "growth_interval": config.growth_interval,
-            }
-            if rank is not None:
-                scaler = distributed.make_scaler(rank, **settings)
+            if rank is not None and rank.parallel == "fsdp":
+                scaler = distributed.make_sharded_scaler(config.scaler_settings(), rank)
             else:
-                scaler = torch.amp.GradScaler(device.type, **settings)
+                scaler = make_grad_scaler(config.scaler_settings(), device.type)
         elif plan.scaler == "static":
             scaler = StaticLossScaler(config.loss_scale)
         header_config = {
@@ -464,6 +459,10 @@ def run_job(
             "optimizer": optimizer_name,
             "out": str(path),
         }
+        if plan.scaler == "dynamic":
+            # The scaler's settings as it runs them (the policy's defaults resolved): what
+            # a replay of this run under another policy starts from.
+            header_config.update(config.scaler_settings().to_config())
         monitor = AmpMonitor(
             watched, optimizer, scaler, writer=writer, stats_every=config.stats_every,
             precision=config.precision, config=header_config, device=device,

@@ -537,6 +537,12 @@ class StepRecord(_Codable):
     steps_per_s: float = math.nan
     time: float = math.nan  # seconds since the monitor started
     stats: StepStats | None = None
+    # Loss-scaled runs: max |parameter gradient| after unscaling (inf/NaN when they
+    # overflowed), every step: what `training.replay_scaler` decides overflow from.
+    grad_amax: float | None = None
+    # The scaler's hysteresis tracker after this step's update: overflows left before the
+    # scale backs off (DeepSpeed's and Megatron's policies; None for torch's GradScaler).
+    hysteresis: int | None = None
     ranks: RankStep | None = None  # merged log: the ranks' figures (exchange steps only)
 
     @property

@@ -63,3 +63,18 @@ def test_code_view_fp16_and_bf16_train_on_cpu() -> None:
 def test_code_view_pure_fp16_uses_the_jobs_loss_scale() -> None:
     code = pytorch_code(TrainConfig(precision="pure-fp16", loss_scale=512.0))
     assert "loss_scale = 512.0" in code
+
+
+@pytest.mark.parametrize("policy", ["deepspeed", "megatron"])
+def test_code_view_shows_and_runs_the_chosen_scaler(policy: str) -> None:
+    from fpexplorer.training.scalers import PolicyGradScaler
+
+    config = TrainConfig(precision="fp16", device="cpu", scaler=policy, init_scale=2.0**40)
+    code = pytorch_code(config)
+    assert "GradScaler(" in code and f"'{policy}'" in code
+    namespace = _run_snippet(config)
+    scaler = namespace["scaler"]
+    assert isinstance(scaler, PolicyGradScaler) and scaler.settings == config.scaler_settings()
+    # 12 steps from 2^40: FP16 gradients overflow at first and the scale backs off under
+    # the policy's hysteresis (2 overflows for the first backoff).
+    assert scaler.get_scale() < 2.0**40 and scaler.hysteresis_tracker < 2

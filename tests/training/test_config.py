@@ -19,11 +19,26 @@ from fpexplorer.training.config import (
 )
 
 
-def test_defaults_are_valid_and_match_torch_scaler_defaults() -> None:
+def test_defaults_are_valid_and_match_each_scaler_policy_defaults() -> None:
     config = TrainConfig()
     assert config.validate() == {}
-    assert (config.init_scale, config.growth_factor, config.backoff_factor) == (2.0**16, 2.0, 0.5)
-    assert config.growth_interval == 2000
+    torch_settings = config.scaler_settings()
+    assert (torch_settings.policy, torch_settings.init_scale) == ("torch", 2.0**16)
+    assert (torch_settings.growth_factor, torch_settings.backoff_factor) == (2.0, 0.5)
+    assert torch_settings.growth_interval == 2000
+    assert (torch_settings.hysteresis, torch_settings.min_scale) == (1, None)
+    # DeepSpeed's fp16 config defaults; Megatron-LM's command-line defaults.
+    deepspeed = config.replace(scaler="deepspeed").scaler_settings()
+    assert (deepspeed.init_scale, deepspeed.growth_interval) == (2.0**16, 1000)
+    assert (deepspeed.hysteresis, deepspeed.min_scale) == (2, 1.0)
+    assert not deepspeed.consecutive_hysteresis
+    megatron = config.replace(scaler="megatron").scaler_settings()
+    assert (megatron.init_scale, megatron.growth_interval) == (2.0**32, 1000)
+    assert (megatron.hysteresis, megatron.min_scale) == (2, 1.0)
+    assert (megatron.growth_factor, megatron.backoff_factor) == (2.0, 0.5)
+    # Options given win over the policy's defaults.
+    chosen = config.replace(scaler="megatron", init_scale=8.0, hysteresis=5).scaler_settings()
+    assert (chosen.init_scale, chosen.hysteresis, chosen.growth_interval) == (8.0, 5, 1000)
 
 
 def test_choices_have_descriptions() -> None:
@@ -54,6 +69,14 @@ def test_choices_have_descriptions() -> None:
         ({"growth_factor": 1.0}, "growth_factor"),
         ({"backoff_factor": 1.0}, "backoff_factor"),
         ({"growth_interval": 0}, "growth_interval"),
+        ({"scaler": "apex"}, "scaler"),
+        ({"scaler": "deepspeed", "precision": "bf16"}, "scaler"),
+        ({"scaler": "megatron", "precision": "fp16-static"}, "scaler"),
+        ({"hysteresis": 2}, "hysteresis"),  # torch's GradScaler has none
+        ({"scaler": "deepspeed", "hysteresis": 0}, "hysteresis"),
+        ({"min_scale": 1.0}, "min_scale"),
+        ({"scaler": "megatron", "min_scale": 2.0**40}, "min_scale"),  # above the initial scale
+        ({"scaler": "megatron", "consecutive_hysteresis": True}, "consecutive_hysteresis"),
         ({"loss_scale": float("inf")}, "loss_scale"),
         ({"out": "  "}, "out"),
     ],
@@ -128,7 +151,7 @@ def test_every_field_is_an_option_and_the_parser_has_exactly_them() -> None:
         if action.dest in names:
             assert action.default == getattr(defaults, action.dest)
     help_text = parser.format_help()
-    assert "(default: 2000)" in help_text and "(default: the task's default)" in help_text
+    assert "(default: 200)" in help_text and "(default: the task's default)" in help_text
 
 
 @pytest.mark.parametrize(
@@ -139,6 +162,7 @@ def test_every_field_is_an_option_and_the_parser_has_exactly_them() -> None:
                     lr=0.1 + 0.2, batch_size=3, optimizer="sgd", seed=2**40, stats_every=0,
                     init_scale=2.0**-3, growth_factor=1.5, backoff_factor=0.25,
                     growth_interval=9, loss_scale=1e-45, out="r u n.jsonl", stream=True),
+        TrainConfig(scaler="deepspeed", hysteresis=3, min_scale=0.5, consecutive_hysteresis=True),
     ],
 )  # fmt: skip
 def test_to_argv_and_from_args_round_trip_every_field(config: TrainConfig) -> None:

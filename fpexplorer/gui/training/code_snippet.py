@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.precision import PrecisionMode, find_precision_mode
+from fpexplorer.training.scaler_rules import scaler_policy
 
 _LABELS = {"float16": "FP16", "bfloat16": "BF16", "float32": "FP32"}
 
@@ -48,13 +49,30 @@ def _comment(text: str, indent: str = "") -> str:
 
 def _scaler_setup(config: TrainConfig, mode: PrecisionMode) -> str:
     if mode.scaler == "dynamic":
+        settings = config.scaler_settings()
+        if settings.policy == "torch":
+            return (
+                "scaler = torch.amp.GradScaler(\n"
+                "    device.type,\n"
+                f"    init_scale={settings.init_scale!r},\n"
+                f"    growth_factor={settings.growth_factor!r},\n"
+                f"    backoff_factor={settings.backoff_factor!r},\n"
+                f"    growth_interval={settings.growth_interval!r},\n"
+                ")\n"
+            )
+        # DeepSpeed's and Megatron's policies as torch.amp.GradScaler subclasses (the same
+        # scale/step/update calls); the settings below are the policy's, resolved.
+        policy = scaler_policy(settings.policy)
+        fields = settings.to_config()
+        del fields["scaler"]
+        arguments = "".join(f"        {name}={value!r},\n" for name, value in fields.items())
         return (
-            "scaler = torch.amp.GradScaler(\n"
+            "from fpexplorer.training.scaler_rules import ScalerSettings\n"
+            f"from fpexplorer.training.scalers import {policy.class_name}\n\n"
+            f"# {policy.description}\n"
+            f"scaler = {policy.class_name}(\n"
+            f"    ScalerSettings(\n        {settings.policy!r},\n{arguments}    ),\n"
             "    device.type,\n"
-            f"    init_scale={config.init_scale!r},\n"
-            f"    growth_factor={config.growth_factor!r},\n"
-            f"    backoff_factor={config.backoff_factor!r},\n"
-            f"    growth_interval={config.growth_interval!r},\n"
             ")\n"
         )
     if mode.scaler == "static":

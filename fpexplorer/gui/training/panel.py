@@ -49,6 +49,7 @@ from fpexplorer.gui.training.plots import (
     alarm_colour,
     file_text_label,
 )
+from fpexplorer.gui.training.quant_views import QuantPage
 from fpexplorer.gui.training.replay import RunFileReplay
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.view_model import (
@@ -68,6 +69,8 @@ LOG = logging.getLogger(__name__)
 
 SYNC_LOAD_BYTES = 8 * 2**20  # ~4,000 steps with statistics on every step: under a second
 REPLAY_BUDGET_S = 0.012  # reading a larger file: about this long per timer tick
+# The pages of the plots area, by the name `fpexplorer screenshot --training-page` uses.
+PLOT_PAGES = {"mixed": "Mixed precision", "low": "Low precision"}
 REFRESH_INTERVAL_MS = 50  # at most 20 redraws a second (<= 30), never one per record
 # Tables, labels and progress bars repaint whole widgets on every change (a QProgressBar
 # even synchronously): they follow at a slower pace than the curves.
@@ -289,9 +292,17 @@ class TrainingPanel(QWidget):
         plots_layout.addWidget(rows)
         self._rows = rows
 
+        # The plots area has two pages: today's AMP cards, and how each tensor of the
+        # quantized linears (FP8/MX/NVFP4 modes) fares.
+        self.quant_page = QuantPage()
+        self.plot_tabs = QTabWidget()
+        self.plot_tabs.addTab(plots, PLOT_PAGES["mixed"])
+        self.plot_tabs.addTab(self.quant_page, PLOT_PAGES["low"])
+        self.plot_tabs.currentChanged.connect(self._on_plot_tab_changed)
+
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(self.left_tabs)
-        splitter.addWidget(plots)
+        splitter.addWidget(self.plot_tabs)
         splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([280, 1300])
@@ -645,6 +656,14 @@ class TrainingPanel(QWidget):
     def _on_hist_source_toggled(self, _checked: bool) -> None:
         self._layout_dirty = True
 
+    def _on_plot_tab_changed(self, _index: int) -> None:
+        self._layout_dirty = True  # the page shown now redraws from the models
+
+    def show_plot_page(self, name: str) -> None:
+        """Show the plots page `name` (a key of PLOT_PAGES: "mixed" or "low")."""
+        self.plot_tabs.setCurrentIndex(list(PLOT_PAGES).index(name))
+        self.refresh()
+
     # ----- drawing -----------------------------------------------------------------
 
     def _on_timer_timeout(self) -> None:
@@ -694,6 +713,8 @@ class TrainingPanel(QWidget):
         self.loss_plot.refresh(overlay, shown)
         self.scale_plot.refresh(overlay, shown)
         self.hist_plot.refresh(current)
+        if self.plot_tabs.currentWidget() is self.quant_page:  # a hidden page waits
+            self.quant_page.refresh(overlay, shown, current)
         if readouts:
             self._refresh_readouts(current)
         self._shown = {e.key: e.model.revision for e in state.runs}

@@ -197,10 +197,15 @@ class Card(QFrame):
         self.content = content
 
 
-def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
-    axis_items = {"left": left_axis} if left_axis is not None else None
+def plot_widget(
+    left_axis: pg.AxisItem | None = None, bottom_axis: pg.AxisItem | None = None
+) -> pg.PlotWidget:
+    """A plot in the panel's style: theme colours, grid, no menu, cached axes."""
+    axis_items = {"left": left_axis} if left_axis is not None else {}
+    if bottom_axis is not None:
+        axis_items["bottom"] = bottom_axis
     colours = plot_colors()  # the app's light or dark palette, read once: items are made once
-    widget = pg.PlotWidget(axisItems=axis_items, background=colours.background)
+    widget = pg.PlotWidget(axisItems=axis_items or None, background=colours.background)
     widget.setMinimumSize(160, 90)
     widget.showGrid(x=True, y=True, alpha=0.2)
     item = widget.getPlotItem()
@@ -214,6 +219,9 @@ def _plot_widget(left_axis: pg.AxisItem | None = None) -> pg.PlotWidget:
         axis.enableAutoSIPrefix(False)
     cache_axes(item)
     return widget
+
+
+_plot_widget = plot_widget
 
 
 def cache_axes(item: pg.PlotItem) -> None:

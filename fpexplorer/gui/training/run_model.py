@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fpexplorer.gui.training.quant_model import QuantHistory
 from fpexplorer.training.precision import find_precision_mode
 from fpexplorer.training.records import (
     EndRecord,
@@ -357,6 +358,7 @@ class RunModel:
         self.scalars = DecimatingSeries(SCALAR_FIELDS, scalar_capacity)
         self.grad_heat = HeatmapBuffer(heat_capacity)
         self.act_heat = HeatmapBuffer(heat_capacity)
+        self.quant = QuantHistory()  # the quantized linear layers (FP8/MX/NVFP4 modes)
         self.latest_step: StepRecord | None = None
         self.latest_stats: StatsSnapshot | None = None
         # Skips: the first MAX_SKIP_EVENTS are kept (a collapse usually starts there),
@@ -476,6 +478,8 @@ class RunModel:
                 self.grad_heat.add(record.step, stats.grad_hist)
             if stats.act_hist is not None:
                 self.act_heat.add(record.step, stats.act_hist)
+            if stats.quant:
+                self.quant.add(record.step, stats.quant)
 
     # ----- read-outs ------------------------------------------------------------------
 
@@ -513,4 +517,9 @@ class RunModel:
 
     def memory_nbytes(self) -> int:
         """Bytes held by this model's numpy buffers (for the bounded-memory check)."""
-        return self.scalars.nbytes + self.grad_heat._counts.nbytes + self.act_heat._counts.nbytes
+        return (
+            self.scalars.nbytes
+            + self.grad_heat._counts.nbytes
+            + self.act_heat._counts.nbytes
+            + self.quant.nbytes
+        )

@@ -26,7 +26,7 @@ steps, since any forward hook sends every module call through PyTorch's slower p
 - forward pre/post hooks on the model enter saved-tensor hooks that count the bytes autograd
   saves for backward (activations, and autocast's low-precision copies of the weights), and
   note the autocast dtype in use (the header's precision label when none is given).
-- optimizer step pre/post hooks. A skipped step is recognised from the scaler's own
+- an optimizer step pre-hook. A skipped step is recognised from the scaler's own
   found-inf state: a plain or foreach optimizer is not called at all when the scaler
   skips; a fused one (`AdamW(fused=True)`) is always called and skips inside its kernel,
   so the hook keeps the `found_inf` tensor GradScaler hands it and reads it with the step's
@@ -50,6 +50,7 @@ import math
 import os
 import time
 import warnings
+from collections import deque
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -87,6 +88,18 @@ from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record,
 from fpexplorer.training.runlog import RunWriter
 
 _AUTOCAST_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@dataclass(frozen=True, slots=True)
+class _CheapSignals:
+    """The signals of every step, on the host."""
+
+    loss: float
+    grad_norm: float
+    scale_after: float  # the scaler's scale after update(): the next step's
+    growth_tracker: float
+    found_inf: float  # > 0: the scaler found inf/NaN (a fused optimizer skipped inside)
+    grad_amax: float | None = None  # max |gradient| after unscaling (loss-scaled runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +171,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self.write_error: OSError | None = None
         self._started = time.perf_counter()
         self._last_step_time = self._started
-        self._recent_durations: list[float] = []
+        self._recent_durations: deque[float] = deque(maxlen=10)  # for steps_per_s
         first_param = next(model.parameters(), None)
         self.device = device or (
             first_param.device if first_param is not None else torch.device("cpu")
@@ -167,6 +180,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._param_layer: list[tuple[int, nn.Parameter]] = [
             (index, param) for index, layer in enumerate(self._layers) for param in layer.params
         ]
+        self._params = [param for _, param in self._param_layer]
         self._scale_used = self._current_scale_host()
         self._autocast_dtype: torch.dtype | None = None
         # Per statistics step:
@@ -213,9 +227,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return layers
 
     def _install_hooks(self) -> None:
-        """The optimizer hooks, for the whole run (they tell a skipped step)."""
+        """The optimizer hook, for the whole run (it tells a skipped step). One pre-hook
+        only: each hook costs a Python call on every step."""
         self._handles.append(self.optimizer.register_step_pre_hook(self._on_optimizer_step_start))
-        self._handles.append(self.optimizer.register_step_post_hook(self._on_optimizer_step_end))
 
     def _arm(self, collecting: bool) -> None:
         """Decide the next step: the module hooks are in place only while they have work
@@ -269,6 +283,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 backoff_factor=scaler.get_backoff_factor(),
                 growth_interval=scaler.get_growth_interval(),
             )
+        # A loss-scaling policy's own settings (training.scalers: hysteresis, minimum scale).
+        policy_settings = getattr(scaler, "header_settings", None)
+        if callable(policy_settings):
+            merged.update(policy_settings())
         merged.update(config)
         return HeaderRecord(
             config=merged,
@@ -411,9 +429,6 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 return torch.stack(flags).sum()
         return None
 
-    def _on_optimizer_step_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self._optimizer_stepped = True
-
     # -- per step ------------------------------------------------------------------------
 
     def _current_scale_host(self) -> float:
@@ -442,29 +457,38 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         self._write_header()
-        grads = [local_tensor(p.grad) for _, p in self._param_layer if p.grad is not None]
-        pack = HostPack(self.device)
-        pack.add("loss", loss.detach().reshape(()) if isinstance(loss, torch.Tensor) else loss)
-        norms: torch.Tensor | None = None
-        if grads and self._collecting:
-            norms = _tensor_norms(grads)
-            pack.add("grad_norm", torch.linalg.vector_norm(norms))
-        elif grads:
-            pack.add("grad_norm", _total_norm(grads))
-        else:
-            pack.add("grad_norm", 0.0)
-        pack.add("scale_after", self._scale_after_tensor())
-        pack.add("growth_tracker", self._growth_tracker_tensor())
-        pack.add("found_inf", self._found_inf if self._found_inf is not None else 0.0)
+        grads = [local_tensor(p.grad) for p in self._params if p.grad is not None]
+        # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
+        # under another loss scale needs (one fused pass, read with the other signals).
+        scaled = bool(grads) and self._scaler_enabled()
         plan: StatsPlan | None = None
         if self._collecting:
+            pack = HostPack(self.device)
+            pack.add("loss", loss.detach().reshape(()) if isinstance(loss, torch.Tensor) else loss)
+            norms = _tensor_norms(grads) if grads else None
+            pack.add("grad_norm", torch.linalg.vector_norm(norms) if norms is not None else 0.0)
+            pack.add("scale_after", self._scale_after_tensor())
+            pack.add("growth_tracker", self._growth_tracker_tensor())
+            pack.add("found_inf", self._found_inf if self._found_inf is not None else 0.0)
+            if scaled:
+                pack.add("grad_amax", _abs_max(grads))
             plan = self._queue_statistics(pack, norms, activations=True)
-        host = pack.fetch()  # the one host sync of the step
+            host = pack.fetch()  # the one host sync of the step
+            signals = _CheapSignals(
+                loss=host.scalar("loss"),
+                grad_norm=host.scalar("grad_norm"),
+                scale_after=host.scalar("scale_after"),
+                growth_tracker=host.scalar("growth_tracker"),
+                found_inf=host.scalar("found_inf"),
+                grad_amax=host.scalar("grad_amax") if scaled else None,
+            )
+        else:
+            signals = self._cheap_signals(loss, grads, amax=scaled)
         now = time.perf_counter()
-        self._recent_durations = [*self._recent_durations[-9:], now - self._last_step_time]
-        skipped = not self._optimizer_stepped or host.scalar("found_inf") > 0
-        loss_value = host.scalar("loss")
-        grad_norm = host.scalar("grad_norm")
+        durations = self._recent_durations
+        durations.append(now - self._last_step_time)
+        skipped = not self._optimizer_stepped or signals.found_inf > 0
+        loss_value, grad_norm = signals.loss, signals.grad_norm
         alarm = skipped or not (math.isfinite(loss_value) and math.isfinite(grad_norm))
         stats: records.StepStats | None = None
         if plan is not None:
@@ -480,21 +504,24 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             loss=loss_value,
             scale=self._scale_used,
             skipped=skipped,
-            growth_tracker=int(host.scalar("growth_tracker")),
+            growth_tracker=int(signals.growth_tracker),
             lr=float(self.optimizer.param_groups[0]["lr"]),
             grad_norm=grad_norm,
-            steps_per_s=len(self._recent_durations) / max(sum(self._recent_durations), 1e-9),
+            steps_per_s=len(durations) / max(sum(durations), 1e-9),
             time=now - self._started,
             stats=stats,
+            grad_amax=signals.grad_amax,
+            hysteresis=_hysteresis(self.scaler),
         )
         self._write(record)
         # The scale after update() is the scale the next step uses.
-        self._scale_used = host.scalar("scale_after")
-        self._act_segments = []
-        self._forward_finite = []
-        self._saved_bytes = {}
-        self._saved_seen = set()
-        self._old_params = None
+        self._scale_used = signals.scale_after
+        if self._collecting or stats is not None:
+            self._act_segments = []
+            self._forward_finite = []
+            self._saved_bytes = {}
+            self._saved_seen = set()
+            self._old_params = None
         self._optimizer_stepped = False
         self._found_inf = None
         # The cadence is charged from the end of one step() to the end of the next: this
@@ -505,6 +532,75 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self.step_index += 1
         self._arm(self.cadence.collect_next(self.step_index))
         return record
+
+    def _cheap_signals(
+        self, loss: torch.Tensor | float, grads: list[torch.Tensor], *, amax: bool
+    ) -> _CheapSignals:
+        """The signals of every step, read with as few operations as possible: one fused
+        norm kernel over the gradients and one host copy (on a CPU, a few `item()` reads,
+        which cost less than stacking the scalars first)."""
+        scaler = self._scaler_tensors
+        found = self._found_inf
+        parts: list[torch.Tensor] = []
+        if isinstance(loss, torch.Tensor):
+            parts.append(loss.detach().reshape(()))
+        if amax:
+            parts.append(_abs_max(grads))
+        norms: list[torch.Tensor] = []
+        if grads:
+            try:
+                norms = list(torch._foreach_norm(grads, 2, dtype=self._norm_dtype(grads)))
+            except RuntimeError:  # tensors on several devices
+                norms = [_total_norm(grads)]
+        if self.device.type == "cpu":
+            values = [part.item() for part in parts]
+            norm_values = torch.stack(norms).tolist() if len(norms) > 1 else [
+                n.item() for n in norms
+            ]  # fmt: skip
+            scale_after = scaler[0].item() if scaler else self._current_scale_host()
+            tracker = scaler[1].item() if scaler and scaler[1] is not None else 0.0
+            found_value = found.item() if found is not None else 0.0
+        else:
+            # One host copy for all of them: each item() would be a device sync.
+            device = self.device
+            queued = [*parts, *norms]
+            if scaler:
+                queued += [scaler[0], *(() if scaler[1] is None else (scaler[1],))]
+            if found is not None:
+                queued.append(found)
+            host = torch.stack(
+                [t.reshape(()).to(device=device, dtype=torch.float64) for t in queued]
+            ).tolist()
+            values, host = host[: len(parts)], host[len(parts) :]
+            norm_values, host = host[: len(norms)], host[len(norms) :]
+            scale_after = host.pop(0) if scaler else self._current_scale_host()
+            tracker = host.pop(0) if scaler and scaler[1] is not None else 0.0
+            found_value = host.pop(0) if found is not None else 0.0
+        loss_value = values[0] if isinstance(loss, torch.Tensor) else float(loss)
+        grad_amax = values[-1] if amax else None
+        grad_norm = math.hypot(*norm_values)  # scaled: no overflow of the squares
+        if not math.isfinite(grad_norm) and any(map(math.isnan, norm_values)):
+            grad_norm = math.nan  # hypot says inf when an inf is among NaNs; the norm, NaN
+        return _CheapSignals(loss_value, grad_norm, scale_after, tracker, found_value, grad_amax)
+
+    @property
+    def _scaler_tensors(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """The enabled GradScaler's scale and growth-tracker tensors (read without a sync
+        of their own), or None for no scaler, a disabled one or another kind."""
+        scaler = self.scaler
+        if isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled():
+            scale = getattr(scaler, "_scale", None)
+            tracker = getattr(scaler, "_growth_tracker", None)
+            if isinstance(scale, torch.Tensor):
+                return scale, tracker if isinstance(tracker, torch.Tensor) else None
+        return None
+
+    @staticmethod
+    def _norm_dtype(grads: list[torch.Tensor]) -> torch.dtype | None:
+        """16-bit gradients are summed in float32 (their own dtype would overflow)."""
+        if all(g.dtype in (torch.float16, torch.bfloat16) for g in grads):
+            return torch.float32
+        return None
 
     def _queue_statistics(
         self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool
@@ -734,6 +830,23 @@ def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     except RuntimeError:  # tensors on several devices
         total = torch.linalg.vector_norm(_tensor_norms(grads).cpu())
     return total
+
+
+def _abs_max(grads: Sequence[torch.Tensor]) -> torch.Tensor:
+    """max |g| over all gradients: one fused inf-norm kernel over the list where torch has
+    it (inf or NaN when a gradient holds them)."""
+    try:
+        norms = list(torch._foreach_norm(list(grads), math.inf))
+    except RuntimeError:  # tensors on several devices
+        norms = [torch.linalg.vector_norm(g, math.inf).cpu() for g in grads]
+    return torch.stack(norms).max()
+
+
+def _hysteresis(scaler: Any) -> int | None:
+    """A loss-scaling policy's hysteresis tracker (training.scalers), a host int; None for
+    scalers without hysteresis."""
+    tracker = getattr(scaler, "hysteresis_tracker", None)
+    return tracker if isinstance(tracker, int) else None
 
 
 def one_line_error(error: BaseException) -> str:

@@ -1,0 +1,279 @@
+"""The Low precision page: what its widgets say (labels, notes, hover read-outs, layer
+names), overlaid runs, and items made once."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fpexplorer.commands.screenshot import TRAINING_PAGES
+from fpexplorer.gui.training.quant_views import (
+    QuantPage,
+    hurts_most_text,
+    no_quant_note,
+    sqnr_text,
+)
+from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.synthetic import quant_layer_names, synthetic_records
+from fpexplorer.gui.training.view_model import OverlayRun, run_colour, share_text
+from fpexplorer.training.records import (
+    Histogram,
+    QuantTensorStats,
+    StepRecord,
+    StepStats,
+)
+
+
+def _model(steps: int = 120, **options: object) -> RunModel:
+    model = RunModel()
+    model.add_records(synthetic_records(steps, stats_every=1, **options))  # type: ignore[arg-type]
+    model.closed = True
+    return model
+
+
+def _overlay(*models: RunModel) -> list[OverlayRun]:
+    return [OverlayRun(i, model.label, run_colour(i), model) for i, model in enumerate(models)]
+
+
+@pytest.fixture
+def page(qtbot):  # type: ignore[no-untyped-def]
+    widget = QuantPage()
+    qtbot.addWidget(widget)
+    widget.resize(1400, 800)
+    widget.show()
+    return widget
+
+
+def _items(page: QuantPage) -> list[int]:
+    plots = (page.history_plot, page.flushed_map, page.saturated_map, page.sqnr_plot,
+             page.block_plot)  # fmt: skip
+    return [id(item) for view in plots for item in view.plot.getPlotItem().items]
+
+
+def test_a_run_without_quantized_layers_gets_the_note(page) -> None:  # type: ignore[no-untyped-def]
+    fp16 = _model(20, precision="fp16")
+    page.refresh(_overlay(fp16), [fp16], fp16)
+    assert page.stack.currentIndex() == 0
+    assert page.note is not None
+    assert page.note.startswith("This run (fp16) has no FP8/MX layers: choose precision")
+    assert "to see how each tensor fares" in page.note
+    assert no_quant_note([]).startswith("No run yet.")
+    assert no_quant_note([fp16, fp16]).startswith("None of the 2 runs shown has FP8/MX layers")
+
+
+def test_the_page_names_the_tensor_that_hurts_most_and_its_criterion(page) -> None:  # type: ignore[no-untyped-def]
+    model = _model(200, precision="fp8", quant="fp8-delayed", quant_layers=4)
+    page.refresh(_overlay(model), [model], model)
+    assert page.note is None
+    worst = model.quant.hurts_most("sqnr", over_run=True)
+    assert worst is not None
+    assert page.hurts_label.text() == (
+        f"Hurts most (lowest SQNR, over the run): {worst.layer} input, "
+        f"SQNR {sqnr_text(worst.value)} (step {worst.step})"
+    )
+    # Until a tensor is picked, the page shows the one that hurts most.
+    assert (page.layer, page.role) == (worst.layer, "input")
+    page.hurt_box.setCurrentIndex(3)  # largest saturated share, latest step
+    latest = model.quant.hurts_most("saturated")
+    assert page.hurts_label.text() == hurts_most_text(latest, "saturated", False)
+    assert hurts_most_text(None, "saturated", False) == (
+        "Hurts most (largest saturated share, latest step): no tensor saturated."
+    )
+    page.hurt_box.setCurrentIndex(2)  # ... over the run
+    saturated = model.quant.hurts_most("saturated", over_run=True)
+    assert saturated is not None
+    assert page.hurts_label.text().endswith(
+        f"{saturated.layer} input, {share_text(saturated.value)} saturated (step {saturated.step})"
+    )
+
+
+def test_hurts_most_text_reads_like_the_issue_example() -> None:
+    history_model = RunModel()
+    history_model.add_records(
+        [StepRecord(step=480, loss=1.0, scale=1.0, skipped=False, growth_tracker=0, lr=0.1,
+                    grad_norm=1.0, steps_per_s=1.0, time=0.0,
+                    stats=StepStats(quant=(QuantTensorStats(
+                        layer="2.wo", role="grad_output", format="float8_e5m2", amax=1.0,
+                        flushed=0.3125),)))]
+    )  # fmt: skip
+    worst = history_model.quant.hurts_most("flushed")
+    assert hurts_most_text(worst, "flushed", False) == (
+        "Hurts most (largest flushed share, latest step): 2.wo grad_output, 31.25% flushed "
+        "(step 480)"
+    )
+
+
+def test_heatmaps_name_the_layers_and_read_out_the_cell_under_the_cursor(page) -> None:  # type: ignore[no-untyped-def]
+    model = _model(200, precision="fp8", quant="fp8-delayed", quant_layers=4)
+    page.refresh(_overlay(model), [model], model)
+    page.choose(quant_layer_names(4)[0], "input")
+    heat = page.saturated_map
+    assert heat.layer_axis.names == list(quant_layer_names(4))
+    assert heat.layer_axis.tickStrings([0.0, 1.0, 2.5], 1.0, 1.0) == [
+        "blocks.0.attn.wqkv", "blocks.0.attn.wo", ""
+    ]  # fmt: skip
+    assert heat.image.image.shape == (4, 200)
+    assert heat.image.levels.tolist() == [0.0, 1.0]  # fixed, never auto
+    worst = model.quant.hurts_most("saturated", over_run=True)
+    assert worst is not None
+    row = quant_layer_names(4).index(worst.layer)
+    heat.hover.show_at(float(worst.step), float(row))
+    assert heat.hover.text == (
+        f"{worst.layer} input\nstep {worst.step}: {share_text(worst.value)} saturated"
+    )
+    page.flushed_map.hover.show_at(3.2, 0.4)  # the column of step 3, the first layer
+    flushed = model.quant.series(quant_layer_names(4)[0], "input", "flushed")[3]
+    assert page.flushed_map.hover.text == (
+        f"blocks.0.attn.wqkv input\nstep 3: {share_text(flushed)} flushed"
+    )
+    heat.hover.show_at(500.0, 0.0)  # beyond the last step: nothing
+    assert heat.hover.text is None
+
+
+def test_sqnr_bars_and_their_hover(page) -> None:  # type: ignore[no-untyped-def]
+    model = _model(60, precision="fp8", quant="fp8-current", quant_layers=3)
+    page.refresh(_overlay(model), [model], model)
+    page.choose(quant_layer_names(3)[1], "grad_output")
+    rows = model.quant.sqnr_by_layer("grad_output")
+    widths = page.sqnr_plot.bars.opts["width"]
+    assert list(widths) == [row.latest for row in rows]
+    page.sqnr_plot.hover.show_at(10.0, 1.1)
+    row = rows[1]
+    assert page.sqnr_plot.hover.text == (
+        f"{row.layer} grad_output\nstep 59: {sqnr_text(row.latest)}\n"
+        f"lowest: {sqnr_text(row.minimum)} (step {row.minimum_step})"
+    )
+
+
+def test_an_exact_tensor_gets_a_pale_bar_and_reads_exact(page) -> None:  # type: ignore[no-untyped-def]
+    model = RunModel()
+    model.add_records(
+        [StepRecord(step=0, loss=1.0, scale=1.0, skipped=False, growth_tracker=0, lr=0.1,
+                    grad_norm=1.0, steps_per_s=1.0, time=0.0, stats=StepStats(quant=(
+                        QuantTensorStats(layer="a", role="input", format="float8_e4m3fn",
+                                         amax=1.0, sqnr_db=20.0),
+                        QuantTensorStats(layer="b", role="input", format="float8_e4m3fn",
+                                         amax=1.0, sqnr_db=math.inf))))]
+    )  # fmt: skip
+    page.refresh(_overlay(model), [model], model)
+    assert list(page.sqnr_plot.bars.opts["width"]) == [20.0]
+    assert len(page.sqnr_plot.exact_bars.opts["width"]) == 1
+    page.sqnr_plot.hover.show_at(1.0, 1.0)
+    assert page.sqnr_plot.hover.text == (
+        "b input\nstep 0: exact (∞ dB)\nlowest: exact (∞ dB) (step 0)"
+    )
+
+
+def test_block_scales_of_an_mx_run_and_the_note_of_a_per_tensor_run(page) -> None:  # type: ignore[no-untyped-def]
+    mx = _model(20, precision="mxfp4", quant="mxfp4", quant_layers=2)
+    page.refresh(_overlay(mx), [mx], mx)
+    page.choose(quant_layer_names(2)[0], "weight")
+    latest = mx.quant.latest(quant_layer_names(2)[0], "weight")
+    assert latest is not None and latest.stats.scale_hist is not None
+    hist: Histogram = latest.stats.scale_hist
+    heights = page.block_plot.bars.opts["height"]
+    assert list(heights) == list(np.log10(1.0 + np.asarray(hist.counts, dtype=np.float64)))
+    assert page.block_plot.empty_note.text is None
+    top = hist.lo + len(hist.counts) - 1
+    page.block_plot.hover.show_at(top + 0.5, 0.0)
+    total = sum(hist.counts)
+    count = hist.counts[-1]
+    assert page.block_plot.hover.text == (
+        f"2^{top} ≤ block scale < 2^{top + 1}\n"
+        f"{count:,} of {total:,} blocks ({share_text(count / total)}) (step 19)"
+    )
+    # MX has no per-tensor scale: the history draws amax alone and says nothing is hidden.
+    scale_curve = page.history_plot.scale_curves.curves[0]
+    assert scale_curve.getData()[0] is None or len(scale_curve.getData()[0]) == 0
+
+    fp8 = _model(20, precision="fp8", quant="fp8-current", quant_layers=2)
+    page.refresh(_overlay(fp8), [fp8], fp8)
+    scale = fp8.quant.latest(page.layer, page.role).stats.scale  # type: ignore[union-attr]
+    note = page.block_plot.empty_note.text
+    assert note is not None and note.startswith("one scale per tensor (")
+    assert note.endswith("): no block scales")
+    assert scale is not None and f"2^{math.log2(scale):.2f}"[:5] in note
+
+
+def test_delayed_and_current_runs_side_by_side_in_their_colours(page) -> None:  # type: ignore[no-untyped-def]
+    delayed = _model(200, precision="fp8", quant="fp8-delayed", quant_layers=4)
+    current = _model(200, precision="fp8", quant="fp8-current", quant_layers=4)
+    fp16 = _model(200, precision="fp16")
+    overlay = _overlay(delayed, current, fp16)
+    page.refresh(overlay, [delayed, current, fp16], delayed)
+    layer = quant_layer_names(4)[2]
+    page.choose(layer, "input")
+    history = page.history_plot
+    # Two runs with quantized layers: two pairs of curves in the runs' colours, none for
+    # the fp16 run.
+    assert sorted(history.amax_curves.curves) == [0, 1]
+    for run in overlay[:2]:
+        amax_curve = history.amax_curves.curves[run.key]
+        assert amax_curve.opts["pen"].color().name() == run.colour.lower()
+        x, y = amax_curve.getData()
+        steps, log_amax = run.model.quant.log2_series(layer, "input", "amax")
+        assert list(x) == list(steps) and list(y) == list(log_amax)
+        # dashed: log2(448 / scale), the largest |x| the scale fits
+        _x, fits = history.scale_curves.curves[run.key].getData()
+        scale = run.model.quant.series(layer, "input", "scale")
+        assert np.allclose(fits, np.log2(448.0 / scale))
+    # Current scaling fits each step's amax; delayed lags it at the spike.
+    _x, current_fits = history.scale_curves.curves[1].getData()
+    _x, current_amax = history.amax_curves.curves[1].getData()
+    assert np.allclose(current_fits, current_amax)
+    history.hover.show_at(112.0)
+    text = history.hover.text
+    assert text is not None and text.startswith(f"step 112 · {layer} input\n")
+    assert text.count("amax") == 2 and text.count("scale") == 2
+
+
+def test_refresh_with_many_runs_creates_no_item_again(page) -> None:  # type: ignore[no-untyped-def]
+    models = [
+        _model(60, precision="fp8", quant="fp8-delayed", quant_layers=12, seed=seed)
+        for seed in range(6)
+    ]
+    overlay = _overlay(*models)
+    page.refresh(overlay, models, models[0])
+    before = _items(page)
+    for model in models:  # more steps arrive in every run
+        model.closed = False
+        model.add_records(
+            record for record in synthetic_records(80, stats_every=1, precision="fp8",
+                                                   quant="fp8-delayed", quant_layers=12)
+            if isinstance(record, StepRecord) and record.step >= 60
+        )  # fmt: skip
+    page.refresh(overlay, models, models[0])
+    page.refresh(overlay, models, models[1])
+    assert _items(page) == before
+    assert len(page.history_plot.amax_curves.curves) == 6
+    assert page.saturated_map.image.image.shape == (12, 80)
+
+
+def test_the_panel_has_both_pages_and_the_screenshot_names_them(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training.panel import PLOT_PAGES
+
+    assert tuple(PLOT_PAGES) == TRAINING_PAGES
+    titles = [panel.plot_tabs.tabText(i) for i in range(panel.plot_tabs.count())]
+    assert titles == ["Mixed precision", "Low precision"]
+    panel.load_run(make_run("fp16.jsonl", steps=30, precision="fp16", stats_every=1))
+    panel.show_plot_page("low")
+    assert panel.plot_tabs.currentWidget() is panel.quant_page
+    assert panel.quant_page.note is not None and "has no FP8/MX layers" in panel.quant_page.note
+    panel.load_run(
+        make_run("fp8.jsonl", steps=40, precision="fp8", quant="fp8-delayed", stats_every=1)
+    )
+    assert panel.quant_page.note is None
+    assert panel.quant_page.hurts_label.text().startswith("Hurts most (lowest SQNR")
+
+
+def test_screenshot_shows_the_low_precision_page(tmp_path: Path, make_run) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.cli import main
+
+    run = make_run("fp8.jsonl", steps=40, precision="fp8", quant="fp8-delayed", stats_every=1)
+    out = tmp_path / "low.png"
+    code = main(["screenshot", "--panel", "training", "--run", str(run), str(run),
+                 "--training-page", "low", "--size", "1024x640", "--out", str(out)])  # fmt: skip
+    assert code == 0 and out.stat().st_size > 0

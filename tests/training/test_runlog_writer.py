@@ -1,0 +1,206 @@
+"""RunWriter's fast path: the flat encoding of plain step records (equal to the codec's,
+for any field the contract adds) and the flush rules of batched plain steps (what reaches
+the file when, and what a killed writer can lose)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+import textwrap
+import time
+import typing
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fpexplorer.training import records
+from fpexplorer.training.records import (
+    EndRecord,
+    HeaderRecord,
+    Histogram,
+    StepRecord,
+    StepStats,
+    encode_line,
+)
+from fpexplorer.training.runlog import RunWriter, fast_encode_line, load_run
+
+ANY_FLOAT = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
+    [0.0, -0.0, 1e-310, 5e-324, 1.7976931348623157e308, 0.1, 65504.0, 2.0**-24]
+)
+
+
+@given(
+    step=st.integers(min_value=0, max_value=2**62),
+    loss=ANY_FLOAT,
+    scale=ANY_FLOAT,
+    skipped=st.booleans(),
+    tracker=st.integers(min_value=0, max_value=10**9),
+    lr=ANY_FLOAT,
+    norm=ANY_FLOAT,
+    rate=ANY_FLOAT,
+    clock=ANY_FLOAT,
+)
+def test_the_flat_encoding_of_a_step_equals_the_codec(
+    step: int,
+    loss: float,
+    scale: float,
+    skipped: bool,
+    tracker: int,
+    lr: float,
+    norm: float,
+    rate: float,
+    clock: float,
+) -> None:
+    record = StepRecord(step=step, loss=loss, scale=scale, skipped=skipped,
+                        growth_tracker=tracker, lr=lr, grad_norm=norm, steps_per_s=rate,
+                        time=clock)  # fmt: skip
+    assert fast_encode_line(record) == encode_line(record)
+
+
+def test_a_step_with_statistics_and_other_records_use_the_codec() -> None:
+    stats = StepStats(grad_hist=Histogram(lo=-3, counts=(1, 2)))
+    for record in (
+        StepRecord(step=1, loss=0.5, stats=stats),
+        HeaderRecord(config={"task": "t", "lr": math.inf}),
+        EndRecord(status="failed", error='bad "input"', steps=3, elapsed=0.25),
+    ):
+        assert fast_encode_line(record) == encode_line(record)
+
+
+def _extended_step_record() -> type:
+    """StepRecord with fields another feature might add: a float, an optional float left
+    out when None, an optional int written as null, a string."""
+    hints = typing.get_type_hints(StepRecord)
+    fields = [
+        (item.name, hints[item.name], dataclasses.field(default=item.default))
+        if item.default is not dataclasses.MISSING
+        else (item.name, hints[item.name])
+        for item in dataclasses.fields(StepRecord)
+    ]
+    return dataclasses.make_dataclass(
+        "StepRecord",
+        [
+            *fields,
+            ("amax_unscaled", float, dataclasses.field(default=math.nan)),
+            ("overflow_share", typing.Optional[float], dataclasses.field(default=None)),  # noqa: UP045
+            ("rank", typing.Optional[int], dataclasses.field(default=0)),  # noqa: UP045
+            ("note", str, dataclasses.field(default="")),
+            ("kind", ClassVar[str], "step"),
+        ],
+        bases=(records._Codable,),
+        frozen=True,
+        slots=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"amax_unscaled": math.inf, "overflow_share": 0.25, "rank": None, "note": 'a "b"\n\u00e9'},
+        {"overflow_share": math.nan, "rank": 3},
+    ],
+)
+def test_the_flat_encoding_follows_fields_the_contract_adds(extra: dict[str, object]) -> None:
+    extended = _extended_step_record()
+    record = extended(step=2, loss=1.5, **extra)
+    assert fast_encode_line(record) == encode_line(record)
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _plain(step: int) -> StepRecord:
+    return StepRecord(step=step, loss=1.0 / (step + 1), grad_norm=0.5)
+
+
+def test_plain_steps_are_held_and_any_other_record_writes_them(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    stats = StepStats(grad_hist=Histogram(lo=0, counts=(1,)))
+    with RunWriter(path, flush_interval=3600.0) as writer:
+        writer.write(HeaderRecord(config={"task": "t"}))
+        assert len(_lines(path)) == 1  # the header at once
+        writer.write(_plain(0))
+        writer.write(_plain(1))
+        assert len(_lines(path)) == 1  # plain steps are held...
+        writer.write(StepRecord(step=2, loss=1.0, stats=stats))
+        assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2]  # ...until this
+        writer.write(_plain(3))
+        writer.write(StepRecord(step=4, loss=1.0, skipped=True))  # a skip: at once
+        assert [line.get("step") for line in _lines(path)][-2:] == [3, 4]
+        writer.write(_plain(5))
+        writer.flush()
+        assert _lines(path)[-1]["step"] == 5
+        writer.write(_plain(6))
+    # close() writes what is held; the order is the order written.
+    assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2, 3, 4, 5, 6]
+    assert writer.records_written == 8
+
+
+def test_a_held_step_reaches_the_file_and_the_stream_with_no_further_write(
+    tmp_path: Path,
+) -> None:
+    """A loop that stalls after a plain step (an evaluation, a checkpoint) still shows it:
+    the writer's timer writes it once its window has passed."""
+    import io
+
+    path = tmp_path / "run.jsonl"
+    echo = io.StringIO()
+    with RunWriter(path, echo=echo, flush_interval=0.02) as writer:
+        writer.write(HeaderRecord(config={"task": "t"}))
+        writer.write(_plain(0))
+        deadline = time.monotonic() + 30  # a bound on a stuck test, not a speed check
+        while len(_lines(path)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [line.get("step") for line in _lines(path)] == [None, 0]
+        assert echo.getvalue().splitlines()[-1] == fast_encode_line(_plain(0))
+
+
+def test_flush_interval_zero_writes_every_record_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with RunWriter(path, flush_interval=0) as writer:
+        writer.write(HeaderRecord(config={"task": "t"}))
+        writer.write(_plain(0))
+        assert len(_lines(path)) == 2
+
+
+KILLED_WRITER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from fpexplorer.training.records import HeaderRecord, Histogram, StepRecord, StepStats
+    from fpexplorer.training.runlog import RunWriter
+
+    writer = RunWriter(sys.argv[1], flush_interval=float(sys.argv[2]))
+    writer.write(HeaderRecord(config={"task": "t"}))
+    for step in range(5):
+        writer.write(StepRecord(step=step, loss=1.0))
+    stats = StepStats(grad_hist=Histogram(lo=0, counts=(1,)))
+    writer.write(StepRecord(step=5, loss=1.0, stats=stats))
+    for step in range(6, 9):
+        writer.write(StepRecord(step=step, loss=1.0))
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+@pytest.mark.parametrize(("interval", "kept"), [(3600.0, 6), (0.0, 9)])
+def test_a_killed_writer_loses_at_most_the_held_plain_steps(
+    tmp_path: Path, interval: float, kept: int
+) -> None:
+    """Killed (SIGKILL: no close, no flush) after three plain steps: with a window longer
+    than the run, exactly those three are lost and every record before them is intact;
+    with no window, nothing is lost."""
+    path = tmp_path / "run.jsonl"
+    done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path), str(interval)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == -9, done.stderr
+    run = load_run(path)
+    assert run.problems == () and run.header is not None and run.end is None
+    assert [step.step for step in run.steps] == list(range(kept))
