@@ -34,6 +34,103 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ),
     )
     check.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    replay = verbs.add_parser(
+        "replay-scaler",
+        help="predict the loss scale and skipped steps of an FP16 run under another scaler "
+        "policy or other settings, from its logged gradient amax",
+        description="Without --scaler: the run's own policy and settings, the options given "
+        "changed. With --scaler: that policy's defaults, the options given changed.",
+    )
+    replay.add_argument("runs", nargs=1, metavar="RUN.jsonl")
+    _add_scaler_arguments(replay)
+
+
+# The TrainConfig fields that make a loss-scaling policy: replay-scaler takes them with the
+# flags, types, choices and help `fpexplorer train` has (declared once, in TrainConfig).
+SCALER_FIELDS = (
+    "scaler", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
+    "hysteresis", "min_scale", "consecutive_hysteresis",
+)  # fmt: skip
+
+
+def _add_scaler_arguments(parser: argparse.ArgumentParser) -> None:
+    from fpexplorer.training.config import option_flag, train_options
+
+    kinds: dict[str, type] = {"int": int, "float": float}
+    for name, spec, _default in train_options():
+        if name not in SCALER_FIELDS:
+            continue
+        if spec.kind == "flag":
+            parser.add_argument(option_flag(name), action="store_true", default=None,
+                                help=spec.help)  # fmt: skip
+            continue
+        extra: dict[str, object] = {"type": kinds[spec.kind]} if spec.kind in kinds else {}
+        if spec.kind == "choice":
+            extra["choices"] = [choice.name for choice in spec.choices]
+        parser.add_argument(
+            option_flag(name), dest=name, default=None, help=f"{spec.help} (default: the run's)",
+            **extra,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+
+def _replay_scaler(args: argparse.Namespace) -> int:
+    """Stream the run once: its header gives the logged settings, each step is replayed."""
+    import dataclasses
+
+    from fpexplorer.errors import UsageError
+    from fpexplorer.training.records import HeaderRecord, StepRecord
+    from fpexplorer.training.replay_scaler import ScalerReplay, format_replay
+    from fpexplorer.training.runlog import READ_CHUNK_BYTES, RecordStream
+    from fpexplorer.training.scaler_rules import (
+        resolve_settings,
+        settings_from_config,
+        settings_problems,
+    )
+
+    path = args.runs[0]
+    given = {name: getattr(args, name) for name in SCALER_FIELDS if name != "scaler"}
+    stream = RecordStream()
+    replay: ScalerReplay | None = None
+    logged = None
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(READ_CHUNK_BYTES)
+            records = stream.feed(chunk) if chunk else stream.finish()
+            for record in records:
+                if isinstance(record, HeaderRecord) and replay is None:
+                    logged = settings_from_config(record.config)
+                    if args.scaler is not None:
+                        settings = resolve_settings(args.scaler, **given)
+                    elif logged is not None:
+                        chosen = {k: v for k, v in given.items() if v is not None}
+                        settings = dataclasses.replace(logged, **chosen)
+                    else:
+                        raise UsageError(
+                            f"{path}: no dynamic loss scaler in this run "
+                            f"(precision {record.precision or '?'}): name one with --scaler"
+                        )
+                    problems = settings_problems(settings)
+                    if problems:
+                        raise UsageError("; ".join(problems.values()))
+                    replay = ScalerReplay(settings)
+                elif isinstance(record, StepRecord):
+                    if replay is None:
+                        raise UsageError(f"{path}: no header record before the steps")
+                    if record.grad_amax is None and replay.steps == 0:
+                        raise UsageError(
+                            f"{path}: its steps carry no gradient amax (a run without a loss "
+                            "scale, or from an older fpexplorer): nothing to replay from"
+                        )
+                    replay.add(record)
+            if not chunk:
+                break
+    if replay is None:
+        raise UsageError(f"{path}: no header record: not a run log")
+    print(f"{path}: {replay.steps} steps")
+    print(format_replay(replay, logged))
+    for problem in stream.problems:
+        print(f"  {problem}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
     for name in args.runs:
         if not Path(name).is_file():
             raise UsageError(f"no such run log: {name}")
+    if args.verb == "replay-scaler":
+        return _replay_scaler(args)
     if args.verb == "check":
         status = EXIT_OK
         for name in args.runs:

@@ -78,6 +78,17 @@ OPTIMIZER_CHOICES: tuple[Choice, ...] = (
     Choice("adam", "Adam (eps 1e-4 with FP16 weights: 1e-8 is zero there)"),
 )
 OPTIMIZERS: tuple[str, ...] = tuple(choice.name for choice in OPTIMIZER_CHOICES)
+FP8_SCALINGS: tuple[Choice, ...] = (
+    Choice("dynamic", "current scaling: each cast's scale from that tensor's own amax (torchao)"),
+    Choice("delayed", "delayed scaling (Transformer Engine): the scale from past steps' amaxes"),
+)
+AMAX_COMPUTES: tuple[Choice, ...] = (
+    Choice("max", "the largest amax in the history window (Transformer Engine's default)"),
+    Choice("most_recent", "the amax of the previous step alone"),
+)
+# Transformer Engine's DelayedScaling defaults: amax_history_len=1024,
+# amax_compute_algo="max", margin=0.
+DEFAULT_AMAX_HISTORY = 1024
 # Loss scales are float32 in the loop (GradScaler's scale tensor, the static scaler's
 # multiply): above float32's largest finite value a scale is inf and skips every step.
 FLOAT32_MAX = float.fromhex("0x1.fffffep127")  # 3.4028234663852886e38
@@ -223,6 +234,26 @@ class TrainConfig:
         None, title="Parallelism", kind="choice", choices=PARALLEL_CHOICES,
         help="how ranks share the model", none_means="ddp when there are several ranks",
     )  # fmt: skip
+    bf16_first_last: bool = _option(
+        False, title="BF16 first/last", kind="flag",
+        help="keep the first and the last linear layer in BF16 (fp8, MX and NVFP4 modes)",
+    )  # fmt: skip
+    fp8_scaling: str = _option(
+        "dynamic", title="FP8 scaling", kind="choice", choices=FP8_SCALINGS,
+        help="how the fp8 mode scales each tensor before the cast",
+    )  # fmt: skip
+    amax_history: int = _option(
+        DEFAULT_AMAX_HISTORY, title="Amax history", kind="int",
+        help="delayed scaling: how many past amaxes the scale is computed from",
+    )  # fmt: skip
+    amax_compute: str = _option(
+        "max", title="Amax compute", kind="choice", choices=AMAX_COMPUTES,
+        help="delayed scaling: the amax the scale is computed from",
+    )  # fmt: skip
+    margin: int = _option(
+        0, title="Scale margin", kind="int",
+        help="delayed scaling: the scale is divided by 2**margin (headroom for growth)",
+    )  # fmt: skip
     out: str | None = _option(
         None, title="Run log", kind="text", in_form=False,
         help="run log file (JSON Lines)",
@@ -269,6 +300,7 @@ class TrainConfig:
         elif self.loss_scale > FLOAT32_MAX:
             problems["loss_scale"] = _beyond_float32("the loss scale", self.loss_scale)
         problems.update(self._distributed_problems())
+        problems.update(self._low_precision_problems())
         if self.out is not None:
             if not self.out.strip():
                 problems["out"] = "the output file name is empty"
@@ -332,11 +364,54 @@ class TrainConfig:
                     f"--parallel fsdp cannot run {self.precision}: a fixed loss scale decides "
                     "each rank's skip alone on its shard; use fp16 (ShardedGradScaler) or bf16"
                 )
+            elif mode is not None and mode.quantized:
+                problems["parallel"] = (
+                    f"--parallel fsdp does not run the quantized mode {self.precision} yet: "
+                    "use --parallel ddp"
+                )
             elif self.scaler != "torch":
                 problems["parallel"] = (
                     f"--parallel fsdp runs torch's ShardedGradScaler: --scaler {self.scaler} "
                     "would decide each rank's skip alone on its shard"
                 )
+        return problems
+
+    def _low_precision_problems(self) -> dict[str, str]:
+        """The options of the fp8/MX/NVFP4 modes: valid, and given with a mode they fit."""
+        problems: dict[str, str] = {}
+        mode = find_precision_mode(self.precision)
+        if self.bf16_first_last and mode is not None and not mode.quantized:
+            problems["bf16_first_last"] = (
+                f"--bf16-first-last applies to the fp8, MX and NVFP4 modes, not {self.precision}"
+            )
+        scalings = [choice.name for choice in FP8_SCALINGS]
+        computes = [choice.name for choice in AMAX_COMPUTES]
+        if self.fp8_scaling not in scalings:
+            problems["fp8_scaling"] = (
+                f"unknown fp8 scaling {self.fp8_scaling!r}: use {' or '.join(scalings)}"
+            )
+        elif self.fp8_scaling == "delayed" and self.precision != "fp8":
+            problems["fp8_scaling"] = (
+                f"--fp8-scaling delayed keeps one scale per tensor: use it with --precision "
+                f"fp8, not {self.precision}"
+            )
+        if not _is_int(self.amax_history) or self.amax_history < 1:
+            problems["amax_history"] = "the amax history must be a whole number of at least 1"
+        if self.amax_compute not in computes:
+            problems["amax_compute"] = (
+                f"unknown amax compute {self.amax_compute!r}: use {' or '.join(computes)}"
+            )
+        if not _is_int(self.margin) or self.margin < 0:
+            problems["margin"] = "the scale margin must be a whole number of at least 0"
+        delayed_only = {
+            "amax_history": self.amax_history != DEFAULT_AMAX_HISTORY,
+            "amax_compute": self.amax_compute != "max",
+            "margin": self.margin != 0,
+        }
+        if self.fp8_scaling != "delayed":
+            for name, changed in delayed_only.items():
+                if changed and name not in problems:
+                    problems[name] = f"{option_flag(name)} applies to --fp8-scaling delayed only"
         return problems
 
     def _scaler_problems(self) -> dict[str, str]:

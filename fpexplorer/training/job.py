@@ -35,7 +35,7 @@ from fpexplorer.training.monitor import (
     one_line_error,
 )
 from fpexplorer.training.monitor.ranks import RankLogs, rank_log_path
-from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode
+from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode, precision_mode
 from fpexplorer.training.records import (
     SCHEMA_VERSION,
     DeviceInfo,
@@ -388,6 +388,13 @@ def run_job(
     rank = distributed.start_rank(config, device)
     if rank is not None:
         device = rank.device
+    mode = precision_mode(config.precision)
+    if mode.recipe is not None:
+        from fpexplorer.training.lowprec.recipes import recipe_problem
+
+        problem = recipe_problem(mode, config)
+        if problem:
+            raise JobSetupError(problem)
     if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         # The built-in tasks are made of small ops that threads do not speed up, and on a
         # shared or busy machine spinning worker threads slow every step down many times.
@@ -430,6 +437,7 @@ def run_job(
         torch.manual_seed(config.seed)
         task: Task = make_task(config.task, config.seed, config.batch_size, device, config.lr)
         model = task.model.to(device=device, dtype=plan.params_dtype)
+        recipe_config = _apply_recipe(model, mode, config, device, stderr)
         watched = model
         batches = task.batches
         fault = distributed.fault_from_env()
@@ -458,6 +466,7 @@ def run_job(
             "batch_size": task.batch_size or None,
             "optimizer": optimizer_name,
             "out": str(path),
+            **recipe_config,
         }
         if plan.scaler == "dynamic":
             # The scaler's settings as it runs them (the policy's defaults resolved): what
@@ -533,6 +542,27 @@ def run_job(
         channel.close()
         if rank is not None:
             distributed.end_rank()
+
+
+def _apply_recipe(
+    model: nn.Module, mode: PrecisionMode, config: TrainConfig, device: torch.device,
+    stderr: IO[str],
+) -> dict[str, Any]:  # fmt: skip
+    """Quantize the model's linear layers as the mode's recipe says (the same call on
+    every device); say in one line which layers run in low precision and which do not.
+    Returns what the header's config adds: the layers quantized and those kept, with why."""
+    if mode.recipe is None:
+        return {}
+    from fpexplorer.training.lowprec.recipes import apply_recipe, recipe_label
+
+    choice = apply_recipe(model, mode, config, device)
+    if choice is None:
+        return {}
+    print(f"fpexplorer train: {choice.describe(recipe_label(mode, config))}", file=stderr)
+    return {
+        "quantized_layers": list(choice.quantized),
+        "high_precision_layers": dict(choice.kept),
+    }
 
 
 class EmptyBatchesError(Exception):

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from fpexplorer.training.precision import find_precision_mode
+
 
 class MinimumScaleError(RuntimeError):
     """DeepSpeed ends the run when the scale must back off below its minimum
@@ -286,7 +288,10 @@ def resolve_settings(policy: str, **given: Any) -> ScalerSettings:
 def settings_from_config(config: dict[str, Any]) -> ScalerSettings | None:
     """The settings a run header's config records (the job writes them resolved; a user
     loop's monitor writes GradScaler's); None when the run had no dynamic scaler."""
-    if "init_scale" not in config or "growth_interval" not in config:
+    mode = find_precision_mode(str(config.get("precision", "")))
+    if mode is not None and mode.scaler != "dynamic":
+        return None
+    if config.get("init_scale") is None or config.get("growth_interval") is None:
         return None
     policy = str(config.get("scaler") or "torch")
     if policy not in _BY_NAME:

@@ -95,7 +95,9 @@ def test_every_precision_mode_runs_and_records_everything(tmp_path: Path, precis
     assert run.problems == () and run.status == "completed" and len(run.steps) == 3
     assert run.header is not None and run.header.precision == precision
     assert run.header.params == 4482 and run.header.device_type == "cpu"
-    expected_dtype = {"bf16": "bfloat16", "fp32": "float32"}.get(precision, "float16")
+    # The fp8 modes run BF16 autocast around their FP8 linears.
+    expected_dtype = {"bf16": "bfloat16", "fp32": "float32", "fp8": "bfloat16",
+                      "fp8-rowwise": "bfloat16"}.get(precision, "float16")  # fmt: skip
     for step in run.steps:
         assert step.act_hist is not None and step.act_hist.dtype == expected_dtype
         assert step.grad_hist is not None and step.grad_hist.total == 4482

@@ -45,6 +45,7 @@ through a 2**20-element buffer and the lost-update check keeps the old weights o
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import os
@@ -76,6 +77,7 @@ from fpexplorer.training.monitor.kernels import (
     segment_rows,
 )
 from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan, UpdateSample
+from fpexplorer.training.monitor.quant import QuantCollector
 from fpexplorer.training.monitor.ranks import (
     DISTRIBUTED_STATS_EVERY,
     RankContext,
@@ -201,6 +203,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._static_bytes: tuple[tuple[int, int], dict[str, int], dict[str, int]] | None = None
         self._header_config = (precision, dict(config or {}))
         self._header_written = False
+        # Quantized linears (fp8/MX/NVFP4) report their casts on statistics steps.
+        self._quant = QuantCollector(model)
         self._install_hooks()
         if precision is not None:
             self._write_header()
@@ -236,6 +240,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         (a statistics step, or a header that waits for the autocast dtype), because any
         forward hook sends every module call through PyTorch's slower hooked path."""
         self._collecting = collecting
+        self._quant.arm(collecting)
         wanted = collecting or not self._header_written
         if wanted and not self._module_handles:
             layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
@@ -493,6 +498,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         stats: records.StepStats | None = None
         if plan is not None:
             stats = plan.decode(host, skipped=skipped)
+            if self._quant.active:
+                stats = dataclasses.replace(stats, quant=self._quant.take())
         elif alarm and grads:
             # The step of a skip, an overflow or a NaN: its activation gradients are gone,
             # its parameter gradients are not (a second host copy, on such steps only).
@@ -777,6 +784,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             return
         self.closed = True
+        self._quant.arm(False)
         for handle in self._handles:
             handle.remove()
         self._remove_module_hooks()
