@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QGraphicsRectItem,
@@ -214,6 +214,22 @@ class ShareImage:
         return None
 
 
+def max_pooled(matrix: np.ndarray, factor: int) -> np.ndarray:
+    """`matrix` with each run of `factor` columns merged into one by its largest value
+    (NaN, not measured, left out; a group with no measurement stays NaN).
+
+    A heatmap with more steps than pixels would otherwise drop columns when drawn, and a
+    share that saturated on one step only would vanish from the picture."""
+    if factor <= 1 or matrix.shape[1] <= 1:
+        return matrix
+    rows, columns = matrix.shape
+    groups = -(-columns // factor)
+    padded = np.full((rows, groups * factor), np.nan)
+    padded[:, :columns] = matrix
+    pooled: np.ndarray = np.fmax.reduce(padded.reshape(rows, groups, factor), axis=2)
+    return pooled
+
+
 def share_image(history: QuantHistory, role: str, field: str) -> ShareImage:
     layers, matrix = history.share_matrix(role, "flushed" if field == "flushed" else "saturated")
     return ShareImage(layers, history.steps.copy(), matrix)
@@ -281,7 +297,7 @@ def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str
     if stats.scale_hist is not None and any(stats.scale_hist.counts):
         return None
     if stats.scale is not None:
-        return f"one scale per tensor ({power_text(stats.scale)}): no block scales"
+        return f"no block scales:\none scale per tensor,\n{power_text(stats.scale)}"
     return "no block scales recorded"
 
 
@@ -312,10 +328,18 @@ NOT_MEASURED_COLOUR = "#9a9a9a"  # cells without a measurement: grey, unlike a 0
 
 
 def share_colour_map() -> pg.ColorMap:
-    """Share 0 in the plot's background colour, then ever stronger colours (per theme)."""
+    """Share 0 near the plot's background colour, then ever stronger colours (per theme)."""
     colours = _SHARE_COLOURS_DARK if is_dark() else _SHARE_COLOURS_LIGHT
-    background = plot_colors().background.name()
-    return pg.ColorMap(list(SHARE_STOPS), [background, *colours])
+    # Share 0: the background tinted a little towards the text colour, so an all-zero
+    # map still shows where its cells are.
+    theme = plot_colors()
+    back, fore = theme.background, theme.foreground
+    zero = QColor(
+        round(0.9 * back.red() + 0.1 * fore.red()),
+        round(0.9 * back.green() + 0.1 * fore.green()),
+        round(0.9 * back.blue() + 0.1 * fore.blue()),
+    )
+    return pg.ColorMap(list(SHARE_STOPS), [zero.name(), *colours])
 
 
 class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
@@ -325,18 +349,35 @@ class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
     k-th is named (hover names any row)."""
 
     MAX_WIDTH = 150
+    MAX_SHARE = 0.5  # of the plot's width: the data keeps the rest
 
     def __init__(self, orientation: str = "left") -> None:
         super().__init__(orientation)
         self.names: list[str] = []
         self._metrics = QFontMetrics(QFont())
+        self._plot_width = 1000
+
+    @property
+    def text_width(self) -> int:
+        """The pixels a name may take (names longer are elided on the left)."""
+        widest = max((self._metrics.horizontalAdvance(name) for name in self.names), default=20)
+        room = max(int(self.MAX_SHARE * self._plot_width), 50)
+        return min(widest, self.MAX_WIDTH - 12, room)
 
     def set_names(self, names: Sequence[str]) -> None:
         if list(names) == self.names:
             return
         self.names = list(names)
-        widest = max((self._metrics.horizontalAdvance(name) for name in names), default=20)
-        self.setWidth(min(widest + 12, self.MAX_WIDTH))
+        self._fit()
+
+    def fit(self, plot_width: int) -> None:
+        """The plot is `plot_width` pixels wide now: the names take at most MAX_SHARE."""
+        if plot_width != self._plot_width:
+            self._plot_width = plot_width
+            self._fit()
+
+    def _fit(self) -> None:
+        self.setWidth(self.text_width + 12)
         self.picture = None
         self.update()
 
@@ -355,7 +396,7 @@ class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
         return [(1.0, [float(row) for row in range(first, last + 1, every)])]
 
     def tickStrings(self, values: Sequence[float], scale: float, spacing: float) -> list[str]:
-        width = self.MAX_WIDTH - 12
+        width = self.text_width
         out = []
         for value in values:
             row = round(value)
@@ -366,6 +407,21 @@ class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
                     self._metrics.elidedText(self.names[row], Qt.TextElideMode.ElideLeft, width)
                 )
         return out
+
+
+class BinadeAxis(PowerOfTwoAxis):
+    """A 2^k axis whose ticks stay at least MIN_TICK_PIXELS apart ("2^-24" labels are
+    wide: pyqtgraph's own spacing lets them run into each other on a narrow plot)."""
+
+    MIN_TICK_PIXELS = 48
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:
+        span = abs(maxVal - minVal)
+        if not (span > 0 and size > 0):
+            return [(1.0, 0.0)]
+        per_tick = span * self.MIN_TICK_PIXELS / size
+        major = next((n for n in (1, 2, 4, 8, 16, 32, 64) if n >= per_tick), 128)
+        return [(float(major), 0.0)]
 
 
 MIN_LEGEND_HEIGHT = 260  # pixels of plot below which the history plot shows no legend
@@ -392,9 +448,21 @@ class QuantHistoryPlot(QWidget):
         layout.addWidget(self.note)
         self._runs: Sequence[OverlayRun] = ()
         self._tensor = ("", "")
+        self._legend_wanted = False
 
     def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
         return history_hover_lines(self._runs, *self._tensor, step)
+
+    def _show_legend(self) -> None:
+        self.amax_curves.show_legend(
+            self._legend_wanted and self.plot.height() >= MIN_LEGEND_HEIGHT
+        )
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        # The plot was resized before this (its layout runs first): decide again whether
+        # the legend has room.
+        super().resizeEvent(event)
+        self._show_legend()
 
     def refresh(self, runs: Sequence[OverlayRun], layer: str, role: str) -> None:
         """Curves of `layer`'s `role` tensor for each run; the x range sets the page's
@@ -432,7 +500,8 @@ class QuantHistoryPlot(QWidget):
         self.scale_curves.drop_missing(keys)
         # Runs are told apart by a legend where the plot has the height for it; on a
         # small screen the run list (and the hover read-out) name the colours.
-        self.amax_curves.show_legend(len(drawn) > 1 and self.plot.height() >= MIN_LEGEND_HEIGHT)
+        self._legend_wanted = len(drawn) > 1
+        self._show_legend()
         if lows:
             self.range.show(0.0, extent, math.floor(min(lows)) - 1, math.ceil(max(highs)) + 1)
             self.empty_note.show(None)
@@ -476,11 +545,47 @@ class ShareHeatmap(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
         self.shown: ShareImage | None = None
+        self.pooling = 1  # steps merged into each drawn column (by their maximum)
         self._role = ""
         self._key: tuple[int, int, str] | None = None
+        view = self.plot.getPlotItem().getViewBox()
+        view.sigXRangeChanged.connect(self._on_view_changed)
+        view.sigResized.connect(self._on_view_changed)
 
     def _hover_text(self, step: float, row: float) -> list[HoverLine]:
         return heatmap_hover_lines(self.shown, self._role, self.field, step, row)
+
+    def _wanted_pooling(self) -> int:
+        image = self.shown
+        if image is None or not len(image.steps):
+            return 1
+        view = self.plot.getPlotItem().getViewBox()
+        (x_lo, x_hi), _y = view.viewRange()
+        visible = float(x_hi - x_lo) / image.per_column
+        pixels = max(float(view.width()), 1.0)
+        return max(math.ceil(visible / pixels), 1)
+
+    def _on_view_changed(self, *_args: object) -> None:
+        # Zoomed in or resized: as many steps per drawn column as the pixels require.
+        if self.shown is not None and self._wanted_pooling() != self.pooling:
+            self._draw_image()
+
+    def _draw_image(self) -> None:
+        image = self.shown
+        if image is None:
+            return
+        self.pooling = self._wanted_pooling()
+        pooled = max_pooled(image.matrix, self.pooling)
+        # NaN cells (not measured) are drawn transparent by pyqtgraph: the grey behind shows.
+        self.image.setImage(pooled.astype(np.float32), autoLevels=False, levels=(0.0, 1.0))
+        width = image.per_column * self.pooling * pooled.shape[1]
+        rect = QRectF(image.left, -0.5, width, len(image.layers))
+        self.image.setRect(rect)
+        self.not_measured.setRect(rect)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.layer_axis.fit(self.width())
 
     def refresh(self, model: RunModel | None, role: str) -> None:
         key = (id(model), model.revision if model is not None else -1, role)
@@ -499,12 +604,7 @@ class ShareHeatmap(QWidget):
         image = share_image(history, role, self.field)
         self.shown = image
         self.layer_axis.set_names(image.layers)
-        # NaN cells (not measured) are drawn transparent by pyqtgraph.
-        self.image.setImage(image.matrix.astype(np.float32), autoLevels=False, levels=(0.0, 1.0))
-        width = image.per_column * len(image.steps)
-        rect = QRectF(image.left, -0.5, width, len(image.layers))
-        self.image.setRect(rect)
-        self.not_measured.setRect(rect)
+        self._draw_image()
         self.range.show(None, None, -0.5, len(image.layers) - 0.5)
         measured = np.isfinite(image.matrix)
         if not measured.any():
@@ -535,9 +635,12 @@ class SqnrPlot(QWidget):
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
         self.legend_label = file_text_label(
-            "bar: latest statistics step; <span style='color:#D55E00'>|</span> lowest over "
-            "the run; pale bar: exact (∞ dB)",
+            "bar: latest step; <span style='color:#D55E00'>|</span>: lowest; pale: exact",
             word_wrap=False,
+        )
+        self.legend_label.setToolTip(
+            "Bar: the SQNR on the layer's latest statistics step. Orange tick: the lowest "
+            "over the run. Pale bar: quantized exactly (∞ dB), drawn to the plot's edge."
         )
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -549,6 +652,10 @@ class SqnrPlot(QWidget):
 
     def _hover_text(self, _x: float, row: float) -> list[HoverLine]:
         return sqnr_hover_lines(self._history, self._role, row)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.layer_axis.fit(self.width())
 
     def refresh(self, model: RunModel | None, role: str) -> None:
         key = (id(model), model.revision if model is not None else -1, role)
@@ -593,7 +700,7 @@ class BlockScalePlot(QWidget):
 
     def __init__(self) -> None:
         super().__init__()
-        self.plot = plot_widget(CountAxis("left"), PowerOfTwoAxis("bottom"))
+        self.plot = plot_widget(CountAxis("left"), BinadeAxis("bottom"))
         self.plot.setLabel("bottom", "block scale")
         self.plot.setLabel("left", "blocks")
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.9, brush="#4a7fb5", pen=None)
@@ -622,11 +729,6 @@ class BlockScalePlot(QWidget):
         counts = np.asarray(hist.counts, dtype=np.float64)
         x = np.arange(hist.lo, hist.lo + len(counts), dtype=np.float64) + 0.5
         self.bars.setOpts(x=x, height=np.log10(1.0 + counts), width=0.9)
-        # Ticks 2^k at least ~48 pixels apart: "2^-24" labels must not run into each other.
-        span = len(counts) + 2
-        per_tick = span * 48 / max(self.plot.width(), 1)
-        major = next((n for n in (1, 2, 4, 8, 16, 32) if n >= per_tick), 64)
-        self.plot.getPlotItem().getAxis("bottom").setTickSpacing(major, 1)
         self.plot.getPlotItem().setRange(
             xRange=(hist.lo - 1, hist.lo + len(counts) + 1),
             yRange=(0, max(float(np.log10(1.0 + counts.max())), 1.0) * 1.08),
@@ -646,12 +748,15 @@ EXPLAIN_HISTORY = (
 EXPLAIN_FLUSHED = (
     "Share of non-zero values flushed to zero, by layer and step (0..1).",
     "For the chosen tensor role. A value flushes when, after scaling, it lies below half of "
-    "the format's smallest subnormal. Blank: not measured on that step.",
+    "the format's smallest subnormal. Grey: not measured on that step. Where the steps "
+    "outnumber the pixels, a drawn column shows the largest share of its steps (zoom in, "
+    "or hover: the read-out gives each step's own share).",
 )
 EXPLAIN_SATURATED = (
     "Share of values clamped to the format's largest finite value, by layer and step.",
     "For the chosen tensor role (the view FP8 analyzers give). With delayed scaling a spike "
-    "saturates until the amax history catches up. Blank: not measured on that step.",
+    "saturates until the amax history catches up. Grey: not measured on that step. Where "
+    "the steps outnumber the pixels, a drawn column shows the largest share of its steps.",
 )
 EXPLAIN_SQNR = (
     "Quantization SQNR per layer: 10·log10(Σx² / Σ(x − q(x))²).",
@@ -728,7 +833,7 @@ class QuantPage(QWidget):
         rows = QSplitter(Qt.Orientation.Vertical)
         rows.setChildrenCollapsible(False)
         for names, stretches in (
-            (("history", "sqnr", "blocks"), (5, 3, 3)),
+            (("history", "sqnr", "blocks"), (4, 3, 2)),
             (("flushed", "saturated"), (1, 1)),
         ):
             row = QSplitter(Qt.Orientation.Horizontal)

@@ -13,7 +13,9 @@ from fpexplorer.commands.screenshot import TRAINING_PAGES
 from fpexplorer.gui.training.quant_views import (
     QuantPage,
     hurts_most_text,
+    max_pooled,
     no_quant_note,
+    power_text,
     sqnr_text,
 )
 from fpexplorer.gui.training.run_model import RunModel
@@ -193,9 +195,9 @@ def test_block_scales_of_an_mx_run_and_the_note_of_a_per_tensor_run(page) -> Non
     page.refresh(_overlay(fp8), [fp8], fp8)
     scale = fp8.quant.latest(page.layer, page.role).stats.scale  # type: ignore[union-attr]
     note = page.block_plot.empty_note.text
-    assert note is not None and note.startswith("one scale per tensor (")
-    assert note.endswith("): no block scales")
-    assert scale is not None and f"2^{math.log2(scale):.2f}"[:5] in note
+    assert scale is not None
+    assert note == f"no block scales:\none scale per tensor,\n{power_text(scale)}"
+    assert power_text(4.0) == "4 (2^2)" and power_text(6.0) == "6 (2^2.58…)"
 
 
 def test_delayed_and_current_runs_side_by_side_in_their_colours(page) -> None:  # type: ignore[no-untyped-def]
@@ -277,3 +279,28 @@ def test_screenshot_shows_the_low_precision_page(tmp_path: Path, make_run) -> No
     code = main(["screenshot", "--panel", "training", "--run", str(run), str(run),
                  "--training-page", "low", "--size", "1024x640", "--out", str(out)])  # fmt: skip
     assert code == 0 and out.stat().st_size > 0
+
+
+def test_max_pooling_keeps_a_one_step_spike_and_leaves_unmeasured_cells_out() -> None:
+    nan = math.nan
+    matrix = np.array([[0.0, 0.5, 0.0, 0.0, 0.1], [nan, nan, 0.2, nan, nan]])
+    pooled = max_pooled(matrix, 2)
+    assert pooled[0].tolist() == [0.5, 0.0, 0.1]
+    assert math.isnan(pooled[1, 0]) and pooled[1, 1] == 0.2 and math.isnan(pooled[1, 2])
+    assert max_pooled(matrix, 1) is matrix
+
+
+def test_a_heatmap_narrower_than_its_steps_draws_each_columns_maximum(page) -> None:  # type: ignore[no-untyped-def]
+    model = _model(500, precision="fp8", quant="fp8-delayed", quant_layers=4)
+    page.resize(700, 500)
+    page.refresh(_overlay(model), [model], model)
+    heat = page.saturated_map
+    assert heat.pooling > 1
+    drawn = heat.image.image
+    assert drawn.shape[1] == math.ceil(500 / heat.pooling)
+    # The one step that saturated most is still in the picture, at its full share.
+    _layers, saturated = model.quant.share_matrix("input", "saturated")
+    assert float(np.nanmax(drawn)) == pytest.approx(float(np.nanmax(saturated)), rel=1e-6)
+    # Zoomed in on 20 steps: every step gets its own column again.
+    heat.plot.getPlotItem().getViewBox().setXRange(100, 120, padding=0)
+    assert heat.pooling == 1 and heat.image.image.shape[1] == 500
