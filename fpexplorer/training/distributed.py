@@ -151,6 +151,7 @@ def launch(config: TrainConfig) -> int:
     """Run the job on several ranks through torch.distributed's elastic launcher. Exit
     status: 0 every rank completed or stopped, 1 a rank failed or was lost. Raises
     LaunchError for arguments that cannot start (the CLI's exit status 2)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -162,6 +163,8 @@ def launch(config: TrainConfig) -> int:
         path = launch_out_path(config)
     except OSError as error:
         raise LaunchError(f"cannot make the run directory: {error.strerror or error}") from None
+    if not path.parent.is_dir():
+        raise LaunchError(f"cannot write {path}: there is no folder {path.parent}")
     rank_argv = config.rank_config().replace(out=str(path)).to_argv(omit=LAUNCH_OPTIONS)
     command = [*self_command(), "train", *rank_argv]
     endpoint = config.rdzv_endpoint or "localhost:0"  # one node: a free port, as --standalone
@@ -190,7 +193,16 @@ def launch(config: TrainConfig) -> int:
                          for rank, failure in sorted(error.failures.items()))  # fmt: skip
         print(f"fpexplorer train: error: {lost} ({ranks}); run logs: {_logs_text(path)}",
               file=sys.stderr)  # fmt: skip
-        return 1
+        # Every rank refused to start (each said why, in one line): a usage error.
+        codes = {int(getattr(failure, "exitcode", 1)) for failure in error.failures.values()}
+        return 2 if codes == {2} else 1
+    except SignalException as error:
+        # Stopped (the panel's Stop, Ctrl-C): torchrun's agent has told every rank to stop
+        # (SIGTERM); each ended its log with its `end` record.
+        name = signal.Signals(error.sigval).name
+        print(f"fpexplorer train: stopped by {name} ({ranks}); run logs: {_logs_text(path)}",
+              file=sys.stderr)  # fmt: skip
+        return 0
     except RendezvousError as error:
         text = " ".join(str(error).split()) or type(error).__name__
         raise LaunchError(

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 from test_job import replay_grad_scaler
-from training_helpers import REPO
+from training_helpers import REPO, run_cli
 
 from fpexplorer.training.monitor.ranks import rank_log_path
+from fpexplorer.training.ranked import NoRunError, find_run
 from fpexplorer.training.records import Histogram, StepRecord
 from fpexplorer.training.runlog import Run, load_run
 
@@ -111,11 +112,30 @@ FP16_RUN = ("--precision", "fp16", "--steps", "5", "--stats-every", "1",
 
 @pytest.mark.slow
 def test_ddp_run_names_the_rank_and_layer_that_overflowed(tmp_path: Path) -> None:
-    out = tmp_path / "ddp.jsonl"
+    folder = tmp_path / "ddp"
+    folder.mkdir()
+    out = folder / "run.jsonl"
     done = train(tmp_path, *FP16_RUN, "--nproc-per-node", "2", "--out", str(out),
                  fault="nonfinite:1:2:2")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     check_overflow_run(out, parallel="ddp")
+
+    # `fpexplorer runs` reads the run directory: the merged summary, then the ranks'.
+    summary = run_cli("runs", "summarize", str(folder))
+    assert summary.returncode == 0, summary.stderr
+    text = summary.stdout
+    assert "overflow   started on: rank 1, layer 2 (1)" in text
+    assert "ended      rank 0 completed, rank 1 completed" in text
+    assert "scale mismatches 0   skip disagreements 0" in text
+    rows = [line.split() for line in text.splitlines() if ".rank-" in line]
+    assert [row[:3] for row in rows] == [["0", "completed", "5"], ["1", "completed", "5"]]
+    assert sum("<- slowest" in line for line in text.splitlines()) == 1
+    check = run_cli("runs", "check", str(out))  # the merged log stands for the run too
+    assert check.returncode == 0
+    assert check.stdout.count(", completed, ok") == 3
+    compare = run_cli("runs", "compare", str(rank_log_path(out, 1)))
+    names = [line.split("|")[1].strip() for line in compare.stdout.splitlines()[2:]]
+    assert names == ["run.jsonl", "run.rank-0.jsonl", "run.rank-1.jsonl"]
 
 
 @pytest.mark.slow
@@ -151,6 +171,10 @@ def test_a_killed_rank_ends_the_run_and_is_named(tmp_path: Path) -> None:
     assert merged.end is not None and merged.status == "failed"
     assert merged.end.error == "lost rank 1"
     assert [(r.rank, r.status) for r in merged.end.ranks] == [(0, "failed"), (1, "lost")]
+    check = run_cli("runs", "check", str(tmp_path))
+    assert check.returncode == 3  # rank 1's log has no end record
+    summary = run_cli("runs", "summarize", str(tmp_path))
+    assert "ended      rank 0 failed, rank 1 lost" in summary.stdout
 
 
 def _free_port() -> int:
@@ -240,3 +264,21 @@ def test_user_script_under_torchrun_and_a_rank_whose_log_cannot_be_written(
     assert merged.status == "completed" and len(merged.steps) == 3
     assert all(s.ranks is not None and len(s.ranks.losses) == 2 for s in merged.steps)
     assert load_run(rank_log_path(out, 0)).status == "completed"
+
+
+def test_find_run_takes_a_folder_the_merged_log_or_a_rank_log(tmp_path: Path) -> None:
+    for name in ("run.jsonl", "run.rank-0.jsonl", "run.rank-1.jsonl", "run.rank-10.jsonl"):
+        (tmp_path / name).write_text("")
+    expected = [tmp_path / f"run.rank-{rank}.jsonl" for rank in (0, 1, 10)]  # by rank
+    for given in (tmp_path, tmp_path / "run.jsonl", tmp_path / "run.rank-1.jsonl"):
+        files = find_run(given)
+        assert files.merged == tmp_path / "run.jsonl" and list(files.ranks) == expected
+    (tmp_path / "other.rank-0.jsonl").write_text("")
+    with pytest.raises(NoRunError, match="several runs"):
+        find_run(tmp_path)
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "a.jsonl").write_text("")
+    assert find_run(single) == find_run(single / "a.jsonl") and not find_run(single).ranked
+    with pytest.raises(NoRunError, match="no such run log"):
+        find_run(tmp_path / "missing.jsonl")
