@@ -55,6 +55,7 @@ from fpexplorer.gui.training.plots import (
 from fpexplorer.gui.training.quant_model import (
     CRITERIA,
     Criterion,
+    FloatArray,
     QuantHistory,
     Worst,
     layer_choices,
@@ -72,6 +73,7 @@ from fpexplorer.gui.training.view_model import (
     x_extent,
 )
 from fpexplorer.training.precision import PRECISION_MODES, find_precision_mode
+from fpexplorer.training.records import Histogram
 
 # ----- texts (Qt-free) -------------------------------------------------------------------
 
@@ -288,6 +290,15 @@ def block_scale_hover_lines(
     ]
 
 
+def block_counts_text(step: int, hist: Histogram) -> str:
+    """The line under the block scales: how many blocks, and any zero, inf or NaN scale
+    (a block of zeros, or a cast that went non-finite), which the bars cannot show."""
+    text = f"{hist.total:,} blocks on step {step}"
+    odd = [f"{count:,} {name}" for name, count in (("zero", hist.zero), ("inf", hist.inf),
+                                                  ("NaN", hist.nan)) if count]  # fmt: skip
+    return f"{text}; scales {', '.join(odd)}" if odd else text
+
+
 def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str | None:
     """Why the block-scale histogram is empty (None when it has bars)."""
     latest = history.latest(layer, role) if history is not None else None
@@ -301,18 +312,44 @@ def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str
     return "no block scales recorded"
 
 
+def scale_fits_log2(history: QuantHistory, layer: str, role: str) -> tuple[FloatArray, FloatArray]:
+    """(steps, log2(format max / scale)): the largest |x| a per-tensor scale lets through
+    unclipped, in amax's units, so that amax above it means saturation.
+
+    Only for tensors cast with a per-tensor scale alone (FP8 tensorwise, current or
+    delayed). A block-scaled tensor (MX, NVFP4, FP8 rowwise) is clipped per block: NVFP4's
+    per-tensor scale then only moves the block scales into E4M3's range, and max / scale
+    would be no limit of amax at all; those draw no dashed curve."""
+    latest = history.latest(layer, role)
+    empty = np.empty(0)
+    if latest is None or latest.stats.scale_hist is not None:
+        return empty, empty
+    try:
+        top = format_range(latest.stats.format).log2_max
+    except (KeyError, ValueError):  # a format this version does not know: no dashed curve
+        return empty, empty
+    steps, log_scale = history.log2_series(layer, role, "scale")
+    return steps, top - log_scale
+
+
 def history_note(runs: Sequence[OverlayRun], layer: str, role: str) -> str | None:
-    """What the amax/scale plot says under its curves: a block-only recipe has no
-    per-tensor scale; values that a log axis cannot show are counted."""
+    """What the amax/scale plot says under its curves: which runs' tensors are
+    block-scaled (no dashed curve), and how many amaxes a log axis cannot show."""
     notes = []
     for run in runs:
         history = run.model.quant
-        if not history.has(layer, role):
+        latest = history.latest(layer, role)
+        if latest is None:
             continue
+        parts = []
+        if latest.stats.scale_hist is not None:
+            parts.append("block scales, no dashed curve")
         amax = history.series(layer, role, "amax")
         hidden = int(np.count_nonzero(~(np.isfinite(amax) & (amax > 0))))
         if hidden:
-            notes.append(f"{elide(run.name, 24)}: {hidden} amax inf/NaN/0 not drawn")
+            parts.append(f"{hidden} amax inf/NaN/0 not drawn")
+        if parts:
+            notes.append(f"{elide(run.name, 24)}: {', '.join(parts)}")
     return "; ".join(notes) or None
 
 
@@ -480,17 +517,8 @@ class QuantHistoryPlot(QWidget):
                 scale_curve.setPen(pg.mkPen(run.colour, width=1.5, style=Qt.PenStyle.DashLine))
             steps, log_amax = history.log2_series(layer, role, "amax")
             amax_curve.setData(steps, log_amax)
-            scale_steps, log_scale = history.log2_series(layer, role, "scale")
-            latest = history.latest(layer, role)
-            log_fits = np.empty(0)
-            if latest is not None and len(log_scale):
-                try:
-                    top = format_range(latest.stats.format).log2_max
-                except (KeyError, ValueError):
-                    top = math.nan  # a format this version does not know: no dashed curve
-                if math.isfinite(top):
-                    log_fits = top - log_scale
-            scale_curve.setData(scale_steps[: len(log_fits)], log_fits)
+            scale_steps, log_fits = scale_fits_log2(history, layer, role)
+            scale_curve.setData(scale_steps, log_fits)
             for values in (log_amax, log_fits):
                 if len(values):
                     lows.append(float(values.min()))
@@ -707,9 +735,11 @@ class BlockScalePlot(QWidget):
         self.plot.addItem(self.bars)
         self.empty_note = EmptyNote(self.plot, height_fraction=0.5)
         self.hover = HoverReadout(self.plot, self._hover_text)
+        self.counts_label = file_text_label("", word_wrap=False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
+        layout.addWidget(self.counts_label)
         self._history: QuantHistory | None = None
         self._tensor = ("", "")
 
@@ -723,6 +753,7 @@ class BlockScalePlot(QWidget):
         self.empty_note.show(note)
         latest = history.latest(layer, role) if history is not None else None
         hist = latest.stats.scale_hist if latest is not None else None
+        self.counts_label.setText(block_counts_text(latest.step, hist) if latest and hist else "")
         if note is not None or hist is None:
             self.bars.setOpts(x=[], height=[])
             return

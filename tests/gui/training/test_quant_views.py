@@ -12,10 +12,13 @@ import pytest
 from fpexplorer.commands.screenshot import TRAINING_PAGES
 from fpexplorer.gui.training.quant_views import (
     QuantPage,
+    block_counts_text,
+    history_note,
     hurts_most_text,
     max_pooled,
     no_quant_note,
     power_text,
+    scale_fits_log2,
     sqnr_text,
 )
 from fpexplorer.gui.training.run_model import RunModel
@@ -179,6 +182,7 @@ def test_block_scales_of_an_mx_run_and_the_note_of_a_per_tensor_run(page) -> Non
     heights = page.block_plot.bars.opts["height"]
     assert list(heights) == list(np.log10(1.0 + np.asarray(hist.counts, dtype=np.float64)))
     assert page.block_plot.empty_note.text is None
+    assert page.block_plot.counts_label.text() == f"{sum(hist.counts):,} blocks on step 19"
     top = hist.lo + len(hist.counts) - 1
     page.block_plot.hover.show_at(top + 0.5, 0.0)
     total = sum(hist.counts)
@@ -304,3 +308,31 @@ def test_a_heatmap_narrower_than_its_steps_draws_each_columns_maximum(page) -> N
     # Zoomed in on 20 steps: every step gets its own column again.
     heat.plot.getPlotItem().getViewBox().setXRange(100, 120, padding=0)
     assert heat.pooling == 1 and heat.image.image.shape[1] == 500
+
+
+def test_an_nvfp4_tensor_draws_no_dashed_limit_and_says_why() -> None:
+    # NVFP4: blocks of 16 with E4M3 scales, plus a per-tensor scale 1 / s_global =
+    # 448 * 6 / amax that only moves the block scales into E4M3's range.
+    entry = QuantTensorStats(
+        layer="fc", role="input", format="float4_e2m1fn", amax=3.0, scale=2688.0 / 3.0,
+        scale_hist=Histogram(lo=0, counts=(5, 11), zero=2, nan=1),
+    )  # fmt: skip
+    fp8 = QuantTensorStats(layer="fc", role="input", format="float8_e4m3fn", amax=3.5,
+                           scale=128.0)  # fmt: skip
+    nvfp4, tensorwise = RunModel(), RunModel()
+    for model, item in ((nvfp4, entry), (tensorwise, fp8)):
+        model.add_records(
+            [StepRecord(step=4, loss=1.0, scale=1.0, skipped=False, growth_tracker=0, lr=0.1,
+                        grad_norm=1.0, steps_per_s=1.0, time=0.0,
+                        stats=StepStats(quant=(item,)))]
+        )  # fmt: skip
+    steps, fits = scale_fits_log2(nvfp4.quant, "fc", "input")
+    assert len(steps) == 0 and len(fits) == 0
+    steps, fits = scale_fits_log2(tensorwise.quant, "fc", "input")
+    assert list(steps) == [4.0] and list(fits) == [math.log2(448.0) - 7.0]  # 448 / 128 = 3.5
+    overlay = _overlay(nvfp4, tensorwise)
+    note = history_note(overlay, "fc", "input")
+    assert note is not None and note.endswith(": block scales, no dashed curve")
+    hist = entry.scale_hist
+    assert hist is not None
+    assert block_counts_text(4, hist) == "19 blocks on step 4; scales 2 zero, 1 NaN"
