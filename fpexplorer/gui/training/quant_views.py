@@ -77,28 +77,25 @@ from fpexplorer.training.records import Histogram
 
 # ----- texts (Qt-free) -------------------------------------------------------------------
 
-# The modes whose linear layers are quantized, named in the note of a run without them.
-_QUANTIZED_MODE_HINT = "fp8, fp8-rowwise, mxfp8, mxfp6, mxfp4 or nvfp4"
-
 ROLE_TITLES = {"input": "input", "weight": "weight", "grad_output": "output gradient"}
 
 
 def quantized_mode_names() -> list[str]:
     """The precision modes with quantized linear layers, from the precision table."""
-    return [mode.name for mode in PRECISION_MODES if getattr(mode, "quantized", False)]
+    return [mode.name for mode in PRECISION_MODES if mode.quantized]
 
 
 def no_quant_note(models: Sequence[RunModel]) -> str:
     """What the page says when none of the runs shown has quantized layers."""
     names = quantized_mode_names()
-    hint = ", ".join(names) if names else _QUANTIZED_MODE_HINT
+    hint = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
     if not models:
         return f"No run yet. Choose precision {hint} and start a job (or open a run file)."
     if len(models) == 1:
         model = models[0]
         precision = model.precision or "?"
         mode = find_precision_mode(precision)
-        quantized = mode is not None and getattr(mode, "quantized", False)
+        quantized = mode is not None and mode.quantized
         if quantized and not model.steps_seen:
             return f"Waiting for the first statistics step of this {precision} run…"
         if quantized:
@@ -332,6 +329,34 @@ def scale_fits_log2(history: QuantHistory, layer: str, role: str) -> tuple[Float
     return steps, top - log_scale
 
 
+FIT_MARGIN = 8  # binades beyond the amax curves that the view shows of the dashed ones
+
+
+def history_range(amax: Sequence[FloatArray], fits: Sequence[FloatArray]) -> tuple[int, int] | None:
+    """The log2 range the amax/scale plot shows: the amax curves whole, the dashed curves
+    up to FIT_MARGIN binades beyond them (whole binades at both ends).
+
+    A delayed scale's first step has no amax history and casts at scale 1, which puts its
+    dashed point 20-30 binades away; shown whole it would flatten every curve into a line.
+    The dashed curve leaves the view there instead (zoom out to follow it)."""
+    found = [values for values in amax if len(values)]
+    if not found:
+        found = [values for values in fits if len(values)]
+        if not found:
+            return None
+        return (
+            math.floor(min(float(v.min()) for v in found)),
+            math.ceil(max(float(v.max()) for v in found)),
+        )
+    lo = min(float(v.min()) for v in found)
+    hi = max(float(v.max()) for v in found)
+    for values in fits:
+        near = values[(values >= lo - FIT_MARGIN) & (values <= hi + FIT_MARGIN)]
+        if len(near):
+            lo, hi = min(lo, float(near.min())), max(hi, float(near.max()))
+    return math.floor(lo), math.ceil(hi)
+
+
 def history_note(runs: Sequence[OverlayRun], layer: str, role: str) -> str | None:
     """What the amax/scale plot says under its curves: which runs' tensors are
     block-scaled (no dashed curve), and how many amaxes a log axis cannot show."""
@@ -506,7 +531,7 @@ class QuantHistoryPlot(QWidget):
         other plots over steps (linked)."""
         self._runs, self._tensor = runs, (layer, role)
         extent = x_extent([run.model for run in runs])
-        lows, highs = [], []
+        amax_arrays, fit_arrays = [], []
         drawn = [run for run in runs if run.model.quant.has(layer, role)]
         for run in drawn:
             history = run.model.quant
@@ -519,10 +544,8 @@ class QuantHistoryPlot(QWidget):
             amax_curve.setData(steps, log_amax)
             scale_steps, log_fits = scale_fits_log2(history, layer, role)
             scale_curve.setData(scale_steps, log_fits)
-            for values in (log_amax, log_fits):
-                if len(values):
-                    lows.append(float(values.min()))
-                    highs.append(float(values.max()))
+            amax_arrays.append(log_amax)
+            fit_arrays.append(log_fits)
         keys = {run.key for run in drawn}
         self.amax_curves.drop_missing(keys)
         self.scale_curves.drop_missing(keys)
@@ -530,8 +553,9 @@ class QuantHistoryPlot(QWidget):
         # small screen the run list (and the hover read-out) name the colours.
         self._legend_wanted = len(drawn) > 1
         self._show_legend()
-        if lows:
-            self.range.show(0.0, extent, math.floor(min(lows)) - 1, math.ceil(max(highs)) + 1)
+        shown = history_range(amax_arrays, fit_arrays)
+        if shown is not None:
+            self.range.show(0.0, extent, shown[0] - 1, shown[1] + 1)
             self.empty_note.show(None)
         else:
             self.range.show(0.0, extent, -1.0, 1.0)
@@ -774,7 +798,9 @@ EXPLAIN_HISTORY = (
     "Current scaling sets the scale from this step's amax (solid and dashed meet); delayed "
     "scaling from earlier steps' amaxes, so after a spike the solid curve rises above the "
     "dashed one (saturation) and afterwards the scale stays too small for a while (more "
-    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale.",
+    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale. The view "
+    "shows the dashed curve up to 8 binades beyond the amax curves (a delayed scale's "
+    "first step, at scale 1, lies far off): zoom out to follow it.",
 )
 EXPLAIN_FLUSHED = (
     "Share of non-zero values flushed to zero, by layer and step (0..1).",
@@ -820,7 +846,7 @@ class QuantPage(QWidget):
         super().__init__()
         self.layer_box = QComboBox()
         self.layer_box.setToolTip("The layer whose amax, scale and block scales are shown")
-        self.layer_box.setMinimumContentsLength(12)
+        self.layer_box.setMinimumContentsLength(20)
         self.layer_box.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
