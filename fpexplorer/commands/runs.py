@@ -20,12 +20,12 @@ EXIT_INCOMPLETE = 3  # a log has no end record (the job was killed, or still run
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     summarize = verbs.add_parser("summarize", help="print a summary of each run")
-    summarize.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    summarize.add_argument("runs", nargs="+", metavar="RUN.jsonl|DIR")
     summarize.add_argument("--json", action="store_true", help="print the summaries as JSON")
     compare = verbs.add_parser(
         "compare", help="one Markdown table row per run (file, task): loss, zeros, skips, scale"
     )
-    compare.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    compare.add_argument("runs", nargs="+", metavar="RUN.jsonl|DIR")
     check = verbs.add_parser(
         "check",
         help=(
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             f"{EXIT_INCOMPLETE} when any lacks its end record (killed), else {EXIT_OK}"
         ),
     )
-    check.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    check.add_argument("runs", nargs="+", metavar="RUN.jsonl|DIR")
     replay = verbs.add_parser(
         "replay-scaler",
         help="predict the loss scale and skipped steps of an FP16 run under another scaler "
@@ -138,17 +138,24 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from fpexplorer.errors import UsageError
+    from fpexplorer.training.ranked import NoRunError, find_run, format_ranked, summarize_ranked
     from fpexplorer.training.runlog import encode_json_line
     from fpexplorer.training.summary import format_summary, format_table, summarize_file
 
-    for name in args.runs:
-        if not Path(name).is_file():
-            raise UsageError(f"no such run log: {name}")
     if args.verb == "replay-scaler":
+        for name in args.runs:
+            if not Path(name).is_file():
+                raise UsageError(f"no such run log: {name}")
         return _replay_scaler(args)
+    # A run of several ranks (a folder, its merged log or a rank's) stands for all its logs.
+    try:
+        runs = [find_run(name) for name in args.runs]
+    except NoRunError as error:
+        raise UsageError(str(error)) from None
+    names = [str(path) for run in runs for path in (run.merged, *run.ranks)]
     if args.verb == "check":
         status = EXIT_OK
-        for name in args.runs:
+        for name in names:
             summary = summarize_file(name)
             problems = summary.problems
             if problems:
@@ -166,10 +173,20 @@ def run(args: argparse.Namespace) -> int:
                 status = EXIT_INCOMPLETE
         return status
     if args.verb == "compare":
-        print(format_table([summarize_file(name) for name in args.runs]))
+        print(format_table([summarize_file(name) for name in names]))
         return 0
-    for index, name in enumerate(args.runs):
-        summary = summarize_file(name)  # one at a time: printed, then let go
+    for index, files in enumerate(runs):
+        if files.ranked:
+            ranked = summarize_ranked(files)
+            if args.json:
+                print(
+                    json.dumps(json.loads(encode_json_line(dataclasses.asdict(ranked))), indent=1)
+                )
+            else:
+                text = format_ranked(ranked, format_summary(ranked.merged))
+                print(("\n" if index else "") + text)
+            continue
+        summary = summarize_file(files.merged)  # one at a time: printed, then let go
         if args.json:
             print(json.dumps(json.loads(encode_json_line(dataclasses.asdict(summary))), indent=1))
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,6 +62,15 @@ TASKS: tuple[Choice, ...] = (
 TASK_NAMES: tuple[str, ...] = tuple(choice.name for choice in TASKS)
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+PARALLEL_CHOICES: tuple[Choice, ...] = (
+    Choice("ddp", "DistributedDataParallel: every rank holds the whole model"),
+    Choice("fsdp", "FSDP2 fully_shard: parameters, gradients and optimizer state sharded"),
+)
+PARALLEL_NAMES: tuple[str, ...] = tuple(choice.name for choice in PARALLEL_CHOICES)
+# The launch options: `fpexplorer train` with them launches torchrun, whose ranks run
+# `fpexplorer train` without them (TrainConfig.rank_config).
+LAUNCH_OPTIONS: tuple[str, ...] = ("nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_timeout")
+_ENDPOINT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
 # torch seeds are 64-bit; tasks derive further seeds from it (seed + 1), so int64's top.
 MAX_SEED = 2**63 - 1
 OPTIMIZER_CHOICES: tuple[Choice, ...] = (
@@ -201,6 +211,29 @@ class TrainConfig:
         1024.0, title="Fixed loss scale", kind="float",
         help="the fixed loss scale of fp16-static and pure-fp16",
     )  # fmt: skip
+    nproc_per_node: int = _option(
+        1, title="Ranks", kind="int",
+        help="processes (ranks) per node: more than 1 launches the job through torchrun "
+        "(gloo on CPU, nccl on CUDA; one GPU per rank)",
+    )  # fmt: skip
+    nnodes: int = _option(
+        1, title="Nodes", kind="int", in_form=False,
+        help="nodes (machines) of a multi-node job; each runs this same command",
+    )  # fmt: skip
+    rdzv_endpoint: str | None = _option(
+        None, title="Rendezvous endpoint", kind="text", in_form=False,
+        help="HOST:PORT where the nodes meet (torchrun's c10d rendezvous; the first node "
+        "that reaches it hosts it)",
+        none_means="a free port on this machine (one node only)",
+    )  # fmt: skip
+    rdzv_timeout: int = _option(
+        60, title="Rendezvous timeout", kind="int", in_form=False,
+        help="seconds to wait for every node to join before giving up",
+    )  # fmt: skip
+    parallel: str | None = _option(
+        None, title="Parallelism", kind="choice", choices=PARALLEL_CHOICES,
+        help="how ranks share the model", none_means="ddp when there are several ranks",
+    )  # fmt: skip
     bf16_first_last: bool = _option(
         False, title="BF16 first/last", kind="flag",
         help="keep the first and the last linear layer in BF16 (fp8, MX and NVFP4 modes)",
@@ -266,12 +299,81 @@ class TrainConfig:
             problems["loss_scale"] = "the loss scale must be a positive finite number"
         elif self.loss_scale > FLOAT32_MAX:
             problems["loss_scale"] = _beyond_float32("the loss scale", self.loss_scale)
+        problems.update(self._distributed_problems())
         problems.update(self._low_precision_problems())
         if self.out is not None:
             if not self.out.strip():
                 problems["out"] = "the output file name is empty"
             elif Path(self.out).is_dir():
                 problems["out"] = f"{self.out} is a folder, not a file"
+        return problems
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the launch options ask for (1: no launch)."""
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def launches(self) -> bool:
+        """Whether `fpexplorer train` launches torchrun (several ranks asked for)."""
+        return self.world_size > 1
+
+    def rank_config(self) -> TrainConfig:
+        """The configuration each rank runs: the launch options reset, the parallelism
+        (default ddp) kept."""
+        return self.replace(parallel=self.parallel or "ddp", nproc_per_node=1, nnodes=1,
+                            rdzv_endpoint=None, rdzv_timeout=60)  # fmt: skip
+
+    def _distributed_problems(self) -> dict[str, str]:
+        problems: dict[str, str] = {}
+        if not _is_int(self.nproc_per_node) or self.nproc_per_node < 1:
+            problems["nproc_per_node"] = "--nproc-per-node must be a whole number of at least 1"
+        if not _is_int(self.nnodes) or self.nnodes < 1:
+            problems["nnodes"] = "--nnodes must be a whole number of at least 1"
+        if not _is_int(self.rdzv_timeout) or self.rdzv_timeout < 1:
+            problems["rdzv_timeout"] = "--rdzv-timeout must be a whole number of seconds, >= 1"
+        if problems:
+            return problems
+        if self.parallel is not None and self.parallel not in PARALLEL_NAMES:
+            problems["parallel"] = f"unknown --parallel {self.parallel!r}: use ddp or fsdp"
+        elif self.parallel is not None and self.world_size < 2 and launched_world_size() < 2:
+            problems["parallel"] = (
+                f"--parallel {self.parallel} needs several ranks: add --nproc-per-node N (N > 1)"
+            )
+        if self.rdzv_endpoint is not None:
+            match = _ENDPOINT.match(self.rdzv_endpoint)
+            if match is None or not 1 <= int(match.group("port")) <= 65535:
+                problems["rdzv_endpoint"] = (
+                    f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT (port 1-65535)"
+                )
+            elif not self.launches:
+                problems["rdzv_endpoint"] = "--rdzv-endpoint needs --nproc-per-node or --nnodes > 1"
+        elif self.nnodes > 1:
+            problems["nnodes"] = "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (where nodes meet)"
+        if self.launches and launched_world_size() > 1:
+            problems["nproc_per_node"] = (
+                "this process is already a rank of a torchrun job: leave out --nproc-per-node "
+                "and --nnodes"
+            )
+        if self.parallel == "fsdp":
+            # Under FSDP each rank holds a shard of the gradients: only ShardedGradScaler
+            # agrees a skip across ranks (it all-reduces its found-inf flag).
+            mode = find_precision_mode(self.precision)
+            if mode is not None and mode.scaler == "static":
+                problems["parallel"] = (
+                    f"--parallel fsdp cannot run {self.precision}: a fixed loss scale decides "
+                    "each rank's skip alone on its shard; use fp16 (ShardedGradScaler) or bf16"
+                )
+            elif mode is not None and mode.quantized:
+                problems["parallel"] = (
+                    f"--parallel fsdp does not run the quantized mode {self.precision} yet: "
+                    "use --parallel ddp"
+                )
+            elif self.scaler != "torch":
+                problems["parallel"] = (
+                    f"--parallel fsdp runs torch's ShardedGradScaler: --scaler {self.scaler} "
+                    "would decide each rank's skip alone on its shard"
+                )
         return problems
 
     def _low_precision_problems(self) -> dict[str, str]:
@@ -359,11 +461,14 @@ class TrainConfig:
             consecutive_hysteresis=self.consecutive_hysteresis,
         )
 
-    def to_argv(self) -> list[str]:
+    def to_argv(self, omit: tuple[str, ...] = ()) -> list[str]:
         """The arguments after `fpexplorer train` that run this configuration (derived
-        from the fields' option declarations: flags, None left out, floats exact)."""
+        from the fields' option declarations: flags, None left out, floats exact), less
+        the fields named in `omit`."""
         argv: list[str] = []
         for name, spec, _default in train_options():
+            if name in omit:
+                continue
             value = getattr(self, name)
             if spec.kind == "flag":
                 argv += [option_flag(name)] if value else []
@@ -390,6 +495,12 @@ class TrainConfig:
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+
+def launched_world_size() -> int:
+    """The world size torchrun gave this process (its WORLD_SIZE), 1 when not launched."""
+    text = os.environ.get("WORLD_SIZE", "1")
+    return int(text) if text.isdigit() else 1
 
 
 def train_options() -> tuple[tuple[str, OptionSpec, Any], ...]:

@@ -149,6 +149,66 @@ PRECISION_MODES: tuple[PrecisionMode, ...] = (
         ),
         recipe="fp8-rowwise",
     ),
+    PrecisionMode(
+        name="mxfp8",
+        description="MXFP8 linears (emulated: E4M3 in blocks of 32 with an E8M0 scale)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "MXFP8 (OCP MX): each linear's input, weight and output gradient in E4M3, in\n"
+            "blocks of 32 along the matmul's reduction dimension, each block with its own\n"
+            "power-of-two (E8M0) scale. Emulated: quantize-dequantize, FP32 matmuls."
+        ),
+        recipe="block",
+        block_format="mxfp8_e4m3",
+    ),
+    PrecisionMode(
+        name="mxfp6",
+        description="MXFP6 linears (emulated: E2M3 in blocks of 32 with an E8M0 scale)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "MXFP6 (OCP MX): E2M3 elements (largest 7.5) in blocks of 32 along the reduction\n"
+            "dimension, one power-of-two (E8M0) scale per block. Emulated: quantize-\n"
+            "dequantize, FP32 matmuls."
+        ),
+        recipe="block",
+        block_format="mxfp6_e2m3",
+    ),
+    PrecisionMode(
+        name="mxfp4",
+        description="MXFP4 linears (emulated: E2M1 in blocks of 32 with an E8M0 scale)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "MXFP4 (OCP MX): E2M1 elements (0, 0.5, 1, 1.5, 2, 3, 4, 6) in blocks of 32, one\n"
+            "power-of-two (E8M0) scale per block: a block's small values flush to zero\n"
+            "next to its largest. Emulated: quantize-dequantize, FP32 matmuls."
+        ),
+        recipe="block",
+        block_format="mxfp4",
+    ),
+    PrecisionMode(
+        name="nvfp4",
+        description="NVFP4 linears (emulated: E2M1 in blocks of 16, E4M3 scales, a tensor scale)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "NVFP4: E2M1 elements in blocks of 16, each block's scale in E4M3 under one FP32\n"
+            "scale per tensor; output gradients rounded stochastically, as NVIDIA's recipe\n"
+            "does. Emulated: quantize-dequantize, FP32 matmuls."
+        ),
+        recipe="block",
+        block_format="nvfp4",
+    ),
 )
 PRECISION_NAMES: tuple[str, ...] = tuple(mode.name for mode in PRECISION_MODES)
 _BY_NAME = {mode.name: mode for mode in PRECISION_MODES}

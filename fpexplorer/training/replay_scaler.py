@@ -182,6 +182,7 @@ class EvidenceBuffer:
 
     def __init__(self, capacity: int = 1024) -> None:
         self.size = 0
+        self.with_amax = 0  # steps that carry a gradient amax
         self.steps: npt.NDArray[np.int64] = np.zeros(capacity, dtype=np.int64)
         self.scales: npt.NDArray[np.float64] = np.zeros(capacity)
         self.amax: npt.NDArray[np.float64] = np.zeros(capacity)
@@ -202,6 +203,7 @@ class EvidenceBuffer:
             self.amax = np.resize(self.amax, grown)
             self.flags = np.resize(self.flags, grown)
         index = self.size
+        self.with_amax += record.grad_amax is not None
         self.steps[index] = evidence.step
         self.scales[index] = evidence.scale
         self.amax[index] = evidence.amax

@@ -68,14 +68,14 @@ class ScalerSettings:
     def describe(self) -> str:
         """One line: the policy and the settings that make it, e.g. for a legend."""
         parts = [
-            f"init {self.init_scale:g}",
-            f"x{self.growth_factor:g} after {self.growth_interval}",
-            f"x{self.backoff_factor:g} on overflow",
+            f"init {exact_number(self.init_scale)}",
+            f"x{exact_number(self.growth_factor)} after {self.growth_interval}",
+            f"x{exact_number(self.backoff_factor)} on overflow",
         ]
         if self.hysteresis != 1:
             parts.append(f"hysteresis {self.hysteresis}")
         if self.min_scale is not None:
-            parts.append(f"min {self.min_scale:g}")
+            parts.append(f"min {exact_number(self.min_scale)}")
         if self.consecutive_hysteresis:
             parts.append("consecutive hysteresis")
         return f"{self.policy}: " + ", ".join(parts)
@@ -95,6 +95,16 @@ class ScalerState:
     scale: float
     growth_tracker: int = 0
     hysteresis: int = 1
+
+
+def exact_number(value: float) -> str:
+    """A setting as typed back exactly: whole numbers without a point, others as Python's
+    shortest round-tripping repr (never rounded for show)."""
+    if isinstance(value, int):
+        return str(value)
+    if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
+        return str(int(value))
+    return repr(value)
 
 
 def float32(value: float) -> float:

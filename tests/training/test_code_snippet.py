@@ -71,6 +71,8 @@ def test_code_view_pure_fp16_uses_the_jobs_loss_scale() -> None:
         ("fp8", {}, "Float8Linear"),
         ("fp8-rowwise", {}, "Float8Linear"),
         ("fp8", {"fp8_scaling": "delayed", "amax_history": 4}, "DelayedScalingLinear"),
+        ("mxfp8", {}, "BlockScaledLinear"),
+        ("nvfp4", {}, "BlockScaledLinear"),
     ],
 )
 @pytest.mark.parametrize("keep", [False, True])
@@ -91,8 +93,10 @@ def test_code_view_quantizes_the_linears_as_the_recipe_says(
     }  # fmt: skip
     exec(pytorch_code(config), namespace)
     kinds = [type(layer).__name__ for layer in namespace["model"][::2]]
-    # The first layer (8 inputs) never fits the kernels; the last stays BF16 when kept.
-    assert kinds == ["Linear", layer_class, layer_class, "Linear" if keep else layer_class]
+    # FP8: the first layer (8 inputs) never fits the kernels (blocks take any size); the
+    # last stays BF16 when kept, and so does the first.
+    first = layer_class if precision in ("mxfp8", "nvfp4") and not keep else "Linear"
+    assert kinds == [first, layer_class, layer_class, "Linear" if keep else layer_class]
     assert math.isfinite(float(namespace["loss"].detach()))
 
 

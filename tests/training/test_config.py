@@ -43,7 +43,8 @@ def test_defaults_are_valid_and_match_each_scaler_policy_defaults() -> None:
 
 def test_choices_have_descriptions() -> None:
     assert set(PRECISION_NAMES) == {
-        "fp32", "fp16", "fp16-static", "fp16-noscale", "bf16", "pure-fp16", "fp8", "fp8-rowwise"
+        "fp32", "fp16", "fp16-static", "fp16-noscale", "bf16", "pure-fp16", "fp8", "fp8-rowwise",
+        "mxfp8", "mxfp6", "mxfp4", "nvfp4",
     }  # fmt: skip
     assert {"mlp", "underflow", "overflow", "transformer"} <= set(TASK_NAMES)
     for name, description in (*PRECISIONS, *TASKS):

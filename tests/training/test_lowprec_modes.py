@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torchao.float8  # noqa: F401  (its ~3 s import paid at collection, not by one test)
 from training_helpers import run_cli
 
 from fpexplorer.training.config import TrainConfig
@@ -38,7 +39,7 @@ def _job(tmp_path: Path, **options: Any) -> tuple[Run, str]:
 
 
 def test_the_new_modes_are_quantized_ones() -> None:
-    assert {"fp8", "fp8-rowwise"} <= set(QUANTIZED_MODES)
+    assert set(QUANTIZED_MODES) == {"fp8", "fp8-rowwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4"}
     for name in QUANTIZED_MODES:
         mode = next(m for m in PRECISION_MODES if m.name == name)
         # The recipes: BF16 autocast around the quantized linears, FP32 master weights,
@@ -51,7 +52,11 @@ def test_the_new_modes_are_quantized_ones() -> None:
 @pytest.mark.parametrize(
     ("precision", "options"),
     [(name, {}) for name in QUANTIZED_MODES]
-    + [("fp8", {"fp8_scaling": "delayed", "amax_history": 4}), ("fp8", {"bf16_first_last": True})],
+    + [
+        ("fp8", {"fp8_scaling": "delayed", "amax_history": 4}),
+        ("fp8", {"bf16_first_last": True}),
+        ("mxfp4", {"bf16_first_last": True}),
+    ],
 )
 def test_each_mode_trains_and_records_its_casts(
     tmp_path: Path, precision: str, options: dict[str, Any]
@@ -82,8 +87,13 @@ def test_each_mode_trains_and_records_its_casts(
         for q in quant:
             assert q.amax > 0 and math.isfinite(q.amax)
             assert 0.0 <= q.saturated <= 1.0 and 0.0 <= q.flushed <= 1.0
-            assert q.sqnr_db > 5.0
-            if precision == "fp8-rowwise":
+            assert q.sqnr_db > (3.0 if "fp4" in precision else 10.0)
+            mode = next(m for m in PRECISION_MODES if m.name == precision)
+            if mode.recipe == "block":
+                # Block scales, and NVFP4's per-tensor scale on top.
+                assert q.format == mode.block_format and q.scale_hist is not None
+                assert (q.scale is not None) == (precision == "nvfp4")
+            elif precision == "fp8-rowwise":
                 assert q.scale is None and q.scale_hist is not None
             else:
                 assert q.scale is not None and q.scale > 0

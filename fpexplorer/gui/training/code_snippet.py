@@ -6,7 +6,8 @@ from the precision mode's row in `training.precision.PRECISION_MODES` (autocast 
 parameter dtype, scaler kind, the comment that explains the mode), not from its name: a new
 mode in the table gets its code here with no change. A low-precision mode's recipe adds the
 lines that quantize the linear layers: torchao's `convert_to_float8_training` with the
-recipe's config and filter (fp8, fp8-rowwise), or fpexplorer's delayed-scaling linears.
+recipe's config and filter (fp8, fp8-rowwise), or fpexplorer's delayed-scaling and
+block-scaled (MX, NVFP4) linears.
 """
 
 from __future__ import annotations
@@ -127,6 +128,15 @@ def _delayed_setup(config: TrainConfig) -> str:
     )
 
 
+def _block_setup(config: TrainConfig, block_format: str) -> str:
+    return (
+        "\n# fpexplorer's emulated block-scaled linears (no PyTorch kernel trains in this\n"
+        "# format on every device): input, weight and output gradient quantized per block.\n"
+        "from fpexplorer.training.lowprec.block_linear import swap_linears\n\n"
+        f"swap_linears(model, {block_format!r}, keep_first_last={config.bf16_first_last!r})\n"
+    )
+
+
 _DELAYED_NOTE = (
     "FP8 with delayed scaling: each tensor is cast with the scale its amax history gave\n"
     "(fp8_max / amax / 2**margin), then its amax joins the history. A tensor that jumps\n"
@@ -142,6 +152,8 @@ def _recipe_setup(config: TrainConfig, mode: PrecisionMode) -> str:
         return _torchao_setup(config, "tensorwise")
     if mode.recipe == "fp8-rowwise":
         return _torchao_setup(config, "rowwise")
+    if mode.recipe == "block" and mode.block_format is not None:
+        return _block_setup(config, mode.block_format)
     return ""
 
 

@@ -52,6 +52,7 @@ from fpexplorer.gui.training.plots import (
 from fpexplorer.gui.training.quant_views import QuantPage
 from fpexplorer.gui.training.replay import RunFileReplay
 from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.scaler_whatif import ScalerWhatIf
 from fpexplorer.gui.training.view_model import (
     RunEntry,
     RunList,
@@ -252,6 +253,9 @@ class TrainingPanel(QWidget):
         self.left_tabs.setMinimumWidth(220)
         self.left_tabs.addTab(job_tab, "Job")
         self.left_tabs.addTab(code_tab, "PyTorch code")
+        self.whatif = ScalerWhatIf()
+        self.whatif.changed.connect(self._on_whatif_changed)
+        self.left_tabs.addTab(self.whatif, "What-if")
         self.code_tab = code_tab
 
         # ----- right: the plots ---------------------------------------------------------
@@ -699,6 +703,9 @@ class TrainingPanel(QWidget):
             else:
                 self.refresh(readouts=False)
 
+    def _on_whatif_changed(self) -> None:
+        self.refresh(readouts=False)
+
     def refresh(self, readouts: bool = True) -> None:
         """Redraw the views from the models (the timer calls this when something moved).
 
@@ -711,6 +718,8 @@ class TrainingPanel(QWidget):
         shown = state.shown_models()
         current = state.current.model if state.current is not None else None
         self.loss_plot.refresh(overlay, shown)
+        self.whatif.refresh(current)
+        self.scale_plot.show_prediction(*self.whatif.model.curve())
         self.scale_plot.refresh(overlay, shown)
         self.hist_plot.refresh(current)
         if self.plot_tabs.currentWidget() is self.quant_page:  # a hidden page waits

@@ -40,6 +40,7 @@ from fpexplorer.training.records import (
     decode_float,
     from_schema1_dict,
 )
+from fpexplorer.training.replay_scaler import EvidenceBuffer
 
 # The binade axis of the heatmap: fixed, so the image never reshapes. It covers FP32's
 # subnormals (2**-149) up to FP32's largest binade (2**127).
@@ -369,6 +370,8 @@ class RunModel:
         self.first_nonfinite_step: int | None = None  # inf/NaN gradients, named or not
         self.first_nan_loss_step: int | None = None  # the first inf/NaN loss
         self.steps_seen = 0
+        # Every step's overflow evidence, 26 bytes a step: what a loss-scale replay needs.
+        self.scaler_evidence = EvidenceBuffer()
         self.problems: list[str] = []
         self.source: str | None = None
         # Set by whoever shows several runs together: what tells this run from the others.
@@ -444,6 +447,7 @@ class RunModel:
 
     def _add_step(self, record: StepRecord) -> None:
         self.steps_seen += 1
+        self.scaler_evidence.add(record)  # for the loss-scale what-if (scaler_whatif)
         self.scalars.append(record.step, (float(getattr(record, name)) for name in SCALAR_FIELDS))
         stats = record.stats
         first_nonfinite = stats.first_nonfinite if stats is not None else None

@@ -188,20 +188,23 @@ def swap_linears(
     Parameters (and so the state_dict's names) stay the same objects. Only modules whose
     type is exactly `nn.Linear` are swapped: subclasses may not call their own forward
     (`nn.MultiheadAttention` reads its `out_proj`'s weight directly). `keep_first_last`
-    leaves the first and last of them, in definition order (the forward order of
-    sequential models and of most others), unswapped, so they compute in the job's own
-    precision (BF16 in the recipes); `keep` names more layers to leave.
+    leaves the first and the last linear layer (subclasses included, in definition order:
+    the forward order of sequential models and of most others) as they are, so they
+    compute in the job's own precision (BF16 in the recipes); `keep` names more modules to
+    leave (a name that is no module of the model is an error).
     """
     fmt = get_block_format(block)
-    candidates = [name for name, module in model.named_modules() if type(module) is nn.Linear]
-    if "" in candidates:
+    modules = dict(model.named_modules())
+    if type(model) is nn.Linear:
         raise ValueError("the model is itself one nn.Linear: wrap it in a module to swap it")
-    unknown = sorted(set(keep) - set(candidates))
+    unknown = sorted(set(keep) - modules.keys())
     if unknown:
-        raise ValueError(f"no nn.Linear named {', '.join(map(repr, unknown))} in the model")
+        raise ValueError(f"no module named {', '.join(map(repr, unknown))} in the model")
+    linears = [name for name, module in modules.items() if isinstance(module, nn.Linear)]
     kept = set(keep)
-    if keep_first_last and candidates:
-        kept |= {candidates[0], candidates[-1]}
+    if keep_first_last and linears:
+        kept |= {linears[0], linears[-1]}
+    candidates = [name for name in linears if type(modules[name]) is nn.Linear]
     swapped = []
     for name in candidates:
         if name in kept:

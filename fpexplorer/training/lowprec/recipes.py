@@ -53,7 +53,7 @@ def recipe_label(mode: PrecisionMode, config: TrainConfig) -> str:
         return f"FP8 (E4M3/E5M2, per-tensor {scaling} scaling)"
     if mode.recipe == "fp8-rowwise":
         return "FP8 (E4M3, rowwise scaling)"
-    return mode.block_format or mode.name
+    return f"{mode.block_format or mode.name} (emulated)"
 
 
 def apply_recipe(
@@ -68,4 +68,21 @@ def apply_recipe(
         return convert_torchao_fp8(model, "tensorwise", device, keep_first_last=keep)
     if mode.recipe == "fp8-rowwise":
         return convert_torchao_fp8(model, "rowwise", device, keep_first_last=keep)
+    if mode.recipe == "block" and mode.block_format is not None:
+        return convert_block(model, mode.block_format, keep_first_last=keep)
     return None
+
+
+def convert_block(model: nn.Module, block_format: str, *, keep_first_last: bool) -> LinearChoice:
+    """Swap the model's linears (in place) for the emulated block-scaled linears. Blocks
+    take any size (a short last block), so only --bf16-first-last keeps layers back."""
+    from fpexplorer.training.lowprec.block_linear import swap_linears
+
+    swapped = swap_linears(model, block_format, keep_first_last=keep_first_last)
+    done = set(swapped)
+    kept = tuple(
+        (name, "first/last layer, --bf16-first-last")
+        for name, module in model.named_modules()
+        if type(module) is nn.Linear and name not in done
+    )
+    return LinearChoice(tuple(swapped), kept)

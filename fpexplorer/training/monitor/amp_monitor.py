@@ -78,6 +78,13 @@ from fpexplorer.training.monitor.kernels import (
 )
 from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan, UpdateSample
 from fpexplorer.training.monitor.quant import QuantCollector
+from fpexplorer.training.monitor.ranks import (
+    DISTRIBUTED_STATS_EVERY,
+    RankContext,
+    RankLogs,
+    is_sharded,
+    local_tensor,
+)
 from fpexplorer.training.monitor.thresholds import DEFAULT_FORMATS, format_ranges
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RunWriter
@@ -132,7 +139,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         scaler: Any = None,
         *,
         out: str | os.PathLike[str] | None = None,
-        writer: RunWriter | None = None,
+        writer: RunWriter | RankLogs | None = None,
         stats_every: int | None = None,
         stats_budget: float | None = None,
         formats: Sequence[str] = DEFAULT_FORMATS,
@@ -142,12 +149,20 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         echo: IO[str] | None = None,
         device: torch.device | None = None,
     ) -> None:
+        ranks = RankContext.current() if writer is None else None
+        if ranks is not None and stats_every is None:
+            # A time budget is measured per rank; the ranks must agree on their exchanges.
+            stats_every, stats_budget = DISTRIBUTED_STATS_EVERY, None
         self.cadence = StatsCadence(stats_every, stats_budget)
         self.formats = format_ranges(formats)  # raises ValueError for an unknown format
         if writer is None:
             if out is None:
                 raise ValueError("AmpMonitor needs out= (a run-log path) or writer=")
-            writer = RunWriter(out, echo=echo)
+            if ranks is None:
+                writer = RunWriter(out, echo=echo)
+            else:  # one log per rank, and the merged log on rank 0 (see `ranks`)
+                replicas = 1 if is_sharded(model) else ranks.world_size
+                writer = RankLogs(out, ranks, stats_every=stats_every or 0, replicas=replicas)
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
@@ -389,7 +404,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._found_inf = self._scaler_found_inf(optimizer, kwargs)
         if not self._collecting:
             return
-        params = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
+        params = [
+            local_tensor(p).detach().reshape(-1) for _, p in self._param_layer if p.grad is not None
+        ]
         if params:
             # The weights before the update, all of them or a fixed sample of 2**20: never a
             # parameter-sized copy on a large model.
@@ -445,7 +462,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         self._write_header()
-        grads = [p.grad for p in self._params if p.grad is not None]
+        grads = [local_tensor(p.grad) for p in self._params if p.grad is not None]
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
         # under another loss scale needs (one fused pass, read with the other signals).
         scaled = bool(grads) and self._scaler_enabled()
@@ -596,7 +613,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool
     ) -> StatsPlan:
         """Queue every statistic as device tensors in `pack`; returns how to read them."""
-        param_grads = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
+        param_grads = [
+            (layer, local_tensor(p.grad)) for layer, p in self._param_layer if p.grad is not None
+        ]
         act_segments = count_deferred_zeros(self._act_segments) if activations else []
         groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
@@ -710,7 +729,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         as an FP16 weight would be updated; FP32 arithmetic and conversions only (FP16
         arithmetic and comparisons are slow on CPUs)."""
         old, sample = self._old_params, self._update_sample
-        params = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
+        params = [
+            local_tensor(p).detach().reshape(-1) for _, p in self._param_layer if p.grad is not None
+        ]
         numels = tuple(p.numel() for p in params)
         if old is None or sample is None or sample.numels != numels:
             return None
@@ -738,7 +759,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         ]
         key = (len(self._param_layer), len(state_tensors))
         if self._static_bytes is None or self._static_bytes[0] != key:
-            params = bytes_by_dtype(p for _, p in self._param_layer)
+            params = bytes_by_dtype(local_tensor(p) for _, p in self._param_layer)
             self._static_bytes = (key, params, bytes_by_dtype(state_tensors))
         _, params, optimizer = self._static_bytes
         peak = (
@@ -748,7 +769,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         return Memory(
             params=params,
-            grads=bytes_by_dtype(p.grad for _, p in self._param_layer if p.grad is not None),
+            grads=bytes_by_dtype(
+                local_tensor(p.grad) for _, p in self._param_layer if p.grad is not None
+            ),
             optimizer=optimizer,
             activations=dict(self._saved_bytes),
             peak_device=peak,
