@@ -206,3 +206,15 @@ def test_cli_replay_scaler(runs: dict[str, Run], tmp_path: Path) -> None:
             stderr=io.StringIO(), handle_signals=False)  # fmt: skip
     refused = run_cli("runs", "replay-scaler", str(bf16))
     assert refused.returncode == 2 and "no dynamic loss scaler" in refused.stderr
+
+
+@pytest.mark.parametrize("copy_limit", [2**20, 0])  # one concatenation; one pass per tensor
+def test_the_monitors_gradient_amax(copy_limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fpexplorer.training.monitor import amp_monitor
+
+    monkeypatch.setattr(amp_monitor, "_ABS_MAX_COPY", copy_limit)
+    grads = [torch.tensor([1.0, -3.5]), torch.tensor([[2.0], [-0.5]], dtype=torch.float16)]
+    assert float(amp_monitor._abs_max(grads)) == 3.5
+    assert float(amp_monitor._abs_max([torch.tensor([-7.0, -2.0])])) == 7.0
+    assert math.isnan(float(amp_monitor._abs_max([*grads, torch.tensor([math.nan])])))
+    assert float(amp_monitor._abs_max([*grads, torch.tensor([-math.inf])])) == math.inf

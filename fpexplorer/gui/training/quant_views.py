@@ -55,6 +55,7 @@ from fpexplorer.gui.training.plots import (
 from fpexplorer.gui.training.quant_model import (
     CRITERIA,
     Criterion,
+    FloatArray,
     QuantHistory,
     Worst,
     layer_choices,
@@ -72,31 +73,29 @@ from fpexplorer.gui.training.view_model import (
     x_extent,
 )
 from fpexplorer.training.precision import PRECISION_MODES, find_precision_mode
+from fpexplorer.training.records import Histogram
 
 # ----- texts (Qt-free) -------------------------------------------------------------------
-
-# The modes whose linear layers are quantized, named in the note of a run without them.
-_QUANTIZED_MODE_HINT = "fp8, fp8-rowwise, mxfp8, mxfp6, mxfp4 or nvfp4"
 
 ROLE_TITLES = {"input": "input", "weight": "weight", "grad_output": "output gradient"}
 
 
 def quantized_mode_names() -> list[str]:
     """The precision modes with quantized linear layers, from the precision table."""
-    return [mode.name for mode in PRECISION_MODES if getattr(mode, "quantized", False)]
+    return [mode.name for mode in PRECISION_MODES if mode.quantized]
 
 
 def no_quant_note(models: Sequence[RunModel]) -> str:
     """What the page says when none of the runs shown has quantized layers."""
     names = quantized_mode_names()
-    hint = ", ".join(names) if names else _QUANTIZED_MODE_HINT
+    hint = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
     if not models:
         return f"No run yet. Choose precision {hint} and start a job (or open a run file)."
     if len(models) == 1:
         model = models[0]
         precision = model.precision or "?"
         mode = find_precision_mode(precision)
-        quantized = mode is not None and getattr(mode, "quantized", False)
+        quantized = mode is not None and mode.quantized
         if quantized and not model.steps_seen:
             return f"Waiting for the first statistics step of this {precision} run…"
         if quantized:
@@ -288,6 +287,15 @@ def block_scale_hover_lines(
     ]
 
 
+def block_counts_text(step: int, hist: Histogram) -> str:
+    """The line under the block scales: how many blocks, and any zero, inf or NaN scale
+    (a block of zeros, or a cast that went non-finite), which the bars cannot show."""
+    text = f"{hist.total:,} blocks on step {step}"
+    odd = [f"{count:,} {name}" for name, count in (("zero", hist.zero), ("inf", hist.inf),
+                                                  ("NaN", hist.nan)) if count]  # fmt: skip
+    return f"{text}; scales {', '.join(odd)}" if odd else text
+
+
 def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str | None:
     """Why the block-scale histogram is empty (None when it has bars)."""
     latest = history.latest(layer, role) if history is not None else None
@@ -301,18 +309,72 @@ def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str
     return "no block scales recorded"
 
 
+def scale_fits_log2(history: QuantHistory, layer: str, role: str) -> tuple[FloatArray, FloatArray]:
+    """(steps, log2(format max / scale)): the largest |x| a per-tensor scale lets through
+    unclipped, in amax's units, so that amax above it means saturation.
+
+    Only for tensors cast with a per-tensor scale alone (FP8 tensorwise, current or
+    delayed). A block-scaled tensor (MX, NVFP4, FP8 rowwise) is clipped per block: NVFP4's
+    per-tensor scale then only moves the block scales into E4M3's range, and max / scale
+    would be no limit of amax at all; those draw no dashed curve."""
+    latest = history.latest(layer, role)
+    empty = np.empty(0)
+    if latest is None or latest.stats.scale_hist is not None:
+        return empty, empty
+    try:
+        top = format_range(latest.stats.format).log2_max
+    except (KeyError, ValueError):  # a format this version does not know: no dashed curve
+        return empty, empty
+    steps, log_scale = history.log2_series(layer, role, "scale")
+    return steps, top - log_scale
+
+
+FIT_MARGIN = 8  # binades beyond the amax curves that the view shows of the dashed ones
+
+
+def history_range(amax: Sequence[FloatArray], fits: Sequence[FloatArray]) -> tuple[int, int] | None:
+    """The log2 range the amax/scale plot shows: the amax curves whole, the dashed curves
+    up to FIT_MARGIN binades beyond them (whole binades at both ends).
+
+    A delayed scale's first step has no amax history and casts at scale 1, which puts its
+    dashed point 20-30 binades away; shown whole it would flatten every curve into a line.
+    The dashed curve leaves the view there instead (zoom out to follow it)."""
+    found = [values for values in amax if len(values)]
+    if not found:
+        found = [values for values in fits if len(values)]
+        if not found:
+            return None
+        return (
+            math.floor(min(float(v.min()) for v in found)),
+            math.ceil(max(float(v.max()) for v in found)),
+        )
+    lo = min(float(v.min()) for v in found)
+    hi = max(float(v.max()) for v in found)
+    for values in fits:
+        near = values[(values >= lo - FIT_MARGIN) & (values <= hi + FIT_MARGIN)]
+        if len(near):
+            lo, hi = min(lo, float(near.min())), max(hi, float(near.max()))
+    return math.floor(lo), math.ceil(hi)
+
+
 def history_note(runs: Sequence[OverlayRun], layer: str, role: str) -> str | None:
-    """What the amax/scale plot says under its curves: a block-only recipe has no
-    per-tensor scale; values that a log axis cannot show are counted."""
+    """What the amax/scale plot says under its curves: which runs' tensors are
+    block-scaled (no dashed curve), and how many amaxes a log axis cannot show."""
     notes = []
     for run in runs:
         history = run.model.quant
-        if not history.has(layer, role):
+        latest = history.latest(layer, role)
+        if latest is None:
             continue
+        parts = []
+        if latest.stats.scale_hist is not None:
+            parts.append("block scales, no dashed curve")
         amax = history.series(layer, role, "amax")
         hidden = int(np.count_nonzero(~(np.isfinite(amax) & (amax > 0))))
         if hidden:
-            notes.append(f"{elide(run.name, 24)}: {hidden} amax inf/NaN/0 not drawn")
+            parts.append(f"{hidden} amax inf/NaN/0 not drawn")
+        if parts:
+            notes.append(f"{elide(run.name, 24)}: {', '.join(parts)}")
     return "; ".join(notes) or None
 
 
@@ -469,7 +531,7 @@ class QuantHistoryPlot(QWidget):
         other plots over steps (linked)."""
         self._runs, self._tensor = runs, (layer, role)
         extent = x_extent([run.model for run in runs])
-        lows, highs = [], []
+        amax_arrays, fit_arrays = [], []
         drawn = [run for run in runs if run.model.quant.has(layer, role)]
         for run in drawn:
             history = run.model.quant
@@ -480,21 +542,10 @@ class QuantHistoryPlot(QWidget):
                 scale_curve.setPen(pg.mkPen(run.colour, width=1.5, style=Qt.PenStyle.DashLine))
             steps, log_amax = history.log2_series(layer, role, "amax")
             amax_curve.setData(steps, log_amax)
-            scale_steps, log_scale = history.log2_series(layer, role, "scale")
-            latest = history.latest(layer, role)
-            log_fits = np.empty(0)
-            if latest is not None and len(log_scale):
-                try:
-                    top = format_range(latest.stats.format).log2_max
-                except (KeyError, ValueError):
-                    top = math.nan  # a format this version does not know: no dashed curve
-                if math.isfinite(top):
-                    log_fits = top - log_scale
-            scale_curve.setData(scale_steps[: len(log_fits)], log_fits)
-            for values in (log_amax, log_fits):
-                if len(values):
-                    lows.append(float(values.min()))
-                    highs.append(float(values.max()))
+            scale_steps, log_fits = scale_fits_log2(history, layer, role)
+            scale_curve.setData(scale_steps, log_fits)
+            amax_arrays.append(log_amax)
+            fit_arrays.append(log_fits)
         keys = {run.key for run in drawn}
         self.amax_curves.drop_missing(keys)
         self.scale_curves.drop_missing(keys)
@@ -502,8 +553,9 @@ class QuantHistoryPlot(QWidget):
         # small screen the run list (and the hover read-out) name the colours.
         self._legend_wanted = len(drawn) > 1
         self._show_legend()
-        if lows:
-            self.range.show(0.0, extent, math.floor(min(lows)) - 1, math.ceil(max(highs)) + 1)
+        shown = history_range(amax_arrays, fit_arrays)
+        if shown is not None:
+            self.range.show(0.0, extent, shown[0] - 1, shown[1] + 1)
             self.empty_note.show(None)
         else:
             self.range.show(0.0, extent, -1.0, 1.0)
@@ -707,9 +759,11 @@ class BlockScalePlot(QWidget):
         self.plot.addItem(self.bars)
         self.empty_note = EmptyNote(self.plot, height_fraction=0.5)
         self.hover = HoverReadout(self.plot, self._hover_text)
+        self.counts_label = file_text_label("", word_wrap=False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
+        layout.addWidget(self.counts_label)
         self._history: QuantHistory | None = None
         self._tensor = ("", "")
 
@@ -723,6 +777,7 @@ class BlockScalePlot(QWidget):
         self.empty_note.show(note)
         latest = history.latest(layer, role) if history is not None else None
         hist = latest.stats.scale_hist if latest is not None else None
+        self.counts_label.setText(block_counts_text(latest.step, hist) if latest and hist else "")
         if note is not None or hist is None:
             self.bars.setOpts(x=[], height=[])
             return
@@ -743,7 +798,9 @@ EXPLAIN_HISTORY = (
     "Current scaling sets the scale from this step's amax (solid and dashed meet); delayed "
     "scaling from earlier steps' amaxes, so after a spike the solid curve rises above the "
     "dashed one (saturation) and afterwards the scale stays too small for a while (more "
-    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale.",
+    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale. The view "
+    "shows the dashed curve up to 8 binades beyond the amax curves (a delayed scale's "
+    "first step, at scale 1, lies far off): zoom out to follow it.",
 )
 EXPLAIN_FLUSHED = (
     "Share of non-zero values flushed to zero, by layer and step (0..1).",
@@ -789,7 +846,7 @@ class QuantPage(QWidget):
         super().__init__()
         self.layer_box = QComboBox()
         self.layer_box.setToolTip("The layer whose amax, scale and block scales are shown")
-        self.layer_box.setMinimumContentsLength(12)
+        self.layer_box.setMinimumContentsLength(20)
         self.layer_box.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )

@@ -840,9 +840,22 @@ def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     return total
 
 
+_ABS_MAX_COPY = 2**20
+
+
 def _abs_max(grads: Sequence[torch.Tensor]) -> torch.Tensor:
-    """max |g| over all gradients: one fused inf-norm kernel over the list where torch has
-    it (inf or NaN when a gradient holds them)."""
+    """max |g| over all gradients (inf or NaN when a gradient holds them): on CUDA one fused
+    inf-norm kernel over the list. On a CPU that norm takes a slow path (3-4x the 2-norm's
+    time): up to _ABS_MAX_COPY elements the gradients are concatenated (one copy, the
+    fastest on small models: dispatch costs more than the pass), beyond it one min/max pass
+    per tensor (aminmax), never a parameter-sized copy."""
+    if all(g.device.type == "cpu" for g in grads):
+        if sum(g.numel() for g in grads) <= _ABS_MAX_COPY:
+            return torch.cat([g.reshape(-1) for g in grads]).abs_().max()
+        bounds = [torch.aminmax(g) for g in grads]
+        lows = torch.stack([low for low, _ in bounds])
+        highs = torch.stack([high for _, high in bounds])
+        return torch.maximum(highs.max(), -lows.min())
     try:
         norms = list(torch._foreach_norm(list(grads), math.inf))
     except RuntimeError:  # tensors on several devices
