@@ -20,12 +20,12 @@ EXIT_INCOMPLETE = 3  # a log has no end record (the job was killed, or still run
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     summarize = verbs.add_parser("summarize", help="print a summary of each run")
-    summarize.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    summarize.add_argument("runs", nargs="+", metavar="RUN.jsonl|DIR")
     summarize.add_argument("--json", action="store_true", help="print the summaries as JSON")
     compare = verbs.add_parser(
         "compare", help="one Markdown table row per run (file, task): loss, zeros, skips, scale"
     )
-    compare.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    compare.add_argument("runs", nargs="+", metavar="RUN.jsonl|DIR")
     check = verbs.add_parser(
         "check",
         help=(
@@ -33,7 +33,104 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             f"{EXIT_INCOMPLETE} when any lacks its end record (killed), else {EXIT_OK}"
         ),
     )
-    check.add_argument("runs", nargs="+", metavar="RUN.jsonl")
+    check.add_argument("runs", nargs="+", metavar="RUN.jsonl|DIR")
+    replay = verbs.add_parser(
+        "replay-scaler",
+        help="predict the loss scale and skipped steps of an FP16 run under another scaler "
+        "policy or other settings, from its logged gradient amax",
+        description="Without --scaler: the run's own policy and settings, the options given "
+        "changed. With --scaler: that policy's defaults, the options given changed.",
+    )
+    replay.add_argument("runs", nargs=1, metavar="RUN.jsonl")
+    _add_scaler_arguments(replay)
+
+
+# The TrainConfig fields that make a loss-scaling policy: replay-scaler takes them with the
+# flags, types, choices and help `fpexplorer train` has (declared once, in TrainConfig).
+SCALER_FIELDS = (
+    "scaler", "init_scale", "growth_factor", "backoff_factor", "growth_interval",
+    "hysteresis", "min_scale", "consecutive_hysteresis",
+)  # fmt: skip
+
+
+def _add_scaler_arguments(parser: argparse.ArgumentParser) -> None:
+    from fpexplorer.training.config import option_flag, train_options
+
+    kinds: dict[str, type] = {"int": int, "float": float}
+    for name, spec, _default in train_options():
+        if name not in SCALER_FIELDS:
+            continue
+        if spec.kind == "flag":
+            parser.add_argument(option_flag(name), action="store_true", default=None,
+                                help=spec.help)  # fmt: skip
+            continue
+        extra: dict[str, object] = {"type": kinds[spec.kind]} if spec.kind in kinds else {}
+        if spec.kind == "choice":
+            extra["choices"] = [choice.name for choice in spec.choices]
+        parser.add_argument(
+            option_flag(name), dest=name, default=None, help=f"{spec.help} (default: the run's)",
+            **extra,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+
+def _replay_scaler(args: argparse.Namespace) -> int:
+    """Stream the run once: its header gives the logged settings, each step is replayed."""
+    import dataclasses
+
+    from fpexplorer.errors import UsageError
+    from fpexplorer.training.records import HeaderRecord, StepRecord
+    from fpexplorer.training.replay_scaler import ScalerReplay, format_replay
+    from fpexplorer.training.runlog import READ_CHUNK_BYTES, RecordStream
+    from fpexplorer.training.scaler_rules import (
+        resolve_settings,
+        settings_from_config,
+        settings_problems,
+    )
+
+    path = args.runs[0]
+    given = {name: getattr(args, name) for name in SCALER_FIELDS if name != "scaler"}
+    stream = RecordStream()
+    replay: ScalerReplay | None = None
+    logged = None
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(READ_CHUNK_BYTES)
+            records = stream.feed(chunk) if chunk else stream.finish()
+            for record in records:
+                if isinstance(record, HeaderRecord) and replay is None:
+                    logged = settings_from_config(record.config)
+                    if args.scaler is not None:
+                        settings = resolve_settings(args.scaler, **given)
+                    elif logged is not None:
+                        chosen = {k: v for k, v in given.items() if v is not None}
+                        settings = dataclasses.replace(logged, **chosen)
+                    else:
+                        raise UsageError(
+                            f"{path}: no dynamic loss scaler in this run "
+                            f"(precision {record.precision or '?'}): name one with --scaler"
+                        )
+                    problems = settings_problems(settings)
+                    if problems:
+                        raise UsageError("; ".join(problems.values()))
+                    replay = ScalerReplay(settings)
+                elif isinstance(record, StepRecord):
+                    if replay is None:
+                        raise UsageError(f"{path}: no header record before the steps")
+                    if record.grad_amax is None and replay.steps == 0:
+                        raise UsageError(
+                            f"{path}: its steps carry no gradient amax (a run without a loss "
+                            "scale, or from an older fpexplorer): nothing to replay from"
+                        )
+                    replay.add(record)
+            if not chunk:
+                break
+    if replay is None:
+        raise UsageError(f"{path}: no header record: not a run log")
+    print(f"{path}: {replay.steps} steps")
+    print(format_replay(replay, logged))
+    for problem in stream.problems:
+        print(f"  {problem}")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,15 +138,24 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from fpexplorer.errors import UsageError
+    from fpexplorer.training.ranked import NoRunError, find_run, format_ranked, summarize_ranked
     from fpexplorer.training.runlog import encode_json_line
     from fpexplorer.training.summary import format_summary, format_table, summarize_file
 
-    for name in args.runs:
-        if not Path(name).is_file():
-            raise UsageError(f"no such run log: {name}")
+    if args.verb == "replay-scaler":
+        for name in args.runs:
+            if not Path(name).is_file():
+                raise UsageError(f"no such run log: {name}")
+        return _replay_scaler(args)
+    # A run of several ranks (a folder, its merged log or a rank's) stands for all its logs.
+    try:
+        runs = [find_run(name) for name in args.runs]
+    except NoRunError as error:
+        raise UsageError(str(error)) from None
+    names = [str(path) for run in runs for path in (run.merged, *run.ranks)]
     if args.verb == "check":
         status = EXIT_OK
-        for name in args.runs:
+        for name in names:
             summary = summarize_file(name)
             problems = summary.problems
             if problems:
@@ -67,10 +173,20 @@ def run(args: argparse.Namespace) -> int:
                 status = EXIT_INCOMPLETE
         return status
     if args.verb == "compare":
-        print(format_table([summarize_file(name) for name in args.runs]))
+        print(format_table([summarize_file(name) for name in names]))
         return 0
-    for index, name in enumerate(args.runs):
-        summary = summarize_file(name)  # one at a time: printed, then let go
+    for index, files in enumerate(runs):
+        if files.ranked:
+            ranked = summarize_ranked(files)
+            if args.json:
+                print(
+                    json.dumps(json.loads(encode_json_line(dataclasses.asdict(ranked))), indent=1)
+                )
+            else:
+                text = format_ranked(ranked, format_summary(ranked.merged))
+                print(("\n" if index else "") + text)
+            continue
+        summary = summarize_file(files.merged)  # one at a time: printed, then let go
         if args.json:
             print(json.dumps(json.loads(encode_json_line(dataclasses.asdict(summary))), indent=1))
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,6 +62,15 @@ TASKS: tuple[Choice, ...] = (
 TASK_NAMES: tuple[str, ...] = tuple(choice.name for choice in TASKS)
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+PARALLEL_CHOICES: tuple[Choice, ...] = (
+    Choice("ddp", "DistributedDataParallel: every rank holds the whole model"),
+    Choice("fsdp", "FSDP2 fully_shard: parameters, gradients and optimizer state sharded"),
+)
+PARALLEL_NAMES: tuple[str, ...] = tuple(choice.name for choice in PARALLEL_CHOICES)
+# The launch options: `fpexplorer train` with them launches torchrun, whose ranks run
+# `fpexplorer train` without them (TrainConfig.rank_config).
+LAUNCH_OPTIONS: tuple[str, ...] = ("nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_timeout")
+_ENDPOINT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
 # torch seeds are 64-bit; tasks derive further seeds from it (seed + 1), so int64's top.
 MAX_SEED = 2**63 - 1
 OPTIMIZER_CHOICES: tuple[Choice, ...] = (
@@ -68,6 +78,17 @@ OPTIMIZER_CHOICES: tuple[Choice, ...] = (
     Choice("adam", "Adam (eps 1e-4 with FP16 weights: 1e-8 is zero there)"),
 )
 OPTIMIZERS: tuple[str, ...] = tuple(choice.name for choice in OPTIMIZER_CHOICES)
+FP8_SCALINGS: tuple[Choice, ...] = (
+    Choice("dynamic", "current scaling: each cast's scale from that tensor's own amax (torchao)"),
+    Choice("delayed", "delayed scaling (Transformer Engine): the scale from past steps' amaxes"),
+)
+AMAX_COMPUTES: tuple[Choice, ...] = (
+    Choice("max", "the largest amax in the history window (Transformer Engine's default)"),
+    Choice("most_recent", "the amax of the previous step alone"),
+)
+# Transformer Engine's DelayedScaling defaults: amax_history_len=1024,
+# amax_compute_algo="max", margin=0.
+DEFAULT_AMAX_HISTORY = 1024
 # Loss scales are float32 in the loop (GradScaler's scale tensor, the static scaler's
 # multiply): above float32's largest finite value a scale is inf and skips every step.
 FLOAT32_MAX = float.fromhex("0x1.fffffep127")  # 3.4028234663852886e38
@@ -190,6 +211,49 @@ class TrainConfig:
         1024.0, title="Fixed loss scale", kind="float",
         help="the fixed loss scale of fp16-static and pure-fp16",
     )  # fmt: skip
+    nproc_per_node: int = _option(
+        1, title="Ranks", kind="int",
+        help="processes (ranks) per node: more than 1 launches the job through torchrun "
+        "(gloo on CPU, nccl on CUDA; one GPU per rank)",
+    )  # fmt: skip
+    nnodes: int = _option(
+        1, title="Nodes", kind="int", in_form=False,
+        help="nodes (machines) of a multi-node job; each runs this same command",
+    )  # fmt: skip
+    rdzv_endpoint: str | None = _option(
+        None, title="Rendezvous endpoint", kind="text", in_form=False,
+        help="HOST:PORT where the nodes meet (torchrun's c10d rendezvous; the first node "
+        "that reaches it hosts it)",
+        none_means="a free port on this machine (one node only)",
+    )  # fmt: skip
+    rdzv_timeout: int = _option(
+        60, title="Rendezvous timeout", kind="int", in_form=False,
+        help="seconds to wait for every node to join before giving up",
+    )  # fmt: skip
+    parallel: str | None = _option(
+        None, title="Parallelism", kind="choice", choices=PARALLEL_CHOICES,
+        help="how ranks share the model", none_means="ddp when there are several ranks",
+    )  # fmt: skip
+    bf16_first_last: bool = _option(
+        False, title="BF16 first/last", kind="flag",
+        help="keep the first and the last linear layer in BF16 (fp8, MX and NVFP4 modes)",
+    )  # fmt: skip
+    fp8_scaling: str = _option(
+        "dynamic", title="FP8 scaling", kind="choice", choices=FP8_SCALINGS,
+        help="how the fp8 mode scales each tensor before the cast",
+    )  # fmt: skip
+    amax_history: int = _option(
+        DEFAULT_AMAX_HISTORY, title="Amax history", kind="int",
+        help="delayed scaling: how many past amaxes the scale is computed from",
+    )  # fmt: skip
+    amax_compute: str = _option(
+        "max", title="Amax compute", kind="choice", choices=AMAX_COMPUTES,
+        help="delayed scaling: the amax the scale is computed from",
+    )  # fmt: skip
+    margin: int = _option(
+        0, title="Scale margin", kind="int",
+        help="delayed scaling: the scale is divided by 2**margin (headroom for growth)",
+    )  # fmt: skip
     out: str | None = _option(
         None, title="Run log", kind="text", in_form=False,
         help="run log file (JSON Lines)",
@@ -235,11 +299,119 @@ class TrainConfig:
             problems["loss_scale"] = "the loss scale must be a positive finite number"
         elif self.loss_scale > FLOAT32_MAX:
             problems["loss_scale"] = _beyond_float32("the loss scale", self.loss_scale)
+        problems.update(self._distributed_problems())
+        problems.update(self._low_precision_problems())
         if self.out is not None:
             if not self.out.strip():
                 problems["out"] = "the output file name is empty"
             elif Path(self.out).is_dir():
                 problems["out"] = f"{self.out} is a folder, not a file"
+        return problems
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the launch options ask for (1: no launch)."""
+        return self.nproc_per_node * self.nnodes
+
+    @property
+    def launches(self) -> bool:
+        """Whether `fpexplorer train` launches torchrun (several ranks asked for)."""
+        return self.world_size > 1
+
+    def rank_config(self) -> TrainConfig:
+        """The configuration each rank runs: the launch options reset, the parallelism
+        (default ddp) kept."""
+        return self.replace(parallel=self.parallel or "ddp", nproc_per_node=1, nnodes=1,
+                            rdzv_endpoint=None, rdzv_timeout=60)  # fmt: skip
+
+    def _distributed_problems(self) -> dict[str, str]:
+        problems: dict[str, str] = {}
+        if not _is_int(self.nproc_per_node) or self.nproc_per_node < 1:
+            problems["nproc_per_node"] = "--nproc-per-node must be a whole number of at least 1"
+        if not _is_int(self.nnodes) or self.nnodes < 1:
+            problems["nnodes"] = "--nnodes must be a whole number of at least 1"
+        if not _is_int(self.rdzv_timeout) or self.rdzv_timeout < 1:
+            problems["rdzv_timeout"] = "--rdzv-timeout must be a whole number of seconds, >= 1"
+        if problems:
+            return problems
+        if self.parallel is not None and self.parallel not in PARALLEL_NAMES:
+            problems["parallel"] = f"unknown --parallel {self.parallel!r}: use ddp or fsdp"
+        elif self.parallel is not None and self.world_size < 2 and launched_world_size() < 2:
+            problems["parallel"] = (
+                f"--parallel {self.parallel} needs several ranks: add --nproc-per-node N (N > 1)"
+            )
+        if self.rdzv_endpoint is not None:
+            match = _ENDPOINT.match(self.rdzv_endpoint)
+            if match is None or not 1 <= int(match.group("port")) <= 65535:
+                problems["rdzv_endpoint"] = (
+                    f"--rdzv-endpoint {self.rdzv_endpoint!r} is not HOST:PORT (port 1-65535)"
+                )
+            elif not self.launches:
+                problems["rdzv_endpoint"] = "--rdzv-endpoint needs --nproc-per-node or --nnodes > 1"
+        elif self.nnodes > 1:
+            problems["nnodes"] = "--nnodes > 1 needs --rdzv-endpoint HOST:PORT (where nodes meet)"
+        if self.launches and launched_world_size() > 1:
+            problems["nproc_per_node"] = (
+                "this process is already a rank of a torchrun job: leave out --nproc-per-node "
+                "and --nnodes"
+            )
+        if self.parallel == "fsdp":
+            # Under FSDP each rank holds a shard of the gradients: only ShardedGradScaler
+            # agrees a skip across ranks (it all-reduces its found-inf flag).
+            mode = find_precision_mode(self.precision)
+            if mode is not None and mode.scaler == "static":
+                problems["parallel"] = (
+                    f"--parallel fsdp cannot run {self.precision}: a fixed loss scale decides "
+                    "each rank's skip alone on its shard; use fp16 (ShardedGradScaler) or bf16"
+                )
+            elif mode is not None and mode.quantized:
+                problems["parallel"] = (
+                    f"--parallel fsdp does not run the quantized mode {self.precision} yet: "
+                    "use --parallel ddp"
+                )
+            elif self.scaler != "torch":
+                problems["parallel"] = (
+                    f"--parallel fsdp runs torch's ShardedGradScaler: --scaler {self.scaler} "
+                    "would decide each rank's skip alone on its shard"
+                )
+        return problems
+
+    def _low_precision_problems(self) -> dict[str, str]:
+        """The options of the fp8/MX/NVFP4 modes: valid, and given with a mode they fit."""
+        problems: dict[str, str] = {}
+        mode = find_precision_mode(self.precision)
+        if self.bf16_first_last and mode is not None and not mode.quantized:
+            problems["bf16_first_last"] = (
+                f"--bf16-first-last applies to the fp8, MX and NVFP4 modes, not {self.precision}"
+            )
+        scalings = [choice.name for choice in FP8_SCALINGS]
+        computes = [choice.name for choice in AMAX_COMPUTES]
+        if self.fp8_scaling not in scalings:
+            problems["fp8_scaling"] = (
+                f"unknown fp8 scaling {self.fp8_scaling!r}: use {' or '.join(scalings)}"
+            )
+        elif self.fp8_scaling == "delayed" and self.precision != "fp8":
+            problems["fp8_scaling"] = (
+                f"--fp8-scaling delayed keeps one scale per tensor: use it with --precision "
+                f"fp8, not {self.precision}"
+            )
+        if not _is_int(self.amax_history) or self.amax_history < 1:
+            problems["amax_history"] = "the amax history must be a whole number of at least 1"
+        if self.amax_compute not in computes:
+            problems["amax_compute"] = (
+                f"unknown amax compute {self.amax_compute!r}: use {' or '.join(computes)}"
+            )
+        if not _is_int(self.margin) or self.margin < 0:
+            problems["margin"] = "the scale margin must be a whole number of at least 0"
+        delayed_only = {
+            "amax_history": self.amax_history != DEFAULT_AMAX_HISTORY,
+            "amax_compute": self.amax_compute != "max",
+            "margin": self.margin != 0,
+        }
+        if self.fp8_scaling != "delayed":
+            for name, changed in delayed_only.items():
+                if changed and name not in problems:
+                    problems[name] = f"{option_flag(name)} applies to --fp8-scaling delayed only"
         return problems
 
     def _scaler_problems(self) -> dict[str, str]:
@@ -289,11 +461,14 @@ class TrainConfig:
             consecutive_hysteresis=self.consecutive_hysteresis,
         )
 
-    def to_argv(self) -> list[str]:
+    def to_argv(self, omit: tuple[str, ...] = ()) -> list[str]:
         """The arguments after `fpexplorer train` that run this configuration (derived
-        from the fields' option declarations: flags, None left out, floats exact)."""
+        from the fields' option declarations: flags, None left out, floats exact), less
+        the fields named in `omit`."""
         argv: list[str] = []
         for name, spec, _default in train_options():
+            if name in omit:
+                continue
             value = getattr(self, name)
             if spec.kind == "flag":
                 argv += [option_flag(name)] if value else []
@@ -320,6 +495,12 @@ class TrainConfig:
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+
+def launched_world_size() -> int:
+    """The world size torchrun gave this process (its WORLD_SIZE), 1 when not launched."""
+    text = os.environ.get("WORLD_SIZE", "1")
+    return int(text) if text.isdigit() else 1
 
 
 def train_options() -> tuple[tuple[str, OptionSpec, Any], ...]:

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fpexplorer import __version__
+from fpexplorer.training import distributed
 from fpexplorer.training.config import TrainConfig, split_user_task
 from fpexplorer.training.monitor import (
     FORMAT_RANGES,
@@ -33,7 +34,8 @@ from fpexplorer.training.monitor import (
     device_description,
     one_line_error,
 )
-from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode
+from fpexplorer.training.monitor.ranks import RankLogs, rank_log_path
+from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode, precision_mode
 from fpexplorer.training.records import (
     SCHEMA_VERSION,
     DeviceInfo,
@@ -382,6 +384,17 @@ def run_job(
     if problems:
         raise JobSetupError("; ".join(problems.values()))
     device = resolve_device(config.device)
+    # A rank of a torchrun job joins its process group here (None: a single process).
+    rank = distributed.start_rank(config, device)
+    if rank is not None:
+        device = rank.device
+    mode = precision_mode(config.precision)
+    if mode.recipe is not None:
+        from fpexplorer.training.lowprec.recipes import recipe_problem
+
+        problem = recipe_problem(mode, config)
+        if problem:
+            raise JobSetupError(problem)
     if device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
         # The built-in tasks are made of small ops that threads do not speed up, and on a
         # shared or busy machine spinning worker threads slow every step down many times.
@@ -390,16 +403,22 @@ def run_job(
     path = Path(config.out) if config.out else default_out_path(config)
     channel = _RecordChannel(stdout, stderr)
     if config.stream:
-        channel.open()
+        channel.open()  # on every rank: the task's output goes to stderr; records, rank 0's
+    job_writers: list[_JobWriter] = []
     try:
-        if config.out:
-            writer: RunWriter = _JobWriter(path, channel=channel.binary, echo=channel.text)
+        if rank is not None:
+            writer: RunWriter | RankLogs = _rank_logs(config, rank, path, channel, job_writers)
+        elif config.out:
+            writer = _JobWriter(path, channel=channel.binary, echo=channel.text)
         else:
             writer = _new_default_writer(path, channel.binary, channel.text)
             path = writer.path
     except OSError as error:
         channel.close()
+        distributed.end_rank()
         raise JobSetupError(f"cannot write {path}: {error.strerror or error}") from None
+    if isinstance(writer, _JobWriter):
+        job_writers.append(writer)
 
     stop = _StopFlag()
     if handle_signals:
@@ -418,28 +437,45 @@ def run_job(
         torch.manual_seed(config.seed)
         task: Task = make_task(config.task, config.seed, config.batch_size, device, config.lr)
         model = task.model.to(device=device, dtype=plan.params_dtype)
+        recipe_config = _apply_recipe(model, mode, config, device, stderr)
+        watched = model
+        batches = task.batches
+        fault = distributed.fault_from_env()
+        injector = distributed.FaultInjector(fault, rank.context.rank if rank else 0, model) if (
+            fault is not None
+        ) else None  # fmt: skip
+        if rank is not None:
+            batches = distributed.shard_batches(batches, rank.context.rank,
+                                                rank.context.world_size)  # fmt: skip
+            model, watched = distributed.wrap_model(model, rank)
         lr = config.lr or task.lr
         optimizer_name = config.optimizer or task.optimizer
         fp16_params = plan.params_dtype == torch.float16
         optimizer = make_optimizer(optimizer_name, model.parameters(), lr, fp16_params)
         scaler: Any = None
         if plan.scaler == "dynamic":
-            scaler = make_grad_scaler(config.scaler_settings(), device.type)
+            if rank is not None and rank.parallel == "fsdp":
+                scaler = distributed.make_sharded_scaler(config.scaler_settings(), rank)
+            else:
+                scaler = make_grad_scaler(config.scaler_settings(), device.type)
         elif plan.scaler == "static":
             scaler = StaticLossScaler(config.loss_scale)
         header_config = {
             **config.to_dict(),
+            # A rank runs without the launch options; its header states the launch.
+            **(_launch_settings(config, rank) if rank is not None else {}),
             "lr": lr,
             "batch_size": task.batch_size or None,
             "optimizer": optimizer_name,
             "out": str(path),
+            **recipe_config,
         }
         if plan.scaler == "dynamic":
             # The scaler's settings as it runs them (the policy's defaults resolved): what
             # a replay of this run under another policy starts from.
             header_config.update(config.scaler_settings().to_config())
         monitor = AmpMonitor(
-            model, optimizer, scaler, writer=writer, stats_every=config.stats_every,
+            watched, optimizer, scaler, writer=writer, stats_every=config.stats_every,
             precision=config.precision, config=header_config, device=device,
         )  # fmt: skip
         progress = _Progress(stderr, config.steps)
@@ -447,7 +483,9 @@ def run_job(
         for _ in range(config.steps):
             if stop.requested:
                 break
-            batch = next(task.batches, None)
+            if injector is not None:
+                injector.before_step(steps_done)
+            batch = next(batches, None)
             if batch is None:
                 if steps_done == 0:
                     raise EmptyBatchesError(
@@ -464,21 +502,23 @@ def run_job(
         progress.finish()
         state = RunState.STOPPED if stop.requested else RunState.COMPLETED
         monitor.close(state.value)
-        return JobResult(state, steps_done, path, None, log_error=_log_error(monitor))
+        return JobResult(state, steps_done, path, None, log_error=_log_error(monitor, writer))
     except (Exception, SystemExit, KeyboardInterrupt) as error:
         # The task's code can raise anything (sys.exit() included): it ends the run, logged.
         # A KeyboardInterrupt (Ctrl-C without our handler, e.g. handle_signals=False, or
         # a second signal) is a stop asked for, not a failure: the log still ends with its
         # `end` record.
         stop.finishing = True
-        interrupted = isinstance(error, KeyboardInterrupt)
+        # A rank told to stop (torchrun stops every rank when one is lost, the panel's
+        # Stop) may find its peers gone in the next collective: that is the stop too.
+        interrupted = isinstance(error, KeyboardInterrupt) or (rank is not None and stop.requested)
         state = RunState.STOPPED if interrupted else RunState.FAILED
         message = None if interrupted else one_line_error(error)
         trace = None
         if not interrupted and not isinstance(error, (EmptyBatchesError, TaskSettingsError)):
             trace = "".join(traceback_module.format_exception(error))
-            if isinstance(writer, _JobWriter):
-                writer.end_traceback = trace
+            for job_writer in job_writers:
+                job_writer.end_traceback = trace
         if monitor is None:
             try:
                 writer.write(_fallback_header(config, device))
@@ -493,7 +533,7 @@ def run_job(
                 )
         else:
             monitor.close(state.value, message)
-        return JobResult(state, steps_done, path, message, trace, _log_error(monitor))
+        return JobResult(state, steps_done, path, message, trace, _log_error(monitor, writer))
     finally:
         log_warnings.__exit__(None, None, None)
         if handle_signals:
@@ -502,18 +542,74 @@ def run_job(
             with contextlib.suppress(OSError):
                 writer.close()
         channel.close()
+        if rank is not None:
+            distributed.end_rank()
+
+
+def _apply_recipe(
+    model: nn.Module, mode: PrecisionMode, config: TrainConfig, device: torch.device,
+    stderr: IO[str],
+) -> dict[str, Any]:  # fmt: skip
+    """Quantize the model's linear layers as the mode's recipe says (the same call on
+    every device); say in one line which layers run in low precision and which do not.
+    Returns what the header's config adds: the layers quantized and those kept, with why."""
+    if mode.recipe is None:
+        return {}
+    from fpexplorer.training.lowprec.recipes import apply_recipe, recipe_label
+
+    choice = apply_recipe(model, mode, config, device)
+    if choice is None:
+        return {}
+    print(f"fpexplorer train: {choice.describe(recipe_label(mode, config))}", file=stderr)
+    return {
+        "quantized_layers": list(choice.quantized),
+        "high_precision_layers": dict(choice.kept),
+    }
 
 
 class EmptyBatchesError(Exception):
     """The task's batch source ended before the first step."""
 
 
-def _log_error(monitor: AmpMonitor | None) -> str | None:
+def _log_error(monitor: AmpMonitor | None, writer: RunWriter | RankLogs) -> str | None:
     """Why the run log is incomplete (the monitor could not write and went on), or None."""
-    if monitor is None or monitor.write_error is None:
+    error = monitor.write_error if monitor is not None else None
+    if error is None and isinstance(writer, RankLogs):
+        error = writer.write_error
+    if error is None:
         return None
-    error = monitor.write_error
     return str(error.strerror or error)
+
+
+def _launch_settings(config: TrainConfig, rank: distributed.RankSetup) -> dict[str, Any]:
+    """The launch a rank belongs to, from torchrun's environment."""
+    world = rank.context.world_size
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
+    return {"nproc_per_node": per_node, "nnodes": max(world // max(per_node, 1), 1),
+            "parallel": rank.parallel}  # fmt: skip
+
+
+def _rank_logs(
+    config: TrainConfig,
+    rank: distributed.RankSetup,
+    path: Path,
+    channel: _RecordChannel,
+    job_writers: list[_JobWriter],
+) -> RankLogs:
+    """A rank's writers: its own log and, on rank 0, the merged log, which is also what
+    the stream channel carries (the panel shows the merged view live)."""
+    context = rank.context
+    own = _JobWriter(rank_log_path(path, context.rank))
+    job_writers.append(own)
+    merged = None
+    if context.rank == 0:
+        merged = _JobWriter(path, channel=channel.binary, echo=channel.text)
+        job_writers.append(merged)
+    return RankLogs(
+        path, context, stats_every=config.stats_every, parallel=rank.parallel,
+        replicas=1 if rank.parallel == "fsdp" else context.world_size,
+        rank_writer=own, merged_writer=merged,
+    )  # fmt: skip
 
 
 def run_job_cli(config: TrainConfig) -> int:
@@ -521,6 +617,14 @@ def run_job_cli(config: TrainConfig) -> int:
     2 (the job could not start; raised as UsageError)."""
     from fpexplorer.errors import UsageError
 
+    if config.launches:
+        problems = config.validate()
+        if problems:
+            raise UsageError("; ".join(problems.values()))
+        try:
+            return distributed.launch(config)
+        except distributed.LaunchError as error:
+            raise UsageError(str(error)) from None
     try:
         result = run_job(config)
     except JobSetupError as error:

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 ScalerKind = Literal["none", "dynamic", "static"]
+# How a low-precision mode quantizes the linear layers: "fp8-tensorwise" and "fp8-rowwise"
+# are torchao's float8 training recipes, "block" the project's emulated block-scaled
+# linears (MX: blocks of 32 with an E8M0 scale; NVFP4: blocks of 16, E4M3 scales and a
+# per-tensor scale).
+RecipeKind = Literal["fp8-tensorwise", "fp8-rowwise", "block"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +34,13 @@ class PrecisionMode:
     scaler: ScalerKind  # "dynamic": torch.amp.GradScaler; "static": a fixed --loss-scale
     master_weights: bool  # the optimizer updates FP32 weights (not the 16-bit copies)
     code_note: str  # the comment the code view puts above the loop: why it looks so
+    recipe: RecipeKind | None = None  # how the linear layers are quantized; None: not at all
+    block_format: str | None = None  # a "block" recipe's format, as the formats engine names it
+
+    @property
+    def quantized(self) -> bool:
+        """The linear layers compute in a low-precision format (FP8, MX, NVFP4)."""
+        return self.recipe is not None
 
     @property
     def gradient_dtype(self) -> str:
@@ -108,6 +120,94 @@ PRECISION_MODES: tuple[PrecisionMode, ...] = (
             "No FP32 master weights: an update smaller than half an FP16 ulp of its weight\n"
             "(|w| * 2**-11) rounds away and is lost."
         ),
+    ),
+    PrecisionMode(
+        name="fp8",
+        description="FP8 linears (torchao, per-tensor scales: E4M3 forward, E5M2 gradients)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "FP8 training with torchao: every linear casts its input and weight to E4M3 and\n"
+            "its output gradient to E5M2, each with one scale per tensor (448 / amax for\n"
+            "E4M3). The rest runs under BF16 autocast; no loss scaler: the scales do its job."
+        ),
+        recipe="fp8-tensorwise",
+    ),
+    PrecisionMode(
+        name="fp8-rowwise",
+        description="FP8 linears (torchao rowwise: E4M3, a power-of-two scale per row)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "FP8 training with torchao's rowwise recipe: input, weight and output gradient\n"
+            "in E4M3 with one power-of-two scale per row, so an outlier costs its own row's\n"
+            "precision, not the whole tensor's. The rest runs under BF16 autocast."
+        ),
+        recipe="fp8-rowwise",
+    ),
+    PrecisionMode(
+        name="mxfp8",
+        description="MXFP8 linears (emulated: E4M3 in blocks of 32 with an E8M0 scale)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "MXFP8 (OCP MX): each linear's input, weight and output gradient in E4M3, in\n"
+            "blocks of 32 along the matmul's reduction dimension, each block with its own\n"
+            "power-of-two (E8M0) scale. Emulated: quantize-dequantize, FP32 matmuls."
+        ),
+        recipe="block",
+        block_format="mxfp8_e4m3",
+    ),
+    PrecisionMode(
+        name="mxfp6",
+        description="MXFP6 linears (emulated: E2M3 in blocks of 32 with an E8M0 scale)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "MXFP6 (OCP MX): E2M3 elements (largest 7.5) in blocks of 32 along the reduction\n"
+            "dimension, one power-of-two (E8M0) scale per block. Emulated: quantize-\n"
+            "dequantize, FP32 matmuls."
+        ),
+        recipe="block",
+        block_format="mxfp6_e2m3",
+    ),
+    PrecisionMode(
+        name="mxfp4",
+        description="MXFP4 linears (emulated: E2M1 in blocks of 32 with an E8M0 scale)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "MXFP4 (OCP MX): E2M1 elements (0, 0.5, 1, 1.5, 2, 3, 4, 6) in blocks of 32, one\n"
+            "power-of-two (E8M0) scale per block: a block's small values flush to zero\n"
+            "next to its largest. Emulated: quantize-dequantize, FP32 matmuls."
+        ),
+        recipe="block",
+        block_format="mxfp4",
+    ),
+    PrecisionMode(
+        name="nvfp4",
+        description="NVFP4 linears (emulated: E2M1 in blocks of 16, E4M3 scales, a tensor scale)",
+        autocast_dtype="bfloat16",
+        params_dtype="float32",
+        scaler="none",
+        master_weights=True,
+        code_note=(
+            "NVFP4: E2M1 elements in blocks of 16, each block's scale in E4M3 under one FP32\n"
+            "scale per tensor; output gradients rounded stochastically, as NVIDIA's recipe\n"
+            "does. Emulated: quantize-dequantize, FP32 matmuls."
+        ),
+        recipe="block",
+        block_format="nvfp4",
     ),
 )
 PRECISION_NAMES: tuple[str, ...] = tuple(mode.name for mode in PRECISION_MODES)

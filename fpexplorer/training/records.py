@@ -423,6 +423,61 @@ class StepStats(_Codable):
     quant: tuple[QuantTensorStats, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class RankInfo(_Codable):
+    """Which process of a torch.distributed job wrote a log (header `ranks`).
+
+    Each rank's own log (`RUN.rank-K.jsonl`) names its rank and host; the merged log that
+    rank 0 writes (`RUN.jsonl`) has `merged` true."""
+
+    rank: int
+    world_size: int
+    host: str = ""
+    local_rank: int = 0
+    parallel: str | None = None  # "ddp", "fsdp", or None: the user's own wrapping
+    merged: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RankStep(_Codable):
+    """What the merged log adds to a step on which the ranks exchanged their figures
+    (statistics steps and skipped steps): each rank's view, index = rank.
+
+    `nonfinite_ranks` are the ranks where the overflow started: those whose own loss,
+    forward outputs or activation gradients (all computed before any gradient is
+    communicated) were not finite. `first_nonfinite_rank` is the lowest of them (ranks run
+    their backward at the same time: there is no earlier or later between them) and
+    `first_nonfinite_layer` is where it started on that rank."""
+
+    losses: tuple[float, ...] = ()
+    scales: tuple[float, ...] = ()
+    skipped: tuple[bool, ...] = ()
+    steps_per_s: tuple[float, ...] = ()
+    scale_mismatch: bool = False  # the ranks' loss scales differ: a bug in the job
+    nonfinite_ranks: tuple[int, ...] = ()
+    first_nonfinite_rank: int | None = None
+    first_nonfinite_layer: str | None = None
+
+
+# How a rank ended, as the merged end record lists it: an end status, or "lost" for a rank
+# that wrote no end record in time (killed, its host gone).
+RANK_END_STATUSES = (*END_STATUSES, "lost")
+
+
+@dataclass(frozen=True, slots=True)
+class RankEnd(_Codable):
+    """How one rank ended (the merged log's end record)."""
+
+    rank: int
+    status: str  # one of RANK_END_STATUSES
+    error: str | None = None
+    steps: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in RANK_END_STATUSES:
+            raise ValueError(f"unknown rank end status {self.status!r}")
+
+
 # ---------------------------------------------------------------------------------------
 # The three record types
 
@@ -440,6 +495,7 @@ class HeaderRecord(_Codable):
     device: DeviceInfo = field(default_factory=DeviceInfo)
     model: ModelInfo = field(default_factory=ModelInfo)
     formats: dict[str, FormatRange] = field(default_factory=dict)
+    ranks: RankInfo | None = None  # a torch.distributed job: who wrote this log
 
     @property
     def precision(self) -> str:
@@ -487,6 +543,7 @@ class StepRecord(_Codable):
     # The scaler's hysteresis tracker after this step's update: overflows left before the
     # scale backs off (DeepSpeed's and Megatron's policies; None for torch's GradScaler).
     hysteresis: int | None = None
+    ranks: RankStep | None = None  # merged log: the ranks' figures (exchange steps only)
 
     @property
     def has_stats(self) -> bool:
@@ -540,6 +597,7 @@ class EndRecord(_Codable):
     steps: int = 0
     elapsed: float = math.nan
     traceback: str | None = None  # the failure's Python traceback, when there was one
+    ranks: tuple[RankEnd, ...] = ()  # merged log: how each rank ended
 
     def __post_init__(self) -> None:
         if self.status not in END_STATUSES:

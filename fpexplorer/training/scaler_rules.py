@@ -34,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from fpexplorer.training.precision import find_precision_mode
+
 
 class MinimumScaleError(RuntimeError):
     """DeepSpeed ends the run when the scale must back off below its minimum
@@ -66,14 +68,14 @@ class ScalerSettings:
     def describe(self) -> str:
         """One line: the policy and the settings that make it, e.g. for a legend."""
         parts = [
-            f"init {self.init_scale:g}",
-            f"x{self.growth_factor:g} after {self.growth_interval}",
-            f"x{self.backoff_factor:g} on overflow",
+            f"init {exact_number(self.init_scale)}",
+            f"x{exact_number(self.growth_factor)} after {self.growth_interval}",
+            f"x{exact_number(self.backoff_factor)} on overflow",
         ]
         if self.hysteresis != 1:
             parts.append(f"hysteresis {self.hysteresis}")
         if self.min_scale is not None:
-            parts.append(f"min {self.min_scale:g}")
+            parts.append(f"min {exact_number(self.min_scale)}")
         if self.consecutive_hysteresis:
             parts.append("consecutive hysteresis")
         return f"{self.policy}: " + ", ".join(parts)
@@ -93,6 +95,16 @@ class ScalerState:
     scale: float
     growth_tracker: int = 0
     hysteresis: int = 1
+
+
+def exact_number(value: float) -> str:
+    """A setting as typed back exactly: whole numbers without a point, others as Python's
+    shortest round-tripping repr (never rounded for show)."""
+    if isinstance(value, int):
+        return str(value)
+    if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
+        return str(int(value))
+    return repr(value)
 
 
 def float32(value: float) -> float:
@@ -286,7 +298,10 @@ def resolve_settings(policy: str, **given: Any) -> ScalerSettings:
 def settings_from_config(config: dict[str, Any]) -> ScalerSettings | None:
     """The settings a run header's config records (the job writes them resolved; a user
     loop's monitor writes GradScaler's); None when the run had no dynamic scaler."""
-    if "init_scale" not in config or "growth_interval" not in config:
+    mode = find_precision_mode(str(config.get("precision", "")))
+    if mode is not None and mode.scaler != "dynamic":
+        return None
+    if config.get("init_scale") is None or config.get("growth_interval") is None:
         return None
     policy = str(config.get("scaler") or "torch")
     if policy not in _BY_NAME:

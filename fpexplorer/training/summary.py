@@ -26,6 +26,18 @@ READ_CHUNK_BYTES = 256 * 1024  # what is read, parsed and let go at a time
 
 
 @dataclass(frozen=True, slots=True)
+class QuantWorst:
+    """The largest share of one quantized tensor's values that saturated (or flushed to
+    zero) on any statistics step of a run (fp8, MX and NVFP4 modes): where and when."""
+
+    share: float
+    layer: str
+    role: str  # input | weight | grad_output
+    format: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunSummary:
     """The figures of one run that answer "did mixed precision work here, and why not"."""
 
@@ -54,6 +66,10 @@ class RunSummary:
     steps_per_s: float  # steps after the first over the time they took
     memory_bytes: dict[str, int]  # last statistics step: part -> bytes (all dtypes)
     problems: tuple[str, ...]
+    # Quantized linears (StepStats.quant): the tensor that saturated / flushed the most.
+    worst_saturated: QuantWorst | None = None
+    worst_flushed: QuantWorst | None = None
+    quantized: bool = False  # the run recorded quantized-layer statistics
 
     @property
     def complete(self) -> bool:
@@ -99,6 +115,9 @@ class RunSummarizer:
         self.checkpoints: list[tuple[int, int]] = []
         self.stride = 1
         self.losses: list[float] | None = None  # kept only when records are not from a file
+        self.worst_saturated: QuantWorst | None = None
+        self.worst_flushed: QuantWorst | None = None
+        self.quant_seen = False
 
     def add(self, record: Record, offset: int | None = None) -> None:
         if isinstance(record, StepRecord):
@@ -162,6 +181,17 @@ class RunSummarizer:
             self.forward_origins[stats.first_nonfinite_forward] += 1
         if stats.memory is not None:
             self.last_memory = stats.memory
+        for quant in stats.quant:
+            # Strictly larger: the first step to reach a share names it.
+            if quant.saturated > (self.worst_saturated.share if self.worst_saturated else 0.0):
+                self.worst_saturated = QuantWorst(
+                    quant.saturated, quant.layer, quant.role, quant.format, step.step
+                )
+            if quant.flushed > (self.worst_flushed.share if self.worst_flushed else 0.0):
+                self.worst_flushed = QuantWorst(
+                    quant.flushed, quant.layer, quant.role, quant.format, step.step
+                )
+            self.quant_seen = True
 
     def tail_start(self) -> tuple[int, int] | None:
         """(step index, byte offset) of the last checkpoint at or before the final-loss
@@ -218,6 +248,9 @@ class RunSummarizer:
             steps_per_s=rate,
             memory_bytes=memory,
             problems=tuple(problems),
+            worst_saturated=self.worst_saturated,
+            worst_flushed=self.worst_flushed,
+            quantized=self.quant_seen,
         )
 
 
@@ -294,6 +327,15 @@ def _finite_or(value: float, text: str) -> str:
     return f"{value:.4g}" if math.isfinite(value) else text
 
 
+def _quant_worst(worst: QuantWorst | None) -> str:
+    """'12.5% of blocks.0.up input (float8_e4m3fn) at step 40'; 'none' when no value was."""
+    if worst is None:
+        return "none"
+    # Three significant digits: a share of 0.0004 must not read as 0.0%.
+    where = f"{worst.layer} {worst.role} ({worst.format})"
+    return f"{100 * worst.share:.3g}% of {where} at step {worst.step}"
+
+
 def format_summary(summary: RunSummary) -> str:
     """The text `fpexplorer runs summarize` prints."""
     lines = [
@@ -331,6 +373,9 @@ def format_summary(summary: RunSummary) -> str:
     if summary.memory_bytes:
         parts = "   ".join(f"{k} {_bytes(v)}" for k, v in summary.memory_bytes.items())
         lines.append(f"memory     {parts}")
+    if summary.quantized:
+        lines.append(f"saturated  at most {_quant_worst(summary.worst_saturated)}")
+        lines.append(f"flushed    at most {_quant_worst(summary.worst_flushed)}")
     if math.isfinite(summary.steps_per_s):
         lines.append(f"speed      {summary.steps_per_s:.2f} steps/s (steps over their time)")
     lines.extend(f"problem    {problem}" for problem in summary.problems)

@@ -297,7 +297,11 @@ def make_transformer(
     data = torch.tensor([lookup[ch] for ch in text], dtype=torch.long)
     size = batch_size or 16
     torch.manual_seed(seed)
-    model = CharTransformer(len(alphabet), width, heads=4, layers=layers, context=context)
+    # The output layer's width rounded up to a multiple of 16 (the unused logits only learn
+    # to stay low), as language models pad their vocabularies: FP8 matmul kernels need
+    # sizes divisible by 16, so the fp8 modes can quantize the head too.
+    vocab = -(-len(alphabet) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+    model = CharTransformer(vocab, width, heads=4, layers=layers, context=context)
 
     def batches() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         generator = _generator(seed + 1)
@@ -308,6 +312,9 @@ def make_transformer(
 
     return Task("transformer", model, batches(), _language_model_loss, lr=3e-3,
                 batch_size=size, optimizer="adam")  # fmt: skip
+
+
+VOCAB_MULTIPLE = 16
 
 
 # -- regression: updates too small for FP16 weights --------------------------------------

@@ -65,6 +65,41 @@ def test_code_view_pure_fp16_uses_the_jobs_loss_scale() -> None:
     assert "loss_scale = 512.0" in code
 
 
+@pytest.mark.parametrize(
+    ("precision", "options", "layer_class"),
+    [
+        ("fp8", {}, "Float8Linear"),
+        ("fp8-rowwise", {}, "Float8Linear"),
+        ("fp8", {"fp8_scaling": "delayed", "amax_history": 4}, "DelayedScalingLinear"),
+        ("mxfp8", {}, "BlockScaledLinear"),
+        ("nvfp4", {}, "BlockScaledLinear"),
+    ],
+)
+@pytest.mark.parametrize("keep", [False, True])
+def test_code_view_quantizes_the_linears_as_the_recipe_says(
+    precision: str, options: dict[str, Any], layer_class: str, keep: bool
+) -> None:
+    torch.manual_seed(0)
+    # Sizes FP8 kernels take (multiples of 16), but the first layer's input (8).
+    model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.GELU(),
+                          nn.Linear(32, 16), nn.GELU(), nn.Linear(16, 16))  # fmt: skip
+    inputs = torch.randn(64, 8)
+    labels = (inputs[:, 0] > 0).long()
+    batches = [(inputs[i : i + 16], labels[i : i + 16]) for i in range(0, 64, 16)]
+    config = TrainConfig(precision=precision, device="auto", optimizer="adam", lr=1e-2,
+                         bf16_first_last=keep, **options)  # fmt: skip
+    namespace: dict[str, Any] = {
+        "model": model, "batches": batches, "loss_fn": nn.functional.cross_entropy,
+    }  # fmt: skip
+    exec(pytorch_code(config), namespace)
+    kinds = [type(layer).__name__ for layer in namespace["model"][::2]]
+    # FP8: the first layer (8 inputs) never fits the kernels (blocks take any size); the
+    # last stays BF16 when kept, and so does the first.
+    first = layer_class if precision in ("mxfp8", "nvfp4") and not keep else "Linear"
+    assert kinds == [first, layer_class, layer_class, "Linear" if keep else layer_class]
+    assert math.isfinite(float(namespace["loss"].detach()))
+
+
 @pytest.mark.parametrize("policy", ["deepspeed", "megatron"])
 def test_code_view_shows_and_runs_the_chosen_scaler(policy: str) -> None:
     from fpexplorer.training.scalers import PolicyGradScaler

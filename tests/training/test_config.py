@@ -43,7 +43,8 @@ def test_defaults_are_valid_and_match_each_scaler_policy_defaults() -> None:
 
 def test_choices_have_descriptions() -> None:
     assert set(PRECISION_NAMES) == {
-        "fp32", "fp16", "fp16-static", "fp16-noscale", "bf16", "pure-fp16"
+        "fp32", "fp16", "fp16-static", "fp16-noscale", "bf16", "pure-fp16", "fp8", "fp8-rowwise",
+        "mxfp8", "mxfp6", "mxfp4", "nvfp4",
     }  # fmt: skip
     assert {"mlp", "underflow", "overflow", "transformer"} <= set(TASK_NAMES)
     for name, description in (*PRECISIONS, *TASKS):
@@ -55,7 +56,15 @@ def test_choices_have_descriptions() -> None:
     [
         ({"task": "nope"}, "task"),
         ({"task": "missing_file.py:make"}, "task"),
-        ({"precision": "fp8"}, "precision"),
+        ({"precision": "fp4"}, "precision"),
+        ({"bf16_first_last": True}, "bf16_first_last"),  # with fp16: nothing is quantized
+        ({"fp8_scaling": "lazy"}, "fp8_scaling"),
+        ({"fp8_scaling": "delayed"}, "fp8_scaling"),  # with fp16
+        ({"precision": "fp8-rowwise", "fp8_scaling": "delayed"}, "fp8_scaling"),
+        ({"precision": "fp8", "fp8_scaling": "delayed", "amax_history": 0}, "amax_history"),
+        ({"precision": "fp8", "fp8_scaling": "delayed", "amax_compute": "mean"}, "amax_compute"),
+        ({"precision": "fp8", "fp8_scaling": "delayed", "margin": -1}, "margin"),
+        ({"precision": "fp8", "margin": 2}, "margin"),  # current scaling has no margin
         ({"device": "tpu"}, "device"),
         ({"steps": 0}, "steps"),
         ({"lr": -1.0}, "lr"),
@@ -182,8 +191,8 @@ def test_precision_modes_table_is_what_the_cli_and_the_job_use() -> None:
         assert mode.gradient_dtype in ("float32", "float16", "bfloat16")
         assert mode.code_note
     assert precision_mode("bf16").gradient_dtype == "bfloat16"
-    with pytest.raises(KeyError, match="unknown precision 'fp8'"):
-        precision_mode("fp8")
+    with pytest.raises(KeyError, match="unknown precision 'fp4'"):
+        precision_mode("fp4")
 
 
 def test_the_jobs_plans_come_from_the_table() -> None:

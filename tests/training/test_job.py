@@ -95,7 +95,14 @@ def test_every_precision_mode_runs_and_records_everything(tmp_path: Path, precis
     assert run.problems == () and run.status == "completed" and len(run.steps) == 3
     assert run.header is not None and run.header.precision == precision
     assert run.header.params == 4482 and run.header.device_type == "cpu"
-    expected_dtype = {"bf16": "bfloat16", "fp32": "float32"}.get(precision, "float16")
+    # The fp8 modes run BF16 autocast around their FP8 linears (the mlp's first and last
+    # layers do not fit FP8 kernels: BF16); the emulated MX/NVFP4 linears, every layer of
+    # the mlp, return their input's dtype (FP32 here).
+    fp8 = dict.fromkeys(("fp8", "fp8-rowwise"), "bfloat16")
+    blocks = dict.fromkeys(("mxfp8", "mxfp6", "mxfp4", "nvfp4"), "float32")
+    expected_dtype = {"bf16": "bfloat16", "fp32": "float32", **fp8, **blocks}.get(
+        precision, "float16"
+    )
     for step in run.steps:
         assert step.act_hist is not None and step.act_hist.dtype == expected_dtype
         assert step.grad_hist is not None and step.grad_hist.total == 4482

@@ -87,6 +87,8 @@ def _sample(hint: Any, seed: int) -> Any:
         }
         if hint is EndRecord:
             values["status"] = "failed"
+        if hint is records.RankEnd:
+            values["status"] = "lost"
         if hint is records.Histogram:
             values["lo"] = -3
         if hint is HeaderRecord:

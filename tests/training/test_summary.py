@@ -178,3 +178,41 @@ def test_runs_check_refuses_a_newer_schema_instead_of_reading_it_as_old(tmp_path
     assert result.returncode == 1
     assert f"schema {SCHEMA_VERSION + 1} is newer than this fpexplorer reads" in result.stdout
     assert "0 steps" in result.stdout  # its steps are not summarized as if they were old
+
+
+def test_the_summary_names_the_most_saturated_and_flushed_quantized_tensor(
+    tmp_path: Path,
+) -> None:
+    from fpexplorer.training.records import QuantTensorStats, StepRecord, StepStats
+    from fpexplorer.training.summary import summarize_file
+
+    def quant(layer: str, role: str, saturated: float, flushed: float) -> QuantTensorStats:
+        fmt = "float8_e5m2" if role == "grad_output" else "float8_e4m3fn"
+        return QuantTensorStats(layer=layer, role=role, format=fmt, amax=1.0, scale=448.0,
+                                saturated=saturated, flushed=flushed)  # fmt: skip
+
+    steps = [
+        StepRecord(step=0, loss=1.0, scale=1.0, stats=StepStats(quant=(
+            quant("up", "input", 0.0, 0.0), quant("down", "grad_output", 0.0, 0.0004),
+        ))),
+        StepRecord(step=1, loss=1.0, scale=1.0),
+        StepRecord(step=2, loss=1.0, scale=1.0, stats=StepStats(quant=(
+            quant("up", "input", 0.125, 0.0), quant("down", "grad_output", 0.0, 0.0004),
+        ))),
+    ]  # fmt: skip
+    path = tmp_path / "fp8.jsonl"
+    with RunWriter(path) as writer:
+        writer.write({**HEADER, "config": {"task": "mlp", "precision": "fp8"}})
+        for step in steps:
+            writer.write(step)
+    summary = summarize_file(path)
+    assert summary == summarize(load_run(path))
+    assert summary.worst_saturated is not None and summary.worst_flushed is not None
+    assert (summary.worst_saturated.layer, summary.worst_saturated.step) == ("up", 2)
+    assert (summary.worst_flushed.layer, summary.worst_flushed.step) == ("down", 0)
+    text = format_summary(summary)
+    assert "saturated  at most 12.5% of up input (float8_e4m3fn) at step 2" in text
+    # A small share keeps its digits: 0.04%, not 0.0%.
+    assert "flushed    at most 0.04% of down grad_output (float8_e5m2) at step 0" in text
+    # A run without quantized layers has no such lines.
+    assert "saturated" not in _summary_text(tmp_path / "fp16.jsonl", [HEADER])

@@ -4,7 +4,10 @@ The text is meant to be copied into one's own loop: it names torch's real APIs
 (torch.autocast, torch.amp.GradScaler) with the scaler settings from the form. It is built
 from the precision mode's row in `training.precision.PRECISION_MODES` (autocast dtype,
 parameter dtype, scaler kind, the comment that explains the mode), not from its name: a new
-mode in the table gets its code here with no change.
+mode in the table gets its code here with no change. A low-precision mode's recipe adds the
+lines that quantize the linear layers: torchao's `convert_to_float8_training` with the
+recipe's config and filter (fp8, fp8-rowwise), or fpexplorer's delayed-scaling and
+block-scaled (MX, NVFP4) linears.
 """
 
 from __future__ import annotations
@@ -80,6 +83,80 @@ def _scaler_setup(config: TrainConfig, mode: PrecisionMode) -> str:
     return ""
 
 
+def _keep_first_last(config: TrainConfig) -> str:
+    if not config.bf16_first_last:
+        return "keep = set()  # every linear the kernels can take runs in low precision\n"
+    return (
+        "# The first and the last linear layer stay in BF16, as practitioners keep them.\n"
+        "linears = [name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]\n"
+        "keep = {linears[0], linears[-1]}\n"
+    )
+
+
+def _torchao_setup(config: TrainConfig, recipe: str) -> str:
+    capability = "(9, 0)" if recipe == "rowwise" else "(8, 9)"
+    return (
+        "\nimport dataclasses\n"
+        "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n\n"
+        f"# FP8 matmul units from compute capability {capability}; torchao emulates them"
+        " elsewhere\n"
+        "# (the casts are real FP8, the products FP32).\n"
+        'emulate = device.type != "cuda" or torch.cuda.get_device_capability(device) < '
+        f"{capability}\n"
+        f'config = Float8LinearConfig.from_recipe_name("{recipe}")\n'
+        "config = dataclasses.replace(config, emulate=emulate)\n" + _keep_first_last(config) + "\n"
+        "def module_filter_fn(module, name):\n"
+        "    # FP8 kernels need both sizes of a weight divisible by 16.\n"
+        "    fits = module.in_features % 16 == 0 and module.out_features % 16 == 0\n"
+        "    return fits and name not in keep\n\n"
+        "convert_to_float8_training(model, config=config, module_filter_fn=module_filter_fn)\n"
+    )
+
+
+def _delayed_setup(config: TrainConfig) -> str:
+    return (
+        "\n# Delayed scaling in the style of Transformer Engine: each tensor's scale comes from\n"
+        "# the amaxes of past steps (fpexplorer's emulated FP8 linear; TE's own needs an FP8\n"
+        "# GPU: te.fp8_autocast(fp8_recipe=DelayedScaling(...)) around the forward pass).\n"
+        "from fpexplorer.training.lowprec.fp8 import DelayedScaling, convert_delayed_fp8\n\n"
+        "convert_delayed_fp8(\n"
+        "    model,\n"
+        f"    DelayedScaling(amax_history={config.amax_history!r}, "
+        f"amax_compute={config.amax_compute!r}, margin={config.margin!r}),\n"
+        f"    keep_first_last={config.bf16_first_last!r},  # the first and last linear in BF16\n"
+        ")\n"
+    )
+
+
+def _block_setup(config: TrainConfig, block_format: str) -> str:
+    return (
+        "\n# fpexplorer's emulated block-scaled linears (no PyTorch kernel trains in this\n"
+        "# format on every device): input, weight and output gradient quantized per block.\n"
+        "from fpexplorer.training.lowprec.block_linear import swap_linears\n\n"
+        f"swap_linears(model, {block_format!r}, keep_first_last={config.bf16_first_last!r})\n"
+    )
+
+
+_DELAYED_NOTE = (
+    "FP8 with delayed scaling: each tensor is cast with the scale its amax history gave\n"
+    "(fp8_max / amax / 2**margin), then its amax joins the history. A tensor that jumps\n"
+    "is cast with the old, too large scale and saturates at the format's largest value."
+)
+
+
+def _recipe_setup(config: TrainConfig, mode: PrecisionMode) -> str:
+    """The lines that quantize the model's linear layers, after it is on its device."""
+    if mode.recipe == "fp8-tensorwise" and config.fp8_scaling == "delayed":
+        return _delayed_setup(config)
+    if mode.recipe == "fp8-tensorwise":
+        return _torchao_setup(config, "tensorwise")
+    if mode.recipe == "fp8-rowwise":
+        return _torchao_setup(config, "rowwise")
+    if mode.recipe == "block" and mode.block_format is not None:
+        return _block_setup(config, mode.block_format)
+    return ""
+
+
 def _inputs(mode: PrecisionMode) -> tuple[str, str]:
     """(helper defined before the loop, the loop's first line) moving a batch to the model."""
     if mode.params_dtype == "float32":
@@ -147,14 +224,16 @@ def pytorch_code(config: TrainConfig) -> str:
     label = _LABELS.get(mode.params_dtype, mode.params_dtype)
     setup = f"{cast}  # weights, gradients and optimizer state all {label}\n" if cast else ""
     helper, to_device = _inputs(mode)
+    delayed = mode.recipe == "fp8-tensorwise" and config.fp8_scaling == "delayed"
     return (
         head
         + setup
+        + _recipe_setup(config, mode)
         + f"optimizer = {_optimizer(config, mode)}\n"
         + _scaler_setup(config, mode)
         + "\n"
         + helper
-        + _comment(mode.code_note)
+        + _comment(_DELAYED_NOTE if delayed else mode.code_note)
         + "for inputs, targets in batches:\n"
         + to_device
         + "    optimizer.zero_grad(set_to_none=True)\n"

@@ -682,6 +682,13 @@ class LossScalePlot(QWidget):
             symbol="x", size=9, pen=pg.mkPen("#c00000", width=2), brush=None, name="skipped step"
         )
         self.plot.addItem(self.skips)
+        # The what-if (scaler_whatif): the scale another policy would have had, dashed.
+        self.prediction = pg.PlotDataItem(
+            pen=pg.mkPen(plot_colors().foreground, width=1.5, style=Qt.PenStyle.DashLine)
+        )
+        self.prediction.setDownsampling(auto=True, method="peak")
+        self.prediction.setClipToView(True)
+        self.plot.addItem(self.prediction)
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
@@ -699,9 +706,18 @@ class LossScalePlot(QWidget):
         row.addWidget(self.growth_bar, 1)
         layout.addLayout(row)
         self._overlay: Sequence[OverlayRun] = ()
+        self._prediction_log: np.ndarray = np.zeros(0)
 
     def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
         return hover_text(self._overlay, step, "scale", show=scale_text)
+
+    def show_prediction(self, steps: np.ndarray, scales: np.ndarray) -> None:
+        """Draw the what-if's predicted scale (log2, as the runs' curves); empty: none."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_scale = np.log2(scales)
+        finite = np.isfinite(log_scale)
+        self._prediction_log = log_scale[finite]
+        self.prediction.setData(steps[finite], self._prediction_log)
 
     def refresh(self, overlay: Sequence[OverlayRun], shown: Sequence[RunModel]) -> None:
         self._overlay = overlay
@@ -715,7 +731,7 @@ class LossScalePlot(QWidget):
             curve.setData(run.model.scalars.steps[finite], log_scale[finite])
         self.curves.drop_missing({run.key for run in overlay})
         self.curves.show_legend(len(overlay) > 1)
-        found = data_range(logs)
+        found = data_range([*logs, self._prediction_log] if overlay else logs)
         self.empty_note.show(
             None
             if found is not None

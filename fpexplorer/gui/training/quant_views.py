@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QGraphicsRectItem,
@@ -55,6 +55,7 @@ from fpexplorer.gui.training.plots import (
 from fpexplorer.gui.training.quant_model import (
     CRITERIA,
     Criterion,
+    FloatArray,
     QuantHistory,
     Worst,
     layer_choices,
@@ -72,31 +73,29 @@ from fpexplorer.gui.training.view_model import (
     x_extent,
 )
 from fpexplorer.training.precision import PRECISION_MODES, find_precision_mode
+from fpexplorer.training.records import Histogram
 
 # ----- texts (Qt-free) -------------------------------------------------------------------
-
-# The modes whose linear layers are quantized, named in the note of a run without them.
-_QUANTIZED_MODE_HINT = "fp8, fp8-rowwise, mxfp8, mxfp6, mxfp4 or nvfp4"
 
 ROLE_TITLES = {"input": "input", "weight": "weight", "grad_output": "output gradient"}
 
 
 def quantized_mode_names() -> list[str]:
     """The precision modes with quantized linear layers, from the precision table."""
-    return [mode.name for mode in PRECISION_MODES if getattr(mode, "quantized", False)]
+    return [mode.name for mode in PRECISION_MODES if mode.quantized]
 
 
 def no_quant_note(models: Sequence[RunModel]) -> str:
     """What the page says when none of the runs shown has quantized layers."""
     names = quantized_mode_names()
-    hint = ", ".join(names) if names else _QUANTIZED_MODE_HINT
+    hint = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else "".join(names)
     if not models:
         return f"No run yet. Choose precision {hint} and start a job (or open a run file)."
     if len(models) == 1:
         model = models[0]
         precision = model.precision or "?"
         mode = find_precision_mode(precision)
-        quantized = mode is not None and getattr(mode, "quantized", False)
+        quantized = mode is not None and mode.quantized
         if quantized and not model.steps_seen:
             return f"Waiting for the first statistics step of this {precision} run…"
         if quantized:
@@ -214,6 +213,22 @@ class ShareImage:
         return None
 
 
+def max_pooled(matrix: np.ndarray, factor: int) -> np.ndarray:
+    """`matrix` with each run of `factor` columns merged into one by its largest value
+    (NaN, not measured, left out; a group with no measurement stays NaN).
+
+    A heatmap with more steps than pixels would otherwise drop columns when drawn, and a
+    share that saturated on one step only would vanish from the picture."""
+    if factor <= 1 or matrix.shape[1] <= 1:
+        return matrix
+    rows, columns = matrix.shape
+    groups = -(-columns // factor)
+    padded = np.full((rows, groups * factor), np.nan)
+    padded[:, :columns] = matrix
+    pooled: np.ndarray = np.fmax.reduce(padded.reshape(rows, groups, factor), axis=2)
+    return pooled
+
+
 def share_image(history: QuantHistory, role: str, field: str) -> ShareImage:
     layers, matrix = history.share_matrix(role, "flushed" if field == "flushed" else "saturated")
     return ShareImage(layers, history.steps.copy(), matrix)
@@ -272,6 +287,15 @@ def block_scale_hover_lines(
     ]
 
 
+def block_counts_text(step: int, hist: Histogram) -> str:
+    """The line under the block scales: how many blocks, and any zero, inf or NaN scale
+    (a block of zeros, or a cast that went non-finite), which the bars cannot show."""
+    text = f"{hist.total:,} blocks on step {step}"
+    odd = [f"{count:,} {name}" for name, count in (("zero", hist.zero), ("inf", hist.inf),
+                                                  ("NaN", hist.nan)) if count]  # fmt: skip
+    return f"{text}; scales {', '.join(odd)}" if odd else text
+
+
 def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str | None:
     """Why the block-scale histogram is empty (None when it has bars)."""
     latest = history.latest(layer, role) if history is not None else None
@@ -281,22 +305,76 @@ def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str
     if stats.scale_hist is not None and any(stats.scale_hist.counts):
         return None
     if stats.scale is not None:
-        return f"one scale per tensor ({power_text(stats.scale)}): no block scales"
+        return f"no block scales:\none scale per tensor,\n{power_text(stats.scale)}"
     return "no block scales recorded"
 
 
+def scale_fits_log2(history: QuantHistory, layer: str, role: str) -> tuple[FloatArray, FloatArray]:
+    """(steps, log2(format max / scale)): the largest |x| a per-tensor scale lets through
+    unclipped, in amax's units, so that amax above it means saturation.
+
+    Only for tensors cast with a per-tensor scale alone (FP8 tensorwise, current or
+    delayed). A block-scaled tensor (MX, NVFP4, FP8 rowwise) is clipped per block: NVFP4's
+    per-tensor scale then only moves the block scales into E4M3's range, and max / scale
+    would be no limit of amax at all; those draw no dashed curve."""
+    latest = history.latest(layer, role)
+    empty = np.empty(0)
+    if latest is None or latest.stats.scale_hist is not None:
+        return empty, empty
+    try:
+        top = format_range(latest.stats.format).log2_max
+    except (KeyError, ValueError):  # a format this version does not know: no dashed curve
+        return empty, empty
+    steps, log_scale = history.log2_series(layer, role, "scale")
+    return steps, top - log_scale
+
+
+FIT_MARGIN = 8  # binades beyond the amax curves that the view shows of the dashed ones
+
+
+def history_range(amax: Sequence[FloatArray], fits: Sequence[FloatArray]) -> tuple[int, int] | None:
+    """The log2 range the amax/scale plot shows: the amax curves whole, the dashed curves
+    up to FIT_MARGIN binades beyond them (whole binades at both ends).
+
+    A delayed scale's first step has no amax history and casts at scale 1, which puts its
+    dashed point 20-30 binades away; shown whole it would flatten every curve into a line.
+    The dashed curve leaves the view there instead (zoom out to follow it)."""
+    found = [values for values in amax if len(values)]
+    if not found:
+        found = [values for values in fits if len(values)]
+        if not found:
+            return None
+        return (
+            math.floor(min(float(v.min()) for v in found)),
+            math.ceil(max(float(v.max()) for v in found)),
+        )
+    lo = min(float(v.min()) for v in found)
+    hi = max(float(v.max()) for v in found)
+    for values in fits:
+        near = values[(values >= lo - FIT_MARGIN) & (values <= hi + FIT_MARGIN)]
+        if len(near):
+            lo, hi = min(lo, float(near.min())), max(hi, float(near.max()))
+    return math.floor(lo), math.ceil(hi)
+
+
 def history_note(runs: Sequence[OverlayRun], layer: str, role: str) -> str | None:
-    """What the amax/scale plot says under its curves: a block-only recipe has no
-    per-tensor scale; values that a log axis cannot show are counted."""
+    """What the amax/scale plot says under its curves: which runs' tensors are
+    block-scaled (no dashed curve), and how many amaxes a log axis cannot show."""
     notes = []
     for run in runs:
         history = run.model.quant
-        if not history.has(layer, role):
+        latest = history.latest(layer, role)
+        if latest is None:
             continue
+        parts = []
+        if latest.stats.scale_hist is not None:
+            parts.append("block scales, no dashed curve")
         amax = history.series(layer, role, "amax")
         hidden = int(np.count_nonzero(~(np.isfinite(amax) & (amax > 0))))
         if hidden:
-            notes.append(f"{elide(run.name, 24)}: {hidden} amax inf/NaN/0 not drawn")
+            parts.append(f"{hidden} amax inf/NaN/0 not drawn")
+        if parts:
+            notes.append(f"{elide(run.name, 24)}: {', '.join(parts)}")
     return "; ".join(notes) or None
 
 
@@ -312,10 +390,18 @@ NOT_MEASURED_COLOUR = "#9a9a9a"  # cells without a measurement: grey, unlike a 0
 
 
 def share_colour_map() -> pg.ColorMap:
-    """Share 0 in the plot's background colour, then ever stronger colours (per theme)."""
+    """Share 0 near the plot's background colour, then ever stronger colours (per theme)."""
     colours = _SHARE_COLOURS_DARK if is_dark() else _SHARE_COLOURS_LIGHT
-    background = plot_colors().background.name()
-    return pg.ColorMap(list(SHARE_STOPS), [background, *colours])
+    # Share 0: the background tinted a little towards the text colour, so an all-zero
+    # map still shows where its cells are.
+    theme = plot_colors()
+    back, fore = theme.background, theme.foreground
+    zero = QColor(
+        round(0.9 * back.red() + 0.1 * fore.red()),
+        round(0.9 * back.green() + 0.1 * fore.green()),
+        round(0.9 * back.blue() + 0.1 * fore.blue()),
+    )
+    return pg.ColorMap(list(SHARE_STOPS), [zero.name(), *colours])
 
 
 class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
@@ -325,18 +411,35 @@ class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
     k-th is named (hover names any row)."""
 
     MAX_WIDTH = 150
+    MAX_SHARE = 0.5  # of the plot's width: the data keeps the rest
 
     def __init__(self, orientation: str = "left") -> None:
         super().__init__(orientation)
         self.names: list[str] = []
         self._metrics = QFontMetrics(QFont())
+        self._plot_width = 1000
+
+    @property
+    def text_width(self) -> int:
+        """The pixels a name may take (names longer are elided on the left)."""
+        widest = max((self._metrics.horizontalAdvance(name) for name in self.names), default=20)
+        room = max(int(self.MAX_SHARE * self._plot_width), 50)
+        return min(widest, self.MAX_WIDTH - 12, room)
 
     def set_names(self, names: Sequence[str]) -> None:
         if list(names) == self.names:
             return
         self.names = list(names)
-        widest = max((self._metrics.horizontalAdvance(name) for name in names), default=20)
-        self.setWidth(min(widest + 12, self.MAX_WIDTH))
+        self._fit()
+
+    def fit(self, plot_width: int) -> None:
+        """The plot is `plot_width` pixels wide now: the names take at most MAX_SHARE."""
+        if plot_width != self._plot_width:
+            self._plot_width = plot_width
+            self._fit()
+
+    def _fit(self) -> None:
+        self.setWidth(self.text_width + 12)
         self.picture = None
         self.update()
 
@@ -355,7 +458,7 @@ class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
         return [(1.0, [float(row) for row in range(first, last + 1, every)])]
 
     def tickStrings(self, values: Sequence[float], scale: float, spacing: float) -> list[str]:
-        width = self.MAX_WIDTH - 12
+        width = self.text_width
         out = []
         for value in values:
             row = round(value)
@@ -366,6 +469,21 @@ class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
                     self._metrics.elidedText(self.names[row], Qt.TextElideMode.ElideLeft, width)
                 )
         return out
+
+
+class BinadeAxis(PowerOfTwoAxis):
+    """A 2^k axis whose ticks stay at least MIN_TICK_PIXELS apart ("2^-24" labels are
+    wide: pyqtgraph's own spacing lets them run into each other on a narrow plot)."""
+
+    MIN_TICK_PIXELS = 48
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:
+        span = abs(maxVal - minVal)
+        if not (span > 0 and size > 0):
+            return [(1.0, 0.0)]
+        per_tick = span * self.MIN_TICK_PIXELS / size
+        major = next((n for n in (1, 2, 4, 8, 16, 32, 64) if n >= per_tick), 128)
+        return [(float(major), 0.0)]
 
 
 MIN_LEGEND_HEIGHT = 260  # pixels of plot below which the history plot shows no legend
@@ -392,16 +510,28 @@ class QuantHistoryPlot(QWidget):
         layout.addWidget(self.note)
         self._runs: Sequence[OverlayRun] = ()
         self._tensor = ("", "")
+        self._legend_wanted = False
 
     def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
         return history_hover_lines(self._runs, *self._tensor, step)
+
+    def _show_legend(self) -> None:
+        self.amax_curves.show_legend(
+            self._legend_wanted and self.plot.height() >= MIN_LEGEND_HEIGHT
+        )
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        # The plot was resized before this (its layout runs first): decide again whether
+        # the legend has room.
+        super().resizeEvent(event)
+        self._show_legend()
 
     def refresh(self, runs: Sequence[OverlayRun], layer: str, role: str) -> None:
         """Curves of `layer`'s `role` tensor for each run; the x range sets the page's
         other plots over steps (linked)."""
         self._runs, self._tensor = runs, (layer, role)
         extent = x_extent([run.model for run in runs])
-        lows, highs = [], []
+        amax_arrays, fit_arrays = [], []
         drawn = [run for run in runs if run.model.quant.has(layer, role)]
         for run in drawn:
             history = run.model.quant
@@ -412,29 +542,20 @@ class QuantHistoryPlot(QWidget):
                 scale_curve.setPen(pg.mkPen(run.colour, width=1.5, style=Qt.PenStyle.DashLine))
             steps, log_amax = history.log2_series(layer, role, "amax")
             amax_curve.setData(steps, log_amax)
-            scale_steps, log_scale = history.log2_series(layer, role, "scale")
-            latest = history.latest(layer, role)
-            log_fits = np.empty(0)
-            if latest is not None and len(log_scale):
-                try:
-                    top = format_range(latest.stats.format).log2_max
-                except (KeyError, ValueError):
-                    top = math.nan  # a format this version does not know: no dashed curve
-                if math.isfinite(top):
-                    log_fits = top - log_scale
-            scale_curve.setData(scale_steps[: len(log_fits)], log_fits)
-            for values in (log_amax, log_fits):
-                if len(values):
-                    lows.append(float(values.min()))
-                    highs.append(float(values.max()))
+            scale_steps, log_fits = scale_fits_log2(history, layer, role)
+            scale_curve.setData(scale_steps, log_fits)
+            amax_arrays.append(log_amax)
+            fit_arrays.append(log_fits)
         keys = {run.key for run in drawn}
         self.amax_curves.drop_missing(keys)
         self.scale_curves.drop_missing(keys)
         # Runs are told apart by a legend where the plot has the height for it; on a
         # small screen the run list (and the hover read-out) name the colours.
-        self.amax_curves.show_legend(len(drawn) > 1 and self.plot.height() >= MIN_LEGEND_HEIGHT)
-        if lows:
-            self.range.show(0.0, extent, math.floor(min(lows)) - 1, math.ceil(max(highs)) + 1)
+        self._legend_wanted = len(drawn) > 1
+        self._show_legend()
+        shown = history_range(amax_arrays, fit_arrays)
+        if shown is not None:
+            self.range.show(0.0, extent, shown[0] - 1, shown[1] + 1)
             self.empty_note.show(None)
         else:
             self.range.show(0.0, extent, -1.0, 1.0)
@@ -476,11 +597,47 @@ class ShareHeatmap(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
         self.shown: ShareImage | None = None
+        self.pooling = 1  # steps merged into each drawn column (by their maximum)
         self._role = ""
         self._key: tuple[int, int, str] | None = None
+        view = self.plot.getPlotItem().getViewBox()
+        view.sigXRangeChanged.connect(self._on_view_changed)
+        view.sigResized.connect(self._on_view_changed)
 
     def _hover_text(self, step: float, row: float) -> list[HoverLine]:
         return heatmap_hover_lines(self.shown, self._role, self.field, step, row)
+
+    def _wanted_pooling(self) -> int:
+        image = self.shown
+        if image is None or not len(image.steps):
+            return 1
+        view = self.plot.getPlotItem().getViewBox()
+        (x_lo, x_hi), _y = view.viewRange()
+        visible = float(x_hi - x_lo) / image.per_column
+        pixels = max(float(view.width()), 1.0)
+        return max(math.ceil(visible / pixels), 1)
+
+    def _on_view_changed(self, *_args: object) -> None:
+        # Zoomed in or resized: as many steps per drawn column as the pixels require.
+        if self.shown is not None and self._wanted_pooling() != self.pooling:
+            self._draw_image()
+
+    def _draw_image(self) -> None:
+        image = self.shown
+        if image is None:
+            return
+        self.pooling = self._wanted_pooling()
+        pooled = max_pooled(image.matrix, self.pooling)
+        # NaN cells (not measured) are drawn transparent by pyqtgraph: the grey behind shows.
+        self.image.setImage(pooled.astype(np.float32), autoLevels=False, levels=(0.0, 1.0))
+        width = image.per_column * self.pooling * pooled.shape[1]
+        rect = QRectF(image.left, -0.5, width, len(image.layers))
+        self.image.setRect(rect)
+        self.not_measured.setRect(rect)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.layer_axis.fit(self.width())
 
     def refresh(self, model: RunModel | None, role: str) -> None:
         key = (id(model), model.revision if model is not None else -1, role)
@@ -499,12 +656,7 @@ class ShareHeatmap(QWidget):
         image = share_image(history, role, self.field)
         self.shown = image
         self.layer_axis.set_names(image.layers)
-        # NaN cells (not measured) are drawn transparent by pyqtgraph.
-        self.image.setImage(image.matrix.astype(np.float32), autoLevels=False, levels=(0.0, 1.0))
-        width = image.per_column * len(image.steps)
-        rect = QRectF(image.left, -0.5, width, len(image.layers))
-        self.image.setRect(rect)
-        self.not_measured.setRect(rect)
+        self._draw_image()
         self.range.show(None, None, -0.5, len(image.layers) - 0.5)
         measured = np.isfinite(image.matrix)
         if not measured.any():
@@ -535,9 +687,12 @@ class SqnrPlot(QWidget):
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
         self.legend_label = file_text_label(
-            "bar: latest statistics step; <span style='color:#D55E00'>|</span> lowest over "
-            "the run; pale bar: exact (∞ dB)",
+            "bar: latest step; <span style='color:#D55E00'>|</span>: lowest; pale: exact",
             word_wrap=False,
+        )
+        self.legend_label.setToolTip(
+            "Bar: the SQNR on the layer's latest statistics step. Orange tick: the lowest "
+            "over the run. Pale bar: quantized exactly (∞ dB), drawn to the plot's edge."
         )
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -549,6 +704,10 @@ class SqnrPlot(QWidget):
 
     def _hover_text(self, _x: float, row: float) -> list[HoverLine]:
         return sqnr_hover_lines(self._history, self._role, row)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.layer_axis.fit(self.width())
 
     def refresh(self, model: RunModel | None, role: str) -> None:
         key = (id(model), model.revision if model is not None else -1, role)
@@ -593,16 +752,18 @@ class BlockScalePlot(QWidget):
 
     def __init__(self) -> None:
         super().__init__()
-        self.plot = plot_widget(CountAxis("left"), PowerOfTwoAxis("bottom"))
+        self.plot = plot_widget(CountAxis("left"), BinadeAxis("bottom"))
         self.plot.setLabel("bottom", "block scale")
         self.plot.setLabel("left", "blocks")
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.9, brush="#4a7fb5", pen=None)
         self.plot.addItem(self.bars)
         self.empty_note = EmptyNote(self.plot, height_fraction=0.5)
         self.hover = HoverReadout(self.plot, self._hover_text)
+        self.counts_label = file_text_label("", word_wrap=False)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
+        layout.addWidget(self.counts_label)
         self._history: QuantHistory | None = None
         self._tensor = ("", "")
 
@@ -616,17 +777,13 @@ class BlockScalePlot(QWidget):
         self.empty_note.show(note)
         latest = history.latest(layer, role) if history is not None else None
         hist = latest.stats.scale_hist if latest is not None else None
+        self.counts_label.setText(block_counts_text(latest.step, hist) if latest and hist else "")
         if note is not None or hist is None:
             self.bars.setOpts(x=[], height=[])
             return
         counts = np.asarray(hist.counts, dtype=np.float64)
         x = np.arange(hist.lo, hist.lo + len(counts), dtype=np.float64) + 0.5
         self.bars.setOpts(x=x, height=np.log10(1.0 + counts), width=0.9)
-        # Ticks 2^k at least ~48 pixels apart: "2^-24" labels must not run into each other.
-        span = len(counts) + 2
-        per_tick = span * 48 / max(self.plot.width(), 1)
-        major = next((n for n in (1, 2, 4, 8, 16, 32) if n >= per_tick), 64)
-        self.plot.getPlotItem().getAxis("bottom").setTickSpacing(major, 1)
         self.plot.getPlotItem().setRange(
             xRange=(hist.lo - 1, hist.lo + len(counts) + 1),
             yRange=(0, max(float(np.log10(1.0 + counts.max())), 1.0) * 1.08),
@@ -641,17 +798,22 @@ EXPLAIN_HISTORY = (
     "Current scaling sets the scale from this step's amax (solid and dashed meet); delayed "
     "scaling from earlier steps' amaxes, so after a spike the solid curve rises above the "
     "dashed one (saturation) and afterwards the scale stays too small for a while (more "
-    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale.",
+    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale. The view "
+    "shows the dashed curve up to 8 binades beyond the amax curves (a delayed scale's "
+    "first step, at scale 1, lies far off): zoom out to follow it.",
 )
 EXPLAIN_FLUSHED = (
     "Share of non-zero values flushed to zero, by layer and step (0..1).",
     "For the chosen tensor role. A value flushes when, after scaling, it lies below half of "
-    "the format's smallest subnormal. Blank: not measured on that step.",
+    "the format's smallest subnormal. Grey: not measured on that step. Where the steps "
+    "outnumber the pixels, a drawn column shows the largest share of its steps (zoom in, "
+    "or hover: the read-out gives each step's own share).",
 )
 EXPLAIN_SATURATED = (
     "Share of values clamped to the format's largest finite value, by layer and step.",
     "For the chosen tensor role (the view FP8 analyzers give). With delayed scaling a spike "
-    "saturates until the amax history catches up. Blank: not measured on that step.",
+    "saturates until the amax history catches up. Grey: not measured on that step. Where "
+    "the steps outnumber the pixels, a drawn column shows the largest share of its steps.",
 )
 EXPLAIN_SQNR = (
     "Quantization SQNR per layer: 10·log10(Σx² / Σ(x − q(x))²).",
@@ -684,7 +846,7 @@ class QuantPage(QWidget):
         super().__init__()
         self.layer_box = QComboBox()
         self.layer_box.setToolTip("The layer whose amax, scale and block scales are shown")
-        self.layer_box.setMinimumContentsLength(12)
+        self.layer_box.setMinimumContentsLength(20)
         self.layer_box.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
@@ -728,7 +890,7 @@ class QuantPage(QWidget):
         rows = QSplitter(Qt.Orientation.Vertical)
         rows.setChildrenCollapsible(False)
         for names, stretches in (
-            (("history", "sqnr", "blocks"), (5, 3, 3)),
+            (("history", "sqnr", "blocks"), (4, 3, 2)),
             (("flushed", "saturated"), (1, 1)),
         ):
             row = QSplitter(Qt.Orientation.Horizontal)
@@ -751,6 +913,9 @@ class QuantPage(QWidget):
         self.note_label.setWordWrap(True)
         self.note_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.note_label.setMargin(40)
+        font = self.note_label.font()
+        font.setPointSizeF(font.pointSizeF() + 2)  # the page's one message: read from afar
+        self.note_label.setFont(font)
         self.stack = QStackedWidget()
         self.stack.addWidget(self.note_label)
         self.stack.addWidget(content)

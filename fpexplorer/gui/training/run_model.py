@@ -40,6 +40,7 @@ from fpexplorer.training.records import (
     decode_float,
     from_schema1_dict,
 )
+from fpexplorer.training.replay_scaler import EvidenceBuffer
 
 # The binade axis of the heatmap: fixed, so the image never reshapes. It covers FP32's
 # subnormals (2**-149) up to FP32's largest binade (2**127).
@@ -312,6 +313,9 @@ class SkipEvent:
     # The first module whose forward output went inf/NaN: where an activation overflow
     # starts (the backward-order name is often just the loss's last layer).
     first_nonfinite_forward: str | None = None
+    # A run of several ranks (the merged log): the rank where it started (the lowest, when
+    # several started at once); then `first_nonfinite` is that rank's layer.
+    first_nonfinite_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +373,8 @@ class RunModel:
         self.first_nonfinite_step: int | None = None  # inf/NaN gradients, named or not
         self.first_nan_loss_step: int | None = None  # the first inf/NaN loss
         self.steps_seen = 0
+        # Every step's overflow evidence, 26 bytes a step: what a loss-scale replay needs.
+        self.scaler_evidence = EvidenceBuffer()
         self.problems: list[str] = []
         self.source: str | None = None
         # Set by whoever shows several runs together: what tells this run from the others.
@@ -385,7 +391,17 @@ class RunModel:
     @property
     def label(self) -> str:
         label = run_label(self.config, fallback=self.source or "run")
+        if self.rank_text:  # a run of several ranks: its logs share every setting
+            label += f" [{self.rank_text}]"
         return f"{label} {self.label_detail}" if self.label_detail else label
+
+    @property
+    def rank_text(self) -> str:
+        """'merged, 4 ranks' or 'rank 2' for a log of a run of several ranks; else ''."""
+        ranks = self.header.ranks if self.header is not None else None
+        if ranks is None:
+            return ""
+        return f"merged, {ranks.world_size} ranks" if ranks.merged else f"rank {ranks.rank}"
 
     @property
     def planned_steps(self) -> int | None:
@@ -444,14 +460,20 @@ class RunModel:
 
     def _add_step(self, record: StepRecord) -> None:
         self.steps_seen += 1
+        self.scaler_evidence.add(record)  # for the loss-scale what-if (scaler_whatif)
         self.scalars.append(record.step, (float(getattr(record, name)) for name in SCALAR_FIELDS))
         stats = record.stats
         first_nonfinite = stats.first_nonfinite if stats is not None else None
+        ranks = record.ranks
+        origin_rank = ranks.first_nonfinite_rank if ranks is not None else None
+        if origin_rank is not None and ranks is not None and ranks.first_nonfinite_layer:
+            first_nonfinite = ranks.first_nonfinite_layer
         event = SkipEvent(
             record.step,
             record.scale,
             first_nonfinite,
             stats.first_nonfinite_forward if stats is not None else None,
+            origin_rank,
         )
         if record.skipped:
             self.skipped_count += 1

@@ -13,7 +13,7 @@ panel's Low precision page) as a low-precision recipe would report them:
   scale comes from the largest amax of the previous `AMAX_HISTORY` statistics steps). One
   layer's input spikes 16x for a few steps: the lagging scale lets it saturate, and once
   the spike has passed the history keeps the scale too small, so more values flush;
-- "fp8-current": the same amaxes with current scaling (scale = 448 / amax of the step
+- "fp8-dynamic": the same amaxes with current scaling (scale = 448 / amax of the step
   itself): nothing saturates (the side-by-side reference);
 - "mxfp4": MXFP4 blocks of 32 with E8M0 scales: no per-tensor scale, the block scales by
   binade, flushed shares that grow with depth (most in the output gradients).
@@ -77,7 +77,7 @@ def _histogram(
     return Histogram(lo=lo, counts=counts, zero=zero, **specials)
 
 
-QUANT_RECIPES = ("fp8-delayed", "fp8-current", "mxfp4")
+QUANT_RECIPES = ("fp8-delayed", "fp8-dynamic", "mxfp4")
 AMAX_HISTORY = 16  # statistics steps a delayed scale looks back over
 E4M3_MAX = 448.0  # float8_e4m3fn's largest finite value
 E5M2_MAX = 57344.0  # float8_e5m2's largest finite value

@@ -163,7 +163,9 @@ def quantize_blocks(
     Elements round to nearest-even, or, with `stochastic`, up with probability equal to
     the distance from the lower neighbour over the gap (drawn from `generator`, which must
     live on x's device, in float32 steps of 2**-24: the probability is that distance rounded
-    up to a multiple of 2**-24). Scales always follow the format's rule.
+    up to a multiple of 2**-24; an NVFP4 quotient within 2**-24 below a power of two picks
+    between neighbours one coarser quantum apart, see `round_to_grid`: still unbiased).
+    Scales always follow the format's rule.
     `per_tensor_scale` forces NVFP4's s_global (rounded to FP32; a float, or a 0-dim
     tensor, which is not checked so as not to synchronise); by default it is
     FP32(finite amax / 2688). Input: float32, bfloat16 or float16, read exactly.
@@ -251,24 +253,42 @@ def round_to_grid(
 ) -> torch.Tensor:
     """`y` (float32 or float64) rounded into the grid's values, saturated to ±max, in y's
     dtype: nearest-even, or stochastic with `noise` (uniform in [0, 1), y's shape).
-    NaN stays NaN; ±inf saturates."""
+    NaN stays NaN; ±inf saturates.
+
+    The quantum of |y|'s binade, 2**k, and its inverse are built from bits (k lies in the
+    dtype's normal range, `ElementGrid.of` checks it), so that |y|·2**-k and steps·2**k
+    are exact; the work is in place on fresh temporaries (about twelve passes)."""
     magnitude = y.abs()
     if grid.fixed_quantum_exponent is not None:
-        scaled = magnitude * 2.0**-grid.fixed_quantum_exponent
+        scaled = magnitude.mul_(2.0**-grid.fixed_quantum_exponent)
         quantum: torch.Tensor | float = 2.0**grid.fixed_quantum_exponent
     else:
-        binade = torch.frexp(magnitude).exponent - 1  # floor(log2 |y|); any value for 0/inf/NaN
-        exponent = binade.clamp(grid.min_exponent, grid.max_exponent) - grid.mantissa_bits
-        scaled = magnitude * _pow2(-exponent, y.dtype)  # exact: a power of two in range
-        quantum = _pow2(exponent, y.dtype)
+        # frexp's exponent is floor(log2 |y|) + 1 (any value for 0, inf and NaN, which
+        # the clamp keeps in range). Taken of |y| in float32 also for float64 input (float64
+        # frexp and int64 shifts are several times slower): rounding to float32 can only
+        # lift |y| to the next power of two, and a value that close to it rounds to it with
+        # that binade's quantum too; stochastic rounding then picks between the neighbours
+        # one coarser quantum apart, still unbiased.
+        exponent = torch.frexp(magnitude.float()).exponent
+        exponent.clamp_(grid.min_exponent + 1, grid.max_exponent + 1)
+        # k = floor(log2 |y|) - mantissa_bits, as float32 exponent fields of 2**k and 2**-k.
+        fraction_bits, bias = 23, 127
+        quantum = ((exponent + (bias - 1 - grid.mantissa_bits)) << fraction_bits).view(
+            torch.float32
+        )
+        inverse = (((bias + 1 + grid.mantissa_bits) - exponent) << fraction_bits).view(
+            torch.float32
+        )
+        scaled = magnitude.mul_(inverse)
     if noise is None:
-        steps = torch.round(scaled)  # half to even
+        steps = scaled.round_()  # half to even
     else:
-        steps = torch.floor(scaled)
-        steps = steps + (noise < scaled - steps).to(y.dtype)  # scaled - steps is exact
-    result = torch.copysign((steps * quantum).clamp(max=grid.max), y)
+        steps = scaled.floor()
+        fraction = scaled.sub_(steps)  # exact: both in one binade, or the floor is 0
+        steps = steps.add_(noise < fraction)
+    result = steps.mul_(quantum).clamp_(max=grid.max).copysign_(y)
     # -0 + 0 is +0 under round-to-nearest: formats without -0 give +0 for negatives.
-    return result if grid.negative_zero else result + 0.0
+    return result if grid.negative_zero else result.add_(0.0)
 
 
 def _shared_exponents(amax: torch.Tensor, fmt: BlockFormat) -> tuple[torch.Tensor, torch.Tensor]:

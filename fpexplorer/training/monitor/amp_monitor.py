@@ -46,6 +46,7 @@ through a 2**20-element buffer and the lost-update check keeps the old weights o
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import os
@@ -76,6 +77,14 @@ from fpexplorer.training.monitor.kernels import (
     segment_rows,
 )
 from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan, UpdateSample
+from fpexplorer.training.monitor.quant import QuantCollector
+from fpexplorer.training.monitor.ranks import (
+    DISTRIBUTED_STATS_EVERY,
+    RankContext,
+    RankLogs,
+    is_sharded,
+    local_tensor,
+)
 from fpexplorer.training.monitor.thresholds import DEFAULT_FORMATS, format_ranges
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RunWriter
@@ -131,7 +140,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         scaler: Any = None,
         *,
         out: str | os.PathLike[str] | None = None,
-        writer: RunWriter | None = None,
+        writer: RunWriter | RankLogs | None = None,
         stats_every: int | None = None,
         stats_budget: float | None = None,
         formats: Sequence[str] = DEFAULT_FORMATS,
@@ -141,12 +150,20 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         echo: IO[str] | None = None,
         device: torch.device | None = None,
     ) -> None:
+        ranks = RankContext.current() if writer is None else None
+        if ranks is not None and stats_every is None:
+            # A time budget is measured per rank; the ranks must agree on their exchanges.
+            stats_every, stats_budget = DISTRIBUTED_STATS_EVERY, None
         self.cadence = StatsCadence(stats_every, stats_budget)
         self.formats = format_ranges(formats)  # raises ValueError for an unknown format
         if writer is None:
             if out is None:
                 raise ValueError("AmpMonitor needs out= (a run-log path) or writer=")
-            writer = RunWriter(out, echo=echo)
+            if ranks is None:
+                writer = RunWriter(out, echo=echo)
+            else:  # one log per rank, and the merged log on rank 0 (see `ranks`)
+                replicas = 1 if is_sharded(model) else ranks.world_size
+                writer = RankLogs(out, ranks, stats_every=stats_every or 0, replicas=replicas)
         self.model = model
         self.optimizer = optimizer
         self.scaler = scaler
@@ -187,6 +204,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._static_bytes: tuple[tuple[int, int], dict[str, int], dict[str, int]] | None = None
         self._header_config = (precision, dict(config or {}))
         self._header_written = False
+        # Quantized linears (fp8/MX/NVFP4) report their casts on statistics steps.
+        self._quant = QuantCollector(model)
         self._install_hooks()
         if precision is not None:
             self._write_header()
@@ -222,6 +241,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         (a statistics step, or a header that waits for the autocast dtype), because any
         forward hook sends every module call through PyTorch's slower hooked path."""
         self._collecting = collecting
+        self._quant.arm(collecting)
         wanted = collecting or not self._header_written
         if wanted and not self._module_handles:
             layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
@@ -386,7 +406,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._found_inf = self._scaler_found_inf(optimizer, kwargs)
         if not self._collecting:
             return
-        params = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
+        params = [
+            local_tensor(p).detach().reshape(-1) for _, p in self._param_layer if p.grad is not None
+        ]
         if params:
             # The weights before the update, all of them or a fixed sample of 2**20: never a
             # parameter-sized copy on a large model.
@@ -443,7 +465,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         self._write_header()
-        grads = [p.grad for p in self._params if p.grad is not None]
+        grads = [local_tensor(p.grad) for p in self._params if p.grad is not None]
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
         # under another loss scale needs (one fused pass, read with the other signals).
         scaled = bool(grads) and self._scaler_enabled()
@@ -479,6 +501,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         stats: records.StepStats | None = None
         if plan is not None:
             stats = plan.decode(host, skipped=skipped)
+            if self._quant.active:
+                stats = dataclasses.replace(stats, quant=self._quant.take())
         elif alarm and grads:
             # The step of a skip, an overflow or a NaN: its activation gradients are gone,
             # its parameter gradients are not (a second host copy, on such steps only).
@@ -593,7 +617,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool
     ) -> StatsPlan:
         """Queue every statistic as device tensors in `pack`; returns how to read them."""
-        param_grads = [(layer, p.grad) for layer, p in self._param_layer if p.grad is not None]
+        param_grads = [
+            (layer, local_tensor(p.grad)) for layer, p in self._param_layer if p.grad is not None
+        ]
         act_segments = count_deferred_zeros(self._act_segments) if activations else []
         groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
@@ -709,7 +735,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         as an FP16 weight would be updated; FP32 arithmetic and conversions only (FP16
         arithmetic and comparisons are slow on CPUs)."""
         old, sample = self._old_params, self._update_sample
-        params = [p.detach().reshape(-1) for _, p in self._param_layer if p.grad is not None]
+        params = [
+            local_tensor(p).detach().reshape(-1) for _, p in self._param_layer if p.grad is not None
+        ]
         numels = tuple(p.numel() for p in params)
         if old is None or sample is None or sample.numels != numels:
             return None
@@ -737,7 +765,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         ]
         key = (len(self._param_layer), len(state_tensors))
         if self._static_bytes is None or self._static_bytes[0] != key:
-            params = bytes_by_dtype(p for _, p in self._param_layer)
+            params = bytes_by_dtype(local_tensor(p) for _, p in self._param_layer)
             self._static_bytes = (key, params, bytes_by_dtype(state_tensors))
         _, params, optimizer = self._static_bytes
         peak = (
@@ -747,7 +775,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         return Memory(
             params=params,
-            grads=bytes_by_dtype(p.grad for _, p in self._param_layer if p.grad is not None),
+            grads=bytes_by_dtype(
+                local_tensor(p.grad) for _, p in self._param_layer if p.grad is not None
+            ),
             optimizer=optimizer,
             activations=dict(self._saved_bytes),
             peak_device=peak,
@@ -760,6 +790,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             return
         self.closed = True
+        self._quant.arm(False)
         for handle in self._handles:
             handle.remove()
         self._remove_module_hooks()
@@ -815,9 +846,22 @@ def _total_norm(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     return total
 
 
+_ABS_MAX_COPY = 2**20
+
+
 def _abs_max(grads: Sequence[torch.Tensor]) -> torch.Tensor:
-    """max |g| over all gradients: one fused inf-norm kernel over the list where torch has
-    it (inf or NaN when a gradient holds them)."""
+    """max |g| over all gradients (inf or NaN when a gradient holds them): on CUDA one fused
+    inf-norm kernel over the list. On a CPU that norm takes a slow path (3-4x the 2-norm's
+    time): up to _ABS_MAX_COPY elements the gradients are concatenated (one copy, the
+    fastest on small models: dispatch costs more than the pass), beyond it one min/max pass
+    per tensor (aminmax), never a parameter-sized copy."""
+    if all(g.device.type == "cpu" for g in grads):
+        if sum(g.numel() for g in grads) <= _ABS_MAX_COPY:
+            return torch.cat([g.reshape(-1) for g in grads]).abs_().max()
+        bounds = [torch.aminmax(g) for g in grads]
+        lows = torch.stack([low for low, _ in bounds])
+        highs = torch.stack([high for _, high in bounds])
+        return torch.maximum(highs.max(), -lows.min())
     try:
         norms = list(torch._foreach_norm(list(grads), math.inf))
     except RuntimeError:  # tensors on several devices

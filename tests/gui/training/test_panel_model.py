@@ -200,6 +200,12 @@ def test_pytorch_code_compiles_for_every_precision(precision: str) -> None:
         "pure-fp16": ["model.half()"],
         "fp16-noscale": ["torch.float16"],
         "fp32": ["loss.backward()"],
+        "fp8": ["convert_to_float8_training", 'from_recipe_name("tensorwise")'],
+        "fp8-rowwise": ["convert_to_float8_training", 'from_recipe_name("rowwise")'],
+        "mxfp8": ["swap_linears(model, 'mxfp8_e4m3'"],
+        "mxfp6": ["swap_linears(model, 'mxfp6_e2m3'"],
+        "mxfp4": ["swap_linears(model, 'mxfp4'"],
+        "nvfp4": ["swap_linears(model, 'nvfp4'"],
     }[precision]
     for text in expected:
         assert text in code

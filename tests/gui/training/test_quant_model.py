@@ -204,7 +204,7 @@ def test_records_travel_through_the_run_log_into_the_history() -> None:
 def test_synthetic_current_scaling_fits_each_steps_amax_and_never_saturates() -> None:
     model = RunModel()
     model.add_records(synthetic_records(120, precision="fp8", stats_every=1,
-                                        quant="fp8-current", quant_layers=4))  # fmt: skip
+                                        quant="fp8-dynamic", quant_layers=4))  # fmt: skip
     history = model.quant
     assert history.layers == list(quant_layer_names(4))
     for layer in history.layers:

@@ -12,8 +12,15 @@ import pytest
 from fpexplorer.commands.screenshot import TRAINING_PAGES
 from fpexplorer.gui.training.quant_views import (
     QuantPage,
+    block_counts_text,
+    history_note,
+    history_range,
     hurts_most_text,
+    max_pooled,
     no_quant_note,
+    power_text,
+    quantized_mode_names,
+    scale_fits_log2,
     sqnr_text,
 )
 from fpexplorer.gui.training.run_model import RunModel
@@ -58,10 +65,17 @@ def test_a_run_without_quantized_layers_gets_the_note(page) -> None:  # type: ig
     page.refresh(_overlay(fp16), [fp16], fp16)
     assert page.stack.currentIndex() == 0
     assert page.note is not None
-    assert page.note.startswith("This run (fp16) has no FP8/MX layers: choose precision")
-    assert "to see how each tensor fares" in page.note
+    modes = quantized_mode_names()
+    assert "fp8" in modes and "fp16" not in modes
+    assert page.note == (
+        f"This run (fp16) has no FP8/MX layers: choose precision {', '.join(modes[:-1])} or "
+        f"{modes[-1]} to see how each tensor fares."
+    )
     assert no_quant_note([]).startswith("No run yet.")
     assert no_quant_note([fp16, fp16]).startswith("None of the 2 runs shown has FP8/MX layers")
+    waiting = RunModel()
+    waiting.add_records([next(synthetic_records(5, precision="fp8"))])  # the header only
+    assert no_quant_note([waiting]) == "Waiting for the first statistics step of this fp8 run…"
 
 
 def test_the_page_names_the_tensor_that_hurts_most_and_its_criterion(page) -> None:  # type: ignore[no-untyped-def]
@@ -134,7 +148,7 @@ def test_heatmaps_name_the_layers_and_read_out_the_cell_under_the_cursor(page) -
 
 
 def test_sqnr_bars_and_their_hover(page) -> None:  # type: ignore[no-untyped-def]
-    model = _model(60, precision="fp8", quant="fp8-current", quant_layers=3)
+    model = _model(60, precision="fp8", quant="fp8-dynamic", quant_layers=3)
     page.refresh(_overlay(model), [model], model)
     page.choose(quant_layer_names(3)[1], "grad_output")
     rows = model.quant.sqnr_by_layer("grad_output")
@@ -177,6 +191,7 @@ def test_block_scales_of_an_mx_run_and_the_note_of_a_per_tensor_run(page) -> Non
     heights = page.block_plot.bars.opts["height"]
     assert list(heights) == list(np.log10(1.0 + np.asarray(hist.counts, dtype=np.float64)))
     assert page.block_plot.empty_note.text is None
+    assert page.block_plot.counts_label.text() == f"{sum(hist.counts):,} blocks on step 19"
     top = hist.lo + len(hist.counts) - 1
     page.block_plot.hover.show_at(top + 0.5, 0.0)
     total = sum(hist.counts)
@@ -189,18 +204,18 @@ def test_block_scales_of_an_mx_run_and_the_note_of_a_per_tensor_run(page) -> Non
     scale_curve = page.history_plot.scale_curves.curves[0]
     assert scale_curve.getData()[0] is None or len(scale_curve.getData()[0]) == 0
 
-    fp8 = _model(20, precision="fp8", quant="fp8-current", quant_layers=2)
+    fp8 = _model(20, precision="fp8", quant="fp8-dynamic", quant_layers=2)
     page.refresh(_overlay(fp8), [fp8], fp8)
     scale = fp8.quant.latest(page.layer, page.role).stats.scale  # type: ignore[union-attr]
     note = page.block_plot.empty_note.text
-    assert note is not None and note.startswith("one scale per tensor (")
-    assert note.endswith("): no block scales")
-    assert scale is not None and f"2^{math.log2(scale):.2f}"[:5] in note
+    assert scale is not None
+    assert note == f"no block scales:\none scale per tensor,\n{power_text(scale)}"
+    assert power_text(4.0) == "4 (2^2)" and power_text(6.0) == "6 (2^2.58…)"
 
 
 def test_delayed_and_current_runs_side_by_side_in_their_colours(page) -> None:  # type: ignore[no-untyped-def]
     delayed = _model(200, precision="fp8", quant="fp8-delayed", quant_layers=4)
-    current = _model(200, precision="fp8", quant="fp8-current", quant_layers=4)
+    current = _model(200, precision="fp8", quant="fp8-dynamic", quant_layers=4)
     fp16 = _model(200, precision="fp16")
     overlay = _overlay(delayed, current, fp16)
     page.refresh(overlay, [delayed, current, fp16], delayed)
@@ -277,3 +292,102 @@ def test_screenshot_shows_the_low_precision_page(tmp_path: Path, make_run) -> No
     code = main(["screenshot", "--panel", "training", "--run", str(run), str(run),
                  "--training-page", "low", "--size", "1024x640", "--out", str(out)])  # fmt: skip
     assert code == 0 and out.stat().st_size > 0
+
+
+def test_max_pooling_keeps_a_one_step_spike_and_leaves_unmeasured_cells_out() -> None:
+    nan = math.nan
+    matrix = np.array([[0.0, 0.5, 0.0, 0.0, 0.1], [nan, nan, 0.2, nan, nan]])
+    pooled = max_pooled(matrix, 2)
+    assert pooled[0].tolist() == [0.5, 0.0, 0.1]
+    assert math.isnan(pooled[1, 0]) and pooled[1, 1] == 0.2 and math.isnan(pooled[1, 2])
+    assert max_pooled(matrix, 1) is matrix
+
+
+def test_a_heatmap_narrower_than_its_steps_draws_each_columns_maximum(page) -> None:  # type: ignore[no-untyped-def]
+    model = _model(500, precision="fp8", quant="fp8-delayed", quant_layers=4)
+    page.resize(700, 500)
+    page.refresh(_overlay(model), [model], model)
+    heat = page.saturated_map
+    assert heat.pooling > 1
+    drawn = heat.image.image
+    assert drawn.shape[1] == math.ceil(500 / heat.pooling)
+    # The one step that saturated most is still in the picture, at its full share.
+    _layers, saturated = model.quant.share_matrix("input", "saturated")
+    assert float(np.nanmax(drawn)) == pytest.approx(float(np.nanmax(saturated)), rel=1e-6)
+    # Zoomed in on 20 steps: every step gets its own column again.
+    heat.plot.getPlotItem().getViewBox().setXRange(100, 120, padding=0)
+    assert heat.pooling == 1 and heat.image.image.shape[1] == 500
+
+
+def test_an_nvfp4_tensor_draws_no_dashed_limit_and_says_why() -> None:
+    # NVFP4: blocks of 16 with E4M3 scales, plus a per-tensor scale 1 / s_global =
+    # 448 * 6 / amax that only moves the block scales into E4M3's range.
+    entry = QuantTensorStats(
+        layer="fc", role="input", format="float4_e2m1fn", amax=3.0, scale=2688.0 / 3.0,
+        scale_hist=Histogram(lo=0, counts=(5, 11), zero=2, nan=1),
+    )  # fmt: skip
+    fp8 = QuantTensorStats(layer="fc", role="input", format="float8_e4m3fn", amax=3.5,
+                           scale=128.0)  # fmt: skip
+    nvfp4, tensorwise = RunModel(), RunModel()
+    for model, item in ((nvfp4, entry), (tensorwise, fp8)):
+        model.add_records(
+            [StepRecord(step=4, loss=1.0, scale=1.0, skipped=False, growth_tracker=0, lr=0.1,
+                        grad_norm=1.0, steps_per_s=1.0, time=0.0,
+                        stats=StepStats(quant=(item,)))]
+        )  # fmt: skip
+    steps, fits = scale_fits_log2(nvfp4.quant, "fc", "input")
+    assert len(steps) == 0 and len(fits) == 0
+    steps, fits = scale_fits_log2(tensorwise.quant, "fc", "input")
+    assert list(steps) == [4.0] and list(fits) == [math.log2(448.0) - 7.0]  # 448 / 128 = 3.5
+    overlay = _overlay(nvfp4, tensorwise)
+    note = history_note(overlay, "fc", "input")
+    assert note is not None and note.endswith(": block scales, no dashed curve")
+    hist = entry.scale_hist
+    assert hist is not None
+    assert block_counts_text(4, hist) == "19 blocks on step 4; scales 2 zero, 1 NaN"
+
+
+@pytest.mark.slow  # a real FP8 training job in a child process: seconds
+def test_a_real_fp8_run_fills_the_page(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    run = tmp_path / "fp8.jsonl"
+    subprocess.run(
+        [sys.executable, "-m", "fpexplorer", "train", "--task", "mlp", "--precision", "fp8",
+         "--fp8-scaling", "delayed", "--steps", "6", "--stats-every", "1", "--out", str(run)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    panel.load_run(run)
+    panel.show_plot_page("low")
+    page = panel.quant_page
+    history = panel.current_run.model.quant
+    assert page.note is None and history.layers
+    layer = history.layers[0]
+    assert page.saturated_map.layer_axis.names == history.layers
+    assert page.flushed_map.image.image.shape == (len(history.layers), 6)
+    page.choose(layer, "input")
+    latest = history.latest(layer, "input")
+    assert latest is not None and latest.stats.format == "float8_e4m3fn"
+    _x, fits = page.history_plot.scale_curves.curves[panel.current_run.key].getData()
+    scale = history.series(layer, "input", "scale")
+    assert np.allclose(fits, np.log2(448.0 / scale))
+    assert page.hurts_label.text().startswith("Hurts most (lowest SQNR, over the run): ")
+
+
+def test_the_history_view_keeps_amax_whole_and_a_far_dashed_point_out() -> None:
+    amax = [np.array([-10.2, -9.5, -9.9])]
+    # A delayed scale's first step casts at scale 1: log2(57344 / 1) = 15.8, far away.
+    fits = [np.array([15.8, -9.0, -8.6])]
+    assert history_range(amax, fits) == (-11, -8)
+    assert history_range(amax, [np.array([-3.5])]) == (-11, -3)  # within 8 binades: shown
+    assert history_range([np.empty(0)], [np.array([1.5, 2.5])]) == (1, 3)
+    assert history_range([np.empty(0)], [np.empty(0)]) is None
+
+
+def test_screenshot_refuses_training_options_on_the_formats_panel(tmp_path: Path) -> None:
+    from fpexplorer.cli import main
+
+    out = tmp_path / "x.png"
+    assert main(["screenshot", "--training-page", "low", "--out", str(out)]) == 2
+    assert not out.exists()

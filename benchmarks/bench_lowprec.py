@@ -1,0 +1,85 @@
+"""What MX / NVFP4 emulation costs: the torch block quantizer against the numpy one, and an
+emulated linear layer against `nn.Linear`, each measured in the same run.
+
+  quantize    `quantize_blocks` (torch, float32) and `formats.quantize` (numpy, exact) on
+              the same float32 matrix: milliseconds and the numpy/torch ratio
+  linear      forward + backward of `BlockScaledLinear` and of `nn.Linear` on the same
+              input: milliseconds and the ratio (the emulation's overhead on this device)
+
+Median of --repeats runs after one warm-up; one torch thread unless --threads says more.
+
+    python benchmarks/bench_lowprec.py [--size 1024] [--batch 256] [--width 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+
+def median_ms(work: Callable[[], object], repeats: int) -> float:
+    work()  # warm-up: first-call allocations and dispatch
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1024, help="the quantized matrix is size²")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--width", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    import torch
+    from torch import nn
+
+    from fpexplorer.formats import quantize
+    from fpexplorer.training.lowprec.block_linear import BlockScaledLinear
+    from fpexplorer.training.lowprec.block_torch import quantize_blocks
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    formats = ("mxfp8_e4m3", "mxfp4", "nvfp4")
+
+    x = torch.randn(args.size, args.size)
+    array = x.numpy()
+    print(f"quantize a {args.size}x{args.size} float32 matrix (ms, median of {args.repeats})")
+    print(f"{'format':<12}{'numpy':>10}{'torch':>10}{'numpy/torch':>14}")
+    for name in formats:
+        numpy_ms = median_ms(lambda name=name: quantize(array, name), args.repeats)
+        torch_ms = median_ms(lambda name=name: quantize_blocks(x, name), args.repeats)
+        print(f"{name:<12}{numpy_ms:>10.1f}{torch_ms:>10.1f}{numpy_ms / torch_ms:>14.2f}")
+
+    inputs = torch.randn(args.batch, args.width)
+    grad = torch.randn(args.batch, args.width)
+    plain = nn.Linear(args.width, args.width)
+
+    def step(layer: nn.Module) -> None:
+        layer.zero_grad()
+        data = inputs.clone().requires_grad_(True)
+        layer(data).backward(grad)
+
+    print(
+        f"\nforward + backward, batch {args.batch}, {args.width}->{args.width} "
+        f"(ms, median of {args.repeats})"
+    )
+    plain_ms = median_ms(lambda: step(plain), args.repeats)
+    print(f"{'layer':<12}{'ms':>10}{'/ nn.Linear':>14}")
+    print(f"{'nn.Linear':<12}{plain_ms:>10.2f}{1.0:>14.2f}")
+    for name in formats:
+        layer = BlockScaledLinear.from_linear(plain, name)
+        emulated_ms = median_ms(lambda layer=layer: step(layer), args.repeats)
+        print(f"{name:<12}{emulated_ms:>10.2f}{emulated_ms / plain_ms:>14.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

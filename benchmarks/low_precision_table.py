@@ -1,0 +1,135 @@
+"""Low-precision training, measured: the `transformer` task in FP32, BF16, FP16 and every
+quantized mode (FP8 current and delayed scaling, FP8 rowwise, and the MX/NVFP4 modes where
+this version has them), each quantized mode with and without its first and last linear
+layer kept in BF16, as one Markdown table.
+
+    python benchmarks/low_precision_table.py                 # 300 steps each, CPU, ~3 min
+    python benchmarks/low_precision_table.py --steps 100 --keep runs/
+
+Every run has the same seed, data and steps. Columns: the final loss (mean finite loss of
+the last 10% of steps) and its difference from FP32's; the largest share of one quantized
+tensor's values that saturated (clamped at the format's largest value) and that flushed to
+zero, over all statistics steps, with the layer and tensor (input, weight, grad_output);
+steps/s. On a CPU the FP8/MX/NVFP4 matmuls are emulated (real casts, FP32 products), so
+their steps/s measure the emulation, not FP8 hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.job import RunState, run_job
+from fpexplorer.training.precision import PRECISION_MODES
+from fpexplorer.training.summary import QuantWorst, RunSummary, summarize_file
+
+WANTED = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4")
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One row: a precision mode and the options that set it apart."""
+
+    precision: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        extra = []
+        if self.options.get("fp8_scaling") == "delayed":
+            extra.append("delayed")
+        if self.options.get("bf16_first_last"):
+            extra.append("BF16 first/last")
+        return self.precision + (f" ({', '.join(extra)})" if extra else "")
+
+
+def variants() -> tuple[list[Variant], list[str]]:
+    """The rows this version can run, and the wanted modes it does not have."""
+    modes = {mode.name: mode for mode in PRECISION_MODES}
+    rows: list[Variant] = []
+    for name in WANTED:
+        mode = modes.get(name)
+        if mode is None:
+            continue
+        if not mode.quantized:
+            rows.append(Variant(name))
+            continue
+        scalings: list[dict[str, Any]] = [{}]
+        if name == "fp8":
+            scalings.append({"fp8_scaling": "delayed"})
+        for scaling in scalings:
+            for keep in (False, True):
+                rows.append(Variant(name, {**scaling, "bf16_first_last": keep}))
+    return rows, [name for name in WANTED if name not in modes]
+
+
+def _where(worst: QuantWorst | None) -> str:
+    if worst is None:
+        return "0"
+    # Three significant digits: a share of 0.0004 must not read as 0.0%.
+    return f"{100 * worst.share:.3g}% {worst.layer} {worst.role}"
+
+
+def table(rows: list[tuple[Variant, RunSummary]]) -> str:
+    reference = rows[0][1].final_loss
+    header = ("mode", "final loss", "vs fp32", "saturated (max, where)", "flushed (max, where)",
+              "steps/s")  # fmt: skip
+    lines_ = [header]
+    for variant, s in rows:
+        quantized = s.quantized
+        lines_.append((
+            variant.label, f"{s.final_loss:.4f}", f"{s.final_loss - reference:+.4f}",
+            _where(s.worst_saturated) if quantized else "-",
+            _where(s.worst_flushed) if quantized else "-",
+            f"{s.steps_per_s:.1f}",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in lines_) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+             for row in lines_]  # fmt: skip
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--stats-every", type=int, default=10)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep", type=Path, help="keep the run logs in this folder")
+    args = parser.parse_args()
+    rows, missing = variants()
+    results: list[tuple[Variant, RunSummary]] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = args.keep or Path(scratch)
+        folder.mkdir(parents=True, exist_ok=True)
+        for index, variant in enumerate(rows):
+            out = folder / f"transformer-{index:02d}-{variant.precision}.jsonl"
+            config = TrainConfig(task="transformer", precision=variant.precision,
+                                 device=args.device, steps=args.steps,
+                                 stats_every=args.stats_every, seed=args.seed, out=str(out),
+                                 **variant.options)  # fmt: skip
+            result = run_job(config, stderr=io.StringIO())
+            if result.state is not RunState.COMPLETED:
+                print(f"{variant.label}: {result.state.value}: {result.error}", file=sys.stderr)
+                return 1
+            results.append((variant, summarize_file(out)))
+            print(f"{variant.label}: done", file=sys.stderr)
+    print(
+        f"transformer task, {args.steps} steps, statistics every {args.stats_every}, "
+        f"seed {args.seed}, device {args.device}"
+    )
+    print(table(results))
+    if missing:
+        print(f"not in this version: {', '.join(missing)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Linear layers that emulate MX / NVFP4 training: quantize-dequantize, then matmul.
+
+The recipe (OCP MX, as torchao's `mx_mm` runs it; NVIDIA's NVFP4 training recipe): each of
+the three matmuls of a linear layer sees its operands quantized with blocks along its own
+reduction dimension, from the high-precision tensors:
+
+====================  =========================================  ==========================
+matmul                operands                                   blocks along
+====================  =========================================  ==========================
+output = x · Wᵀ       input x (M×K), weight W (N×K)              K (in_features), both
+grad_x = g · W        grad_output g (M×N), weight W              N (out_features), both
+grad_W = gᵀ · x       grad_output g, input x                     M (the batch rows), both
+====================  =========================================  ==========================
+
+NVFP4 adds its per-tensor scale (from each tensor's amax) and, for the gradient g, stochastic
+rounding (`stochastic_gradients`, on by default for formats with a per-tensor scale). The
+matmuls then run in float32 on the dequantized values, as a block-scaled tensor core
+accumulates in FP32; autocast is off inside, so a BF16 autocast region around the model
+does not round the emulated operands again.
+
+Costs: forward quantizes two tensors and backward four (each about twenty elementwise
+passes, see `block_torch`), on top of the three float32 matmuls: several times a plain
+linear layer on CPU, memory-bound on an accelerator. The layer saves the high-precision
+input and weight for backward, as `nn.Linear` does. No host synchronisation in forward or
+backward, statistics included: with `collect_stats` on they are measured on the device
+(about a dozen more passes per tensor) and read in one transfer by `take_quant_stats()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import torch
+from torch import nn
+
+from fpexplorer.formats.block import BlockFormat, get_block_format
+from fpexplorer.training.records import QuantTensorStats
+
+from .block_torch import quantize_blocks
+from .stats import PendingQuantStats, measure_quantized, read_pending_stats
+
+
+class BlockScaledLinear(nn.Linear):
+    """`nn.Linear` whose forward and backward matmuls see block-quantized operands.
+
+    `block`: the block format (a `BlockFormat` or a name such as "mxfp8_e4m3", "nvfp4").
+    `stochastic_gradients`: round the output gradient stochastically (None: only for
+    formats with a per-tensor scale, NVFP4's recipe); draws come from `generator` (on the
+    layer's device), or torch's default generator, which `torch.manual_seed` seeds.
+    `collect_stats`: when True, each forward appends the input's and weight's
+    `QuantTensorStats` and each backward the output gradient's (blocks along
+    out_features, the cast grad_input uses); `take_quant_stats()` hands them over.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        block: BlockFormat | str = "mxfp8_e4m3",
+        stochastic_gradients: bool | None = None,
+        generator: torch.Generator | None = None,
+        name: str = "",
+    ) -> None:
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.block = get_block_format(block)
+        self.stochastic_gradients = (
+            self.block.tensor_scale if stochastic_gradients is None else stochastic_gradients
+        )
+        self.generator = generator
+        self.layer_name = name
+        self.collect_stats = False
+        self._pending_stats: list[PendingQuantStats] = []
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        block: BlockFormat | str,
+        *,
+        stochastic_gradients: bool | None = None,
+        generator: torch.Generator | None = None,
+        name: str = "",
+    ) -> BlockScaledLinear:
+        """A BlockScaledLinear that shares `linear`'s parameters (the same Parameter
+        objects: an optimizer built before the swap still updates them)."""
+        layer = cls(
+            linear.in_features,
+            linear.out_features,
+            linear.bias is not None,
+            device="meta",  # no memory: the parameters are replaced next
+            block=block,
+            stochastic_gradients=stochastic_gradients,
+            generator=generator,
+            name=name,
+        )
+        layer.weight = linear.weight
+        layer.bias = linear.bias
+        layer.train(linear.training)
+        return layer
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if input.numel() == 0:  # nothing to quantize; the shapes still follow nn.Linear
+            return super().forward(input)
+        # Function.apply is untyped in torch's stubs.
+        output: torch.Tensor = _BlockScaledMatmul.apply(input, self.weight, self)  # type: ignore[no-untyped-call]
+        if self.bias is not None:
+            output = output + self.bias.to(output.dtype)
+        return output
+
+    def take_quant_stats(self) -> tuple[QuantTensorStats, ...]:
+        """The statistics collected since the last call (and forget them): one host
+        transfer for all of them."""
+        pending, self._pending_stats = self._pending_stats, []
+        return read_pending_stats(pending)
+
+    def extra_repr(self) -> str:
+        rounding = ", stochastic gradients" if self.stochastic_gradients else ""
+        return f"{super().extra_repr()}, block={self.block.name}{rounding}"
+
+    def _measure(self, role: str, x: torch.Tensor, q: Any) -> None:
+        if self.collect_stats:
+            measured = measure_quantized(self.layer_name, role, x, q, self.block.name)
+            self._pending_stats.append(measured)
+
+
+class _BlockScaledMatmul(torch.autograd.Function):
+    """x · Wᵀ with the operands of all three matmuls block-quantized (see module doc)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, input: torch.Tensor, weight: torch.Tensor, layer: BlockScaledLinear
+    ) -> torch.Tensor:
+        rows = input.reshape(-1, input.shape[-1])
+        ctx.save_for_backward(rows, weight)
+        ctx.layer = layer
+        ctx.input_shape = input.shape
+        with torch.autocast(input.device.type, enabled=False):
+            x = quantize_blocks(rows.float(), layer.block, axis=-1)
+            w = quantize_blocks(weight.float(), layer.block, axis=-1)
+            output = x.values @ w.values.t()
+        layer._measure("input", rows, x)
+        layer._measure("weight", weight, w)
+        return output.reshape(*input.shape[:-1], weight.shape[0]).to(input.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        rows, weight = ctx.saved_tensors
+        layer: BlockScaledLinear = ctx.layer
+        block = layer.block
+        stochastic, generator = layer.stochastic_gradients, layer.generator
+        grad = grad_output.reshape(-1, grad_output.shape[-1]).float()
+        grad_input = grad_weight = None
+        with torch.autocast(grad.device.type, enabled=False):
+            if ctx.needs_input_grad[0] or layer.collect_stats:
+                g = quantize_blocks(
+                    grad, block, axis=-1, stochastic=stochastic, generator=generator
+                )  # along N
+                layer._measure("grad_output", grad, g)
+            if ctx.needs_input_grad[0]:
+                w = quantize_blocks(weight.float(), block, axis=0)  # along N
+                grad_input = (g.values @ w.values).reshape(ctx.input_shape).to(rows.dtype)
+            if ctx.needs_input_grad[1]:
+                g_rows = quantize_blocks(
+                    grad, block, axis=0, stochastic=stochastic, generator=generator
+                )  # along M
+                x_rows = quantize_blocks(rows.float(), block, axis=0)  # along M
+                grad_weight = (g_rows.values.t() @ x_rows.values).to(weight.dtype)
+        return grad_input, grad_weight, None
+
+
+def swap_linears(
+    model: nn.Module,
+    block: BlockFormat | str,
+    *,
+    keep_first_last: bool = False,
+    keep: Collection[str] = (),
+    stochastic_gradients: bool | None = None,
+    generator: torch.Generator | None = None,
+) -> list[str]:
+    """Replace the model's `nn.Linear` layers by `BlockScaledLinear`s in place; return the
+    names of those replaced.
+
+    Parameters (and so the state_dict's names) stay the same objects. Only modules whose
+    type is exactly `nn.Linear` are swapped: subclasses may not call their own forward
+    (`nn.MultiheadAttention` reads its `out_proj`'s weight directly). `keep_first_last`
+    leaves the first and the last linear layer (subclasses included, in definition order:
+    the forward order of sequential models and of most others) as they are, so they
+    compute in the job's own precision (BF16 in the recipes); `keep` names more modules to
+    leave (a name that is no module of the model is an error).
+    """
+    fmt = get_block_format(block)
+    modules = dict(model.named_modules())
+    if type(model) is nn.Linear:
+        raise ValueError("the model is itself one nn.Linear: wrap it in a module to swap it")
+    unknown = sorted(set(keep) - modules.keys())
+    if unknown:
+        raise ValueError(f"no module named {', '.join(map(repr, unknown))} in the model")
+    linears = [name for name, module in modules.items() if isinstance(module, nn.Linear)]
+    kept = set(keep)
+    if keep_first_last and linears:
+        kept |= {linears[0], linears[-1]}
+    candidates = [name for name in linears if type(modules[name]) is nn.Linear]
+    swapped = []
+    for name in candidates:
+        if name in kept:
+            continue
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        linear = parent.get_submodule(child)
+        assert isinstance(linear, nn.Linear)
+        replacement = BlockScaledLinear.from_linear(
+            linear,
+            fmt,
+            stochastic_gradients=stochastic_gradients,
+            generator=generator,
+            name=name,
+        )
+        setattr(parent, child, replacement)
+        swapped.append(name)
+    return swapped

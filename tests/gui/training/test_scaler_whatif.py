@@ -1,0 +1,104 @@
+"""The loss-scale what-if: what it says and the dashed curve it draws, against the torch-free
+replay of the same run log (a real FP16 run of the overflow task: torch's GradScaler from
+2^12, growth interval 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.scaler_whatif import AS_LOGGED, OFF, WhatIfModel
+from fpexplorer.training.replay_scaler import ScalerReplay
+from fpexplorer.training.runlog import load_run
+from fpexplorer.training.scaler_rules import ScalerSettings, resolve_settings
+
+RUN = Path(__file__).parent / "data" / "overflow-fp16-scaler.jsonl"
+
+
+def loaded() -> RunModel:
+    model = RunModel()
+    run = load_run(RUN)
+    model.add_records([run.header, *run.steps])  # type: ignore[list-item]
+    return model
+
+
+def replayed(settings: ScalerSettings) -> tuple[ScalerReplay, list[float]]:
+    replay = ScalerReplay(settings)
+    scales = []
+    for step in load_run(RUN).steps:
+        replayed = replay.add(step)
+        assert replayed is not None
+        scales.append(replayed.scale)
+    return replay, scales
+
+
+def test_the_model_predicts_what_the_replay_does_and_says_so() -> None:
+    run = loaded()
+    whatif = WhatIfModel()
+    whatif.update(run)
+    assert whatif.curve()[0].size == 0 and "Choose a policy" in whatif.summary(run)
+    whatif.set_choice("deepspeed", {"init_scale": "4096", "growth_interval": "4"})
+    whatif.update(run)
+    settings = resolve_settings("deepspeed", init_scale=4096.0, growth_interval=4)
+    replay, scales = replayed(settings)
+    steps, curve = whatif.curve()
+    assert list(curve) == scales and list(steps) == list(range(120))
+    text = whatif.summary(run).splitlines()
+    assert text[0] == "deepspeed: init 4096, x2 after 4, x0.5 on overflow, hysteresis 2, min 1"
+    assert text[1] == (
+        f"skipped steps: {replay.predicted_skips} predicted, {replay.logged_skips} logged"
+    )
+    assert replay.predicted_skips != replay.logged_skips
+    assert f"skips differ from step {replay.first_skip_difference}:" in text[4]
+    # As logged: the run's own trace, every step.
+    whatif.set_choice(AS_LOGGED, {})
+    whatif.update(run)
+    assert list(whatif.curve()[1]) == [step.scale for step in load_run(RUN).steps]
+    assert "the same trace as logged, all 120 steps" in whatif.summary(run)
+
+
+def test_bad_settings_and_runs_without_amax_say_why(make_run) -> None:  # type: ignore[no-untyped-def]
+    run = loaded()
+    whatif = WhatIfModel()
+    whatif.set_choice("megatron", {"hysteresis": "two"})
+    whatif.update(run)
+    assert whatif.summary(run) == "hysteresis: 'two' is not a whole number"
+    assert whatif.curve()[0].size == 0
+    whatif.set_choice("torch", {"hysteresis": "3"})
+    whatif.update(run)
+    assert "torch's GradScaler has no hysteresis" in whatif.summary(run)
+    synthetic = RunModel()
+    synthetic.add_records(load_run(make_run("bf16.jsonl", steps=20, precision="bf16")).steps)
+    whatif.set_choice("deepspeed", {})
+    whatif.update(synthetic)
+    assert "no gradient amax" in whatif.summary(synthetic)
+
+
+def test_the_panel_draws_the_prediction_dashed_over_the_scale(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(RUN)
+    whatif = panel.whatif
+    panel.left_tabs.setCurrentWidget(whatif)
+    whatif.fields["init_scale"].setText("4096")
+    whatif.fields["growth_interval"].setText("4")
+    whatif.fields["hysteresis"].setText("3")
+    whatif.policy.setCurrentText("megatron")
+    xs, ys = panel.scale_plot.prediction.getData()
+    _, scales = replayed(
+        resolve_settings("megatron", init_scale=4096.0, growth_interval=4, hysteresis=3)
+    )
+    assert np.array_equal(ys, np.log2(scales)) and np.array_equal(xs, np.arange(120))
+    assert whatif.summary.text().startswith("megatron: init 4096, x2 after 4")
+    assert whatif.fields["min_scale"].placeholderText() == "1"  # Megatron's default
+    # A field edited: the curve follows on editing finished.
+    whatif.fields["hysteresis"].setText("1")
+    whatif.fields["hysteresis"].editingFinished.emit()
+    _, again = replayed(
+        resolve_settings("megatron", init_scale=4096.0, growth_interval=4, hysteresis=1)
+    )
+    assert np.array_equal(panel.scale_plot.prediction.getData()[1], np.log2(again))
+    whatif.policy.setCurrentText(OFF)
+    assert panel.scale_plot.prediction.getData()[0] is None or (
+        len(panel.scale_plot.prediction.getData()[0]) == 0
+    )

@@ -1,0 +1,284 @@
+"""Several ranks through torchrun (2 CPU ranks on gloo): DDP and FSDP2 runs, one log per
+rank and the merged log, which rank and layer overflowed first, a lost rank, bad arguments.
+
+Each run starts real processes through `fpexplorer train --nproc-per-node 2` (or a user
+script under `python -m torch.distributed.run`); the overflow is injected on rank 1 only
+through the job's test hook (FPEXPLORER_TEST_FAULT, see training/distributed.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_job import replay_grad_scaler
+from training_helpers import REPO, run_cli
+
+from fpexplorer.training.monitor.ranks import rank_log_path
+from fpexplorer.training.ranked import NoRunError, find_run
+from fpexplorer.training.records import Histogram, StepRecord
+from fpexplorer.training.runlog import Run, load_run
+
+# A hang guard, not a speed figure: a lost rank must end the run, never leave it waiting.
+HANG_GUARD_S = 150
+
+
+def train(tmp_path: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("FPEXPLORER_TEST_FAULT", None)
+    if fault:
+        env["FPEXPLORER_TEST_FAULT"] = fault
+    return subprocess.run(
+        [sys.executable, "-m", "fpexplorer", "train", "--device", "cpu", *args],
+        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def logs(out: Path, world: int = 2) -> tuple[Run, list[Run]]:
+    return load_run(out), [load_run(rank_log_path(out, rank)) for rank in range(world)]
+
+
+def dense(histogram: Histogram | None) -> dict[object, int]:
+    """A histogram as {binade: count, "zero"/"inf"/"nan": count}, for sums across ranks."""
+    assert histogram is not None
+    counts: dict[object, int] = dict(zip(histogram.exponents, histogram.counts, strict=True))
+    counts.update(zero=histogram.zero, inf=histogram.inf, nan=histogram.nan)
+    return {key: value for key, value in counts.items() if value}
+
+
+def summed(histograms: list[Histogram | None]) -> dict[object, int]:
+    total: dict[object, int] = {}
+    for histogram in histograms:
+        for key, value in dense(histogram).items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def check_overflow_run(out: Path, *, parallel: str) -> None:
+    merged, ranks = logs(out)
+    assert merged.status == "completed" and all(run.status == "completed" for run in ranks)
+    assert merged.header is not None and merged.header.ranks is not None
+    assert merged.header.ranks.merged and merged.header.ranks.world_size == 2
+    assert merged.header.ranks.parallel == parallel
+    for rank, run in enumerate(ranks):
+        assert run.header is not None and run.header.ranks is not None
+        assert (run.header.ranks.rank, run.header.ranks.merged) == (rank, False)
+        assert run.header.ranks.host
+
+    # The overflow injected at layer "2" on rank 1, step 2: every rank skips the step (the
+    # gradients are averaged or the found-inf flag all-reduced), the merged log names rank 1.
+    step = merged.steps[2]
+    assert step.skipped and all(run.steps[2].skipped for run in ranks)
+    assert step.ranks is not None
+    assert step.ranks.nonfinite_ranks == (1,)
+    assert (step.ranks.first_nonfinite_rank, step.ranks.first_nonfinite_layer) == (1, "2")
+    assert step.first_nonfinite == "2"
+    # Rank 0 received non-finite parameter gradients only through the communication.
+    assert ranks[0].steps[2].layers
+    assert all(math.isfinite(layer.amax) for layer in ranks[0].steps[2].layers)
+    assert all(s.ranks is not None and s.ranks.first_nonfinite_rank is None
+               for s in merged.steps if s.step != 2)  # fmt: skip
+
+    # Loss scales: the same on both ranks, and what GradScaler's rule gives from the skips.
+    traces = [[s.scale for s in run.steps] for run in ranks]
+    assert traces[0] == traces[1] == [s.scale for s in merged.steps]
+    assert traces[0] == replay_grad_scaler(ranks[0])[0]
+    assert len(set(traces[0])) >= 2  # the rule was exercised (a backoff, a growth)
+    assert not any(s.ranks is not None and s.ranks.scale_mismatch for s in merged.steps)
+
+    # Merged histograms are the sums of the rank logs' (and every step exchanged).
+    for index, step_record in enumerate(merged.steps):
+        per_rank: list[StepRecord] = [run.steps[index] for run in ranks]
+        assert summed([s.grad_hist for s in per_rank]) == dense(step_record.grad_hist)
+        assert summed([s.act_hist for s in per_rank]) == dense(step_record.act_hist)
+        assert step_record.ranks is not None
+        assert step_record.ranks.losses == tuple(s.loss for s in per_rank)
+        assert step_record.loss == pytest.approx(sum(s.loss for s in per_rank) / 2, rel=1e-12)
+    # The ranks trained on different batches (the task's stream is sharded by rank).
+    assert ranks[0].steps[0].loss != ranks[1].steps[0].loss
+    assert merged.end is not None
+    assert [(r.rank, r.status) for r in merged.end.ranks] == [(0, "completed"), (1, "completed")]
+
+
+FP16_RUN = ("--precision", "fp16", "--steps", "5", "--stats-every", "1",
+            "--growth-interval", "2", "--batch-size", "64")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_ddp_run_names_the_rank_and_layer_that_overflowed(tmp_path: Path) -> None:
+    folder = tmp_path / "ddp"
+    folder.mkdir()
+    out = folder / "run.jsonl"
+    done = train(tmp_path, *FP16_RUN, "--nproc-per-node", "2", "--out", str(out),
+                 fault="nonfinite:1:2:2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_overflow_run(out, parallel="ddp")
+
+    # `fpexplorer runs` reads the run directory: the merged summary, then the ranks'.
+    summary = run_cli("runs", "summarize", str(folder))
+    assert summary.returncode == 0, summary.stderr
+    text = summary.stdout
+    assert "overflow   started on: rank 1, layer 2 (1)" in text
+    assert "ended      rank 0 completed, rank 1 completed" in text
+    assert "scale mismatches 0   skip disagreements 0" in text
+    rows = [line.split() for line in text.splitlines() if ".rank-" in line]
+    assert [row[:3] for row in rows] == [["0", "completed", "5"], ["1", "completed", "5"]]
+    assert sum("<- slowest" in line for line in text.splitlines()) == 1
+    check = run_cli("runs", "check", str(out))  # the merged log stands for the run too
+    assert check.returncode == 0
+    assert check.stdout.count(", completed, ok") == 3
+    compare = run_cli("runs", "compare", str(rank_log_path(out, 1)))
+    names = [line.split("|")[1].strip() for line in compare.stdout.splitlines()[2:]]
+    assert names == ["run.jsonl", "run.rank-0.jsonl", "run.rank-1.jsonl"]
+
+
+@pytest.mark.slow
+def test_fsdp_run_names_the_rank_and_layer_that_overflowed(tmp_path: Path) -> None:
+    out = tmp_path / "fsdp.jsonl"
+    done = train(tmp_path, *FP16_RUN, "--nproc-per-node", "2", "--parallel", "fsdp",
+                 "--out", str(out), fault="nonfinite:1:2:2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_overflow_run(out, parallel="fsdp")
+    merged, ranks = logs(out)
+    # FSDP2: each rank holds half of the parameters' gradients; together, all of them.
+    header = merged.header
+    assert header is not None
+    first = merged.steps[0].grad_hist
+    assert first is not None and first.total == header.model.params
+    total = first.total
+    assert all(run.steps[0].grad_hist is not None and run.steps[0].grad_hist.total < total
+               for run in ranks)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_run_and_is_named(tmp_path: Path) -> None:
+    out = tmp_path / "killed.jsonl"
+    done = train(tmp_path, "--precision", "bf16", "--steps", "50", "--nproc-per-node", "2",
+                 "--out", str(out), fault="kill:1:3")  # fmt: skip
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert "rank 1 was killed by SIGKILL" in last, last
+    merged, ranks = logs(out)
+    assert ranks[1].end is None and len(ranks[1].steps) == 3  # killed at the start of step 3
+    assert ranks[0].end is not None and ranks[0].status == "failed"
+    assert ranks[0].end.error is not None and ranks[0].end.error.startswith("rank 1 lost")
+    assert merged.end is not None and merged.status == "failed"
+    assert merged.end.error == "lost rank 1"
+    assert [(r.rank, r.status) for r in merged.end.ranks] == [(0, "failed"), (1, "lost")]
+    check = run_cli("runs", "check", str(tmp_path))
+    assert check.returncode == 3  # rank 1's log has no end record
+    summary = run_cli("runs", "summarize", str(tmp_path))
+    assert "ended      rank 0 failed, rank 1 lost" in summary.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_bad_distributed_arguments_get_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cases = {
+            ("--nproc-per-node", "100000"): "more than this machine can start",
+            ("--parallel", "fsdp"): "needs several ranks",
+            ("--nnodes", "2"): "needs --rdzv-endpoint",
+            ("--nproc-per-node", "2", "--rdzv-endpoint", "nowhere"): "is not HOST:PORT",
+            ("--nproc-per-node", "2", "--rdzv-endpoint", f"localhost:{port}"): "is in use",
+            ("--nproc-per-node", "2", "--rdzv-endpoint", "no-such-host.invalid:29400"):
+                "cannot resolve",
+            ("--nproc-per-node", "2", "--parallel", "fsdp", "--precision", "fp16-static"):
+                "fixed loss scale",
+        }  # fmt: skip
+        for args, message in cases.items():
+            done = train(tmp_path, "--steps", "1", *args)
+            lines = done.stderr.strip().splitlines()
+            assert done.returncode == 2, (args, done.stderr)
+            assert len(lines) == 1 and message in lines[0], (args, done.stderr)
+            assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_rendezvous_that_never_completes_times_out_with_exit_2(tmp_path: Path) -> None:
+    # Two nodes expected, one comes: the rendezvous gives up after --rdzv-timeout.
+    done = train(tmp_path, "--steps", "1", "--nnodes", "2", "--nproc-per-node", "1",
+                 "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-timeout", "3")  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert "did not complete within 3 s" in last and "Traceback" not in done.stderr
+
+
+USER_SCRIPT = """
+import sys, warnings
+import torch, torch.distributed as dist
+from torch import nn
+from fpexplorer.training.monitor import AmpMonitor
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(rank)
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    monitor = AmpMonitor(model, optimizer, out=sys.argv[1], stats_every=1, precision="fp32")
+    for _ in range(3):
+        loss = model(torch.randn(16, 4)).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        monitor.step(loss)
+    monitor.close()
+print(f"rank {rank} warnings: {[str(w.message) for w in caught]}", file=sys.stderr)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_user_script_under_torchrun_and_a_rank_whose_log_cannot_be_written(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(USER_SCRIPT))
+    out = tmp_path / "mine.jsonl"
+    rank_log_path(out, 1).mkdir()  # rank 1's log cannot be opened: a folder is in its place
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(out)],
+        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 1 warnings: ['AmpMonitor: cannot write the run log" in done.stderr
+    merged = load_run(out)
+    # Rank 1 kept joining the exchanges: the merged log has both ranks on every step.
+    assert merged.status == "completed" and len(merged.steps) == 3
+    assert all(s.ranks is not None and len(s.ranks.losses) == 2 for s in merged.steps)
+    assert load_run(rank_log_path(out, 0)).status == "completed"
+
+
+def test_find_run_takes_a_folder_the_merged_log_or_a_rank_log(tmp_path: Path) -> None:
+    for name in ("run.jsonl", "run.rank-0.jsonl", "run.rank-1.jsonl", "run.rank-10.jsonl"):
+        (tmp_path / name).write_text("")
+    expected = [tmp_path / f"run.rank-{rank}.jsonl" for rank in (0, 1, 10)]  # by rank
+    for given in (tmp_path, tmp_path / "run.jsonl", tmp_path / "run.rank-1.jsonl"):
+        files = find_run(given)
+        assert files.merged == tmp_path / "run.jsonl" and list(files.ranks) == expected
+    (tmp_path / "other.rank-0.jsonl").write_text("")
+    with pytest.raises(NoRunError, match="several runs"):
+        find_run(tmp_path)
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "a.jsonl").write_text("")
+    assert find_run(single) == find_run(single / "a.jsonl") and not find_run(single).ranked
+    with pytest.raises(NoRunError, match="no such run log"):
+        find_run(tmp_path / "missing.jsonl")
