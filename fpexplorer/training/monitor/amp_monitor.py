@@ -184,6 +184,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             (index, param) for index, layer in enumerate(self._layers) for param in layer.params
         ]
         self._params = [param for _, param in self._param_layer]
+        self._sharded = is_sharded(model)
         self._scale_used = self._current_scale_host()
         self._autocast_dtype: torch.dtype | None = None
         # Per statistics step:
@@ -465,7 +466,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         self._write_header()
-        grads = [local_tensor(p.grad) for p in self._params if p.grad is not None]
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if self._sharded:  # looked up once: a getattr per tensor per step adds up
+            grads = [local_tensor(g) for g in grads]
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
         # under another loss scale needs (one fused pass, read with the other signals).
         scaled = bool(grads) and self._scaler_enabled()
