@@ -462,6 +462,8 @@ def run_job(
             scaler = StaticLossScaler(config.loss_scale)
         header_config = {
             **config.to_dict(),
+            # A rank runs without the launch options; its header states the launch.
+            **(_launch_settings(config, rank) if rank is not None else {}),
             "lr": lr,
             "batch_size": task.batch_size or None,
             "optimizer": optimizer_name,
@@ -577,6 +579,14 @@ def _log_error(monitor: AmpMonitor | None, writer: RunWriter | RankLogs) -> str 
     if error is None:
         return None
     return str(error.strerror or error)
+
+
+def _launch_settings(config: TrainConfig, rank: distributed.RankSetup) -> dict[str, Any]:
+    """The launch a rank belongs to, from torchrun's environment."""
+    world = rank.context.world_size
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
+    return {"nproc_per_node": per_node, "nnodes": max(world // max(per_node, 1), 1),
+            "parallel": rank.parallel}  # fmt: skip
 
 
 def _rank_logs(

@@ -29,6 +29,8 @@ from fpexplorer.gui.theme import role_hex
 from fpexplorer.training.config import (
     FLOAT32_MAX,
     OPTIMIZER_CHOICES,
+    PARALLEL_CHOICES,
+    PARALLEL_NAMES,
     PRECISIONS,
     TASKS,
     OptionSpec,
@@ -73,6 +75,7 @@ def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 _OPTION_KINDS = {name: spec.kind for name, spec, _default in train_options()}
 _TITLES = {name: spec.title for name, spec, _default in train_options()}
+_SPECS = {name: spec for name, spec, _default in train_options()}
 _NONE_MEANS = {name: spec.none_means for name, spec, _default in train_options()}
 
 
@@ -86,7 +89,7 @@ def _tooltip(spec: OptionSpec) -> str:
 
 
 # Choice options the form builds by hand (their own notes, device discovery).
-_HAND_BUILT_CHOICES = ("precision", "optimizer")
+_HAND_BUILT_CHOICES = ("precision", "optimizer", "parallel")
 
 
 def _number_text(value: Any) -> str:
@@ -251,6 +254,19 @@ class TrainForm(QWidget):
             )
         layout.addRow(_TITLES["optimizer"], self.optimizer_combo)
 
+        # How several ranks share the model (the "Ranks" field below starts them).
+        self.parallel_combo = _narrow_combo()
+        self.parallel_combo.addItem("ddp (default)", None)
+        self.parallel_combo.setItemData(0, _NONE_MEANS["parallel"], Qt.ItemDataRole.ToolTipRole)
+        for choice in PARALLEL_CHOICES:
+            if choice.name != "ddp":
+                self.parallel_combo.addItem(choice.name, choice.name)
+                self.parallel_combo.setItemData(
+                    self.parallel_combo.count() - 1, choice.description,
+                    Qt.ItemDataRole.ToolTipRole,
+                )  # fmt: skip
+        self.parallel_combo.setToolTip(_tooltip(_SPECS["parallel"]))
+
         self.fields: dict[str, FieldRow] = {}
         self._parsers: dict[str, Callable[[str], Any]] = {}
         # Field name -> its title in the form (for the summary beside Start).
@@ -269,6 +285,8 @@ class TrainForm(QWidget):
                 self.fields[name] = row
                 self._parsers[name] = parse
                 layout.addRow(title, row)
+                if name == "nproc_per_node":
+                    layout.addRow(_TITLES["parallel"], self.parallel_combo)
             elif spec.in_form and spec.kind == "choice" and name not in _HAND_BUILT_CHOICES:
                 box = _narrow_combo()
                 if default is None:
@@ -286,6 +304,7 @@ class TrainForm(QWidget):
         self.precision_combo.currentTextChanged.connect(self._on_field_edited)
         self.device_combo.currentIndexChanged.connect(self._on_field_edited)
         self.optimizer_combo.currentIndexChanged.connect(self._on_field_edited)
+        self.parallel_combo.currentIndexChanged.connect(self._on_field_edited)
 
         self.device_finder = DeviceFinder(self)
         self.device_finder.found.connect(self._on_devices_found)
@@ -322,6 +341,7 @@ class TrainForm(QWidget):
             "precision": self.precision_combo.currentText(),
             "device": self.device_combo.currentData() or "auto",
             "optimizer": self.optimizer_combo.currentData(),
+            "parallel": self.parallel_combo.currentData(),
         }
         values.update({name: box.currentData() for name, box in self.choice_boxes.items()})
         errors: dict[str, str] = {}
@@ -380,6 +400,9 @@ class TrainForm(QWidget):
             value = getattr(config, name)
             index = box.findData(value if isinstance(value, str) else None)
             box.setCurrentIndex(max(index, 0))
+        # A rank's header says "ddp" where the form's default (None) means ddp too.
+        parallel = config.parallel if config.parallel in PARALLEL_NAMES else None
+        self.parallel_combo.setCurrentIndex(max(self.parallel_combo.findData(parallel), 0))
         for name, row in self.fields.items():
             value = getattr(config, name)
             row.edit.setText("" if value is None else _number_text(value))

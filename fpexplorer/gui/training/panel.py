@@ -62,6 +62,7 @@ from fpexplorer.gui.training.view_model import (
     summarize_problems,
 )
 from fpexplorer.paths import run_directory
+from fpexplorer.training.ranked import NoRunError, find_run
 from fpexplorer.training.records import HeaderRecord, Record
 
 __all__ = ["RunEntry", "TrainingPanel"]
@@ -321,6 +322,16 @@ class TrainingPanel(QWidget):
         self.open_action = QAction("Open Run…", self)
         self.open_action.setShortcut(QKeySequence.StandardKey.Open)
         self.open_action.triggered.connect(self._on_open_triggered)
+        self.open_folder_action = QAction("Open Run Folder…", self)
+        self.open_folder_action.setToolTip("a run of several ranks: its merged log and rank logs")
+        self.open_folder_action.triggered.connect(self._on_open_folder_triggered)
+        # A run of several ranks opens as its merged view; this adds each rank's own log.
+        self.overlay_ranks_action = QAction("Overlay Each Rank", self)
+        self.overlay_ranks_action.setCheckable(True)
+        self.overlay_ranks_action.setToolTip(
+            "when opening a run of several ranks, also show each rank's own log beside the "
+            "merged view"
+        )
         self.export_action = QAction("Export Plots and CSV…", self)
         self.export_action.triggered.connect(self._on_export_triggered)
 
@@ -339,17 +350,35 @@ class TrainingPanel(QWidget):
     # ----- the contract with the main window -----------------------------------------
 
     def file_actions(self) -> list[QAction]:
-        """Actions for the File menu: Open Run…, Export…"""
-        return [self.open_action, self.export_action]
+        """Actions for the File menu: Open Run…, Open Run Folder…, Overlay Each Rank,
+        Export…"""
+        return [self.open_action, self.open_folder_action, self.overlay_ranks_action,
+                self.export_action]  # fmt: skip
 
     def load_run(self, path: str | Path) -> None:
         """Replay a saved run file into the plots. Never raises: problems show in the panel.
+
+        A run of several ranks (its folder, its merged log or a rank's log) opens as its
+        merged log, and with "Overlay Each Rank" checked each rank's log beside it.
 
         Files up to SYNC_LOAD_BYTES are read before this returns (the screenshot command
         renders right after); larger ones are read in pieces between redraws (`loading`
         is True meanwhile, `run_loaded` fires at the end), so the window stays responsive
         and memory stays bounded however long the run.
         """
+        try:
+            files = find_run(path)
+        except NoRunError as error:
+            self._show_status(f"Could not open {path}: {error}", error=True)
+            return
+        except OSError as error:
+            self._show_status(f"Could not open {path}: {error.strerror or error}", error=True)
+            return
+        ranks = files.ranks if self.overlay_ranks_action.isChecked() else ()
+        for log in (files.merged, *ranks):
+            self._load_run_file(log)
+
+    def _load_run_file(self, path: Path) -> None:
         try:
             model = RunModel()
             model.source = Path(path).name
@@ -763,6 +792,13 @@ class TrainingPanel(QWidget):
         self.status_label.setStyleSheet(f"color: {alarm_colour()};" if error else "")
 
     # ----- files -------------------------------------------------------------------
+
+    def _on_open_folder_triggered(self) -> None:
+        folder = QFileDialog.getExistingDirectory(
+            self, "Open run folder", str(run_directory().path)
+        )
+        if folder:
+            self.load_run(folder)
 
     def _on_open_triggered(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(

@@ -313,6 +313,9 @@ class SkipEvent:
     # The first module whose forward output went inf/NaN: where an activation overflow
     # starts (the backward-order name is often just the loss's last layer).
     first_nonfinite_forward: str | None = None
+    # A run of several ranks (the merged log): the rank where it started (the lowest, when
+    # several started at once); then `first_nonfinite` is that rank's layer.
+    first_nonfinite_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,7 +391,17 @@ class RunModel:
     @property
     def label(self) -> str:
         label = run_label(self.config, fallback=self.source or "run")
+        if self.rank_text:  # a run of several ranks: its logs share every setting
+            label += f" [{self.rank_text}]"
         return f"{label} {self.label_detail}" if self.label_detail else label
+
+    @property
+    def rank_text(self) -> str:
+        """'merged, 4 ranks' or 'rank 2' for a log of a run of several ranks; else ''."""
+        ranks = self.header.ranks if self.header is not None else None
+        if ranks is None:
+            return ""
+        return f"merged, {ranks.world_size} ranks" if ranks.merged else f"rank {ranks.rank}"
 
     @property
     def planned_steps(self) -> int | None:
@@ -451,11 +464,16 @@ class RunModel:
         self.scalars.append(record.step, (float(getattr(record, name)) for name in SCALAR_FIELDS))
         stats = record.stats
         first_nonfinite = stats.first_nonfinite if stats is not None else None
+        ranks = record.ranks
+        origin_rank = ranks.first_nonfinite_rank if ranks is not None else None
+        if origin_rank is not None and ranks is not None and ranks.first_nonfinite_layer:
+            first_nonfinite = ranks.first_nonfinite_layer
         event = SkipEvent(
             record.step,
             record.scale,
             first_nonfinite,
             stats.first_nonfinite_forward if stats is not None else None,
+            origin_rank,
         )
         if record.skipped:
             self.skipped_count += 1

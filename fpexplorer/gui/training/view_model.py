@@ -450,6 +450,8 @@ def run_markers(overlay: Sequence[OverlayRun]) -> list[RunMarker]:
         step = model.first_nonfinite_step
         if event is not None and (step is None or event.step <= step):
             layer = elide(event.first_nonfinite or "?", 30)
+            if event.first_nonfinite_rank is not None:
+                layer = f"rank {event.first_nonfinite_rank}, layer {layer}"
             markers.append(RunMarker(run.key, run.colour, event.step, f"first inf/NaN: {layer}"))
         elif step is not None:
             markers.append(RunMarker(run.key, run.colour, step, "first inf/NaN gradient"))
@@ -622,9 +624,13 @@ def first_nonfinite_view(model: RunModel | None) -> FirstNonfiniteView:
     event = model.first_nonfinite_event
     step = model.first_nonfinite_step
     if event is not None:
-        text = (
-            f"First non-finite layer: {elide(event.first_nonfinite or '?', 40)} (step {event.step}"
-        )
+        layer = elide(event.first_nonfinite or "?", 40)
+        if event.first_nonfinite_rank is not None:
+            # A run of several ranks: where the overflow started, not where it arrived.
+            rank = event.first_nonfinite_rank
+            text = f"First overflow: rank {rank}, layer {layer} (step {event.step}"
+        else:
+            text = f"First non-finite layer: {layer} (step {event.step}"
         text += ", skipped" if event in model.skip_events else ""
         if is_scaled(model):
             text += f" at scale {scale_text(event.scale)}"
