@@ -913,6 +913,9 @@ class QuantPage(QWidget):
         self.note_label.setWordWrap(True)
         self.note_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.note_label.setMargin(40)
+        font = self.note_label.font()
+        font.setPointSizeF(font.pointSizeF() + 2)  # the page's one message: read from afar
+        self.note_label.setFont(font)
         self.stack = QStackedWidget()
         self.stack.addWidget(self.note_label)
         self.stack.addWidget(content)

@@ -383,3 +383,11 @@ def test_the_history_view_keeps_amax_whole_and_a_far_dashed_point_out() -> None:
     assert history_range(amax, [np.array([-3.5])]) == (-11, -3)  # within 8 binades: shown
     assert history_range([np.empty(0)], [np.array([1.5, 2.5])]) == (1, 3)
     assert history_range([np.empty(0)], [np.empty(0)]) is None
+
+
+def test_screenshot_refuses_training_options_on_the_formats_panel(tmp_path: Path) -> None:
+    from fpexplorer.cli import main
+
+    out = tmp_path / "x.png"
+    assert main(["screenshot", "--training-page", "low", "--out", str(out)]) == 2
+    assert not out.exists()
