@@ -13,6 +13,7 @@ from typing import Any
 
 from PySide6.QtCore import QProcess, Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -39,6 +40,9 @@ from fpexplorer.training.config import (
 )
 
 _DEFAULTS = TrainConfig()
+# Options with a widget of their own in the form; every other choice and flag option the
+# form shows gets a combo box or a check box built from its declaration.
+_HAND_MADE = frozenset({"task", "precision", "device", "optimizer", "parallel"})
 
 # What the engine can hold, per numeric field, beyond what TrainConfig.validate() checks
 # (it owns the float32 limits of the loss scales): step counters, sizes and seeds are
@@ -257,20 +261,27 @@ class TrainForm(QWidget):
         self._parsers: dict[str, Callable[[str], Any]] = {}
         # Field name -> its title in the form (for the summary beside Start).
         self.titles: dict[str, str] = dict(_TITLES)
-        for name, title, parse, tooltip in self.TEXT_FIELDS:
-            default = getattr(_DEFAULTS, name)
-            text = (
-                ""
-                if default is None
-                else (f"{default:g}" if isinstance(default, float) else str(default))
-            )
-            row = FieldRow(text, placeholder=_NONE_MEANS.get(name) or "", tooltip=tooltip)
-            row.edit.textChanged.connect(self._on_field_edited)
-            self.fields[name] = row
-            self._parsers[name] = parse
-            layout.addRow(title, row)
-            if name == "nproc_per_node":
-                layout.addRow(_TITLES["parallel"], self.parallel_combo)
+        # The other choice and flag options get a combo box or a check box from their
+        # declarations (e.g. the loss scaler, the fp8 scaling, --bf16-first-last).
+        self.choices: dict[str, QComboBox] = {}
+        self.flags: dict[str, QCheckBox] = {}
+        text_fields = {name: (title, parse, tip) for name, title, parse, tip in self.TEXT_FIELDS}
+        # In declaration order: a new option appears in its place with no change here.
+        for name, spec, default in train_options():
+            if name in text_fields:
+                title, parse, tooltip = text_fields[name]
+                self._add_text_field(layout, name, title, parse, tooltip)
+                if name == "nproc_per_node":
+                    layout.addRow(_TITLES["parallel"], self.parallel_combo)
+            elif spec.in_form and name not in _HAND_MADE and spec.kind == "choice":
+                layout.addRow(spec.title, self._choice_combo(name, spec, default))
+            elif spec.in_form and name not in _HAND_MADE and spec.kind == "flag":
+                box = QCheckBox()
+                box.setChecked(bool(default))
+                box.setToolTip(spec.help)
+                box.toggled.connect(self._on_field_edited)
+                self.flags[name] = box
+                layout.addRow(spec.title, box)
 
         self.task_combo.currentTextChanged.connect(self._on_field_edited)
         self.precision_combo.currentTextChanged.connect(self._on_field_edited)
@@ -282,6 +293,35 @@ class TrainForm(QWidget):
         self.device_finder.found.connect(self._on_devices_found)
         self.device_finder.look()
         self._show()
+
+    def _add_text_field(
+        self, layout: QFormLayout, name: str, title: str, parse: Callable[[str], Any],
+        tooltip: str,
+    ) -> None:  # fmt: skip
+        default = getattr(_DEFAULTS, name)
+        text = (
+            ""
+            if default is None
+            else (f"{default:g}" if isinstance(default, float) else str(default))
+        )
+        row = FieldRow(text, placeholder=_NONE_MEANS.get(name) or "", tooltip=tooltip)
+        row.edit.textChanged.connect(self._on_field_edited)
+        self.fields[name] = row
+        self._parsers[name] = parse
+        layout.addRow(title, row)
+
+    def _choice_combo(self, name: str, spec: OptionSpec, default: Any) -> QComboBox:
+        combo = _narrow_combo()
+        if default is None:
+            combo.addItem(spec.none_means or "default", None)
+        for choice in spec.choices:
+            combo.addItem(choice.name, choice.name)
+            combo.setItemData(combo.count() - 1, choice.description, Qt.ItemDataRole.ToolTipRole)
+        combo.setCurrentIndex(max(combo.findData(default), 0))
+        combo.setToolTip(_tooltip(spec))
+        combo.currentIndexChanged.connect(self._on_field_edited)
+        self.choices[name] = combo
+        return combo
 
     # ----- slots hand off -------------------------------------------------------------
 
@@ -314,6 +354,8 @@ class TrainForm(QWidget):
             "device": self.device_combo.currentData() or "auto",
             "optimizer": self.optimizer_combo.currentData(),
             "parallel": self.parallel_combo.currentData(),
+            **{name: combo.currentData() for name, combo in self.choices.items()},
+            **{name: box.isChecked() for name, box in self.flags.items()},
         }
         errors: dict[str, str] = {}
         for name, row in self.fields.items():
@@ -370,6 +412,12 @@ class TrainForm(QWidget):
         # A rank's header says "ddp" where the form's default (None) means ddp too.
         parallel = config.parallel if config.parallel in PARALLEL_NAMES else None
         self.parallel_combo.setCurrentIndex(max(self.parallel_combo.findData(parallel), 0))
+        for name, combo in self.choices.items():
+            value = getattr(config, name)
+            found = combo.findData(value) if isinstance(value, str) or value is None else -1
+            combo.setCurrentIndex(max(found, 0))
+        for name, box in self.flags.items():
+            box.setChecked(getattr(config, name) is True)
         for name, row in self.fields.items():
             value = getattr(config, name)
             row.edit.setText(
