@@ -40,9 +40,6 @@ from fpexplorer.training.config import (
 )
 
 _DEFAULTS = TrainConfig()
-# Options with a widget of their own in the form; every other choice and flag option the
-# form shows gets a combo box or a check box built from its declaration.
-_HAND_MADE = frozenset({"task", "precision", "device", "optimizer", "parallel"})
 
 # What the engine can hold, per numeric field, beyond what TrainConfig.validate() checks
 # (it owns the float32 limits of the loss scales): step counters, sizes and seeds are
@@ -90,6 +87,20 @@ def _parser(spec: OptionSpec, default: Any) -> Callable[[str], Any]:
 
 def _tooltip(spec: OptionSpec) -> str:
     return f"{spec.help}; empty: {spec.none_means}" if spec.none_means else spec.help
+
+
+# Choice options the form builds by hand (their own notes, device discovery).
+_HAND_BUILT_CHOICES = ("precision", "optimizer", "parallel")
+
+
+def _number_text(value: Any) -> str:
+    """A number as the form shows it: exactly (2^32 is 4294967296, not 4.29497e+09; a
+    rounded text would start a job with another value)."""
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
+            return str(int(value))
+        return repr(value)
+    return str(value)
 
 
 def _narrow_combo() -> QComboBox:
@@ -261,27 +272,43 @@ class TrainForm(QWidget):
         self._parsers: dict[str, Callable[[str], Any]] = {}
         # Field name -> its title in the form (for the summary beside Start).
         self.titles: dict[str, str] = dict(_TITLES)
-        # The other choice and flag options get a combo box or a check box from their
-        # declarations (e.g. the loss scaler, the fp8 scaling, --bf16-first-last).
-        self.choices: dict[str, QComboBox] = {}
+        # The other choice options (a loss scaler, ...): a box each, in declaration order
+        # among the number fields, with the choices and their descriptions as declared.
+        self.choice_boxes: dict[str, QComboBox] = {}
         self.flags: dict[str, QCheckBox] = {}
         text_fields = {name: (title, parse, tip) for name, title, parse, tip in self.TEXT_FIELDS}
-        # In declaration order: a new option appears in its place with no change here.
         for name, spec, default in train_options():
             if name in text_fields:
                 title, parse, tooltip = text_fields[name]
-                self._add_text_field(layout, name, title, parse, tooltip)
+                value = getattr(_DEFAULTS, name)
+                text = "" if value is None else _number_text(value)
+                row = FieldRow(text, placeholder=_NONE_MEANS.get(name) or "", tooltip=tooltip)
+                row.edit.textChanged.connect(self._on_field_edited)
+                self.fields[name] = row
+                self._parsers[name] = parse
+                layout.addRow(title, row)
                 if name == "nproc_per_node":
                     layout.addRow(_TITLES["parallel"], self.parallel_combo)
-            elif spec.in_form and name not in _HAND_MADE and spec.kind == "choice":
-                layout.addRow(spec.title, self._choice_combo(name, spec, default))
-            elif spec.in_form and name not in _HAND_MADE and spec.kind == "flag":
-                box = QCheckBox()
-                box.setChecked(bool(default))
+            elif spec.in_form and spec.kind == "choice" and name not in _HAND_BUILT_CHOICES:
+                box = _narrow_combo()
+                if default is None:
+                    box.addItem(spec.none_means or "none", None)
+                for choice in spec.choices:
+                    box.addItem(choice.name, choice.name)
+                    box.setItemData(box.count() - 1, choice.description, 3)  # tooltip role
+                box.setCurrentIndex(max(box.findData(default), 0))
                 box.setToolTip(spec.help)
-                box.toggled.connect(self._on_field_edited)
-                self.flags[name] = box
+                box.currentIndexChanged.connect(self._on_field_edited)
+                self.choice_boxes[name] = box
                 layout.addRow(spec.title, box)
+            elif spec.in_form and spec.kind == "flag":
+                # A flag option (--bf16-first-last, ...): a check box.
+                check = QCheckBox()
+                check.setChecked(bool(default))
+                check.setToolTip(spec.help)
+                check.toggled.connect(self._on_field_edited)
+                self.flags[name] = check
+                layout.addRow(spec.title, check)
 
         self.task_combo.currentTextChanged.connect(self._on_field_edited)
         self.precision_combo.currentTextChanged.connect(self._on_field_edited)
@@ -293,35 +320,6 @@ class TrainForm(QWidget):
         self.device_finder.found.connect(self._on_devices_found)
         self.device_finder.look()
         self._show()
-
-    def _add_text_field(
-        self, layout: QFormLayout, name: str, title: str, parse: Callable[[str], Any],
-        tooltip: str,
-    ) -> None:  # fmt: skip
-        default = getattr(_DEFAULTS, name)
-        text = (
-            ""
-            if default is None
-            else (f"{default:g}" if isinstance(default, float) else str(default))
-        )
-        row = FieldRow(text, placeholder=_NONE_MEANS.get(name) or "", tooltip=tooltip)
-        row.edit.textChanged.connect(self._on_field_edited)
-        self.fields[name] = row
-        self._parsers[name] = parse
-        layout.addRow(title, row)
-
-    def _choice_combo(self, name: str, spec: OptionSpec, default: Any) -> QComboBox:
-        combo = _narrow_combo()
-        if default is None:
-            combo.addItem(spec.none_means or "default", None)
-        for choice in spec.choices:
-            combo.addItem(choice.name, choice.name)
-            combo.setItemData(combo.count() - 1, choice.description, Qt.ItemDataRole.ToolTipRole)
-        combo.setCurrentIndex(max(combo.findData(default), 0))
-        combo.setToolTip(_tooltip(spec))
-        combo.currentIndexChanged.connect(self._on_field_edited)
-        self.choices[name] = combo
-        return combo
 
     # ----- slots hand off -------------------------------------------------------------
 
@@ -354,9 +352,9 @@ class TrainForm(QWidget):
             "device": self.device_combo.currentData() or "auto",
             "optimizer": self.optimizer_combo.currentData(),
             "parallel": self.parallel_combo.currentData(),
-            **{name: combo.currentData() for name, combo in self.choices.items()},
-            **{name: box.isChecked() for name, box in self.flags.items()},
         }
+        values.update({name: box.currentData() for name, box in self.choice_boxes.items()})
+        values.update({name: check.isChecked() for name, check in self.flags.items()})
         errors: dict[str, str] = {}
         for name, row in self.fields.items():
             try:
@@ -409,20 +407,18 @@ class TrainForm(QWidget):
         optimizer = config.optimizer if isinstance(config.optimizer, str) else None
         index = self.optimizer_combo.findData(optimizer)
         self.optimizer_combo.setCurrentIndex(max(index, 0))
+        for name, box in self.choice_boxes.items():
+            value = getattr(config, name)
+            index = box.findData(value if isinstance(value, str) else None)
+            box.setCurrentIndex(max(index, 0))
+        for name, check in self.flags.items():
+            check.setChecked(getattr(config, name) is True)
         # A rank's header says "ddp" where the form's default (None) means ddp too.
         parallel = config.parallel if config.parallel in PARALLEL_NAMES else None
         self.parallel_combo.setCurrentIndex(max(self.parallel_combo.findData(parallel), 0))
-        for name, combo in self.choices.items():
-            value = getattr(config, name)
-            found = combo.findData(value) if isinstance(value, str) or value is None else -1
-            combo.setCurrentIndex(max(found, 0))
-        for name, box in self.flags.items():
-            box.setChecked(getattr(config, name) is True)
         for name, row in self.fields.items():
             value = getattr(config, name)
-            row.edit.setText(
-                "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-            )
+            row.edit.setText("" if value is None else _number_text(value))
 
     @property
     def valid(self) -> bool:

