@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out!r}: the file name must end in .png")
     if not out.parent.exists():
         raise UsageError(f"--out {args.out!r}: folder {out.parent} does not exist")
+    if args.panel != "training" and (args.run or args.training_page != "mixed"):
+        option = "--run" if args.run else "--training-page"
+        raise UsageError(f"{option}: only with --panel training")
     for path in args.run or ():
         if not Path(path).is_file():
             raise UsageError(f"--run {path!r}: no such file")

@@ -107,3 +107,23 @@ def test_module_hooks_are_in_place_only_for_statistics_steps(tmp_path: Path) -> 
     monitor.close()
     assert [count > 0 for count in seen] == [True, False, True, False]
     assert hooked() == 0
+
+
+def test_a_budget_counts_the_monitors_time_on_plain_steps_too() -> None:
+    """The budget is the monitor's whole cost: with the cheap signals adding 2% to each
+    plain step, statistics get the rest; with 6%, none (beyond step 0)."""
+    for own in (0.02, 0.06):
+        cadence = StatsCadence(budget=0.05)
+        taken = []
+        for index in range(4000):
+            statistics = cadence.collect_next(index)
+            taken.append(statistics)
+            # A bare step takes 1.0; the monitor adds `own`, or 1.0 on a statistics step.
+            cadence.account(1.0 + (1.0 if statistics else own), statistics=statistics,
+                            alarm=False, monitor_time=0.0 if statistics else own)  # fmt: skip
+        # Cheap signals dearer than the budget: what they cost, no more.
+        assert cadence.spent_share <= max(0.05, own / (1 + own)) + 1e-9
+        # k statistics steps among n = 4000 - k plain ones fit when
+        # own * n + k <= 0.05 * ((1 + own) * n + 2 * k): at most this many.
+        most = max(0.0, (0.05 * (1 + own) - own) * 4000 / (0.9 + 0.05 * (1 + own) - own))
+        assert 0.9 * most <= sum(taken[1:]) <= most + 1

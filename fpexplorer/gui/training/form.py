@@ -13,6 +13,7 @@ from typing import Any
 
 from PySide6.QtCore import QProcess, Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -86,6 +87,20 @@ def _parser(spec: OptionSpec, default: Any) -> Callable[[str], Any]:
 
 def _tooltip(spec: OptionSpec) -> str:
     return f"{spec.help}; empty: {spec.none_means}" if spec.none_means else spec.help
+
+
+# Choice options the form builds by hand (their own notes, device discovery).
+_HAND_BUILT_CHOICES = ("precision", "optimizer", "parallel")
+
+
+def _number_text(value: Any) -> str:
+    """A number as the form shows it: exactly (2^32 is 4294967296, not 4.29497e+09; a
+    rounded text would start a job with another value)."""
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
+            return str(int(value))
+        return repr(value)
+    return str(value)
 
 
 def _narrow_combo() -> QComboBox:
@@ -257,20 +272,43 @@ class TrainForm(QWidget):
         self._parsers: dict[str, Callable[[str], Any]] = {}
         # Field name -> its title in the form (for the summary beside Start).
         self.titles: dict[str, str] = dict(_TITLES)
-        for name, title, parse, tooltip in self.TEXT_FIELDS:
-            default = getattr(_DEFAULTS, name)
-            text = (
-                ""
-                if default is None
-                else (f"{default:g}" if isinstance(default, float) else str(default))
-            )
-            row = FieldRow(text, placeholder=_NONE_MEANS.get(name) or "", tooltip=tooltip)
-            row.edit.textChanged.connect(self._on_field_edited)
-            self.fields[name] = row
-            self._parsers[name] = parse
-            layout.addRow(title, row)
-            if name == "nproc_per_node":
-                layout.addRow(_TITLES["parallel"], self.parallel_combo)
+        # The other choice options (a loss scaler, ...): a box each, in declaration order
+        # among the number fields, with the choices and their descriptions as declared.
+        self.choice_boxes: dict[str, QComboBox] = {}
+        self.flags: dict[str, QCheckBox] = {}
+        text_fields = {name: (title, parse, tip) for name, title, parse, tip in self.TEXT_FIELDS}
+        for name, spec, default in train_options():
+            if name in text_fields:
+                title, parse, tooltip = text_fields[name]
+                value = getattr(_DEFAULTS, name)
+                text = "" if value is None else _number_text(value)
+                row = FieldRow(text, placeholder=_NONE_MEANS.get(name) or "", tooltip=tooltip)
+                row.edit.textChanged.connect(self._on_field_edited)
+                self.fields[name] = row
+                self._parsers[name] = parse
+                layout.addRow(title, row)
+                if name == "nproc_per_node":
+                    layout.addRow(_TITLES["parallel"], self.parallel_combo)
+            elif spec.in_form and spec.kind == "choice" and name not in _HAND_BUILT_CHOICES:
+                box = _narrow_combo()
+                if default is None:
+                    box.addItem(spec.none_means or "none", None)
+                for choice in spec.choices:
+                    box.addItem(choice.name, choice.name)
+                    box.setItemData(box.count() - 1, choice.description, 3)  # tooltip role
+                box.setCurrentIndex(max(box.findData(default), 0))
+                box.setToolTip(spec.help)
+                box.currentIndexChanged.connect(self._on_field_edited)
+                self.choice_boxes[name] = box
+                layout.addRow(spec.title, box)
+            elif spec.in_form and spec.kind == "flag":
+                # A flag option (--bf16-first-last, ...): a check box.
+                check = QCheckBox()
+                check.setChecked(bool(default))
+                check.setToolTip(spec.help)
+                check.toggled.connect(self._on_field_edited)
+                self.flags[name] = check
+                layout.addRow(spec.title, check)
 
         self.task_combo.currentTextChanged.connect(self._on_field_edited)
         self.precision_combo.currentTextChanged.connect(self._on_field_edited)
@@ -315,6 +353,8 @@ class TrainForm(QWidget):
             "optimizer": self.optimizer_combo.currentData(),
             "parallel": self.parallel_combo.currentData(),
         }
+        values.update({name: box.currentData() for name, box in self.choice_boxes.items()})
+        values.update({name: check.isChecked() for name, check in self.flags.items()})
         errors: dict[str, str] = {}
         for name, row in self.fields.items():
             try:
@@ -367,14 +407,18 @@ class TrainForm(QWidget):
         optimizer = config.optimizer if isinstance(config.optimizer, str) else None
         index = self.optimizer_combo.findData(optimizer)
         self.optimizer_combo.setCurrentIndex(max(index, 0))
+        for name, box in self.choice_boxes.items():
+            value = getattr(config, name)
+            index = box.findData(value if isinstance(value, str) else None)
+            box.setCurrentIndex(max(index, 0))
+        for name, check in self.flags.items():
+            check.setChecked(getattr(config, name) is True)
         # A rank's header says "ddp" where the form's default (None) means ddp too.
         parallel = config.parallel if config.parallel in PARALLEL_NAMES else None
         self.parallel_combo.setCurrentIndex(max(self.parallel_combo.findData(parallel), 0))
         for name, row in self.fields.items():
             value = getattr(config, name)
-            row.edit.setText(
-                "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-            )
+            row.edit.setText("" if value is None else _number_text(value))
 
     @property
     def valid(self) -> bool:

@@ -12,10 +12,11 @@
 
 Every step records the cheap signals: loss, loss scale, skipped or not, the scaler's growth
 tracker, the gradient norm (one fused norm over the gradients, one host copy per step).
-Statistics steps add the histograms and per-layer figures; by default they take about 5% of
-the wall time (`stats_budget=0.05`), and a step that was skipped, or whose loss or gradient
-norm is not finite, always gets the parameter-gradient statistics at once (its activation
-gradients are gone by then) and full statistics on the next step.
+Statistics steps add the histograms and per-layer figures; by default they are taken as
+often as keeps the monitor's whole cost (its own time on every step included) within about
+5% of the wall time (`stats_budget=0.05`, see `cadence`), and a step that was skipped, or
+whose loss or gradient norm is not finite, always gets the parameter-gradient statistics at
+once (its activation gradients are gone by then) and full statistics on the next step.
 
 What it hooks (all removed on close; the module hooks are in place only for statistics
 steps, since any forward hook sends every module call through PyTorch's slower path):
@@ -68,7 +69,6 @@ from fpexplorer.training.monitor.device import bytes_by_dtype, device_descriptio
 from fpexplorer.training.monitor.kernels import (
     Scratch,
     Segment,
-    abs_max,
     count_deferred_zeros,
     count_low_bits_set,
     dtype_name,
@@ -120,8 +120,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             or None (scale 1).
         out: the run-log path (or pass `writer=`).
         stats_every: statistics every N steps (0: off). Give this or `stats_budget`.
-        stats_budget: statistics as often as this share of the wall time allows (default
-            0.05 when `stats_every` is not given).
+        stats_budget: statistics as often as keeps the monitor's cost (cheap signals
+            included) within this share of the wall time (default 0.05 when `stats_every`
+            is not given).
         formats: the formats whose ranges the header records (names or specs that
             `fpexplorer.formats.get_format` reads: FP8/FP6/FP4, E8M0, custom `eXmY`...).
         format_shares: also record, per format, the share of gradients that would flush,
@@ -183,13 +184,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             (index, param) for index, layer in enumerate(self._layers) for param in layer.params
         ]
         self._params = [param for _, param in self._param_layer]
+        self._sharded = is_sharded(model)
         self._scale_used = self._current_scale_host()
         self._autocast_dtype: torch.dtype | None = None
         # Per statistics step:
         self._collecting = False
         self._act_segments: list[Segment] = []
         self._scratch = Scratch()
-        self._forward_finite: list[tuple[int, torch.Tensor]] = []
+        self._forward_extremes: list[tuple[int, tuple[torch.Tensor, torch.Tensor]]] = []
         self._saved_bytes: dict[str, int] = {}
         self._saved_seen: set[tuple[int, torch.dtype]] = set()
         self._param_ptrs: set[int] = set()
@@ -357,8 +359,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 tensor = next((t for t in output if isinstance(t, torch.Tensor)), None)
             if tensor is None or not tensor.requires_grad or not tensor.is_floating_point():
                 return
-            # Where a forward overflow starts (FP16 activations above 65504 become inf).
-            self._forward_finite.append((layer_index, abs_max(tensor).isfinite()))
+            # Where a forward overflow starts (FP16 activations above 65504 become inf): the
+            # extremes here, one operation; whether they are finite, for all layers at once.
+            self._forward_extremes.append((layer_index, torch.aminmax(tensor.detach().reshape(-1))))
 
             def on_backward(grad: torch.Tensor) -> None:
                 # Counted now, so the gradient can be freed as backward goes on.
@@ -459,10 +462,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def step(self, loss: torch.Tensor | float) -> StepRecord:
         """Record the step just taken. Call after the optimizer step (and scaler.update()),
         before gradients are zeroed. Returns the record (written unless writing failed)."""
+        entered = time.perf_counter()
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         self._write_header()
-        grads = [local_tensor(p.grad) for p in self._params if p.grad is not None]
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if self._sharded:  # looked up once: a getattr per tensor per step adds up
+            grads = [local_tensor(g) for g in grads]
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
         # under another loss scale needs (one fused pass, read with the other signals).
         scaled = bool(grads) and self._scaler_enabled()
@@ -525,7 +531,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._scale_used = signals.scale_after
         if self._collecting or stats is not None:
             self._act_segments = []
-            self._forward_finite = []
+            self._forward_extremes = []
             self._saved_bytes = {}
             self._saved_seen = set()
             self._old_params = None
@@ -535,7 +541,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # step's own decoding and writing belong to it.
         end = time.perf_counter()
         duration, self._last_step_time = end - self._last_step_time, end
-        self.cadence.account(duration, statistics=stats is not None, alarm=alarm)
+        self.cadence.account(duration, statistics=stats is not None, alarm=alarm,
+                             monitor_time=end - entered)  # fmt: skip
         self.step_index += 1
         self._arm(self.cadence.collect_next(self.step_index))
         return record
@@ -634,7 +641,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),
-            forward_layers=tuple(layer for layer, _ in self._forward_finite) if activations
+            forward_layers=tuple(layer for layer, _ in self._forward_extremes) if activations
             else (),
             scale=self._scale_used,
             memory=self._memory(),
@@ -647,7 +654,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if norms is not None:
             pack.add("norms", norms.to(torch.float64))
         if plan.forward_layers:
-            flags = torch.stack([finite for _, finite in self._forward_finite])
+            lows = torch.stack([low for _, (low, _) in self._forward_extremes])
+            highs = torch.stack([high for _, (_, high) in self._forward_extremes])
+            flags = lows.isfinite() & highs.isfinite()
             pack.add("forward_finite", flags.to(device=self.device, dtype=torch.float64))
         segments = plan.segments
         if segments:
@@ -663,8 +672,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return plan
 
     def _params_dtype(self) -> torch.dtype:
-        param = next(self.model.parameters(), None)
-        return param.dtype if param is not None else torch.float32
+        # The model's first parameter (the layers list them in the model's own order).
+        return self._params[0].dtype if self._params else torch.float32
 
     def _param_groups(self, grads: list[torch.Tensor]) -> list[ParamGroup]:
         """One pattern-count segment per gradient dtype (float16, bfloat16, else float32),

@@ -239,12 +239,6 @@ def count_low_bits_set(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(counts).sum()
 
 
-def abs_max(tensor: torch.Tensor) -> torch.Tensor:
-    """max |x| in one pass (NaN when any element is NaN)."""
-    low, high = torch.aminmax(tensor.detach().reshape(-1))
-    return torch.maximum(-low, high).float()
-
-
 @dataclass(frozen=True, slots=True)
 class Segment:
     """Histogram-code counts of one tensor (or one group of parameter gradients), made as
@@ -252,12 +246,13 @@ class Segment:
 
     `codes`: CODES + 1 counts by histogram code; for float32 the last one holds the
     elements of magnitude pattern 0 (zeros and |x| < 2**-133, placed later) and ZERO_CODE
-    is empty until `zeros` is added. `zeros`: exact zeros (float32 only). `amax`: max |x|
-    (NaN when any element is NaN). `patterns`: the counts of the 32768 magnitude patterns
-    (the 15 bits below the sign of a 16-bit value, or of a float32's top half), kept only
-    where the format shares need them. `tensor`: a float32 tensor kept for the exact
-    fallback of `code_histogram` (deep subnormals, the inf pattern) and deferred zero
-    counts; None for 16-bit ones.
+    is empty until `zeros` is added. `zeros`: exact zeros (float32 only). `extremes`: (min,
+    max) of the values (NaN when any element is NaN), from which `segment_rows` takes max |x|
+    of all segments at once (a few operations per step, not per tensor). `patterns`: the
+    counts of the 32768 magnitude patterns (the 15 bits below the sign of a 16-bit value,
+    or of a float32's top half), kept only where the format shares need them. `tensor`: a
+    float32 tensor kept for the exact fallback of `code_histogram` (deep subnormals, the
+    inf pattern) and deferred zero counts; None for 16-bit ones.
     """
 
     layer: int
@@ -266,7 +261,7 @@ class Segment:
     table: str
     codes: torch.Tensor
     zeros: torch.Tensor | None
-    amax: torch.Tensor | None
+    extremes: tuple[torch.Tensor, torch.Tensor] | None
     tensor: torch.Tensor | None
     patterns: torch.Tensor | None = None
     # float32 only: True when no element has low bits set (the patterns are the values),
@@ -396,15 +391,15 @@ def segment_of(layer: int, tensor: torch.Tensor, scratch: Scratch | None) -> Seg
         # On a CPU the zeros are counted later, only where pattern 0 is occupied (reading
         # one count there costs nothing); on an accelerator that would be a host sync.
         zeros = None if data.device.type == "cpu" else data.numel() - torch.count_nonzero(data)
-    amax = abs_max(data)
+    low, high = torch.aminmax(data.reshape(-1))
     if scratch is not None:
         out = scratch.get("patterns", bits.numel(), torch.int16, bits.device).view(bits.shape)
         patterns = torch.bitwise_and(bits, 0x7FFF, out=out)
     else:
         patterns = bits & 0x7FFF
     codes, _ = code_counts(patterns.reshape(-1), table)
-    return Segment(layer, dtype_name(tensor.dtype), tensor.numel(), table, codes, zeros, amax,
-                   keep)  # fmt: skip
+    return Segment(layer, dtype_name(tensor.dtype), tensor.numel(), table, codes, zeros,
+                   (low, high), keep)  # fmt: skip
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -457,8 +452,18 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
         where = torch.tensor([i for i, _ in zeros], device=device)
         counts = torch.stack([torch.as_tensor(z, device=device) for _, z in zeros])
         rows[:, ZERO_CODE].index_add_(0, where, counts)
-    none = torch.zeros((), dtype=torch.float32, device=device)  # parameter rows
-    amax = torch.stack([none if s.amax is None else s.amax for s in segments])
+    amax = torch.zeros(len(segments), dtype=torch.float32, device=device)  # parameter rows: 0
+    measured = [(i, s.extremes) for i, s in enumerate(segments) if s.extremes is not None]
+    if measured:
+        # stack() promotes 16-bit extremes to float32 exactly; NaN stays NaN.
+        lows = torch.stack([low for _, (low, _) in measured])
+        highs = torch.stack([high for _, (_, high) in measured])
+        peaks = torch.maximum(-lows, highs).float()
+        if len(measured) == len(segments):
+            amax = peaks
+        else:
+            where = torch.tensor([i for i, _ in measured], device=device)
+            amax.index_copy_(0, where, peaks)
     return rows, amax
 
 

@@ -102,3 +102,41 @@ def test_the_panel_draws_the_prediction_dashed_over_the_scale(panel, qtbot) -> N
     assert panel.scale_plot.prediction.getData()[0] is None or (
         len(panel.scale_plot.prediction.getData()[0]) == 0
     )
+
+
+def test_the_form_chooses_the_scaler_and_shows_its_settings_exactly(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training.form import TrainForm
+    from fpexplorer.training.config import TrainConfig
+
+    form = TrainForm()
+    qtbot.addWidget(form)
+    box = form.choice_boxes["scaler"]
+    assert [box.itemText(i) for i in range(box.count())] == ["torch", "deepspeed", "megatron"]
+    box.setCurrentText("megatron")
+    form.fields["hysteresis"].edit.setText("3")
+    assert form.config().scaler_settings() == resolve_settings("megatron", hysteresis=3)
+    form.precision_combo.setCurrentText("bf16")
+    assert "applies to fp16" in form.problems()["scaler"]
+    # A run's settings come back exactly: 2^32 is not "4.29497e+09".
+    megatron = TrainConfig(scaler="megatron", init_scale=2.0**32, min_scale=0.125)
+    form.set_config(megatron)
+    assert form.fields["init_scale"].edit.text() == "4294967296"
+    assert form.fields["min_scale"].edit.text() == "0.125"
+    assert box.currentText() == "megatron" and form.config() == megatron
+
+
+def test_the_growth_readout_of_a_hysteresis_policy() -> None:
+    from fpexplorer.gui.training.plots import LossScalePlot
+    from fpexplorer.training.records import HeaderRecord, StepRecord
+
+    settings = resolve_settings("deepspeed", init_scale=8.0, growth_interval=4)
+    run = RunModel()
+    header = HeaderRecord(config={"task": "t", "precision": "fp16", **settings.to_config()})
+    # DeepSpeed's tracker after 6 clean steps since an overflow: 6 (never reset by the
+    # growth at its 5th); toward the next growth: 1 of 4.
+    run.add_records([header, StepRecord(step=0, loss=1.0, growth_tracker=6, hysteresis=1)])
+    plot = LossScalePlot()
+    plot.refresh_growth(run)
+    assert plot.growth_bar.text() == "1 / 4 clean steps"
+    assert plot.growth_label.text() == "skipped: 0 · hysteresis 1 · growth tracker:"
+    plot.deleteLater()
