@@ -28,6 +28,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QGraphicsRectItem,
     QHBoxLayout,
@@ -127,14 +128,21 @@ def sqnr_text(db: float) -> str:
     return f"{display_decimal(Fraction(db), cut_digits=3)} dB"
 
 
-def power_text(value: float) -> str:
-    """A positive value with its log2: "105.9… (2^6.73…)"; non-finite values as such."""
+def exponent_text(value: float) -> str:
+    """A positive value as a power of two: "2^6" exactly, else "2^6.73…"."""
     if not (math.isfinite(value) and value > 0):
         return number_text(value)
     exponent = math.log2(value)
     if exponent == round(exponent):
-        return f"{number_text(value)} (2^{round(exponent)})"
-    return f"{number_text(value)} (2^{display_decimal(Fraction(exponent), cut_digits=3)})"
+        return f"2^{round(exponent)}"
+    return f"2^{display_decimal(Fraction(exponent), cut_digits=3)}"
+
+
+def power_text(value: float) -> str:
+    """A positive value with its log2: "105.9… (2^6.73…)"; non-finite values as such."""
+    if not (math.isfinite(value) and value > 0):
+        return number_text(value)
+    return f"{number_text(value)} ({exponent_text(value)})"
 
 
 def tensor_name(layer: str, role: str) -> str:
@@ -305,7 +313,8 @@ def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str
     if stats.scale_hist is not None and any(stats.scale_hist.counts):
         return None
     if stats.scale is not None:
-        return f"no block scales:\none scale per tensor,\n{power_text(stats.scale)}"
+        # Short lines: the block-scale card is the page's narrowest.
+        return f"no block scales:\nper-tensor scale\n{exponent_text(stats.scale)}"
     return "no block scales recorded"
 
 
@@ -357,9 +366,12 @@ def history_range(amax: Sequence[FloatArray], fits: Sequence[FloatArray]) -> tup
     return math.floor(lo), math.ceil(hi)
 
 
-def history_note(runs: Sequence[OverlayRun], layer: str, role: str) -> str | None:
-    """What the amax/scale plot says under its curves: which runs' tensors are
-    block-scaled (no dashed curve), and how many amaxes a log axis cannot show."""
+def history_note(
+    runs: Sequence[OverlayRun], layer: str, role: str, raw_scale: bool = False
+) -> str | None:
+    """What the amax/scale plot says under its curves: which runs' tensors have no dashed
+    curve (block-scaled; with `raw_scale`, those without a per-tensor scale), and how many
+    amaxes a log axis cannot show."""
     notes = []
     for run in runs:
         history = run.model.quant
@@ -367,7 +379,9 @@ def history_note(runs: Sequence[OverlayRun], layer: str, role: str) -> str | Non
         if latest is None:
             continue
         parts = []
-        if latest.stats.scale_hist is not None:
+        if raw_scale and latest.stats.scale is None:
+            parts.append("no per-tensor scale")
+        elif not raw_scale and latest.stats.scale_hist is not None:
             parts.append("block scales, no dashed curve")
         amax = history.series(layer, role, "amax")
         hidden = int(np.count_nonzero(~(np.isfinite(amax) & (amax > 0))))
@@ -491,13 +505,20 @@ MIN_LEGEND_HEIGHT = 260  # pixels of plot below which the history plot shows no 
 
 class QuantHistoryPlot(QWidget):
     """amax (solid) and the amax the scale fits (dashed: format max / scale) over steps,
-    for one tensor, one pair of curves per overlaid run."""
+    for one tensor, one pair of curves per overlaid run; or, switched, the scale itself."""
 
     def __init__(self) -> None:
         super().__init__()
         self.plot = plot_widget(PowerOfTwoAxis("left"))
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "|x|")
+        self.raw_scale_box = QCheckBox("scale itself")
+        self.raw_scale_box.setToolTip(
+            "Dashed: the per-tensor scale itself (x · scale is cast) instead of format max / "
+            "scale; NVFP4's tensor scale included"
+        )
+        self.raw_scale_box.toggled.connect(self._on_raw_scale_toggled)
+        self.header_widgets = (self.raw_scale_box,)
         self.amax_curves = RunCurves(self.plot)
         self.scale_curves = RunCurves(self.plot, legend=False)
         self.range = StickyRange(self.plot)
@@ -514,6 +535,10 @@ class QuantHistoryPlot(QWidget):
 
     def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
         return history_hover_lines(self._runs, *self._tensor, step)
+
+    def _on_raw_scale_toggled(self, _checked: bool) -> None:
+        self.range.reset()
+        self.refresh(self._runs, *self._tensor)
 
     def _show_legend(self) -> None:
         self.amax_curves.show_legend(
@@ -542,7 +567,10 @@ class QuantHistoryPlot(QWidget):
                 scale_curve.setPen(pg.mkPen(run.colour, width=1.5, style=Qt.PenStyle.DashLine))
             steps, log_amax = history.log2_series(layer, role, "amax")
             amax_curve.setData(steps, log_amax)
-            scale_steps, log_fits = scale_fits_log2(history, layer, role)
+            if self.raw_scale_box.isChecked():
+                scale_steps, log_fits = history.log2_series(layer, role, "scale")
+            else:
+                scale_steps, log_fits = scale_fits_log2(history, layer, role)
             scale_curve.setData(scale_steps, log_fits)
             amax_arrays.append(log_amax)
             fit_arrays.append(log_fits)
@@ -553,14 +581,16 @@ class QuantHistoryPlot(QWidget):
         # small screen the run list (and the hover read-out) name the colours.
         self._legend_wanted = len(drawn) > 1
         self._show_legend()
-        shown = history_range(amax_arrays, fit_arrays)
+        # The scale itself is the quantity asked for: shown whole, like amax.
+        raw = self.raw_scale_box.isChecked()
+        shown = history_range(amax_arrays + fit_arrays if raw else amax_arrays, fit_arrays)
         if shown is not None:
             self.range.show(0.0, extent, shown[0] - 1, shown[1] + 1)
             self.empty_note.show(None)
         else:
             self.range.show(0.0, extent, -1.0, 1.0)
             self.empty_note.show(f"{tensor_name(layer, role)}: not measured in the runs shown")
-        self.note.setText(history_note(drawn, layer, role) or "")
+        self.note.setText(history_note(drawn, layer, role, raw) or "")
 
 
 class ShareHeatmap(QWidget):
@@ -687,7 +717,7 @@ class SqnrPlot(QWidget):
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
         self.legend_label = file_text_label(
-            "bar: latest step; <span style='color:#D55E00'>|</span>: lowest; pale: exact",
+            "bar: latest; <span style='color:#D55E00'>|</span>: lowest; pale: exact",
             word_wrap=False,
         )
         self.legend_label.setToolTip(
@@ -798,7 +828,8 @@ EXPLAIN_HISTORY = (
     "Current scaling sets the scale from this step's amax (solid and dashed meet); delayed "
     "scaling from earlier steps' amaxes, so after a spike the solid curve rises above the "
     "dashed one (saturation) and afterwards the scale stays too small for a while (more "
-    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale. The view "
+    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale. 'scale "
+    "itself' plots the scale instead of max / scale. The view "
     "shows the dashed curve up to 8 binades beyond the amax curves (a delayed scale's "
     "first step, at scale 1, lies far off): zoom out to follow it.",
 )

@@ -13,6 +13,7 @@ from fpexplorer.commands.screenshot import TRAINING_PAGES
 from fpexplorer.gui.training.quant_views import (
     QuantPage,
     block_counts_text,
+    exponent_text,
     history_note,
     history_range,
     hurts_most_text,
@@ -209,7 +210,8 @@ def test_block_scales_of_an_mx_run_and_the_note_of_a_per_tensor_run(page) -> Non
     scale = fp8.quant.latest(page.layer, page.role).stats.scale  # type: ignore[union-attr]
     note = page.block_plot.empty_note.text
     assert scale is not None
-    assert note == f"no block scales:\none scale per tensor,\n{power_text(scale)}"
+    assert note == f"no block scales:\nper-tensor scale\n{exponent_text(scale)}"
+    assert exponent_text(0.25) == "2^-2" and exponent_text(6.0) == "2^2.58…"
     assert power_text(4.0) == "4 (2^2)" and power_text(6.0) == "6 (2^2.58…)"
 
 
@@ -235,6 +237,11 @@ def test_delayed_and_current_runs_side_by_side_in_their_colours(page) -> None:  
         _x, fits = history.scale_curves.curves[run.key].getData()
         scale = run.model.quant.series(layer, "input", "scale")
         assert np.allclose(fits, np.log2(448.0 / scale))
+    # Switched to the scale itself: log2(scale), and back.
+    history.raw_scale_box.setChecked(True)
+    _x, raw = history.scale_curves.curves[0].getData()
+    assert np.allclose(raw, np.log2(delayed.quant.series(layer, "input", "scale")))
+    history.raw_scale_box.setChecked(False)
     # Current scaling fits each step's amax; delayed lags it at the spike.
     _x, current_fits = history.scale_curves.curves[1].getData()
     _x, current_amax = history.amax_curves.curves[1].getData()
@@ -342,6 +349,7 @@ def test_an_nvfp4_tensor_draws_no_dashed_limit_and_says_why() -> None:
     overlay = _overlay(nvfp4, tensorwise)
     note = history_note(overlay, "fc", "input")
     assert note is not None and note.endswith(": block scales, no dashed curve")
+    assert history_note(overlay, "fc", "input", raw_scale=True) is None  # NVFP4 has one
     hist = entry.scale_hist
     assert hist is not None
     assert block_counts_text(4, hist) == "19 blocks on step 4; scales 2 zero, 1 NaN"
