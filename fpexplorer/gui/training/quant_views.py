@@ -30,6 +30,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QGraphicsLayout,
     QGraphicsRectItem,
     QHBoxLayout,
     QLabel,
@@ -454,6 +455,12 @@ class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
 
     def _fit(self) -> None:
         self.setWidth(self.text_width + 12)
+        # Lay the plot out again now, not on the next turn of the event loop: a plot
+        # rendered before that (an export, a screenshot) would find the axis too narrow
+        # for its names and pyqtgraph would leave them out.
+        layout = getattr(self.parentItem(), "layout", None)
+        if isinstance(layout, QGraphicsLayout):
+            layout.activate()
         self.picture = None
         self.update()
 
@@ -972,6 +979,18 @@ class QuantPage(QWidget):
     @property
     def hurt_choice(self) -> tuple[Criterion, bool]:
         return HURT_CHOICES[max(self.hurt_box.currentIndex(), 0)]
+
+    def export_plots(self) -> dict[str, pg.PlotWidget]:
+        """The page's plots by export file name; none while it shows its note instead."""
+        if self.stack.currentIndex() == 0:
+            return {}
+        return {
+            "quant_amax_scale": self.history_plot.plot,
+            "quant_flushed_heatmap": self.flushed_map.plot,
+            "quant_saturated_heatmap": self.saturated_map.plot,
+            "quant_sqnr": self.sqnr_plot.plot,
+            "quant_block_scales": self.block_plot.plot,
+        }
 
     @property
     def note(self) -> str | None:

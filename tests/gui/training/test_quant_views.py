@@ -399,3 +399,22 @@ def test_screenshot_refuses_training_options_on_the_formats_panel(tmp_path: Path
     out = tmp_path / "x.png"
     assert main(["screenshot", "--training-page", "low", "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_export_writes_the_low_precision_plots_where_there_are_quantized_layers(
+    panel, make_run, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(make_run("fp16.jsonl", steps=20, precision="fp16", stats_every=1))
+    names = {path.name for path in panel.export_to(tmp_path / "fp16")}
+    assert "loss.png" in names and not any(name.startswith("quant_") for name in names)
+    panel.load_run(make_run("fp8.jsonl", steps=20, precision="fp8", quant="fp8-delayed",
+                            stats_every=1))  # fmt: skip
+    names = {path.name for path in panel.export_to(tmp_path / "fp8")}
+    for name in ("quant_amax_scale", "quant_flushed_heatmap", "quant_saturated_heatmap",
+                 "quant_sqnr", "quant_block_scales"):  # fmt: skip
+        assert f"{name}.png" in names and f"{name}.svg" in names
+    assert panel.plot_tabs.currentWidget() is not panel.quant_page  # the page shown before
+    # The names had their room when the plots were rendered (not a turn of the loop later:
+    # pyqtgraph leaves out tick labels that do not fit the axis).
+    axis = panel.quant_page.saturated_map.layer_axis
+    assert axis.width() == axis.text_width + 12 > 60
