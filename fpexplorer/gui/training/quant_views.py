@@ -116,11 +116,6 @@ def no_quant_note(models: Sequence[RunModel]) -> str:
     )
 
 
-def percent_text(share: float) -> str:
-    """A share as a percentage, at most 3 digits (exact when shorter, marked '…')."""
-    return share_text(share)
-
-
 def sqnr_text(db: float) -> str:
     """An SQNR in dB; inf reads "exact" (no quantization error at all)."""
     if math.isnan(db):
@@ -183,7 +178,7 @@ def hurts_most_text(worst: Worst | None, criterion: Criterion, over_run: bool) -
     if criterion == "sqnr":
         value = f"SQNR {sqnr_text(worst.value)}"
     else:
-        value = f"{percent_text(worst.value)} {criterion}"
+        value = f"{share_text(worst.value)} {criterion}"
     return f"{head} {tensor_name(worst.layer, worst.role)}, {value} (step {worst.step})"
 
 
@@ -273,7 +268,7 @@ def heatmap_hover_lines(
     layer, column = cell
     value = float(image.matrix[layer, column])
     at = int(image.steps[column])
-    what = "not measured" if math.isnan(value) else f"{percent_text(value)} {field}"
+    what = "not measured" if math.isnan(value) else f"{share_text(value)} {field}"
     return [HoverLine(tensor_name(image.layers[layer], role)), HoverLine(f"step {at}: {what}")]
 
 
@@ -307,7 +302,7 @@ def block_scale_hover_lines(
     index = binade - hist.lo
     count = int(hist.counts[index]) if 0 <= index < len(hist.counts) else 0
     total = hist.total
-    share = f" ({percent_text(count / total)})" if total else ""
+    share = f" ({share_text(count / total)})" if total else ""
     return [
         HoverLine(f"2^{binade} ≤ block scale < 2^{binade + 1}"),
         HoverLine(f"{count:,} of {total:,} blocks{share} (step {latest.step})" if latest else ""),
