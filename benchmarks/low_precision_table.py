@@ -5,6 +5,12 @@ layer kept in BF16, as one Markdown table.
 
     python benchmarks/low_precision_table.py                 # 300 steps each, CPU, ~3 min
     python benchmarks/low_precision_table.py --steps 100 --keep runs/
+    python benchmarks/low_precision_table.py --spike        # delayed vs current scaling
+
+`--spike` runs the `overflow` task (one input token in 1024 is 128x larger) in fp8 with
+current and with delayed scaling (`--amax-history 16`), statistics every step, and prints,
+for each step where the first layer's input amax jumps past 8x its running level, how each
+scaling cast that tensor: the scale used, the share saturated, the SQNR.
 
 Every run has the same seed, data and steps. Columns: the final loss (mean finite loss of
 the last 10% of steps) and its difference from FP32's; the largest share of one quantized
@@ -27,6 +33,7 @@ from typing import Any
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.job import RunState, run_job
 from fpexplorer.training.precision import PRECISION_MODES
+from fpexplorer.training.runlog import load_run
 from fpexplorer.training.summary import QuantWorst, RunSummary, summarize_file
 
 WANTED = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4")
@@ -96,6 +103,46 @@ def table(rows: list[tuple[Variant, RunSummary]]) -> str:
     return "\n".join(lines)
 
 
+SPIKE_LAYER = "0.wi"  # the overflow task's first linear: its input carries the outliers
+
+
+def spike_rows(folder: Path, steps: int, seed: int, device: str) -> list[str]:
+    """The overflow task in fp8, current vs delayed scaling: the casts of the spikes."""
+    by_scaling: dict[str, dict[int, Any]] = {}
+    settings: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("current", {}),
+        ("delayed", {"fp8_scaling": "delayed", "amax_history": 16}),
+    )
+    for scaling, extra in settings:
+        out = folder / f"overflow-fp8-{scaling}.jsonl"
+        config = TrainConfig(task="overflow", precision="fp8", device=device, steps=steps,
+                             stats_every=1, seed=seed, out=str(out), **extra)  # fmt: skip
+        run_job(config, stderr=io.StringIO())
+        casts = {}
+        for record in load_run(out).steps:
+            for q in record.stats.quant if record.stats is not None else ():
+                if q.layer == SPIKE_LAYER and q.role == "input":
+                    casts[record.step] = q
+        by_scaling[scaling] = casts
+    current, delayed = by_scaling["current"], by_scaling["delayed"]
+    lines = [
+        "| step | amax | current: scale, saturated, SQNR | delayed: scale, saturated, SQNR |",
+        "|---:|---:|---|---|",
+    ]
+    level = None
+    for step in sorted(current):
+        amax = current[step].amax
+        if level is not None and amax > 8 * level and step in delayed:
+            cells = [
+                f"{q.scale:.4g}, {100 * q.saturated:.3g}%, {q.sqnr_db:.1f} dB"
+                for q in (current[step], delayed[step])
+            ]
+            lines.append(f"| {step} | {amax:.5g} | {cells[0]} | {cells[1]} |")
+        else:  # the running level of the ordinary steps
+            level = amax if level is None else 0.9 * level + 0.1 * amax
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -103,7 +150,18 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, help="keep the run logs in this folder")
+    parser.add_argument("--spike", action="store_true", help="delayed vs current scaling")
     args = parser.parse_args()
+    if args.spike:
+        with tempfile.TemporaryDirectory() as scratch:
+            folder = args.keep or Path(scratch)
+            folder.mkdir(parents=True, exist_ok=True)
+            steps = min(args.steps, 200)
+            lines = spike_rows(folder, steps, args.seed, args.device)
+        print(f"overflow task, fp8, {steps} steps, seed {args.seed}: {SPIKE_LAYER} input "
+              "at each spike")  # fmt: skip
+        print("\n".join(lines))
+        return 0
     rows, missing = variants()
     results: list[tuple[Variant, RunSummary]] = []
     with tempfile.TemporaryDirectory() as scratch:

@@ -70,8 +70,10 @@ def max_local_ranks(device: str) -> tuple[int, str]:
     if wants_cuda:
         count = torch.cuda.device_count()
         return count, f"this machine has {count} CUDA device(s), one per rank"
+    # A CPU rank is a process with one torch thread: beyond twice the cores the ranks
+    # mostly wait for each other (and a typo such as 100000 must not start that many).
     cores = os.cpu_count() or 1
-    return cores, f"this machine has {cores} CPU core(s); each CPU rank needs one"
+    return 2 * cores, f"this machine has {cores} CPU core(s), at most 2 CPU ranks per core"
 
 
 def _split_endpoint(endpoint: str) -> tuple[str, int]:

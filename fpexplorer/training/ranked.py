@@ -94,7 +94,6 @@ class RankDisagreements:
     # "rank R, layer L" -> steps on which the overflow started there (the lowest rank).
     first_overflow: tuple[tuple[str, int], ...]
     rank_ends: tuple[tuple[int, str, str | None], ...]  # (rank, status, error) from the end
-    slowest_rank: int | None  # lowest mean steps/s over the exchanged steps
     rank_steps_per_s: tuple[float, ...]  # mean steps/s of each rank over the exchanged steps
 
 
@@ -155,7 +154,6 @@ def rank_disagreements(path: str | os.PathLike[str]) -> RankDisagreements | None
     if not world and not exchanged:
         return None
     rates = tuple(s / c if c else math.nan for s, c in zip(rate_sums, rate_counts, strict=True))
-    finite = [(rate, rank) for rank, rate in enumerate(rates) if math.isfinite(rate)]
     return RankDisagreements(
         world_size=world or len(rates),
         exchanged_steps=exchanged,
@@ -163,7 +161,6 @@ def rank_disagreements(path: str | os.PathLike[str]) -> RankDisagreements | None
         skip_disagreement_steps=disagreements,
         first_overflow=tuple(origins.most_common()),
         rank_ends=ends,
-        slowest_rank=min(finite)[1] if len(finite) > 1 else None,
         rank_steps_per_s=rates,
     )
 
@@ -199,8 +196,12 @@ def format_ranked(summary: RankedSummary, merged_text: str) -> str:
             lines.append(f"ended      {text}")
     header = "  rank  status      steps  steps/s  final loss  skipped  log"
     lines.append(header)
-    slowest = found.slowest_rank if found is not None else None
-    for rank_summary, path in zip(summary.ranks, summary.files.ranks, strict=True):
+    # The straggler by the rate the table shows (each rank's steps over their time).
+    rates = [(item.steps_per_s, index) for index, item in enumerate(summary.ranks)
+             if math.isfinite(item.steps_per_s)]  # fmt: skip
+    slowest = min(rates)[1] if len(rates) > 1 else None
+    for index, (rank_summary, path) in enumerate(zip(summary.ranks, summary.files.ranks,
+                                                     strict=True)):  # fmt: skip
         match = _RANK_LOG.match(path.name)
         rank = int(match.group("rank")) if match else -1
         rate = rank_summary.steps_per_s
@@ -210,6 +211,6 @@ def format_ranked(summary: RankedSummary, merged_text: str) -> str:
             f"  {f'{rate:.2f}' if math.isfinite(rate) else '-':>7}"
             f"  {f'{final:.4g}' if math.isfinite(final) else '-':>10}"
             f"  {rank_summary.skipped_steps:>7}  {path.name}"
-            + ("  <- slowest" if rank == slowest else "")
+            + ("  <- slowest" if index == slowest else "")
         )
     return "\n".join(lines)

@@ -250,6 +250,15 @@ def next_state(settings: ScalerSettings, state: ScalerState, found_inf: bool) ->
     return scaler_policy(settings.policy).rule(settings, state, found_inf)
 
 
+def steps_toward_growth(policy: str, growth_tracker: int, growth_interval: int) -> int:
+    """Clean steps counted toward the next growth, from a step record's growth tracker.
+    DeepSpeed's tracker counts clean steps since the last overflow, not reset by a growth,
+    and the first clean step after an overflow does not count (see deepspeed_rule)."""
+    if policy == "deepspeed":
+        return (growth_tracker - 1) % growth_interval if growth_tracker > 0 else 0
+    return growth_tracker
+
+
 def settings_problems(settings: ScalerSettings) -> dict[str, str]:
     """Setting name -> what is wrong with it for its policy; empty when all is well."""
     problems: dict[str, str] = {}

@@ -52,6 +52,9 @@ class PolicyGradScaler(torch.amp.GradScaler):
         )
         self.settings = settings
         self.state: ScalerState = initial_state(settings)
+        # Whether the last update saw inf/NaN gradients (the step was skipped): with
+        # hysteresis the scale alone cannot tell.
+        self.last_step_skipped = False
 
     @property
     def hysteresis_tracker(self) -> int:
@@ -81,6 +84,7 @@ class PolicyGradScaler(torch.amp.GradScaler):
         if not found_infs:
             raise AssertionError("No inf checks were recorded prior to update.")
         found = bool(sum(float(flag.item()) for flag in found_infs) > 0)
+        self.last_step_skipped = found
         self.state = next_state(self.settings, self.state, found)
         if self._growth_tracker is not None:
             self._growth_tracker.fill_(self.state.growth_tracker)

@@ -113,3 +113,23 @@ def test_code_view_shows_and_runs_the_chosen_scaler(policy: str) -> None:
     # 12 steps from 2^40: FP16 gradients overflow at first and the scale backs off under
     # the policy's hysteresis (2 overflows for the first backoff).
     assert scaler.get_scale() < 2.0**40 and scaler.hysteresis_tracker < 2
+    assert "skipped = scaler.last_step_skipped" in code
+    assert namespace["skipped"] is scaler.last_step_skipped
+
+
+def test_policy_scalers_say_which_step_they_skipped() -> None:
+    from fpexplorer.training.scaler_rules import resolve_settings
+    from fpexplorer.training.scalers import make_grad_scaler
+
+    scaler = make_grad_scaler(resolve_settings("deepspeed", init_scale=8.0), "cpu")
+    weight = nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.SGD([weight], lr=0.5)
+    seen = []
+    for factor in (1.0, math.inf, 1.0):
+        optimizer.zero_grad()
+        scaler.scale(weight.sum() * factor).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        seen.append((scaler.last_step_skipped, scaler.get_scale()))
+    # The overflow spent the hysteresis: skipped, yet the scale stayed at 8.
+    assert seen == [(False, 8.0), (True, 8.0), (False, 8.0)]

@@ -282,3 +282,28 @@ def test_find_run_takes_a_folder_the_merged_log_or_a_rank_log(tmp_path: Path) ->
     assert find_run(single) == find_run(single / "a.jsonl") and not find_run(single).ranked
     with pytest.raises(NoRunError, match="no such run log"):
         find_run(tmp_path / "missing.jsonl")
+
+
+def test_histograms_survive_the_exchange_layout_and_ends_merge_by_the_worst() -> None:
+    from fpexplorer.training.monitor.kernels import histogram_record
+    from fpexplorer.training.monitor.ranks import _dense, _merged_end
+    from fpexplorer.training.records import EndRecord, RankEnd
+
+    histogram = Histogram(lo=-149, counts=(1, 0, 2), zero=3, inf=4, nan=5, dtype="float16")
+    top = Histogram(lo=125, counts=(7, 0, 9))  # up to binade 127, the layout's last
+    for item in (histogram, top):
+        assert histogram_record(_dense(item), item.dtype) == item
+    assert histogram_record(_dense(histogram) + _dense(top)).total == histogram.total + top.total
+    with pytest.raises(ValueError, match="outside"):
+        _dense(Histogram(lo=126, counts=(1, 1, 1)))
+
+    own = EndRecord(status="completed", steps=5, elapsed=1.0)
+    done = (RankEnd(rank=0, status="completed"), RankEnd(rank=1, status="completed"))
+    assert _merged_end(own, done).status == "completed" and _merged_end(own, done).error is None
+    stopped = (done[0], RankEnd(rank=1, status="stopped"))
+    assert _merged_end(own, stopped).status == "stopped"
+    failed = (RankEnd(rank=0, status="failed", error="E: x"), RankEnd(rank=1, status="lost"))
+    merged = _merged_end(own, failed)
+    assert (merged.status, merged.error, merged.ranks) == ("failed", "lost rank 1", failed)
+    one_failed = (done[0], RankEnd(rank=1, status="failed", error="ValueError: bad"))
+    assert _merged_end(own, one_failed).error == "rank 1: ValueError: bad"

@@ -234,7 +234,7 @@ def test_a_user_task_that_calls_sys_exit_fails_with_an_end_record(tmp_path: Path
     ("args", "message"),
     [
         (["--steps", "0"], "steps must be"),
-        (["--precision", "fp8"], "invalid choice"),
+        (["--precision", "fp9"], "invalid choice"),  # fp8 is a mode now
         (["--task", "nope"], "unknown task 'nope'"),
         (["--task", "missing.py:make"], "task file not found"),
         (["--backoff-factor", "2"], "backoff factor"),

@@ -326,3 +326,20 @@ def test_each_policy_in_a_real_job_follows_its_rule_on_the_recorded_skips(
     first = skipped[0]
     assert run.steps[first + 1].scale == run.steps[first].scale
     assert max(s.scale for s in run.steps) > 2.0**12  # it grew
+
+
+@pytest.mark.parametrize("policy", ["torch", "deepspeed", "megatron"])
+def test_steps_toward_growth_reach_the_interval_exactly_when_the_scale_grows(policy: str) -> None:
+    from fpexplorer.training.scaler_rules import steps_toward_growth
+
+    settings = resolve_settings(policy, init_scale=8.0, growth_interval=3)
+    overflows = random_overflows(3, 200, rate=0.15)
+    state = initial_state(settings)
+    for found_inf in overflows:
+        before = state
+        state = next_state(settings, state, found_inf)
+        progress = steps_toward_growth(policy, state.growth_tracker, 3)
+        assert 0 <= progress < 3
+        # One clean step short of the interval now: the next clean step grows the scale.
+        following = next_state(settings, state, False)
+        assert (progress == 2) == (following.scale > state.scale), (before, state)

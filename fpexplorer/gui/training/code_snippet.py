@@ -182,7 +182,17 @@ def _forward(mode: PrecisionMode) -> str:
     )
 
 
-def _backward_and_step(mode: PrecisionMode) -> str:
+def _backward_and_step(mode: PrecisionMode, policy_scaler: bool = False) -> str:
+    if mode.scaler == "dynamic" and policy_scaler:
+        # DeepSpeed's and Megatron's hysteresis keeps the scale of a skipped step: the
+        # scale cannot tell a skip, the scaler records it.
+        return (
+            "    scaler.scale(loss).backward()   # gradients of loss * scale\n"
+            "    scaler.unscale_(optimizer)       # optional: before clipping or inspecting\n"
+            "    scaler.step(optimizer)           # skipped when a gradient is inf/NaN\n"
+            "    scaler.update()                  # the policy's rule (hysteresis, minimum)\n"
+            "    skipped = scaler.last_step_skipped\n"
+        )
     if mode.scaler == "dynamic":
         return (
             "    scaler.scale(loss).backward()   # gradients of loss * scale\n"
@@ -238,5 +248,5 @@ def pytorch_code(config: TrainConfig) -> str:
         + to_device
         + "    optimizer.zero_grad(set_to_none=True)\n"
         + _forward(mode)
-        + _backward_and_step(mode)
+        + _backward_and_step(mode, policy_scaler=config.scaler != "torch")
     )

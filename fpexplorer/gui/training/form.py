@@ -13,6 +13,7 @@ from typing import Any
 
 from PySide6.QtCore import QProcess, Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QFormLayout,
@@ -274,6 +275,7 @@ class TrainForm(QWidget):
         # The other choice options (a loss scaler, ...): a box each, in declaration order
         # among the number fields, with the choices and their descriptions as declared.
         self.choice_boxes: dict[str, QComboBox] = {}
+        self.flags: dict[str, QCheckBox] = {}
         text_fields = {name: (title, parse, tip) for name, title, parse, tip in self.TEXT_FIELDS}
         for name, spec, default in train_options():
             if name in text_fields:
@@ -299,6 +301,14 @@ class TrainForm(QWidget):
                 box.currentIndexChanged.connect(self._on_field_edited)
                 self.choice_boxes[name] = box
                 layout.addRow(spec.title, box)
+            elif spec.in_form and spec.kind == "flag":
+                # A flag option (--bf16-first-last, ...): a check box.
+                check = QCheckBox()
+                check.setChecked(bool(default))
+                check.setToolTip(spec.help)
+                check.toggled.connect(self._on_field_edited)
+                self.flags[name] = check
+                layout.addRow(spec.title, check)
 
         self.task_combo.currentTextChanged.connect(self._on_field_edited)
         self.precision_combo.currentTextChanged.connect(self._on_field_edited)
@@ -344,6 +354,7 @@ class TrainForm(QWidget):
             "parallel": self.parallel_combo.currentData(),
         }
         values.update({name: box.currentData() for name, box in self.choice_boxes.items()})
+        values.update({name: check.isChecked() for name, check in self.flags.items()})
         errors: dict[str, str] = {}
         for name, row in self.fields.items():
             try:
@@ -400,6 +411,8 @@ class TrainForm(QWidget):
             value = getattr(config, name)
             index = box.findData(value if isinstance(value, str) else None)
             box.setCurrentIndex(max(index, 0))
+        for name, check in self.flags.items():
+            check.setChecked(getattr(config, name) is True)
         # A rank's header says "ddp" where the form's default (None) means ddp too.
         parallel = config.parallel if config.parallel in PARALLEL_NAMES else None
         self.parallel_combo.setCurrentIndex(max(self.parallel_combo.findData(parallel), 0))

@@ -75,6 +75,7 @@ from fpexplorer.gui.training.view_model import (
     x_extent,
 )
 from fpexplorer.training.records import Histogram
+from fpexplorer.training.scaler_rules import steps_toward_growth
 
 __all__ = ["run_colour"]
 
@@ -779,12 +780,18 @@ class LossScalePlot(QWidget):
             self.growth_label.setText("growth tracker:")
         else:
             tracker, interval = growth
+            policy = str(current.config.get("scaler") or "torch") if current else "torch"
+            tracker = steps_toward_growth(policy, tracker, interval)
             self.growth_bar.setRange(0, max(interval, 1))
             self.growth_bar.setValue(min(tracker, interval))
             self.growth_bar.setFormat(f"{tracker} / {interval} clean steps")
-            self.growth_bar.setToolTip("clean steps since the last change, of growth_interval")
+            self.growth_bar.setToolTip("clean steps toward the next growth, of growth_interval")
             skipped = current.skipped_count if current is not None else 0
-            self.growth_label.setText(f"skipped: {skipped} · growth tracker:")
+            latest = current.latest_step if current is not None else None
+            # DeepSpeed's and Megatron's policies: overflows left before a backoff.
+            left = latest.hysteresis if latest is not None else None
+            hysteresis = f" · hysteresis {left}" if left is not None else ""
+            self.growth_label.setText(f"skipped: {skipped}{hysteresis} · growth tracker:")
 
 
 class GradientHistogramPlot(QWidget):

@@ -28,7 +28,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QResizeEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
+    QGraphicsLayout,
     QGraphicsRectItem,
     QHBoxLayout,
     QLabel,
@@ -43,6 +45,7 @@ from fpexplorer.gui.theme import is_dark, plot_colors
 from fpexplorer.gui.training.plots import (
     Card,
     CountAxis,
+    ElidedLabel,
     EmptyNote,
     HoverReadout,
     LinkedSteps,
@@ -113,11 +116,6 @@ def no_quant_note(models: Sequence[RunModel]) -> str:
     )
 
 
-def percent_text(share: float) -> str:
-    """A share as a percentage, at most 3 digits (exact when shorter, marked '…')."""
-    return share_text(share)
-
-
 def sqnr_text(db: float) -> str:
     """An SQNR in dB; inf reads "exact" (no quantization error at all)."""
     if math.isnan(db):
@@ -127,18 +125,42 @@ def sqnr_text(db: float) -> str:
     return f"{display_decimal(Fraction(db), cut_digits=3)} dB"
 
 
-def power_text(value: float) -> str:
-    """A positive value with its log2: "105.9… (2^6.73…)"; non-finite values as such."""
+def exponent_text(value: float) -> str:
+    """A positive value as a power of two: "2^6" exactly, else "2^6.73…"."""
     if not (math.isfinite(value) and value > 0):
         return number_text(value)
     exponent = math.log2(value)
     if exponent == round(exponent):
-        return f"{number_text(value)} (2^{round(exponent)})"
-    return f"{number_text(value)} (2^{display_decimal(Fraction(exponent), cut_digits=3)})"
+        return f"2^{round(exponent)}"
+    return f"2^{display_decimal(Fraction(exponent), cut_digits=3)}"
+
+
+def power_text(value: float) -> str:
+    """A positive value with its log2: "105.9… (2^6.73…)"; non-finite values as such."""
+    if not (math.isfinite(value) and value > 0):
+        return number_text(value)
+    return f"{number_text(value)} ({exponent_text(value)})"
 
 
 def tensor_name(layer: str, role: str) -> str:
     return f"{elide(layer, 40)} {role}"
+
+
+def detail_text(
+    runs: Sequence[OverlayRun], detailed: RunModel | None, selected: RunModel | None
+) -> str:
+    """Which run the one-run cards (heatmaps, SQNR, block scales, "hurts most") show,
+    said where that is not obvious: several runs with quantized layers are shown, or the
+    selected run has none and another one's are shown instead."""
+    if detailed is None:
+        return ""
+    if detailed is selected and len(runs) <= 1:
+        return ""
+    name = next((run.name for run in runs if run.model is detailed), detailed.label)
+    text = f"Details: {elide(name, 48)}"
+    if selected is not None and selected is not detailed:
+        text += " (the selected run has no quantized layers)"
+    return text
 
 
 def hurts_most_text(worst: Worst | None, criterion: Criterion, over_run: bool) -> str:
@@ -156,7 +178,7 @@ def hurts_most_text(worst: Worst | None, criterion: Criterion, over_run: bool) -
     if criterion == "sqnr":
         value = f"SQNR {sqnr_text(worst.value)}"
     else:
-        value = f"{percent_text(worst.value)} {criterion}"
+        value = f"{share_text(worst.value)} {criterion}"
     return f"{head} {tensor_name(worst.layer, worst.role)}, {value} (step {worst.step})"
 
 
@@ -246,7 +268,7 @@ def heatmap_hover_lines(
     layer, column = cell
     value = float(image.matrix[layer, column])
     at = int(image.steps[column])
-    what = "not measured" if math.isnan(value) else f"{percent_text(value)} {field}"
+    what = "not measured" if math.isnan(value) else f"{share_text(value)} {field}"
     return [HoverLine(tensor_name(image.layers[layer], role)), HoverLine(f"step {at}: {what}")]
 
 
@@ -280,7 +302,7 @@ def block_scale_hover_lines(
     index = binade - hist.lo
     count = int(hist.counts[index]) if 0 <= index < len(hist.counts) else 0
     total = hist.total
-    share = f" ({percent_text(count / total)})" if total else ""
+    share = f" ({share_text(count / total)})" if total else ""
     return [
         HoverLine(f"2^{binade} ≤ block scale < 2^{binade + 1}"),
         HoverLine(f"{count:,} of {total:,} blocks{share} (step {latest.step})" if latest else ""),
@@ -305,7 +327,8 @@ def block_scale_note(history: QuantHistory | None, layer: str, role: str) -> str
     if stats.scale_hist is not None and any(stats.scale_hist.counts):
         return None
     if stats.scale is not None:
-        return f"no block scales:\none scale per tensor,\n{power_text(stats.scale)}"
+        # Short lines: the block-scale card is the page's narrowest.
+        return f"no block scales:\nper-tensor scale\n{exponent_text(stats.scale)}"
     return "no block scales recorded"
 
 
@@ -357,9 +380,12 @@ def history_range(amax: Sequence[FloatArray], fits: Sequence[FloatArray]) -> tup
     return math.floor(lo), math.ceil(hi)
 
 
-def history_note(runs: Sequence[OverlayRun], layer: str, role: str) -> str | None:
-    """What the amax/scale plot says under its curves: which runs' tensors are
-    block-scaled (no dashed curve), and how many amaxes a log axis cannot show."""
+def history_note(
+    runs: Sequence[OverlayRun], layer: str, role: str, raw_scale: bool = False
+) -> str | None:
+    """What the amax/scale plot says under its curves: which runs' tensors have no dashed
+    curve (block-scaled; with `raw_scale`, those without a per-tensor scale), and how many
+    amaxes a log axis cannot show."""
     notes = []
     for run in runs:
         history = run.model.quant
@@ -367,7 +393,9 @@ def history_note(runs: Sequence[OverlayRun], layer: str, role: str) -> str | Non
         if latest is None:
             continue
         parts = []
-        if latest.stats.scale_hist is not None:
+        if raw_scale and latest.stats.scale is None:
+            parts.append("no per-tensor scale")
+        elif not raw_scale and latest.stats.scale_hist is not None:
             parts.append("block scales, no dashed curve")
         amax = history.series(layer, role, "amax")
         hidden = int(np.count_nonzero(~(np.isfinite(amax) & (amax > 0))))
@@ -440,6 +468,12 @@ class LayerAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
 
     def _fit(self) -> None:
         self.setWidth(self.text_width + 12)
+        # Lay the plot out again now, not on the next turn of the event loop: a plot
+        # rendered before that (an export, a screenshot) would find the axis too narrow
+        # for its names and pyqtgraph would leave them out.
+        layout = getattr(self.parentItem(), "layout", None)
+        if isinstance(layout, QGraphicsLayout):
+            layout.activate()
         self.picture = None
         self.update()
 
@@ -491,19 +525,26 @@ MIN_LEGEND_HEIGHT = 260  # pixels of plot below which the history plot shows no 
 
 class QuantHistoryPlot(QWidget):
     """amax (solid) and the amax the scale fits (dashed: format max / scale) over steps,
-    for one tensor, one pair of curves per overlaid run."""
+    for one tensor, one pair of curves per overlaid run; or, switched, the scale itself."""
 
     def __init__(self) -> None:
         super().__init__()
         self.plot = plot_widget(PowerOfTwoAxis("left"))
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "|x|")
+        self.raw_scale_box = QCheckBox("scale itself")
+        self.raw_scale_box.setToolTip(
+            "Dashed: the per-tensor scale itself (x · scale is cast) instead of format max / "
+            "scale; NVFP4's tensor scale included"
+        )
+        self.raw_scale_box.toggled.connect(self._on_raw_scale_toggled)
+        self.header_widgets = (self.raw_scale_box,)
         self.amax_curves = RunCurves(self.plot)
         self.scale_curves = RunCurves(self.plot, legend=False)
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
-        self.note = file_text_label("", word_wrap=False)
+        self.note = ElidedLabel("")  # one line, elided; the whole text in its tooltip
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
@@ -514,6 +555,10 @@ class QuantHistoryPlot(QWidget):
 
     def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
         return history_hover_lines(self._runs, *self._tensor, step)
+
+    def _on_raw_scale_toggled(self, _checked: bool) -> None:
+        self.range.reset()
+        self.refresh(self._runs, *self._tensor)
 
     def _show_legend(self) -> None:
         self.amax_curves.show_legend(
@@ -542,7 +587,10 @@ class QuantHistoryPlot(QWidget):
                 scale_curve.setPen(pg.mkPen(run.colour, width=1.5, style=Qt.PenStyle.DashLine))
             steps, log_amax = history.log2_series(layer, role, "amax")
             amax_curve.setData(steps, log_amax)
-            scale_steps, log_fits = scale_fits_log2(history, layer, role)
+            if self.raw_scale_box.isChecked():
+                scale_steps, log_fits = history.log2_series(layer, role, "scale")
+            else:
+                scale_steps, log_fits = scale_fits_log2(history, layer, role)
             scale_curve.setData(scale_steps, log_fits)
             amax_arrays.append(log_amax)
             fit_arrays.append(log_fits)
@@ -553,14 +601,18 @@ class QuantHistoryPlot(QWidget):
         # small screen the run list (and the hover read-out) name the colours.
         self._legend_wanted = len(drawn) > 1
         self._show_legend()
-        shown = history_range(amax_arrays, fit_arrays)
+        # The scale itself is the quantity asked for: shown whole, like amax.
+        raw = self.raw_scale_box.isChecked()
+        shown = history_range(amax_arrays + fit_arrays if raw else amax_arrays, fit_arrays)
         if shown is not None:
             self.range.show(0.0, extent, shown[0] - 1, shown[1] + 1)
             self.empty_note.show(None)
         else:
             self.range.show(0.0, extent, -1.0, 1.0)
             self.empty_note.show(f"{tensor_name(layer, role)}: not measured in the runs shown")
-        self.note.setText(history_note(drawn, layer, role) or "")
+        note = history_note(drawn, layer, role, raw) or ""
+        self.note.setText(note)
+        self.note.setToolTip(note)
 
 
 class ShareHeatmap(QWidget):
@@ -687,7 +739,7 @@ class SqnrPlot(QWidget):
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
         self.legend_label = file_text_label(
-            "bar: latest step; <span style='color:#D55E00'>|</span>: lowest; pale: exact",
+            "bar: latest; <span style='color:#D55E00'>|</span>: lowest; pale: exact",
             word_wrap=False,
         )
         self.legend_label.setToolTip(
@@ -759,7 +811,7 @@ class BlockScalePlot(QWidget):
         self.plot.addItem(self.bars)
         self.empty_note = EmptyNote(self.plot, height_fraction=0.5)
         self.hover = HoverReadout(self.plot, self._hover_text)
-        self.counts_label = file_text_label("", word_wrap=False)
+        self.counts_label = ElidedLabel("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
@@ -798,7 +850,8 @@ EXPLAIN_HISTORY = (
     "Current scaling sets the scale from this step's amax (solid and dashed meet); delayed "
     "scaling from earlier steps' amaxes, so after a spike the solid curve rises above the "
     "dashed one (saturation) and afterwards the scale stays too small for a while (more "
-    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale. The view "
+    "values flush to zero). Block-scaled recipes (MX) have no per-tensor scale. 'scale "
+    "itself' plots the scale instead of max / scale. The view "
     "shows the dashed curve up to 8 binades beyond the amax curves (a delayed scale's "
     "first step, at scale 1, lies far off): zoom out to follow it.",
 )
@@ -859,7 +912,7 @@ class QuantPage(QWidget):
         self.layer_box.activated.connect(self._on_tensor_chosen)
         self.role_box.activated.connect(self._on_tensor_chosen)
         self.hurt_box.currentIndexChanged.connect(self._on_hurt_changed)
-        self.hurts_label = file_text_label("", word_wrap=False)
+        self.hurts_label = ElidedLabel("")
         font = self.hurts_label.font()
         font.setBold(True)
         self.hurts_label.setFont(font)
@@ -886,6 +939,9 @@ class QuantPage(QWidget):
             controls.addWidget(QLabel(text))
             controls.addWidget(box)
         controls.addStretch(1)
+        # Which run the one-run cards show, on a line of its own where that needs saying.
+        self.detail_label = ElidedLabel("")
+        self.detail_label.setVisible(False)
 
         rows = QSplitter(Qt.Orientation.Vertical)
         rows.setChildrenCollapsible(False)
@@ -907,6 +963,7 @@ class QuantPage(QWidget):
         content_layout.setSpacing(2)
         content_layout.addLayout(controls)
         content_layout.addWidget(self.hurts_label)
+        content_layout.addWidget(self.detail_label)
         content_layout.addWidget(rows, 1)
 
         self.note_label = QLabel()
@@ -941,6 +998,18 @@ class QuantPage(QWidget):
     @property
     def hurt_choice(self) -> tuple[Criterion, bool]:
         return HURT_CHOICES[max(self.hurt_box.currentIndex(), 0)]
+
+    def export_plots(self) -> dict[str, pg.PlotWidget]:
+        """The page's plots by export file name; none while it shows its note instead."""
+        if self.stack.currentIndex() == 0:
+            return {}
+        return {
+            "quant_amax_scale": self.history_plot.plot,
+            "quant_flushed_heatmap": self.flushed_map.plot,
+            "quant_saturated_heatmap": self.saturated_map.plot,
+            "quant_sqnr": self.sqnr_plot.plot,
+            "quant_block_scales": self.block_plot.plot,
+        }
 
     @property
     def note(self) -> str | None:
@@ -1013,9 +1082,15 @@ class QuantPage(QWidget):
         current = self._current if self._current is not None and self._current.quant else None
         if current is None and self._runs:
             current = self._runs[0].model
+        text = detail_text(self._runs, current, self._current)
+        self.detail_label.setText(text)
+        self.detail_label.setToolTip(text)
+        self.detail_label.setVisible(bool(text))
         criterion, over_run = self.hurt_choice
         worst = current.quant.hurts_most(criterion, over_run) if current is not None else None
-        self.hurts_label.setText(hurts_most_text(worst, criterion, over_run))
+        hurts = hurts_most_text(worst, criterion, over_run)
+        self.hurts_label.setText(hurts)
+        self.hurts_label.setToolTip(hurts)
         if not self._chosen_by_user and worst is not None:
             # Until a person picks a tensor, the page shows the one that hurts most.
             self._set_box(self.layer_box, worst.layer)

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication
 
 from fpexplorer.gui.training.synthetic import synthetic_records
 from fpexplorer.gui.training.view_model import number_text
+from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.records import from_schema1_dict
 from fpexplorer.training.runlog import RunWriter
 
@@ -338,6 +339,34 @@ def test_the_form_is_derived_from_the_option_declarations(panel) -> None:  # typ
     tips = [panel.form.optimizer_combo.itemData(i, Qt.ItemDataRole.ToolTipRole)
             for i in range(1, panel.form.optimizer_combo.count())]  # fmt: skip
     assert all(tips)
+    # Every flag option the form shows: a check box.
+    flags = [name for name, spec, _ in train_options() if spec.in_form and spec.kind == "flag"]
+    assert list(panel.form.flags) == flags and "bf16_first_last" in flags
+
+
+def test_the_low_precision_options_from_the_form(panel) -> None:  # type: ignore[no-untyped-def]
+    form = panel.form
+    form.precision_combo.setCurrentText("fp8")
+    form.choice_boxes["fp8_scaling"].setCurrentIndex(
+        form.choice_boxes["fp8_scaling"].findData("delayed")
+    )
+    form.fields["amax_history"].edit.setText("16")
+    form.flags["bf16_first_last"].setChecked(True)
+    config = form.config()
+    assert (config.fp8_scaling, config.amax_history, config.bf16_first_last) == (
+        "delayed", 16, True,
+    )  # fmt: skip
+    assert "convert_delayed_fp8" in panel.code_view.toPlainText()
+    # A combination the job refuses is refused in the form, and summarized beside Start.
+    form.precision_combo.setCurrentText("fp16")
+    assert set(form.problems()) == {"bf16_first_last", "fp8_scaling"}
+    assert not panel.start_button.isEnabled()
+    assert "BF16 first/last" in panel.start_problems.text()
+    # A run's settings fill the widgets back.
+    form.set_config(TrainConfig(precision="mxfp4", bf16_first_last=True))
+    assert form.flags["bf16_first_last"].isChecked()
+    assert form.choice_boxes["fp8_scaling"].currentData() == "dynamic"
+    assert form.problems() == {}
 
 
 def test_a_new_panel_shows_the_format_rulers_before_any_timer_tick(qtbot, run_dir: Path) -> None:  # type: ignore[no-untyped-def]

@@ -123,3 +123,20 @@ def test_the_form_chooses_the_scaler_and_shows_its_settings_exactly(qtbot) -> No
     assert form.fields["init_scale"].edit.text() == "4294967296"
     assert form.fields["min_scale"].edit.text() == "0.125"
     assert box.currentText() == "megatron" and form.config() == megatron
+
+
+def test_the_growth_readout_of_a_hysteresis_policy() -> None:
+    from fpexplorer.gui.training.plots import LossScalePlot
+    from fpexplorer.training.records import HeaderRecord, StepRecord
+
+    settings = resolve_settings("deepspeed", init_scale=8.0, growth_interval=4)
+    run = RunModel()
+    header = HeaderRecord(config={"task": "t", "precision": "fp16", **settings.to_config()})
+    # DeepSpeed's tracker after 6 clean steps since an overflow: 6 (never reset by the
+    # growth at its 5th); toward the next growth: 1 of 4.
+    run.add_records([header, StepRecord(step=0, loss=1.0, growth_tracker=6, hysteresis=1)])
+    plot = LossScalePlot()
+    plot.refresh_growth(run)
+    assert plot.growth_bar.text() == "1 / 4 clean steps"
+    assert plot.growth_label.text() == "skipped: 0 · hysteresis 1 · growth tracker:"
+    plot.deleteLater()

@@ -1,0 +1,130 @@
+"""The monitor's cost with 2 CPU ranks (gloo, DDP): a bare loop vs the same loop watched
+by AmpMonitor, which under a process group writes one log per rank and the merged log.
+
+Each run is one `python -m torch.distributed.run --standalone --nproc-per-node 2` of this
+file (`--child`): the built-in task sharded by rank (every 2nd batch), DDP, the job's own
+`amp_step`, one torch thread per rank. Both ranks time the loop after a warm-up and a
+barrier; the figure of a run is the slower rank's (the job moves at its pace). Runs are
+interleaved (every variant, in rotating order, then the next repeat); each figure is the
+median of the repeats and the ratios are against the bare loop of the same invocation.
+
+Variants:
+  bare      DDP loop alone (its loss read on the host every step, as loops that log do)
+  cheap     AmpMonitor(stats_every=0): the cheap signals every step; the ranks exchange
+            nothing (only a skipped step would be exchanged)
+  every10   AmpMonitor(stats_every=10): statistics and one all-reduce every 10th step
+  every     AmpMonitor(stats_every=1): statistics and one all-reduce on every step
+
+    python benchmarks/bench_distributed.py                  # mlp, bf16, 3 repeats
+    python benchmarks/bench_distributed.py --task transformer --steps 60 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VARIANTS = ("bare", "cheap", "every10", "every")
+EVERY = {"cheap": 0, "every10": 10, "every": 1}
+WARMUP_STEPS = 5
+
+
+def child(task_name: str, precision: str, variant: str, steps: int, folder: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from fpexplorer.training.distributed import shard_batches
+    from fpexplorer.training.job import PLANS, amp_step, make_optimizer
+    from fpexplorer.training.monitor import AmpMonitor
+    from fpexplorer.training.tasks import make_task
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    plan = PLANS[precision]
+    torch.manual_seed(0)
+    task = make_task(task_name, 0, None, device)
+    inner = task.model.to(device=device, dtype=plan.params_dtype)
+    model = nn.parallel.DistributedDataParallel(inner)
+    optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
+    scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
+    stream = shard_batches(task.batches, rank, world)
+    batches = [next(stream) for _ in range(steps + WARMUP_STEPS)]  # made before the clock
+    monitor = None
+    if variant != "bare":
+        monitor = AmpMonitor(inner, optimizer, scaler, out=str(Path(folder) / "run.jsonl"),
+                             stats_every=EVERY[variant], precision=precision)  # fmt: skip
+    start = time.perf_counter()
+    for index, (inputs, target) in enumerate(batches):
+        if index == WARMUP_STEPS:
+            dist.barrier()
+            start = time.perf_counter()
+        loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan, device)
+        if monitor is not None:
+            monitor.step(loss)
+        else:
+            loss.item()
+    elapsed = time.perf_counter() - start
+    if monitor is not None:
+        monitor.close()
+    times = [0.0] * world
+    dist.all_gather_object(times, elapsed)
+    if rank == 0:
+        print(json.dumps({"seconds": max(times)}), flush=True)
+    dist.destroy_process_group()
+
+
+def run_once(task: str, precision: str, variant: str, steps: int) -> float:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone",
+             "--nproc-per-node", "2", __file__, "--child", task, precision, variant,
+             str(steps), folder],
+            capture_output=True, text=True, env=env, check=False,
+        )  # fmt: skip
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            return float(json.loads(line)["seconds"])
+    raise SystemExit(f"{variant}: the run failed:\n{done.stderr[-3000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="mlp")
+    parser.add_argument("--precision", default="bf16")
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--child", nargs=5, metavar=("TASK", "PRECISION", "VARIANT", "STEPS", "DIR")
+    )
+    args = parser.parse_args()
+    if args.child:
+        task, precision, variant, steps, folder = args.child
+        child(task, precision, variant, int(steps), folder)
+        return
+    seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    for repeat in range(args.repeats):
+        order = VARIANTS[repeat % len(VARIANTS) :] + VARIANTS[: repeat % len(VARIANTS)]
+        for variant in order:
+            seconds[variant].append(run_once(args.task, args.precision, variant, args.steps))
+    bare = statistics.median(seconds["bare"])
+    print(f"{args.task} {args.precision}, 2 CPU ranks (gloo, DDP), {args.steps} steps, "
+          f"median of {args.repeats}:")  # fmt: skip
+    for variant in VARIANTS:
+        median = statistics.median(seconds[variant])
+        print(f"  {variant:8} {median:7.3f} s   {args.steps / median:7.1f} steps/s   "
+              f"ratio to bare {median / bare:.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
