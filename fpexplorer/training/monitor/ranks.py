@@ -32,8 +32,13 @@ underflow share: the mean (equal shapes). Lost updates, format shares, memory: r
 **Which rank went non-finite first.** The loss, the forward outputs and the activation
 gradients a rank computes are its own: no gradient is communicated before them (DDP and
 FSDP communicate parameter gradients). So a rank where one of them is not finite is where
-the overflow started; a rank whose only non-finite values are parameter gradients got
-them from the all-reduce (or the reduce-scatter). The merged step names those origin
+the overflow started; the parameter gradients a rank holds after backward come from the
+all-reduce (or the reduce-scatter) and cannot say where: the job's DDP communication hook
+(`distributed.PreReductionCheck`, `local_origin` here) notes which of the rank's own
+gradients were non-finite before each bucket was averaged, so an overflow that starts in a
+weight-gradient product is traced too (under FSDP2, without such a hook, it names no
+rank). The merged step
+names those origin
 ranks, the lowest of them (ranks run their backward at the same time: there is no first
 between them) and its first layer: its first module with a non-finite output in forward
 order, else its first non-finite activation gradient in backward order. The activation
@@ -60,7 +65,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,6 +186,9 @@ class RankLogs:
         self.path = rank_log_path(path, context.rank)
         self.merged_path = Path(path)
         self.write_error: OSError | None = None
+        # Where this rank's own parameter gradients went non-finite before communication
+        # (the job's DDP hook, `distributed.PreReductionCheck`); asked on exchange steps.
+        self.local_origin: Callable[[], str | None] | None = None
         self._sequence = next(_instances)
         self._layer_index: dict[str, int] = {}
         self._layer_names: tuple[str, ...] = ()
@@ -329,6 +337,9 @@ class RankLogs:
         layer = (
             forward if forward is not None else (record.first_nonfinite if activations else None)
         )
+        if not origin and self.local_origin is not None:
+            layer = self.local_origin()  # a weight-gradient product overflowed here
+            origin = layer is not None
         layer_at = float(self._layer_index.get(layer, _NO_LAYER)) if layer else _NO_LAYER
         return origin, layer_at, forward_layer
 
