@@ -36,6 +36,7 @@ import contextlib
 import datetime
 import ipaddress
 import itertools
+import math
 import os
 import signal
 import socket
@@ -320,9 +321,20 @@ class PreReductionCheck:
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
         gradients = bucket.gradients()
-        if gradients:
-            flags = torch.stack([gradient.isfinite().all() for gradient in gradients])
-            self._pending.append((list(bucket.parameters()), flags))
+        if not gradients:
+            return allreduce_hook(state, bucket)
+        buffer = bucket.buffer()
+        if buffer.device.type == "cpu":
+            # A host read costs nothing on a CPU: one pass over the bucket, and a flag per
+            # gradient only when something in it is not finite.
+            if not bool(buffer.isfinite().all()):
+                flags = torch.stack([gradient.isfinite().all() for gradient in gradients])
+                self._pending.append((list(bucket.parameters()), flags))
+        else:
+            # No host sync on a GPU: max |g| of every gradient in one fused call (inf and
+            # NaN survive a max; a sum of squares could overflow on finite values).
+            peaks = torch._foreach_norm(gradients, math.inf)
+            self._pending.append((list(bucket.parameters()), torch.stack(peaks).isfinite()))
         return allreduce_hook(state, bucket)
 
     def first_nonfinite_layer(self) -> str | None:

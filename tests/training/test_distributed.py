@@ -192,7 +192,8 @@ def test_a_killed_rank_ends_the_run_and_is_named(tmp_path: Path) -> None:
     merged, ranks = logs(out)
     assert ranks[1].end is None and len(ranks[1].steps) == 3  # killed at the start of step 3
     assert ranks[0].end is not None and ranks[0].status == "failed"
-    assert ranks[0].end.error is not None and ranks[0].end.error.startswith("rank 1 lost")
+    assert ranks[0].end.error is not None
+    assert ranks[0].end.error.startswith("rank 1 lost (no end record within 5 s)")
     assert merged.end is not None and merged.status == "failed"
     assert merged.end.error == "lost rank 1"
     assert [(r.rank, r.status) for r in merged.end.ranks] == [(0, "failed"), (1, "lost")]
@@ -332,3 +333,7 @@ def test_histograms_survive_the_exchange_layout_and_ends_merge_by_the_worst() ->
     assert (merged.status, merged.error, merged.ranks) == ("failed", "lost rank 1", failed)
     one_failed = (done[0], RankEnd(rank=1, status="failed", error="ValueError: bad"))
     assert _merged_end(own, one_failed).error == "rank 1: ValueError: bad"
+    # Rank 1's task failed first; rank 0 then failed in the collective rank 1 left.
+    both = (RankEnd(rank=0, status="failed", error="RuntimeError: gloo", ended_at=12.0),
+            RankEnd(rank=1, status="failed", error="ValueError: bad", ended_at=7.0))  # fmt: skip
+    assert _merged_end(own, both).error == "rank 1: ValueError: bad"

@@ -298,7 +298,9 @@ class RankLogs:
         own = end
         if lost and end.status != "completed":
             names = ", ".join(str(rank) for rank in lost)
+            # Lost, or stuck (in a collective the failure of this rank left unfinished).
             cause = f"rank {names} lost" if len(lost) == 1 else f"ranks {names} lost"
+            cause += f" (no end record within {ROLL_CALL_SECONDS:g} s)"
             own = dataclasses.replace(
                 end, status="failed", error=f"{cause}; here: {end.error}" if end.error else cause
             )
@@ -462,7 +464,8 @@ class RankLogs:
         """Post how this rank ended and, on rank 0 or when this rank did not complete,
         wait up to ROLL_CALL_SECONDS for the others' (a rank that never posts is lost)."""
         rank, world = self.context.rank, self.context.world_size
-        mine = RankEnd(rank=rank, status=end.status, error=end.error, steps=end.steps)
+        mine = RankEnd(rank=rank, status=end.status, error=end.error, steps=end.steps,
+                       ended_at=time.time())  # fmt: skip
         store = self._store()
         if store is None:
             return (mine,)
@@ -516,7 +519,8 @@ def _dense(histogram: Histogram | None) -> npt.NDArray[np.float64]:
 
 def _merged_end(own: EndRecord, ends: tuple[RankEnd, ...]) -> EndRecord:
     """The merged log's end: failed when any rank failed or was lost, else stopped when
-    any stopped; the error is the first failing rank's."""
+    any stopped. The error names the lost ranks, else the rank that failed first (the
+    others usually fail after it, in a collective that it left)."""
     statuses = {item.status for item in ends}
     if statuses & {"failed", "lost"}:
         status = "failed"
@@ -524,7 +528,10 @@ def _merged_end(own: EndRecord, ends: tuple[RankEnd, ...]) -> EndRecord:
         status = "stopped"
     else:
         status = "completed"
-    failing = [item for item in ends if item.status in ("failed", "lost")]
+    failing = sorted(
+        (item for item in ends if item.status == "failed"),
+        key=lambda item: (item.ended_at if item.ended_at is not None else math.inf, item.rank),
+    )
     lost = [item for item in ends if item.status == "lost"]
     error = None
     if lost:
