@@ -14,7 +14,7 @@ import torchao.float8  # noqa: F401  (its ~3 s import paid at collection, not by
 from training_helpers import run_cli
 
 from fpexplorer.training.config import TrainConfig
-from fpexplorer.training.job import RunState, run_job
+from fpexplorer.training.job import JobSetupError, RunState, run_job
 from fpexplorer.training.precision import PRECISION_MODES
 from fpexplorer.training.records import QUANT_ROLES
 from fpexplorer.training.runlog import Run, load_run
@@ -121,3 +121,26 @@ def test_bad_combinations_are_one_line_usage_errors(args: list[str], message: st
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_without_torchao_the_fp8_modes_say_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    from fpexplorer.training.lowprec.recipes import recipe_problem
+    from fpexplorer.training.precision import precision_mode
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name)
+    )
+    fp8 = recipe_problem(precision_mode("fp8"), TrainConfig(precision="fp8"))
+    assert fp8 == "--precision fp8 trains with torchao's float8 linears: pip install torchao"
+    assert recipe_problem(precision_mode("fp8-rowwise"), TrainConfig(precision="fp8-rowwise"))
+    # Delayed scaling and the block formats are fpexplorer's own: no torchao needed.
+    delayed = TrainConfig(precision="fp8", fp8_scaling="delayed")
+    assert recipe_problem(precision_mode("fp8"), delayed) is None
+    assert recipe_problem(precision_mode("mxfp4"), TrainConfig(precision="mxfp4")) is None
+    with pytest.raises(JobSetupError, match="pip install torchao"):
+        run_job(TrainConfig(precision="fp8", device="cpu", steps=1), stderr=io.StringIO())

@@ -808,7 +808,8 @@ class TrainingPanel(QWidget):
             self.load_run(path)
 
     def export_to(self, folder: str | Path) -> list[Path]:
-        """Write every plot as PNG and SVG and the current run's scalars as CSV into `folder`."""
+        """Write every plot as PNG and SVG and the current run's scalars as CSV into `folder`
+        (the Low precision page's plots where the runs have quantized layers)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.refresh()
@@ -821,6 +822,19 @@ class TrainingPanel(QWidget):
         }
         for name, plot in plots.items():
             written += export_plot(plot, folder / name)
+        # The Low precision page's plots too, where the runs have quantized layers: shown
+        # for the moment of the export (a page never shown is not laid out; nothing is
+        # painted in between, the page shown before comes back at once).
+        shown_page = self.plot_tabs.currentIndex()
+        self.plot_tabs.setCurrentWidget(self.quant_page)
+        state = self.run_list_state
+        current = state.current.model if state.current is not None else None
+        try:
+            self.quant_page.refresh(state.overlay(), state.shown_models(), current)
+            for name, plot in self.quant_page.export_plots().items():
+                written += export_plot(plot, folder / name)
+        finally:
+            self.plot_tabs.setCurrentIndex(shown_page)
         entry = self.run_list_state.current
         if entry is not None:
             csv_path = folder / f"{_safe_name(entry.model.label)}-steps.csv"

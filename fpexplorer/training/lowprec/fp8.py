@@ -116,7 +116,8 @@ class LinearChoice:
 
     def describe(self, what: str) -> str:
         """One line for the job's log: how many layers run in `what`, which do not, why."""
-        line = f"{len(self.quantized)} linear layers in {what}"
+        count = len(self.quantized)
+        line = f"{count} linear layer{'' if count == 1 else 's'} in {what}"
         if self.kept:
             kept = "; ".join(f"{name} ({why})" for name, why in self.kept)
             line += f"; kept in high precision: {kept}"
