@@ -45,6 +45,7 @@ from fpexplorer.gui.theme import is_dark, plot_colors
 from fpexplorer.gui.training.plots import (
     Card,
     CountAxis,
+    ElidedLabel,
     EmptyNote,
     HoverReadout,
     LinkedSteps,
@@ -115,11 +116,6 @@ def no_quant_note(models: Sequence[RunModel]) -> str:
     )
 
 
-def percent_text(share: float) -> str:
-    """A share as a percentage, at most 3 digits (exact when shorter, marked '…')."""
-    return share_text(share)
-
-
 def sqnr_text(db: float) -> str:
     """An SQNR in dB; inf reads "exact" (no quantization error at all)."""
     if math.isnan(db):
@@ -150,6 +146,23 @@ def tensor_name(layer: str, role: str) -> str:
     return f"{elide(layer, 40)} {role}"
 
 
+def detail_text(
+    runs: Sequence[OverlayRun], detailed: RunModel | None, selected: RunModel | None
+) -> str:
+    """Which run the one-run cards (heatmaps, SQNR, block scales, "hurts most") show,
+    said where that is not obvious: several runs with quantized layers are shown, or the
+    selected run has none and another one's are shown instead."""
+    if detailed is None:
+        return ""
+    if detailed is selected and len(runs) <= 1:
+        return ""
+    name = next((run.name for run in runs if run.model is detailed), detailed.label)
+    text = f"Details: {elide(name, 48)}"
+    if selected is not None and selected is not detailed:
+        text += " (the selected run has no quantized layers)"
+    return text
+
+
 def hurts_most_text(worst: Worst | None, criterion: Criterion, over_run: bool) -> str:
     """The "hurts most" line, its criterion stated: "Hurts most (largest flushed share,
     latest step): blocks.2.attn.wo grad_output, 31.2…% flushed (step 480)"."""
@@ -165,7 +178,7 @@ def hurts_most_text(worst: Worst | None, criterion: Criterion, over_run: bool) -
     if criterion == "sqnr":
         value = f"SQNR {sqnr_text(worst.value)}"
     else:
-        value = f"{percent_text(worst.value)} {criterion}"
+        value = f"{share_text(worst.value)} {criterion}"
     return f"{head} {tensor_name(worst.layer, worst.role)}, {value} (step {worst.step})"
 
 
@@ -255,7 +268,7 @@ def heatmap_hover_lines(
     layer, column = cell
     value = float(image.matrix[layer, column])
     at = int(image.steps[column])
-    what = "not measured" if math.isnan(value) else f"{percent_text(value)} {field}"
+    what = "not measured" if math.isnan(value) else f"{share_text(value)} {field}"
     return [HoverLine(tensor_name(image.layers[layer], role)), HoverLine(f"step {at}: {what}")]
 
 
@@ -289,7 +302,7 @@ def block_scale_hover_lines(
     index = binade - hist.lo
     count = int(hist.counts[index]) if 0 <= index < len(hist.counts) else 0
     total = hist.total
-    share = f" ({percent_text(count / total)})" if total else ""
+    share = f" ({share_text(count / total)})" if total else ""
     return [
         HoverLine(f"2^{binade} ≤ block scale < 2^{binade + 1}"),
         HoverLine(f"{count:,} of {total:,} blocks{share} (step {latest.step})" if latest else ""),
@@ -531,7 +544,7 @@ class QuantHistoryPlot(QWidget):
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
-        self.note = file_text_label("", word_wrap=False)
+        self.note = ElidedLabel("")  # one line, elided; the whole text in its tooltip
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
@@ -597,7 +610,9 @@ class QuantHistoryPlot(QWidget):
         else:
             self.range.show(0.0, extent, -1.0, 1.0)
             self.empty_note.show(f"{tensor_name(layer, role)}: not measured in the runs shown")
-        self.note.setText(history_note(drawn, layer, role, raw) or "")
+        note = history_note(drawn, layer, role, raw) or ""
+        self.note.setText(note)
+        self.note.setToolTip(note)
 
 
 class ShareHeatmap(QWidget):
@@ -796,7 +811,7 @@ class BlockScalePlot(QWidget):
         self.plot.addItem(self.bars)
         self.empty_note = EmptyNote(self.plot, height_fraction=0.5)
         self.hover = HoverReadout(self.plot, self._hover_text)
-        self.counts_label = file_text_label("", word_wrap=False)
+        self.counts_label = ElidedLabel("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
@@ -897,7 +912,7 @@ class QuantPage(QWidget):
         self.layer_box.activated.connect(self._on_tensor_chosen)
         self.role_box.activated.connect(self._on_tensor_chosen)
         self.hurt_box.currentIndexChanged.connect(self._on_hurt_changed)
-        self.hurts_label = file_text_label("", word_wrap=False)
+        self.hurts_label = ElidedLabel("")
         font = self.hurts_label.font()
         font.setBold(True)
         self.hurts_label.setFont(font)
@@ -924,6 +939,9 @@ class QuantPage(QWidget):
             controls.addWidget(QLabel(text))
             controls.addWidget(box)
         controls.addStretch(1)
+        # Which run the one-run cards show, on a line of its own where that needs saying.
+        self.detail_label = ElidedLabel("")
+        self.detail_label.setVisible(False)
 
         rows = QSplitter(Qt.Orientation.Vertical)
         rows.setChildrenCollapsible(False)
@@ -945,6 +963,7 @@ class QuantPage(QWidget):
         content_layout.setSpacing(2)
         content_layout.addLayout(controls)
         content_layout.addWidget(self.hurts_label)
+        content_layout.addWidget(self.detail_label)
         content_layout.addWidget(rows, 1)
 
         self.note_label = QLabel()
@@ -1063,9 +1082,15 @@ class QuantPage(QWidget):
         current = self._current if self._current is not None and self._current.quant else None
         if current is None and self._runs:
             current = self._runs[0].model
+        text = detail_text(self._runs, current, self._current)
+        self.detail_label.setText(text)
+        self.detail_label.setToolTip(text)
+        self.detail_label.setVisible(bool(text))
         criterion, over_run = self.hurt_choice
         worst = current.quant.hurts_most(criterion, over_run) if current is not None else None
-        self.hurts_label.setText(hurts_most_text(worst, criterion, over_run))
+        hurts = hurts_most_text(worst, criterion, over_run)
+        self.hurts_label.setText(hurts)
+        self.hurts_label.setToolTip(hurts)
         if not self._chosen_by_user and worst is not None:
             # Until a person picks a tensor, the page shows the one that hurts most.
             self._set_box(self.layer_box, worst.layer)

@@ -14,6 +14,7 @@ from fpexplorer.gui.training.quant_views import (
     QuantPage,
     block_counts_text,
     exponent_text,
+    history_hover_lines,
     history_note,
     history_range,
     hurts_most_text,
@@ -83,6 +84,7 @@ def test_the_page_names_the_tensor_that_hurts_most_and_its_criterion(page) -> No
     model = _model(200, precision="fp8", quant="fp8-delayed", quant_layers=4)
     page.refresh(_overlay(model), [model], model)
     assert page.note is None
+    assert page.detail_label.text() == ""  # one run, selected: nothing to tell apart
     worst = model.quant.hurts_most("sqnr", over_run=True)
     assert worst is not None
     assert page.hurts_label.text() == (
@@ -224,6 +226,12 @@ def test_delayed_and_current_runs_side_by_side_in_their_colours(page) -> None:  
     layer = quant_layer_names(4)[2]
     page.choose(layer, "input")
     history = page.history_plot
+    assert page.detail_label.text() == f"Details: {overlay[0].name}"
+    page.refresh(overlay, [delayed, current, fp16], fp16)  # the fp16 run selected
+    assert page.detail_label.text() == (
+        f"Details: {overlay[0].name} (the selected run has no quantized layers)"
+    )
+    page.refresh(overlay, [delayed, current, fp16], delayed)
     # Two runs with quantized layers: two pairs of curves in the runs' colours, none for
     # the fp16 run.
     assert sorted(history.amax_curves.curves) == [0, 1]
@@ -418,3 +426,22 @@ def test_export_writes_the_low_precision_plots_where_there_are_quantized_layers(
     # pyqtgraph leaves out tick labels that do not fit the axis).
     axis = panel.quant_page.saturated_map.layer_axis
     assert axis.width() == axis.text_width + 12 > 60
+
+
+def test_history_hover_names_inf_and_nan_amax_and_a_missing_scale() -> None:
+    model = RunModel()
+    model.add_records(
+        [StepRecord(step=n, loss=1.0, scale=1.0, skipped=False, growth_tracker=0, lr=0.1,
+                    grad_norm=1.0, steps_per_s=1.0, time=0.0, stats=StepStats(quant=(
+                        QuantTensorStats(layer="fc", role="input", format="float4_e2m1fn",
+                                         amax=amax),)))
+         for n, amax in enumerate((math.inf, math.nan, 2.0))]
+    )  # fmt: skip
+    overlay = _overlay(model)
+    assert history_hover_lines(overlay, "fc", "input", 0.4)[1].text.endswith(": amax inf")
+    assert history_hover_lines(overlay, "fc", "input", 1.0)[1].text.endswith(": amax NaN")
+    lines = history_hover_lines(overlay, "fc", "input", 2.0)
+    assert lines[0].text == "step 2 · fc input" and lines[1].text.endswith(": amax 2")
+    assert history_hover_lines(overlay, "fc", "weight", 2.0) == []
+    note = history_note(overlay, "fc", "input")
+    assert note is not None and note.endswith(": 2 amax inf/NaN/0 not drawn")
