@@ -14,6 +14,8 @@ Variants:
             nothing (only a skipped step would be exchanged)
   every10   AmpMonitor(stats_every=10): statistics and one all-reduce every 10th step
   every     AmpMonitor(stats_every=1): statistics and one all-reduce on every step
+  check     the bare loop with the job's DDP hook that flags each rank's own non-finite
+            gradients before they are averaged (`distributed.PreReductionCheck`)
 
     python benchmarks/bench_distributed.py                  # mlp, bf16, 3 repeats
     python benchmarks/bench_distributed.py --task transformer --steps 60 --repeats 3
@@ -31,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-VARIANTS = ("bare", "cheap", "every10", "every")
+VARIANTS = ("bare", "check", "cheap", "every10", "every")
 EVERY = {"cheap": 0, "every10": 10, "every": 1}
 WARMUP_STEPS = 5
 
@@ -41,7 +43,7 @@ def child(task_name: str, precision: str, variant: str, steps: int, folder: str)
     import torch.distributed as dist
     from torch import nn
 
-    from fpexplorer.training.distributed import shard_batches
+    from fpexplorer.training.distributed import check_before_reduction, shard_batches
     from fpexplorer.training.job import PLANS, amp_step, make_optimizer
     from fpexplorer.training.monitor import AmpMonitor
     from fpexplorer.training.tasks import make_task
@@ -60,7 +62,8 @@ def child(task_name: str, precision: str, variant: str, steps: int, folder: str)
     stream = shard_batches(task.batches, rank, world)
     batches = [next(stream) for _ in range(steps + WARMUP_STEPS)]  # made before the clock
     monitor = None
-    if variant != "bare":
+    check = check_before_reduction(model, inner) if variant == "check" else None
+    if variant not in ("bare", "check"):
         monitor = AmpMonitor(inner, optimizer, scaler, out=str(Path(folder) / "run.jsonl"),
                              stats_every=EVERY[variant], precision=precision)  # fmt: skip
     start = time.perf_counter()
@@ -68,6 +71,8 @@ def child(task_name: str, precision: str, variant: str, steps: int, folder: str)
         if index == WARMUP_STEPS:
             dist.barrier()
             start = time.perf_counter()
+        if check is not None:
+            check.clear()
         loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan, device)
         if monitor is not None:
             monitor.step(loss)

@@ -15,6 +15,7 @@ Variants:
 
     python benchmarks/bench_monitor.py                    # transformer and mlp, fp32 and bf16
     python benchmarks/bench_monitor.py --tasks mlp --precisions bf16 --repeats 5
+    python benchmarks/bench_monitor.py --tasks transformer --precisions fp8,mxfp8
     python benchmarks/bench_monitor.py --in-process      # bare/cheap/statistics steps, one process
 
 Targets: cheap <= 1.02, defaults <= 1.05, every <= 1.5 (transformer) and <= 2 (mlp).
@@ -38,6 +39,16 @@ TARGETS = {"cheap": 1.02, "defaults": 1.05}
 EVERY_TARGETS = {"transformer": 1.5, "mlp": 2.0}
 
 
+def _apply_recipe(model: object, precision: str, device: object) -> None:
+    """The fp8/MX/NVFP4 modes quantize the linears, as the job does (the statistics steps
+    then measure every quantized layer's casts too)."""
+    from fpexplorer.training.config import TrainConfig
+    from fpexplorer.training.lowprec.recipes import apply_recipe
+    from fpexplorer.training.precision import precision_mode
+
+    apply_recipe(model, precision_mode(precision), TrainConfig(precision=precision), device)  # type: ignore[arg-type]
+
+
 def child(task_name: str, precision: str, variant: str, steps: int) -> None:
     import torch
 
@@ -51,6 +62,7 @@ def child(task_name: str, precision: str, variant: str, steps: int) -> None:
     torch.manual_seed(0)
     task = make_task(task_name, 0, None, device)
     model = task.model.to(device=device, dtype=plan.params_dtype)
+    _apply_recipe(model, precision, device)
     optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
     scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
     batches = [next(task.batches) for _ in range(steps)]  # data made before the clock starts

@@ -179,9 +179,7 @@ def run(args: argparse.Namespace) -> int:
         if files.ranked:
             ranked = summarize_ranked(files)
             if args.json:
-                print(
-                    json.dumps(json.loads(encode_json_line(dataclasses.asdict(ranked))), indent=1)
-                )
+                print(json.dumps(json.loads(encode_json_line(ranked.to_dict())), indent=1))
             else:
                 text = format_ranked(ranked, format_summary(ranked.merged))
                 print(("\n" if index else "") + text)

@@ -36,6 +36,7 @@ import contextlib
 import datetime
 import ipaddress
 import itertools
+import math
 import os
 import signal
 import socket
@@ -285,6 +286,70 @@ def wrap_model(model: nn.Module, setup: RankSetup) -> tuple[nn.Module, nn.Module
     return wrapped, model
 
 
+def check_before_reduction(model: nn.Module, watched: nn.Module) -> PreReductionCheck | None:
+    """Register a PreReductionCheck on a DDP model (FSDP2 has no such hook: None)."""
+    if not isinstance(model, nn.parallel.DistributedDataParallel):
+        return None
+    check = PreReductionCheck(watched)
+    # DDP checks a hook's annotations against the real types, which this module's
+    # postponed (string) annotations are not: register it through an unannotated lambda.
+    model.register_comm_hook(None, lambda state, bucket: check.hook(state, bucket))
+    return check
+
+
+class PreReductionCheck:
+    """A DDP communication hook that notes, before DDP averages a bucket of gradients,
+    which of this rank's own parameter gradients are not finite: an overflow that starts
+    in a weight-gradient product (finite activation gradients) is then still traced to
+    its rank. One flag per gradient, kept on the device and read only when the monitor
+    asks (on exchange steps); then the default all-reduce, unchanged."""
+
+    def __init__(self, watched: nn.Module) -> None:
+        # The monitor's layer names: the module that owns each parameter ("" is the root).
+        self._layer: dict[int, str] = {}
+        for name, module in watched.named_modules():
+            for param in module.parameters(recurse=False):
+                self._layer.setdefault(id(param), name or type(module).__name__)
+        self._order = {id(param): index for index, param in enumerate(watched.parameters())}
+        self._pending: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+
+    def clear(self) -> None:
+        """Forget the previous step's flags (call before each step)."""
+        self._pending = []
+
+    def hook(self, state: Any, bucket: Any) -> Any:
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        gradients = bucket.gradients()
+        if not gradients:
+            return allreduce_hook(state, bucket)
+        buffer = bucket.buffer()
+        if buffer.device.type == "cpu":
+            # A host read costs nothing on a CPU: one pass over the bucket, and a flag per
+            # gradient only when something in it is not finite.
+            if not bool(buffer.isfinite().all()):
+                flags = torch.stack([gradient.isfinite().all() for gradient in gradients])
+                self._pending.append((list(bucket.parameters()), flags))
+        else:
+            # No host sync on a GPU: max |g| of every gradient in one fused call (inf and
+            # NaN survive a max; a sum of squares could overflow on finite values).
+            peaks = torch._foreach_norm(gradients, math.inf)
+            self._pending.append((list(bucket.parameters()), torch.stack(peaks).isfinite()))
+        return allreduce_hook(state, bucket)
+
+    def first_nonfinite_layer(self) -> str | None:
+        """The layer backward reached first among those whose gradients went non-finite on
+        this rank before communication (the last in forward order), or None."""
+        last: tuple[int, str] | None = None
+        for params, flags in self._pending:
+            for param, finite in zip(params, flags.tolist(), strict=True):
+                if not finite and id(param) in self._layer:
+                    order = self._order.get(id(param), -1)
+                    if last is None or order > last[0]:
+                        last = (order, self._layer[id(param)])
+        return last[1] if last is not None else None
+
+
 def make_sharded_scaler(settings: ScalerSettings, setup: RankSetup) -> Any:
     """The dynamic loss scaler of an FSDP rank: ShardedGradScaler, which all-reduces its
     found-inf flag across the shards (under DDP, torch's GradScaler already agrees: the
@@ -305,7 +370,7 @@ def make_sharded_scaler(settings: ScalerSettings, setup: RankSetup) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    kind: str  # "nonfinite" | "kill"
+    kind: str  # "nonfinite" | "weightgrad" | "kill"
     rank: int
     step: int
     layer: str = ""
@@ -316,11 +381,14 @@ def fault_from_env() -> Fault | None:
     if not text:
         return None
     parts = text.split(":")
-    if parts[0] == "nonfinite" and len(parts) == 4:
-        return Fault("nonfinite", int(parts[1]), int(parts[2]), parts[3])
+    if parts[0] in ("nonfinite", "weightgrad") and len(parts) == 4:
+        return Fault(parts[0], int(parts[1]), int(parts[2]), parts[3])
     if parts[0] == "kill" and len(parts) == 3:
         return Fault("kill", int(parts[1]), int(parts[2]))
-    raise ValueError(f"{FAULT_ENV}={text!r}: use nonfinite:RANK:STEP:LAYER or kill:RANK:STEP")
+    raise ValueError(
+        f"{FAULT_ENV}={text!r}: use nonfinite:RANK:STEP:LAYER, weightgrad:RANK:STEP:LAYER "
+        "or kill:RANK:STEP"
+    )
 
 
 class FaultInjector:
@@ -329,11 +397,15 @@ class FaultInjector:
     def __init__(self, fault: Fault, rank: int, model: nn.Module) -> None:
         self.fault = fault if fault.rank == rank else None
         self._armed = False
-        if self.fault is not None and self.fault.kind == "nonfinite":
+        if self.fault is not None and self.fault.kind != "kill":
             modules = dict(model.named_modules())
             if self.fault.layer not in modules:
                 raise ValueError(f"{FAULT_ENV}: the model has no module {self.fault.layer!r}")
-            modules[self.fault.layer].register_forward_hook(self._on_forward)
+            module = modules[self.fault.layer]
+            if self.fault.kind == "nonfinite":
+                module.register_forward_hook(self._on_forward)
+            else:  # the module's first parameter gradient only: activations stay finite
+                next(module.parameters()).register_hook(self._on_weight_grad)
 
     def before_step(self, step: int) -> None:
         fault = self.fault
@@ -343,6 +415,9 @@ class FaultInjector:
         if fault.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         self._armed = True
+
+    def _on_weight_grad(self, grad: torch.Tensor) -> torch.Tensor | None:
+        return _infinite(grad) if self._armed else None
 
     def _on_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._armed and isinstance(output, torch.Tensor) and output.requires_grad:

@@ -439,6 +439,7 @@ def run_job(
         model = task.model.to(device=device, dtype=plan.params_dtype)
         recipe_config = _apply_recipe(model, mode, config, device, stderr)
         watched = model
+        check: distributed.PreReductionCheck | None = None
         batches = task.batches
         fault = distributed.fault_from_env()
         injector = distributed.FaultInjector(fault, rank.context.rank if rank else 0, model) if (
@@ -448,6 +449,9 @@ def run_job(
             batches = distributed.shard_batches(batches, rank.context.rank,
                                                 rank.context.world_size)  # fmt: skip
             model, watched = distributed.wrap_model(model, rank)
+            check = distributed.check_before_reduction(model, watched)
+            if check is not None and isinstance(writer, RankLogs):
+                writer.local_origin = check.first_nonfinite_layer
         lr = config.lr or task.lr
         optimizer_name = config.optimizer or task.optimizer
         fp16_params = plan.params_dtype == torch.float16
@@ -485,6 +489,8 @@ def run_job(
                 break
             if injector is not None:
                 injector.before_step(steps_done)
+            if check is not None:
+                check.clear()
             batch = next(batches, None)
             if batch is None:
                 if steps_done == 0:

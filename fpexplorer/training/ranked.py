@@ -12,12 +12,14 @@ and where the ranks disagreed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fpexplorer.training.records import EndRecord, HeaderRecord, StepRecord
 from fpexplorer.training.runlog import RecordStream
@@ -103,6 +105,17 @@ class RankedSummary:
     merged: RunSummary
     ranks: tuple[RunSummary, ...]
     disagreements: RankDisagreements | None  # None: the merged log has no rank figures
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for `runs summarize --json`: the merged summary, each rank's (with
+        its log's path), the disagreements."""
+        return {
+            "merged": dataclasses.asdict(self.merged),
+            "ranks": [dataclasses.asdict(summary) for summary in self.ranks],
+            "disagreements": (
+                dataclasses.asdict(self.disagreements) if self.disagreements else None
+            ),
+        }
 
 
 def first_overflow_text(step: StepRecord) -> str | None:

@@ -472,6 +472,7 @@ class RankEnd(_Codable):
     status: str  # one of RANK_END_STATUSES
     error: str | None = None
     steps: int | None = None
+    ended_at: float | None = None  # when, in seconds since the epoch (the first failure)
 
     def __post_init__(self) -> None:
         if self.status not in RANK_END_STATUSES:

@@ -8,6 +8,7 @@ through the job's test hook (FPEXPLORER_TEST_FAULT, see training/distributed.py)
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -130,12 +131,36 @@ def test_ddp_run_names_the_rank_and_layer_that_overflowed(tmp_path: Path) -> Non
     rows = [line.split() for line in text.splitlines() if ".rank-" in line]
     assert [row[:3] for row in rows] == [["0", "completed", "5"], ["1", "completed", "5"]]
     assert sum("<- slowest" in line for line in text.splitlines()) == 1
+    as_json = json.loads(run_cli("runs", "summarize", "--json", str(folder)).stdout)
+    assert [item["path"] for item in as_json["ranks"]] == [
+        str(rank_log_path(out, rank)) for rank in (0, 1)
+    ]
+    assert as_json["merged"]["steps"] == 5
+    assert as_json["disagreements"]["first_overflow"] == [["rank 1, layer 2", 1]]
     check = run_cli("runs", "check", str(out))  # the merged log stands for the run too
     assert check.returncode == 0
     assert check.stdout.count(", completed, ok") == 3
     compare = run_cli("runs", "compare", str(rank_log_path(out, 1)))
     names = [line.split("|")[1].strip() for line in compare.stdout.splitlines()[2:]]
     assert names == ["run.jsonl", "run.rank-0.jsonl", "run.rank-1.jsonl"]
+
+
+@pytest.mark.slow
+def test_ddp_traces_a_weight_gradient_overflow_to_its_rank(tmp_path: Path) -> None:
+    # Only layer 2's weight gradient goes inf on rank 1 (its activation gradients stay
+    # finite): the DDP hook saw it before the all-reduce spread it to rank 0.
+    out = tmp_path / "weights.jsonl"
+    done = train(tmp_path, *FP16_RUN, "--nproc-per-node", "2", "--out", str(out),
+                 fault="weightgrad:1:2:2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged, ranks = logs(out)
+    for run in ranks:
+        step = run.steps[2]
+        assert step.skipped and all(math.isfinite(layer.amax) for layer in step.layers)
+        assert [layer.name for layer in step.layers if layer.nonfinite] == ["2"]
+    figures = merged.steps[2].ranks
+    assert figures is not None and figures.nonfinite_ranks == (1,)
+    assert (figures.first_nonfinite_rank, figures.first_nonfinite_layer) == (1, "2")
 
 
 @pytest.mark.slow
@@ -167,7 +192,8 @@ def test_a_killed_rank_ends_the_run_and_is_named(tmp_path: Path) -> None:
     merged, ranks = logs(out)
     assert ranks[1].end is None and len(ranks[1].steps) == 3  # killed at the start of step 3
     assert ranks[0].end is not None and ranks[0].status == "failed"
-    assert ranks[0].end.error is not None and ranks[0].end.error.startswith("rank 1 lost")
+    assert ranks[0].end.error is not None
+    assert ranks[0].end.error.startswith("rank 1 lost (no end record within 5 s)")
     assert merged.end is not None and merged.status == "failed"
     assert merged.end.error == "lost rank 1"
     assert [(r.rank, r.status) for r in merged.end.ranks] == [(0, "failed"), (1, "lost")]
@@ -307,3 +333,7 @@ def test_histograms_survive_the_exchange_layout_and_ends_merge_by_the_worst() ->
     assert (merged.status, merged.error, merged.ranks) == ("failed", "lost rank 1", failed)
     one_failed = (done[0], RankEnd(rank=1, status="failed", error="ValueError: bad"))
     assert _merged_end(own, one_failed).error == "rank 1: ValueError: bad"
+    # Rank 1's task failed first; rank 0 then failed in the collective rank 1 left.
+    both = (RankEnd(rank=0, status="failed", error="RuntimeError: gloo", ended_at=12.0),
+            RankEnd(rank=1, status="failed", error="ValueError: bad", ended_at=7.0))  # fmt: skip
+    assert _merged_end(own, both).error == "rank 1: ValueError: bad"

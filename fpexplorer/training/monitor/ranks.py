@@ -32,8 +32,13 @@ underflow share: the mean (equal shapes). Lost updates, format shares, memory: r
 **Which rank went non-finite first.** The loss, the forward outputs and the activation
 gradients a rank computes are its own: no gradient is communicated before them (DDP and
 FSDP communicate parameter gradients). So a rank where one of them is not finite is where
-the overflow started; a rank whose only non-finite values are parameter gradients got
-them from the all-reduce (or the reduce-scatter). The merged step names those origin
+the overflow started; the parameter gradients a rank holds after backward come from the
+all-reduce (or the reduce-scatter) and cannot say where: the job's DDP communication hook
+(`distributed.PreReductionCheck`, `local_origin` here) notes which of the rank's own
+gradients were non-finite before each bucket was averaged, so an overflow that starts in a
+weight-gradient product is traced too (under FSDP2, without such a hook, it names no
+rank). The merged step
+names those origin
 ranks, the lowest of them (ranks run their backward at the same time: there is no first
 between them) and its first layer: its first module with a non-finite output in forward
 order, else its first non-finite activation gradient in backward order. The activation
@@ -60,7 +65,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,6 +186,9 @@ class RankLogs:
         self.path = rank_log_path(path, context.rank)
         self.merged_path = Path(path)
         self.write_error: OSError | None = None
+        # Where this rank's own parameter gradients went non-finite before communication
+        # (the job's DDP hook, `distributed.PreReductionCheck`); asked on exchange steps.
+        self.local_origin: Callable[[], str | None] | None = None
         self._sequence = next(_instances)
         self._layer_index: dict[str, int] = {}
         self._layer_names: tuple[str, ...] = ()
@@ -290,7 +298,9 @@ class RankLogs:
         own = end
         if lost and end.status != "completed":
             names = ", ".join(str(rank) for rank in lost)
+            # Lost, or stuck (in a collective the failure of this rank left unfinished).
             cause = f"rank {names} lost" if len(lost) == 1 else f"ranks {names} lost"
+            cause += f" (no end record within {ROLL_CALL_SECONDS:g} s)"
             own = dataclasses.replace(
                 end, status="failed", error=f"{cause}; here: {end.error}" if end.error else cause
             )
@@ -329,6 +339,9 @@ class RankLogs:
         layer = (
             forward if forward is not None else (record.first_nonfinite if activations else None)
         )
+        if not origin and self.local_origin is not None:
+            layer = self.local_origin()  # a weight-gradient product overflowed here
+            origin = layer is not None
         layer_at = float(self._layer_index.get(layer, _NO_LAYER)) if layer else _NO_LAYER
         return origin, layer_at, forward_layer
 
@@ -451,7 +464,8 @@ class RankLogs:
         """Post how this rank ended and, on rank 0 or when this rank did not complete,
         wait up to ROLL_CALL_SECONDS for the others' (a rank that never posts is lost)."""
         rank, world = self.context.rank, self.context.world_size
-        mine = RankEnd(rank=rank, status=end.status, error=end.error, steps=end.steps)
+        mine = RankEnd(rank=rank, status=end.status, error=end.error, steps=end.steps,
+                       ended_at=time.time())  # fmt: skip
         store = self._store()
         if store is None:
             return (mine,)
@@ -505,7 +519,8 @@ def _dense(histogram: Histogram | None) -> npt.NDArray[np.float64]:
 
 def _merged_end(own: EndRecord, ends: tuple[RankEnd, ...]) -> EndRecord:
     """The merged log's end: failed when any rank failed or was lost, else stopped when
-    any stopped; the error is the first failing rank's."""
+    any stopped. The error names the lost ranks, else the rank that failed first (the
+    others usually fail after it, in a collective that it left)."""
     statuses = {item.status for item in ends}
     if statuses & {"failed", "lost"}:
         status = "failed"
@@ -513,7 +528,10 @@ def _merged_end(own: EndRecord, ends: tuple[RankEnd, ...]) -> EndRecord:
         status = "stopped"
     else:
         status = "completed"
-    failing = [item for item in ends if item.status in ("failed", "lost")]
+    failing = sorted(
+        (item for item in ends if item.status == "failed"),
+        key=lambda item: (item.ended_at if item.ended_at is not None else math.inf, item.rank),
+    )
     lost = [item for item in ends if item.status == "lost"]
     error = None
     if lost:
