@@ -37,7 +37,7 @@ A run log that cannot be written (disk full) never stops the training: the monit
 once, stops logging and goes on returning records.
 
 Cost: a plain step adds the gradient norm (one fused kernel), a few scalar reads (one host
-copy on an accelerator) and one record, encoded flat and batched by `RunWriter` (about 20 us
+copy on an accelerator) and one record, encoded flat and batched by `RunWriter` (some 25 us
 of Python on a CPU, more with cold caches: on a model whose step takes well under a
 millisecond that is tens of percent; `benchmarks/bench_monitor.py` measures it). A
 statistics step makes a fixed number of passes, no logarithms (see `kernels`),
