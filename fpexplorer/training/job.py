@@ -563,7 +563,10 @@ def _apply_recipe(
         return {}
     from fpexplorer.training.lowprec.recipes import apply_recipe, recipe_label
 
-    choice = apply_recipe(model, mode, config, device)
+    try:
+        choice = apply_recipe(model, mode, config, device)
+    except ValueError as error:  # a model the recipe cannot take: one line, no traceback
+        raise TaskSettingsError(f"--precision {mode.name}: {error}") from None
     if choice is None:
         return {}
     print(f"fpexplorer train: {choice.describe(recipe_label(mode, config))}", file=stderr)

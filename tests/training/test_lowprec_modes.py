@@ -144,3 +144,21 @@ def test_without_torchao_the_fp8_modes_say_what_to_install(
     assert recipe_problem(precision_mode("mxfp4"), TrainConfig(precision="mxfp4")) is None
     with pytest.raises(JobSetupError, match="pip install torchao"):
         run_job(TrainConfig(precision="fp8", device="cpu", steps=1), stderr=io.StringIO())
+
+
+@pytest.mark.parametrize("precision", ["fp8", "mxfp8"])
+def test_a_model_that_is_one_linear_layer_fails_in_one_line(tmp_path: Path, precision: str) -> None:
+    task = tmp_path / "one_linear.py"
+    task.write_text(
+        "import torch\n"
+        "def make():\n"
+        "    x = torch.randn(8, 16)\n"
+        "    return torch.nn.Linear(16, 16), [(x, x)], torch.nn.functional.mse_loss\n"
+    )
+    out = tmp_path / "run.jsonl"
+    config = TrainConfig(task=f"{task}:make", precision=precision, device="cpu", steps=1,
+                         out=str(out))  # fmt: skip
+    result = run_job(config, stderr=io.StringIO(), handle_signals=False)
+    assert result.state is RunState.FAILED and result.traceback is None
+    assert result.error is not None and "wrap it in a module" in result.error
+    assert load_run(out).status == "failed"

@@ -131,6 +131,8 @@ def choose_linears(
     problem: Callable[[nn.Linear], str | None] = kernel_problem,
 ) -> LinearChoice:
     """The nn.Linear layers of `model` (in registration order) to quantize."""
+    if isinstance(model, nn.Linear):
+        raise ValueError("the model is itself one nn.Linear: wrap it in a module to quantize it")
     linears = [
         (name, module) for name, module in model.named_modules() if isinstance(module, nn.Linear)
     ]
@@ -167,8 +169,6 @@ def convert_torchao_fp8(
 
     choice = choose_linears(model, keep_first_last=keep_first_last)
     chosen = set(choice.quantized)
-    if isinstance(model, nn.Linear):
-        raise ValueError("the model is a single nn.Linear: wrap it in a module to convert it")
     convert_to_float8_training(
         model,
         config=torchao_config(recipe, emulate=needs_emulation(device, recipe)),
