@@ -8,10 +8,10 @@ Without CUDA it says so and exits 0 (nothing to measure); `--device cpu` runs th
 check on the CPU (a dry run of this script: every quantized matmul emulated). Otherwise
 the exit status is 1 when any mode fails on the device. Steps/s are over the steps after
 the first 10% (warm-up: kernel selection, torchao's first casts); statistics are off, so
-this times the training step alone. The task is widened (--width, --layers: the built-in one, width 64, would
-time kernel launches, not arithmetic). fp8 uses FP8 tensor cores from compute capability
-8.9 (Ada, Hopper), fp8-rowwise from 9.0; below that torchao emulates them and the speed-up
-is not a hardware figure (the table says so).
+this times the training step alone. The task is widened (--width, --layers: the built-in
+one, width 64, would time kernel launches, not arithmetic). fp8 uses FP8 tensor cores from
+compute capability 8.9 (Ada, Hopper), fp8-rowwise from 9.0; below that torchao emulates
+them and the speed-up is not a hardware figure (the table says so).
 """
 
 from __future__ import annotations
