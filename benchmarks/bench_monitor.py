@@ -16,7 +16,7 @@ Variants:
     python benchmarks/bench_monitor.py                    # transformer and mlp, fp32 and bf16
     python benchmarks/bench_monitor.py --tasks mlp --precisions bf16 --repeats 5
     python benchmarks/bench_monitor.py --tasks transformer --precisions fp8,mxfp8
-    python benchmarks/bench_monitor.py --in-process      # cheap signals vs bare, one process
+    python benchmarks/bench_monitor.py --in-process      # bare/cheap/statistics steps, one process
 
 Targets: cheap <= 1.02, defaults <= 1.05, every <= 1.5 (transformer) and <= 2 (mlp).
 """
@@ -89,8 +89,10 @@ def child(task_name: str, precision: str, variant: str, steps: int) -> None:
 
 
 def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> None:
-    """Bare and cheap-signal steps alternating in blocks of `block` in one process: the
-    cheap signals' cost without the spread between processes."""
+    """Bare, cheap-signal and statistics steps in rotating blocks of `block` steps in one
+    process: the monitor's per-step cost without the spread between processes (a monitor
+    is made for each watched block and closed after it, so its hooks are gone in the bare
+    ones). Each figure is the median step over the blocks of its kind."""
     import torch
 
     from fpexplorer.training.job import PLANS, amp_step, make_optimizer
@@ -106,30 +108,38 @@ def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> N
     optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
     scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
     batches = [next(task.batches) for _ in range(steps)]
-    times: dict[str, list[float]] = {"bare": [], "cheap": []}
+    kinds = ("bare", "cheap", "every")
+    times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as folder:
         monitor = None
         for index, (inputs, target) in enumerate(batches):
-            variant = "cheap" if (index // block) % 2 else "bare"
-            if variant == "cheap" and monitor is None:
-                monitor = AmpMonitor(model, optimizer, scaler, stats_every=0, precision=precision,
-                                     out=Path(folder) / f"run-{index}.jsonl")  # fmt: skip
-            elif variant == "bare" and monitor is not None:
-                monitor.close()
-                monitor = None
-            start = time.perf_counter()
+            kind = kinds[(index // block) % len(kinds)]
+            if index % block == 0:
+                if monitor is not None:
+                    monitor.close()
+                    monitor = None
+                if kind != "bare":
+                    monitor = AmpMonitor(model, optimizer, scaler, precision=precision,
+                                         stats_every=0 if kind == "cheap" else 1,
+                                         out=Path(folder) / f"run-{index}.jsonl")  # fmt: skip
+            start, cpu_start = time.perf_counter(), time.thread_time()
             loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan, device)
             if monitor is not None:
                 monitor.step(loss)
             else:
                 loss.item()
-            times[variant].append(time.perf_counter() - start)
+            if index % block:  # a block's first step pays for the switch: not counted
+                times.setdefault((kind, "wall"), []).append(time.perf_counter() - start)
+                times.setdefault((kind, "cpu"), []).append(time.thread_time() - cpu_start)
         if monitor is not None:
             monitor.close()
-    bare, cheap = (statistics.median(times[v]) for v in ("bare", "cheap"))
-    print(f"{task_name} {precision}, one process, blocks of {block} steps: median step bare"
-          f" {bare * 1e3:.3f} ms, cheap signals {cheap * 1e3:.3f} ms, ratio"
-          f" {cheap / bare:.3f}")  # fmt: skip
+    for clock in ("wall", "cpu"):
+        median = {kind: statistics.median(times[(kind, clock)]) for kind in kinds}
+        print(f"{task_name} {precision}, one process, blocks of {block} steps, {clock}: median"
+              f" step bare {median['bare'] * 1e3:.3f} ms, cheap signals"
+              f" {median['cheap'] * 1e3:.3f} ms (ratio {median['cheap'] / median['bare']:.3f}),"
+              f" statistics {median['every'] * 1e3:.3f} ms (ratio"
+              f" {median['every'] / median['bare']:.3f})")  # fmt: skip
 
 
 def run_child(task: str, precision: str, variant: str, steps: int) -> dict[str, float]:
@@ -149,13 +159,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", nargs=4, metavar=("TASK", "PRECISION", "VARIANT", "STEPS"))
     parser.add_argument(
-        "--in-process", action="store_true", help="cheap signals vs bare in one process"
+        "--in-process",
+        action="store_true",
+        help="bare, cheap-signal and statistics steps in blocks in one process",
     )
     args = parser.parse_args()
     if args.in_process:
         for task in args.tasks.split(","):
             for precision in args.precisions.split(","):
-                in_process(task, precision, 4 * STEPS[task])
+                in_process(task, precision, 6 * STEPS[task])
         return 0
     if args.child:
         task, precision, variant, steps = args.child

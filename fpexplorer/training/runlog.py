@@ -19,6 +19,7 @@ Reading never raises on a damaged log: `problems` says what was skipped and why.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import math
@@ -26,6 +27,7 @@ import os
 import threading
 import time
 import typing
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,6 +208,21 @@ def fast_encode_line(record: Record) -> str:
     return encode_line(record)
 
 
+# Writers still open when the interpreter exits: what they hold is written then (a script
+# that never closes its writer still gets every record it wrote; a writer that has held
+# records stays alive until then anyway, its timer thread refers to it).
+_OPEN_WRITERS: weakref.WeakSet[RunWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_open_writers() -> None:
+    for writer in list(_OPEN_WRITERS):
+        try:
+            writer.flush()
+        except (OSError, ValueError):
+            pass
+
+
 class RunWriter:
     """Writes records to a run log as JSON lines; optionally copies each line to `echo` (a
     text stream, e.g. stdout for `--stream`) and/or `channel` (a binary file, e.g. the write
@@ -215,11 +232,11 @@ class RunWriter:
     seconds (default 50 ms), then written together: a fast loop pays one system call per
     window instead of one per step. Any other record (the header, a statistics step, a
     skipped step, the end) is written at once, with everything held before it, and so is
-    everything at `flush()` and `close()`; a background timer writes what a stalled loop
-    left held. A job killed at any moment (SIGKILL) therefore loses at most the plain steps
-    of the last `flush_interval`, and leaves every earlier record intact and at most one
-    torn last line (each batch is one unbuffered `write`). `flush_interval=0` writes every
-    record at once.
+    everything at `flush()`, `close()` and the interpreter's exit; a background timer writes
+    what a stalled loop left held. A job killed at any moment (SIGKILL) therefore loses at
+    most the plain steps of the last `flush_interval`, and leaves every earlier record
+    intact and at most one torn last line (each batch is one unbuffered `write`).
+    `flush_interval=0` writes every record at once.
 
     The file is locked for as long as the writer is open: a second writer raises
     `RunLogLocked` before touching the file (it is truncated only once the lock is held).
@@ -256,6 +273,7 @@ class RunWriter:
         self._wake = threading.Event()  # something is held: the timer starts its window
         self._closing = threading.Event()
         self._timer_error: OSError | None = None
+        _OPEN_WRITERS.add(self)
 
     def write(self, record: Record | Mapping[str, Any]) -> str:
         """Write one record (or hold it, see the class); returns its line (no newline).
@@ -367,6 +385,7 @@ class RunWriter:
             if self._timer is not None and self._timer is not threading.current_thread():
                 self._timer.join()
             self._file.close()  # closing the descriptor releases the lock
+            _OPEN_WRITERS.discard(self)
             if self._channel is not None:
                 try:
                     self._channel.close()

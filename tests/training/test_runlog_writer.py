@@ -171,6 +171,31 @@ def test_flush_interval_zero_writes_every_record_at_once(tmp_path: Path) -> None
         assert len(_lines(path)) == 2
 
 
+UNCLOSED_WRITER = textwrap.dedent(
+    """
+    import sys
+    from fpexplorer.training.records import HeaderRecord, StepRecord
+    from fpexplorer.training.runlog import RunWriter
+
+    writer = RunWriter(sys.argv[1], flush_interval=3600.0)
+    writer.write(HeaderRecord(config={"task": "t"}))
+    for step in range(4):
+        writer.write(StepRecord(step=step, loss=1.0))
+    """
+)
+
+
+def test_a_writer_never_closed_writes_what_it_holds_when_the_interpreter_exits(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run.jsonl"
+    done = subprocess.run([sys.executable, "-c", UNCLOSED_WRITER, str(path)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = load_run(path)
+    assert run.problems == () and [step.step for step in run.steps] == [0, 1, 2, 3]
+
+
 KILLED_WRITER = textwrap.dedent(
     """
     import os, signal, sys

@@ -36,8 +36,11 @@ steps, since any forward hook sends every module call through PyTorch's slower p
 A run log that cannot be written (disk full) never stops the training: the monitor warns
 once, stops logging and goes on returning records.
 
-Cost: a plain step adds the gradient norm (one fused kernel), a few scalar reads and one
-record. A statistics step makes a fixed number of passes, no logarithms (see `kernels`),
+Cost: a plain step adds the gradient norm (one fused kernel), a few scalar reads (one host
+copy on an accelerator) and one record, encoded flat and batched by `RunWriter` (about 20 us
+of Python on a CPU, more with cold caches: on a model whose step takes well under a
+millisecond that is tens of percent; `benchmarks/bench_monitor.py` measures it). A
+statistics step makes a fixed number of passes, no logarithms (see `kernels`),
 plus a few hundred small tensor operations, which on a CPU cost more than the passes on a
 small model. Memory: parameter-sized data are never copied whole; gradients are counted
 through a 2**20-element buffer and the lost-update check keeps the old weights of at most
