@@ -222,8 +222,8 @@ class TrainConfig:
     )  # fmt: skip
     rdzv_endpoint: str | None = _option(
         None, title="Rendezvous endpoint", kind="text", in_form=False,
-        help="HOST:PORT where the nodes meet (torchrun's c10d rendezvous; the first node "
-        "that reaches it hosts it)",
+        help="HOST:PORT where the nodes meet (torchrun's c10d rendezvous, hosted by the "
+        "node that is HOST)",
         none_means="a free port on this machine (one node only)",
     )  # fmt: skip
     rdzv_timeout: int = _option(

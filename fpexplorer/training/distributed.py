@@ -251,11 +251,26 @@ def start_rank(config: TrainConfig, device: torch.device) -> RankSetup | None:
     return RankSetup(context, config.parallel or "ddp", device)
 
 
-def end_rank() -> None:
-    """Leave the process group (a lost peer must not make this raise)."""
+# How long a rank that completed waits at the end for the others to complete too.
+END_BARRIER_S = 10
+
+
+def end_rank(*, wait_for_peers: bool = False) -> None:
+    """Leave the process group (a lost peer must not make this raise). A rank that
+    completed first meets the others at a barrier (gloo's monitored barrier, bounded by
+    END_BARRIER_S): a rank torn down while a peer still talks to it (an other node's
+    last collective, its process group's teardown) was seen to abort at exit."""
+    distributed = torch.distributed
     with contextlib.suppress(Exception):
-        if torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        if not distributed.is_initialized():
+            return
+        if wait_for_peers:
+            timeout = datetime.timedelta(seconds=END_BARRIER_S)
+            if distributed.get_backend() == "gloo":
+                distributed.monitored_barrier(timeout=timeout)
+            else:
+                distributed.barrier()
+        distributed.destroy_process_group()
 
 
 def shard_batches(

@@ -420,6 +420,7 @@ def run_job(
     if isinstance(writer, _JobWriter):
         job_writers.append(writer)
 
+    completed = False  # every step taken: the peers reach the end too
     stop = _StopFlag()
     if handle_signals:
         stop.install()
@@ -508,6 +509,7 @@ def run_job(
         progress.finish()
         state = RunState.STOPPED if stop.requested else RunState.COMPLETED
         monitor.close(state.value)
+        completed = state is RunState.COMPLETED
         return JobResult(state, steps_done, path, None, log_error=_log_error(monitor, writer))
     except (Exception, SystemExit, KeyboardInterrupt) as error:
         # The task's code can raise anything (sys.exit() included): it ends the run, logged.
@@ -549,7 +551,7 @@ def run_job(
                 writer.close()
         channel.close()
         if rank is not None:
-            distributed.end_rank()
+            distributed.end_rank(wait_for_peers=completed)
 
 
 def _apply_recipe(

@@ -243,6 +243,30 @@ def test_a_rendezvous_that_never_completes_times_out_with_exit_2(tmp_path: Path)
     assert "did not complete within 3 s" in last and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
+def test_two_nodes_meet_at_a_rendezvous_endpoint(tmp_path: Path) -> None:
+    # Two "nodes" on one machine: two launchers, one rank each, the same endpoint and --out.
+    out = tmp_path / "run.jsonl"
+    args = ["--precision", "bf16", "--steps", "4", "--nproc-per-node", "1", "--nnodes", "2",
+            "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-timeout", "60",
+            "--out", str(out)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "fpexplorer", "train", "--device", "cpu", *args]
+    first = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    second = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=HANG_GUARD_S)  # fmt: skip
+    _, first_err = first.communicate(timeout=HANG_GUARD_S)
+    assert (first.returncode, second.returncode) == (0, 0), (
+        first_err[-2000:] + second.stderr[-2000:]
+    )
+    merged, ranks = logs(out)
+    assert merged.status == "completed" and len(merged.steps) == 4
+    assert all(run.status == "completed" for run in ranks)
+    assert merged.header is not None and merged.header.config["nnodes"] == 2
+    assert merged.end is not None and len(merged.end.ranks) == 2
+
+
 USER_SCRIPT = """
 import sys, warnings
 import torch, torch.distributed as dist

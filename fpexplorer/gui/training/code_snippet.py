@@ -219,9 +219,74 @@ def _backward_and_step(mode: PrecisionMode, policy_scaler: bool = False) -> str:
     return "    loss.backward()\n    optimizer.step()\n"
 
 
+def _ranks_head(config: TrainConfig) -> str:
+    """Several ranks: how to start the file, the process group, this rank's device."""
+    nodes = f" --nnodes {config.nnodes} --rdzv-endpoint HOST:PORT" if config.nnodes > 1 else ""
+    cuda = 'torch.device("cuda", int(os.environ["LOCAL_RANK"]))'
+    if config.device == "auto":
+        device = (
+            f'device = (\n    {cuda}\n    if torch.cuda.is_available() else torch.device("cpu")\n)'
+        )
+    elif config.device.startswith("cuda"):
+        device = f"device = {cuda}  # one GPU per rank"
+    else:
+        device = f"device = torch.device({config.device!r})"
+    return (
+        f"# Several ranks: start this file with\n"
+        f"#   torchrun --nproc-per-node {config.nproc_per_node}{nodes} train.py\n"
+        "import itertools\nimport os\n\nimport torch\nimport torch.distributed as dist\n\n"
+        "if not dist.is_initialized():  # gloo on CPU, nccl on CUDA\n"
+        '    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")\n'
+        f"{device}\n"
+    )
+
+
+def _ranks_wrap(config: TrainConfig) -> str:
+    """Several ranks: how they share the model, and each rank's share of the batches."""
+    share = (
+        "# Each rank its own batches: every world-size-th one, from its rank on.\n"
+        "batches = itertools.islice(batches, dist.get_rank(), None, dist.get_world_size())\n"
+    )
+    if config.parallel == "fsdp":
+        return (
+            "\nfrom torch.distributed.fsdp import fully_shard\n\n"
+            "# FSDP2: every module that owns parameters, then the whole model, sharded.\n"
+            "for module in list(model.modules())[1:]:\n"
+            "    if next(module.parameters(recurse=False), None) is not None:\n"
+            "        fully_shard(module)\n"
+            "fully_shard(model)\n" + share
+        )
+    return (
+        "\n# DDP: every rank holds the whole model; gradients are averaged in backward.\n"
+        "model = torch.nn.parallel.DistributedDataParallel(\n"
+        '    model, device_ids=[device.index] if device.type == "cuda" else None\n'
+        ")\n" + share
+    )
+
+
+def _sharded_scaler(config: TrainConfig) -> str:
+    settings = config.scaler_settings()
+    return (
+        "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n\n"
+        "# Each rank holds a shard of the gradients: ShardedGradScaler all-reduces its\n"
+        "# found-inf flag, so every rank skips the same steps.\n"
+        "scaler = ShardedGradScaler(\n"
+        "    device.type,\n"
+        f"    init_scale={settings.init_scale!r},\n"
+        f"    growth_factor={settings.growth_factor!r},\n"
+        f"    backoff_factor={settings.backoff_factor!r},\n"
+        f"    growth_interval={settings.growth_interval!r},\n"
+        ")\n"
+    )
+
+
 def pytorch_code(config: TrainConfig) -> str:
-    """A complete, runnable-shaped training loop for `config.precision`."""
-    head = f"import torch\n\n{_device_line(config)}\nlr = {_lr(config)}\nmodel = model.to(device)\n"
+    """A complete, runnable-shaped training loop for `config.precision` (with
+    `config.nproc_per_node` > 1: one rank's loop, to start with torchrun)."""
+    launches = config.launches
+    head = (
+        _ranks_head(config) if launches else f"import torch\n\n{_device_line(config)}\n"
+    ) + f"lr = {_lr(config)}\nmodel = model.to(device)\n"
     mode = find_precision_mode(config.precision)
     if mode is None:
         return head + f"# precision mode {config.precision!r} is not known to this version\n"
@@ -239,8 +304,13 @@ def pytorch_code(config: TrainConfig) -> str:
         head
         + setup
         + _recipe_setup(config, mode)
+        + (_ranks_wrap(config) if launches else "")
         + f"optimizer = {_optimizer(config, mode)}\n"
-        + _scaler_setup(config, mode)
+        + (
+            _sharded_scaler(config)
+            if launches and config.parallel == "fsdp" and mode.scaler == "dynamic"
+            else _scaler_setup(config, mode)
+        )
         + "\n"
         + helper
         + _comment(_DELAYED_NOTE if delayed else mode.code_note)

@@ -375,8 +375,17 @@ class TrainingPanel(QWidget):
             self._show_status(f"Could not open {path}: {error.strerror or error}", error=True)
             return
         ranks = files.ranks if self.overlay_ranks_action.isChecked() else ()
+        before = len(self.runs)
         for log in (files.merged, *ranks):
             self._load_run_file(log)
+        added = self.runs[before:]
+        if ranks and added:
+            self._select(added[0])  # the merged view first; the ranks overlaid on it
+            if not self.loading:
+                self._show_status(
+                    f"Opened {elide(files.merged.name, 60)} (merged) and {len(ranks)} rank "
+                    f"logs beside it: {added[0].model.steps_seen} steps, {added[0].model.status}."
+                )
 
     def _load_run_file(self, path: Path) -> None:
         try:

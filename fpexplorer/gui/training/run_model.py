@@ -391,8 +391,12 @@ class RunModel:
     @property
     def label(self) -> str:
         label = run_label(self.config, fallback=self.source or "run")
-        if self.rank_text:  # a run of several ranks: its logs share every setting
-            label += f" [{self.rank_text}]"
+        ranks = self.header.ranks if self.header is not None else None
+        if ranks is not None:
+            # A run of several ranks: its logs share every setting, so the tag comes first
+            # (the run list elides long names in the middle).
+            tag = f"ranks 0-{ranks.world_size - 1}" if ranks.merged else f"rank {ranks.rank}"
+            label = f"[{tag}] {label}"
         return f"{label} {self.label_detail}" if self.label_detail else label
 
     @property

@@ -199,7 +199,7 @@ def cast_fp8(x: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
     return (x.detach().float() * scale).clamp(-limit, limit).to(_TORCH_DTYPES[fmt])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class PendingCast:
     """One cast measured on the device, not yet read to the host."""
 
@@ -207,9 +207,10 @@ class PendingCast:
     role: str
     format: str
     per_tensor: bool  # one scale for the tensor; else the scales of its rows
-    values: torch.Tensor  # float64: amax, saturated, flushed, elements, signal, noise, scales
+    elements: int
+    values: torch.Tensor  # float64: amax, saturated, flushed, signal, noise, then the scales
 
-    HEAD = 6  # the number of values before the scales
+    HEAD = 5  # the number of values before the scales
 
 
 def measure_cast(
@@ -232,27 +233,35 @@ def measure_cast(
                 x32.abs().max().double(),
                 (scaled.abs() > limit).sum().double(),
                 ((x32 != 0) & (fp8 == 0)).sum().double(),
-                torch.tensor(float(x32.numel()), dtype=torch.float64, device=x32.device),
                 exact.square().sum(),
                 (exact - dequantized).square().sum(),
             ]
         )
         values = torch.cat([head, scale.reshape(-1).double()])
-    return PendingCast(layer, role, fmt, per_tensor, values)
+    return PendingCast(layer, role, fmt, per_tensor, x32.numel(), values)
 
 
 def read_quant_stats(pending: Sequence[PendingCast]) -> tuple[QuantTensorStats, ...]:
-    """The records of measured casts, read to the host in one copy."""
+    """The records of measured casts, read to the host in one copy (one per device)."""
     if not pending:
         return ()
-    host = torch.cat([item.values.to("cpu") for item in pending]).tolist()
-    out: list[QuantTensorStats] = []
-    offset = 0
+    by_device: dict[torch.device, list[PendingCast]] = {}
     for item in pending:
-        size = item.values.numel()
-        amax, saturated, flushed, elements, signal, noise = host[offset : offset + 6]
-        scales = host[offset + PendingCast.HEAD : offset + size]
-        offset += size
+        by_device.setdefault(item.values.device, []).append(item)
+    host: dict[int, list[float]] = {}
+    for items in by_device.values():
+        numbers = torch.cat([item.values for item in items]).cpu().tolist()
+        offset = 0
+        for item in items:
+            size = item.values.numel()
+            host[id(item)] = numbers[offset : offset + size]
+            offset += size
+    out: list[QuantTensorStats] = []
+    for item in pending:
+        numbers = host[id(item)]
+        amax, saturated, flushed, signal, noise = numbers[: PendingCast.HEAD]
+        scales = numbers[PendingCast.HEAD :]
+        elements = item.elements
         out.append(
             QuantTensorStats(
                 layer=item.layer,

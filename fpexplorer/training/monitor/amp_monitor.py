@@ -121,7 +121,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         optimizer: the optimizer whose steps are watched.
         scaler: a `torch.amp.GradScaler` (enabled or not), any object with `get_scale()`,
             or None (scale 1).
-        out: the run-log path (or pass `writer=`).
+        out: the run-log path (or pass `writer=`). Under an initialised torch.distributed
+            process group of several ranks, each rank writes `RUN.rank-K.jsonl` beside it
+            and rank 0 the merged log at `out` (see `monitor.ranks`).
         stats_every: statistics every N steps (0: off). Give this or `stats_budget`.
         stats_budget: statistics as often as keeps the monitor's cost (cheap signals
             included) within this share of the wall time (default 0.05 when `stats_every`

@@ -70,7 +70,7 @@ def test_a_run_folder_opens_as_its_merged_view(panel, tmp_path: Path) -> None:  
     panel.load_run(tmp_path)
     assert len(panel.runs) == 1
     model = panel.runs[0].model
-    assert model.rank_text == "merged, 4 ranks" and "[merged, 4 ranks]" in model.label
+    assert model.rank_text == "merged, 4 ranks" and model.label.startswith("[ranks 0-3] ")
     view = first_nonfinite_view(model)
     assert view.alarm
     assert view.text.startswith("First overflow: rank 3, layer 5.wo (step 3")
@@ -91,6 +91,8 @@ def test_overlay_each_rank_adds_the_rank_logs(panel, tmp_path: Path) -> None:  #
         "First non-finite layer: head (step 3"
     )
     assert len(panel.run_list_state.overlay()) == 5
+    assert panel.current_run is panel.runs[0]  # the merged view is the one shown
+    assert panel.runs[2].model.label.startswith("[rank 1] ")
 
 
 def test_a_folder_without_a_run_is_a_status_line(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
