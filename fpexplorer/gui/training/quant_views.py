@@ -420,14 +420,14 @@ NOT_MEASURED_COLOUR = "#9a9a9a"  # cells without a measurement: grey, unlike a 0
 def share_colour_map() -> pg.ColorMap:
     """Share 0 near the plot's background colour, then ever stronger colours (per theme)."""
     colours = _SHARE_COLOURS_DARK if is_dark() else _SHARE_COLOURS_LIGHT
-    # Share 0: the background tinted a little towards the text colour, so an all-zero
-    # map still shows where its cells are.
-    theme = plot_colors()
-    back, fore = theme.background, theme.foreground
+    # Share 0: the background tinted towards the map's first colour, so an all-zero map
+    # still shows where its cells are, and a 0 never reads as the grey of "not measured"
+    # (a grey tint did, in the light theme).
+    back, first = plot_colors().background, QColor(colours[0])
     zero = QColor(
-        round(0.9 * back.red() + 0.1 * fore.red()),
-        round(0.9 * back.green() + 0.1 * fore.green()),
-        round(0.9 * back.blue() + 0.1 * fore.blue()),
+        round(0.6 * back.red() + 0.4 * first.red()),
+        round(0.6 * back.green() + 0.4 * first.green()),
+        round(0.6 * back.blue() + 0.4 * first.blue()),
     )
     return pg.ColorMap(list(SHARE_STOPS), [zero.name(), *colours])
 
@@ -858,14 +858,16 @@ EXPLAIN_HISTORY = (
 EXPLAIN_FLUSHED = (
     "Share of non-zero values flushed to zero, by layer and step (0..1).",
     "For the chosen tensor role. A value flushes when, after scaling, it lies below half of "
-    "the format's smallest subnormal. Grey: not measured on that step. Where the steps "
+    "the format's smallest subnormal. Palest: none flushed; grey: not measured on that "
+    "step. Where the steps "
     "outnumber the pixels, a drawn column shows the largest share of its steps (zoom in, "
     "or hover: the read-out gives each step's own share).",
 )
 EXPLAIN_SATURATED = (
     "Share of values clamped to the format's largest finite value, by layer and step.",
     "For the chosen tensor role (the view FP8 analyzers give). With delayed scaling a spike "
-    "saturates until the amax history catches up. Grey: not measured on that step. Where "
+    "saturates until the amax history catches up. Palest: none saturated; grey: not "
+    "measured on that step. Where "
     "the steps outnumber the pixels, a drawn column shows the largest share of its steps.",
 )
 EXPLAIN_SQNR = (
