@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ml_dtypes
 import pytest
 
 from fpexplorer.training.config import (
+    MAX_AMAX_HISTORY,
+    MAX_MARGIN,
     PRECISION_NAMES,
     PRECISIONS,
     TASK_NAMES,
@@ -64,6 +67,15 @@ def test_choices_have_descriptions() -> None:
         ({"precision": "fp8", "fp8_scaling": "delayed", "amax_history": 0}, "amax_history"),
         ({"precision": "fp8", "fp8_scaling": "delayed", "amax_compute": "mean"}, "amax_compute"),
         ({"precision": "fp8", "fp8_scaling": "delayed", "margin": -1}, "margin"),
+        # 2**2000 raised OverflowError in the job's first cast (a traceback, exit 1)
+        ({"precision": "fp8", "fp8_scaling": "delayed", "margin": 2000}, "margin"),
+        ({"precision": "fp8", "fp8_scaling": "delayed", "margin": MAX_MARGIN + 1}, "margin"),
+        # 10^9 steps of history: 12 GB per linear, a roll of 4 GB on every cast
+        ({"precision": "fp8", "fp8_scaling": "delayed", "amax_history": 10**9}, "amax_history"),
+        (
+            {"precision": "fp8", "fp8_scaling": "delayed", "amax_history": MAX_AMAX_HISTORY + 1},
+            "amax_history",
+        ),
         ({"precision": "fp8", "margin": 2}, "margin"),  # current scaling has no margin
         ({"device": "tpu"}, "device"),
         ({"steps": 0}, "steps"),
@@ -94,6 +106,15 @@ def test_validate_names_the_bad_field(change: dict[str, object], field: str) -> 
     problems = TrainConfig().replace(**change).validate()
     assert list(problems) == [field]
     assert problems[field]
+
+
+def test_the_margin_bound_is_where_e4m3_flushes_the_amax_itself() -> None:
+    """The delayed scale casts a tensor's amax to 448 / 2**margin in E4M3 (ml_dtypes as the
+    oracle): at the largest margin allowed it is still non-zero, one more flushes it."""
+    assert float(ml_dtypes.float8_e4m3fn(448.0 / 2.0**MAX_MARGIN)) > 0
+    assert float(ml_dtypes.float8_e4m3fn(448.0 / 2.0 ** (MAX_MARGIN + 1))) == 0
+    delayed = TrainConfig(precision="fp8", fp8_scaling="delayed")
+    assert delayed.replace(margin=MAX_MARGIN, amax_history=MAX_AMAX_HISTORY).validate() == {}
 
 
 def test_user_task_form(tmp_path: Path) -> None:
