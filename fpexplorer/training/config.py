@@ -92,6 +92,10 @@ DEFAULT_AMAX_HISTORY = 1024
 # Loss scales are float32 in the loop (GradScaler's scale tensor, the static scaler's
 # multiply): above float32's largest finite value a scale is inf and skips every step.
 FLOAT32_MAX = float.fromhex("0x1.fffffep127")  # 3.4028234663852886e38
+# Below float32's smallest normal a scale is subnormal or 0 there: 0 (below 2^-149) makes
+# the loss 0 and its reciprocal inf (every step skipped, measured: --init-scale 1e-50); a
+# subnormal one scales every FP16 gradient to zero, and its reciprocal is inf below 2^-128.
+FLOAT32_MIN_NORMAL = float.fromhex("0x1p-126")  # 1.1754943508222875e-38
 # Delayed scaling keeps each linear's amax histories (3 x N float32) on its device and rolls
 # them on every cast: at N = 10^8 a roll took 0.5 s on this CPU (27 casts a transformer
 # step), at 10^9 each linear held 12 GB. 2^16 steps of history cost what 1024 do.
@@ -107,6 +111,34 @@ def _beyond_float32(what: str, value: float) -> str:
         f"{what} {value:g} is inf in float32, where the loop holds it (every step would be "
         f"skipped): use at most {FLOAT32_MAX:.8g}"
     )
+
+
+def _below_float32(what: str, value: float) -> str:
+    return (
+        f"{what} {value:g} is 0 or subnormal in float32, where the loop holds it (the "
+        f"scaled gradients would be 0 or inf): use at least {FLOAT32_MIN_NORMAL:.8g}"
+    )
+
+
+def scale_problem(what: str, value: float) -> str | None:
+    """Why a loss scale cannot be held by the loop (float32), or None when it can."""
+    if value > FLOAT32_MAX:
+        return _beyond_float32(what, value)
+    if 0 < value < FLOAT32_MIN_NORMAL:
+        return _below_float32(what, value)
+    return None
+
+
+def scaler_settings_problems(settings: ScalerSettings) -> dict[str, str]:
+    """The policy's own rules for these settings (`settings_problems`), and the initial
+    scale held in float32: what `fpexplorer train`, `runs replay-scaler` and the panel's
+    What-if tab all refuse."""
+    problems = settings_problems(settings)
+    if "init_scale" not in problems:
+        problem = scale_problem("the initial scale", settings.init_scale)
+        if problem is not None:
+            problems["init_scale"] = problem
+    return problems
 
 
 # A user task: "path/to/file.py:factory".
@@ -305,8 +337,8 @@ class TrainConfig:
         problems.update(self._scaler_problems())
         if not _positive_finite(self.loss_scale):
             problems["loss_scale"] = "the loss scale must be a positive finite number"
-        elif self.loss_scale > FLOAT32_MAX:
-            problems["loss_scale"] = _beyond_float32("the loss scale", self.loss_scale)
+        elif (problem := scale_problem("the loss scale", self.loss_scale)) is not None:
+            problems["loss_scale"] = problem
         problems.update(self._distributed_problems())
         problems.update(self._low_precision_problems())
         if self.out is not None:
@@ -440,11 +472,8 @@ class TrainConfig:
                 f"--scaler {self.scaler} is a dynamic loss-scaling policy: it applies to fp16, "
                 f"and {self.precision} has none"
             )
-        if self.init_scale is not None:
-            if not _positive_finite(self.init_scale):
-                problems["init_scale"] = "the initial scale must be a positive finite number"
-            elif self.init_scale > FLOAT32_MAX:
-                problems["init_scale"] = _beyond_float32("the initial scale", self.init_scale)
+        if self.init_scale is not None and not _positive_finite(self.init_scale):
+            problems["init_scale"] = "the initial scale must be a positive finite number"
         if not (_positive_finite(self.growth_factor) and self.growth_factor > 1.0):
             problems["growth_factor"] = "the growth factor must be greater than 1"
         if not (_positive_finite(self.backoff_factor) and self.backoff_factor < 1.0):
@@ -459,7 +488,7 @@ class TrainConfig:
             problems["min_scale"] = "the minimum scale must be a positive finite number"
         if not problems:
             # The policy's own rules (torch has no hysteresis, no minimum scale, ...).
-            problems.update(settings_problems(self.scaler_settings()))
+            problems.update(scaler_settings_problems(self.scaler_settings()))
         return problems
 
     def scaler_settings(self) -> ScalerSettings:

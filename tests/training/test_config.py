@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import ml_dtypes
+import numpy as np
 import pytest
 
 from fpexplorer.training.config import (
+    FLOAT32_MIN_NORMAL,
     MAX_AMAX_HISTORY,
     MAX_MARGIN,
     PRECISION_NAMES,
@@ -87,6 +89,9 @@ def test_choices_have_descriptions() -> None:
         ({"seed": 2**64}, "seed"),  # torch cannot take it: a usage error, not a failed task
         ({"stats_every": -1}, "stats_every"),
         ({"init_scale": 0.0}, "init_scale"),
+        ({"init_scale": 1e39}, "init_scale"),  # inf in float32
+        ({"init_scale": 1e-50}, "init_scale"),  # 0 in float32: every step skipped, "completed"
+        ({"scaler": "deepspeed", "init_scale": 1e-40, "min_scale": 1e-41}, "init_scale"),
         ({"growth_factor": 1.0}, "growth_factor"),
         ({"backoff_factor": 1.0}, "backoff_factor"),
         ({"growth_interval": 0}, "growth_interval"),
@@ -99,6 +104,7 @@ def test_choices_have_descriptions() -> None:
         ({"scaler": "megatron", "min_scale": 2.0**40}, "min_scale"),  # above the initial scale
         ({"scaler": "megatron", "consecutive_hysteresis": True}, "consecutive_hysteresis"),
         ({"loss_scale": float("inf")}, "loss_scale"),
+        ({"loss_scale": 1e-50}, "loss_scale"),
         ({"out": "  "}, "out"),
     ],
 )
@@ -106,6 +112,20 @@ def test_validate_names_the_bad_field(change: dict[str, object], field: str) -> 
     problems = TrainConfig().replace(**change).validate()
     assert list(problems) == [field]
     assert problems[field]
+
+
+def test_the_scale_bounds_are_float32s_own() -> None:
+    """A loss scale is held in float32 by the loop: its smallest normal number (numpy's
+    finfo) is accepted, the float below it refused, as the largest finite one is."""
+    tiny = float(np.finfo(np.float32).tiny)
+    assert tiny == FLOAT32_MIN_NORMAL
+    below = float(np.nextafter(tiny, 0.0))
+    huge = float(np.finfo(np.float32).max)
+    for field in ("init_scale", "loss_scale"):
+        assert TrainConfig().replace(**{field: tiny}).validate() == {}
+        assert TrainConfig().replace(**{field: huge}).validate() == {}
+        assert list(TrainConfig().replace(**{field: below}).validate()) == [field]
+        assert list(TrainConfig().replace(**{field: huge * 1.0000001}).validate()) == [field]
 
 
 def test_the_margin_bound_is_where_e4m3_flushes_the_amax_itself() -> None:

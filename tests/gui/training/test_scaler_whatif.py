@@ -69,6 +69,10 @@ def test_bad_settings_and_runs_without_amax_say_why(make_run) -> None:  # type: 
     whatif.set_choice("torch", {"hysteresis": "3"})
     whatif.update(run)
     assert "torch's GradScaler has no hysteresis" in whatif.summary(run)
+    # inf in float32 (`train` refuses it): no curve of every step skipped at scale inf
+    whatif.set_choice(AS_LOGGED, {"init_scale": "1e39"})
+    whatif.update(run)
+    assert "is inf in float32" in whatif.summary(run) and whatif.curve()[0].size == 0
     synthetic = RunModel()
     synthetic.add_records(load_run(make_run("bf16.jsonl", steps=20, precision="bf16")).steps)
     whatif.set_choice("deepspeed", {})
