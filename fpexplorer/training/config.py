@@ -348,6 +348,45 @@ class TrainConfig:
                 problems["out"] = f"{self.out} is a folder, not a file"
         return problems
 
+    def inapplicable(self) -> dict[str, str]:
+        """Field name -> why that option does nothing with the other settings (the form
+        greys it out and starts the job with its default): the loss scalers' settings
+        outside their precision modes, the low-precision options outside theirs."""
+        mode = find_precision_mode(self.precision)
+        unused: dict[str, str] = {}
+        if mode is not None:
+            if mode.scaler != "dynamic":
+                why = f"fp16's dynamic loss scaler only: {self.precision} has none"
+                for name in ("scaler", "init_scale", "growth_factor", "backoff_factor",
+                             "growth_interval", "hysteresis", "min_scale",
+                             "consecutive_hysteresis"):  # fmt: skip
+                    unused[name] = why
+            elif self.scaler == "torch":
+                why = "DeepSpeed's and Megatron's scalers only: torch's GradScaler has none"
+                unused.update(hysteresis=why, min_scale=why)
+            if self.scaler != "deepspeed" and "consecutive_hysteresis" not in unused:
+                unused["consecutive_hysteresis"] = "DeepSpeed's scaler only"
+            if mode.scaler != "static":
+                unused["loss_scale"] = (
+                    f"the fixed scale of fp16-static and pure-fp16 only: {self.precision} "
+                    "does not use one"
+                )
+            if not mode.quantized:
+                unused["bf16_first_last"] = (
+                    f"the fp8, MX and NVFP4 modes only: {self.precision} quantizes no layer"
+                )
+            if self.precision != "fp8":
+                unused["fp8_scaling"] = f"the fp8 mode only: {self.precision} has no FP8 scale"
+            if self.precision != "fp8" or self.fp8_scaling != "delayed":
+                for name in ("amax_history", "amax_compute", "margin"):
+                    unused[name] = "delayed FP8 scaling only (fp8, FP8 scaling: delayed)"
+        if (
+            _is_int(self.nproc_per_node) and _is_int(self.nnodes)
+            and not self.launches and launched_world_size() < 2
+        ):  # fmt: skip
+            unused["parallel"] = "several ranks only (Ranks above 1)"
+        return unused
+
     @property
     def world_size(self) -> int:
         """Ranks the launch options ask for (1: no launch)."""

@@ -249,3 +249,39 @@ def test_the_jobs_plans_come_from_the_table() -> None:
         assert plan.scaler == mode.scaler
         expected = getattr(torch, mode.autocast_dtype) if mode.autocast_dtype else None
         assert plan.autocast_dtype == expected
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"precision": "fp16", "bf16_first_last": True},
+        {"precision": "fp16", "fp8_scaling": "delayed"},
+        {"precision": "fp8", "margin": 2},
+        {"precision": "bf16", "scaler": "megatron"},
+        {"precision": "fp16", "hysteresis": 2},
+        {"precision": "fp16", "min_scale": 1.0},
+        {"precision": "fp16", "scaler": "megatron", "consecutive_hysteresis": True},
+        {"parallel": "fsdp"},
+    ],
+)
+def test_an_option_refused_for_its_mode_is_one_the_form_greys_out(
+    change: dict[str, object],
+) -> None:
+    """What validate() refuses because another setting makes it meaningless is what
+    `inapplicable()` names (the form greys it out and starts the job at its default)."""
+    config = TrainConfig().replace(**change)
+    refused = set(config.validate())
+    assert refused and refused <= set(config.inapplicable())
+    defaults = {name: getattr(TrainConfig(), name) for name in config.inapplicable()}
+    assert config.replace(**defaults).validate() == {}
+
+
+def test_what_applies_to_each_mode() -> None:
+    fp16 = TrainConfig(precision="fp16").inapplicable()
+    assert {"scaler", "init_scale", "growth_interval"}.isdisjoint(fp16)
+    assert {"loss_scale", "bf16_first_last", "fp8_scaling", "margin", "hysteresis"} <= set(fp16)
+    assert "loss_scale" not in TrainConfig(precision="pure-fp16").inapplicable()
+    delayed = TrainConfig(precision="fp8", fp8_scaling="delayed").inapplicable()
+    assert {"fp8_scaling", "amax_history", "margin", "bf16_first_last"}.isdisjoint(delayed)
+    assert "init_scale" in delayed
+    assert "parallel" not in TrainConfig(nproc_per_node=2).inapplicable()
