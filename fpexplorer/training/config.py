@@ -296,8 +296,11 @@ class TrainConfig:
     )  # fmt: skip
     out: str | None = _option(
         None, title="Run log", kind="text", in_form=False,
-        help="run log file (JSON Lines)",
-        none_means="a new run-TASK-PRECISION-TIME.jsonl in the run directory",
+        help="run log file (JSON Lines); on several ranks (--nproc-per-node x --nnodes > 1) "
+        "the merged log, with each rank K's own beside it (DIR/run.jsonl: DIR/run.rank-K.jsonl)",
+        none_means="a new run-TASK-PRECISION-TIME.jsonl in the run directory; on several "
+        "ranks a new folder run-TASK-PRECISION-TIME/ there, holding run.jsonl (merged) and "
+        "run.rank-K.jsonl",
     )  # fmt: skip
     stream: bool = _option(
         False, title="Stream", kind="flag", in_form=False,

@@ -24,16 +24,19 @@ gets gloo's error at once (the peer's socket closes). Every survivor then ends i
 through the roll-call of `RankLogs`, which names the lost rank, and the launcher prints
 which rank ended how, from torchrun's own failure report.
 
-Test hook: `FPEXPLORER_TEST_FAULT` = `nonfinite:RANK:STEP:LAYER` makes the activation
-gradient arriving at module LAYER infinite on rank RANK at step STEP (the overflow starts
-there and only there); `kill:RANK:STEP` kills rank RANK with SIGKILL at the start of step
-STEP. Used by tests/training/test_distributed*.py.
+Test hook: `FPEXPLORER_TEST_FAULT` = `nonfinite:RANK:STEPS:LAYER` makes the activation
+gradient arriving at module LAYER infinite on rank RANK at each of STEPS (`2` or `2,4`: the
+overflow starts there and only there); `weightgrad:RANK:STEPS:LAYER` makes only LAYER's
+first parameter gradient infinite (its activation gradients stay finite: the overflow of
+a weight-gradient product); `kill:RANK:STEP` kills rank RANK with SIGKILL at the start of
+step STEP. Used by tests/training/test_distributed*.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import ipaddress
 import itertools
 import math
@@ -42,7 +45,7 @@ import signal
 import socket
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -302,22 +305,58 @@ def wrap_model(model: nn.Module, setup: RankSetup) -> tuple[nn.Module, nn.Module
 
 
 def check_before_reduction(model: nn.Module, watched: nn.Module) -> PreReductionCheck | None:
-    """Register a PreReductionCheck on a DDP model (FSDP2 has no such hook: None)."""
-    if not isinstance(model, nn.parallel.DistributedDataParallel):
+    """Watch this rank's own parameter gradients before they are communicated: a DDP
+    communication hook on a DDP model, a custom reduce-scatter on each FSDP2 module of a
+    `fully_shard` model; None for a model that is neither."""
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        check = PreReductionCheck(watched)
+        # DDP checks a hook's annotations against the real types, which this module's
+        # postponed (string) annotations are not: register it through an unannotated lambda.
+        model.register_comm_hook(None, lambda state, bucket: check.ddp_hook(state, bucket))
+        return check
+    from torch.distributed.fsdp import FSDPModule
+
+    sharded = [module for module in model.modules() if isinstance(module, FSDPModule)]
+    if not sharded:
         return None
     check = PreReductionCheck(watched)
-    # DDP checks a hook's annotations against the real types, which this module's
-    # postponed (string) annotations are not: register it through an unannotated lambda.
-    model.register_comm_hook(None, lambda state, bucket: check.hook(state, bucket))
+    for module in sharded:
+        params = _reduced_by(module, FSDPModule)
+        if params:
+            module.set_custom_reduce_scatter(check.fsdp_reduce_scatter(params))
     return check
 
 
+def _reduced_by(module: nn.Module, fsdp_type: type) -> list[nn.Parameter]:
+    """The parameters an FSDP2 module reduces: its own and its submodules', less those of
+    the FSDP2 modules under it."""
+    params = list(module.parameters(recurse=False))
+    for child in module.children():
+        if not isinstance(child, fsdp_type):
+            params += _reduced_by(child, fsdp_type)
+    return params
+
+
 class PreReductionCheck:
-    """A DDP communication hook that notes, before DDP averages a bucket of gradients,
-    which of this rank's own parameter gradients are not finite: an overflow that starts
-    in a weight-gradient product (finite activation gradients) is then still traced to
-    its rank. One flag per gradient, kept on the device and read only when the monitor
-    asks (on exchange steps); then the default all-reduce, unchanged."""
+    """Notes which of this rank's own parameter gradients are not finite before they are
+    communicated, so that an overflow that starts in a weight-gradient product (finite
+    activation gradients) is still traced to its rank: after the all-reduce (DDP) or the
+    reduce-scatter (FSDP2) every rank holds the same non-finite sums.
+
+    - DDP: a communication hook sees each bucket of this rank's gradients before DDP
+      averages it (`register_comm_hook`; then the default all-reduce, unchanged): one flag
+      per gradient.
+    - FSDP2: `FSDPModule.set_custom_reduce_scatter` (public in torch 2.13) hands each
+      module's reduce-scatter its input, this rank's unsharded gradients of that module
+      packed into one buffer, before the collective: one flag per module (then
+      `reduce_scatter_single`, what FSDP2's default does). A hook on the parameters would
+      not do: during backward autograd sees FSDP2's unsharded parameters, not the sharded
+      ones a hook can be registered on.
+
+    The flags stay on the device and are read only when the monitor asks (exchange steps):
+    no host synchronisation on a GPU. On a CPU a host read is free, so a flag is kept only
+    when its buffer is not finite.
+    """
 
     def __init__(self, watched: nn.Module) -> None:
         # The monitor's layer names: the module that owns each parameter ("" is the root).
@@ -326,43 +365,91 @@ class PreReductionCheck:
             for param in module.parameters(recurse=False):
                 self._layer.setdefault(id(param), name or type(module).__name__)
         self._order = {id(param): index for index, param in enumerate(watched.parameters())}
-        self._pending: list[tuple[list[torch.Tensor], torch.Tensor]] = []
+        # (for each flag: its order in forward and its layer), flags (True = finite)
+        self._pending: list[tuple[list[tuple[int, str]], torch.Tensor]] = []
 
     def clear(self) -> None:
         """Forget the previous step's flags (call before each step)."""
         self._pending = []
 
-    def hook(self, state: Any, bucket: Any) -> Any:
+    def _key(self, param: torch.Tensor) -> tuple[int, str]:
+        return self._order.get(id(param), -1), self._layer.get(id(param), "")
+
+    def ddp_hook(self, state: Any, bucket: Any) -> Any:
+        """The DDP communication hook: flag, then DDP's default all-reduce."""
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
         gradients = bucket.gradients()
-        if not gradients:
-            return allreduce_hook(state, bucket)
-        buffer = bucket.buffer()
-        if buffer.device.type == "cpu":
-            # A host read costs nothing on a CPU: one pass over the bucket, and a flag per
-            # gradient only when something in it is not finite.
-            if not bool(buffer.isfinite().all()):
-                flags = torch.stack([gradient.isfinite().all() for gradient in gradients])
-                self._pending.append((list(bucket.parameters()), flags))
-        else:
-            # No host sync on a GPU: max |g| of every gradient in one fused call (inf and
-            # NaN survive a max; a sum of squares could overflow on finite values).
-            peaks = torch._foreach_norm(gradients, math.inf)
-            self._pending.append((list(bucket.parameters()), torch.stack(peaks).isfinite()))
+        if gradients:
+            keys = [self._key(param) for param in bucket.parameters()]
+            buffer = bucket.buffer()
+            if buffer.device.type == "cpu":
+                if not bool(buffer.isfinite().all()):
+                    flags = torch.stack([gradient.isfinite().all() for gradient in gradients])
+                    self._pending.append((keys, flags))
+            else:
+                # max |g| of every gradient in one fused call (inf and NaN survive a max;
+                # a sum of squares could overflow on finite values).
+                peaks = torch._foreach_norm(gradients, math.inf)
+                self._pending.append((keys, torch.stack(peaks).isfinite()))
         return allreduce_hook(state, bucket)
+
+    def note_buffer(self, key: tuple[int, str], buffer: torch.Tensor) -> None:
+        """Flag one buffer of this rank's gradients (an FSDP2 reduce-scatter input)."""
+        finite = buffer.isfinite().all().reshape(1)
+        if buffer.device.type != "cpu" or not bool(finite):
+            self._pending.append(([key], finite))
+
+    def fsdp_reduce_scatter(self, params: list[nn.Parameter]) -> Any:
+        """The reduce-scatter to set on an FSDP2 module that reduces `params`; its flag
+        names the layer of the last of them in forward order (wrap_model shards each layer
+        alone, so: that layer)."""
+        return _checked_reduce_scatter_class()(self, max(self._key(param) for param in params))
 
     def first_nonfinite_layer(self) -> str | None:
         """The layer backward reached first among those whose gradients went non-finite on
         this rank before communication (the last in forward order), or None."""
         last: tuple[int, str] | None = None
-        for params, flags in self._pending:
-            for param, finite in zip(params, flags.tolist(), strict=True):
-                if not finite and id(param) in self._layer:
-                    order = self._order.get(id(param), -1)
-                    if last is None or order > last[0]:
-                        last = (order, self._layer[id(param)])
+        for keys, flags in self._pending:
+            for (order, layer), finite in zip(keys, flags.tolist(), strict=True):
+                if not finite and layer and (last is None or order > last[0]):
+                    last = (order, layer)
         return last[1] if last is not None else None
+
+
+@functools.cache
+def _checked_reduce_scatter_class() -> type:
+    """FSDP2's reduce-scatter with PreReductionCheck looking at its input first (a class
+    made on first use: importing FSDP2 costs a single-process job time for nothing)."""
+    # `FSDPModule.set_custom_reduce_scatter` is public; the interface it takes,
+    # `ReduceScatter` (allocate + __call__), is documented there but torch 2.13 exports it
+    # from no public module.
+    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
+
+    class CheckedReduceScatter(ReduceScatter):
+        def __init__(self, check: PreReductionCheck, key: tuple[int, str]) -> None:
+            self._check = check
+            self._key = key
+
+        def allocate(
+            self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device
+        ) -> torch.Tensor:
+            return torch.empty(*size, dtype=dtype, device=device)
+
+        def __call__(
+            self,
+            output_tensor: torch.Tensor,
+            input_tensor: torch.Tensor,
+            group: Any,
+            op: Any,
+            async_op: bool = False,
+        ) -> Any:
+            self._check.note_buffer(self._key, input_tensor)
+            return torch.distributed.reduce_scatter_single(
+                output_tensor, input_tensor, op=op, group=group, async_op=async_op
+            )
+
+    return CheckedReduceScatter
 
 
 def make_sharded_scaler(settings: ScalerSettings, setup: RankSetup) -> Any:
@@ -387,7 +474,7 @@ def make_sharded_scaler(settings: ScalerSettings, setup: RankSetup) -> Any:
 class Fault:
     kind: str  # "nonfinite" | "weightgrad" | "kill"
     rank: int
-    step: int
+    steps: frozenset[int]
     layer: str = ""
 
 
@@ -396,13 +483,16 @@ def fault_from_env() -> Fault | None:
     if not text:
         return None
     parts = text.split(":")
-    if parts[0] in ("nonfinite", "weightgrad") and len(parts) == 4:
-        return Fault(parts[0], int(parts[1]), int(parts[2]), parts[3])
-    if parts[0] == "kill" and len(parts) == 3:
-        return Fault("kill", int(parts[1]), int(parts[2]))
+    with contextlib.suppress(ValueError):
+        if parts[0] in ("nonfinite", "weightgrad", "kill") and len(parts) in (3, 4):
+            steps = frozenset(int(step) for step in parts[2].split(","))
+            if parts[0] != "kill" and len(parts) == 4:
+                return Fault(parts[0], int(parts[1]), steps, parts[3])
+            if parts[0] == "kill" and len(parts) == 3:
+                return Fault("kill", int(parts[1]), steps)
     raise ValueError(
-        f"{FAULT_ENV}={text!r}: use nonfinite:RANK:STEP:LAYER, weightgrad:RANK:STEP:LAYER "
-        "or kill:RANK:STEP"
+        f"{FAULT_ENV}={text!r}: use nonfinite:RANK:STEPS:LAYER, weightgrad:RANK:STEPS:LAYER "
+        "or kill:RANK:STEP (STEPS: one step or several, 2,4)"
     )
 
 
@@ -412,6 +502,7 @@ class FaultInjector:
     def __init__(self, fault: Fault, rank: int, model: nn.Module) -> None:
         self.fault = fault if fault.rank == rank else None
         self._armed = False
+        self._hooked: list[torch.Tensor] = []
         if self.fault is not None and self.fault.kind != "kill":
             modules = dict(model.named_modules())
             if self.fault.layer not in modules:
@@ -419,17 +510,26 @@ class FaultInjector:
             module = modules[self.fault.layer]
             if self.fault.kind == "nonfinite":
                 module.register_forward_hook(self._on_forward)
-            else:  # the module's first parameter gradient only: activations stay finite
-                next(module.parameters()).register_hook(self._on_weight_grad)
+            else:
+                # The module's first parameter gradient only: activations stay finite. The
+                # tensor is taken at each forward: under FSDP2 autograd sees the unsharded
+                # parameter that fully_shard puts in the module for the forward.
+                module.register_forward_pre_hook(self._on_forward_pre)
 
     def before_step(self, step: int) -> None:
         fault = self.fault
-        if fault is None or step != fault.step:
+        if fault is None or step not in fault.steps:
             self._armed = False
             return
         if fault.kind == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         self._armed = True
+
+    def _on_forward_pre(self, module: nn.Module, inputs: Any) -> None:
+        param = next(module.parameters())
+        if not any(param is hooked for hooked in self._hooked):  # FSDP2 reuses its tensor
+            self._hooked.append(param)
+            param.register_hook(self._on_weight_grad)  # type: ignore[no-untyped-call]
 
     def _on_weight_grad(self, grad: torch.Tensor) -> torch.Tensor | None:
         return _infinite(grad) if self._armed else None

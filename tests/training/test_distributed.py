@@ -164,6 +164,61 @@ def test_ddp_traces_a_weight_gradient_overflow_to_its_rank(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+def test_fsdp_traces_a_weight_gradient_overflow_to_its_rank(tmp_path: Path) -> None:
+    # As under DDP, with FSDP2's reduce-scatter in place of the all-reduce: rank 1's
+    # unsharded gradient of layer 2 is checked before it is reduce-scattered to rank 0.
+    out = tmp_path / "fsdp-weights.jsonl"
+    done = train(tmp_path, *FP16_RUN, "--nproc-per-node", "2", "--parallel", "fsdp",
+                 "--out", str(out), fault="weightgrad:1:2:2")  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged, ranks = logs(out)
+    for run in ranks:
+        step = run.steps[2]
+        assert step.skipped and all(math.isfinite(layer.amax) for layer in step.layers)
+        assert [layer.name for layer in step.layers if layer.nonfinite] == ["2"]
+    for record in merged.steps:
+        figures = record.ranks
+        assert figures is not None
+        expected = ((1,), 1, "2") if record.step == 2 else ((), None, None)
+        got = (figures.nonfinite_ranks, figures.first_nonfinite_rank,
+               figures.first_nonfinite_layer)  # fmt: skip
+        assert got == expected, record.step
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("parallel", "fault", "layer"),
+    [("ddp", "nonfinite:1:2,4:2", "2"), ("fsdp", "weightgrad:1:2,4:0", "0")],
+)
+def test_skipped_steps_between_statistics_steps_name_the_rank(
+    tmp_path: Path, parallel: str, fault: str, layer: str
+) -> None:
+    # Statistics every 3 steps (0, 3): the overflows at steps 2 and 4 fall between them.
+    # A skipped step is skipped on every rank, so it is an exchange step all the same, and
+    # rank 1's gradients were flagged before communication: it is named both times.
+    out = tmp_path / "between.jsonl"
+    done = train(tmp_path, "--precision", "fp16", "--steps", "6", "--stats-every", "3",
+                 "--batch-size", "64", "--nproc-per-node", "2", "--parallel", parallel,
+                 "--out", str(out), fault=fault)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    merged, ranks = logs(out)
+    assert [s.step for s in merged.steps if s.skipped] == [2, 4]
+    assert all([s.step for s in run.steps if s.skipped] == [2, 4] for run in ranks)
+    for record in merged.steps:
+        scheduled = record.step % 3 == 0
+        assert (record.ranks is not None) == (scheduled or record.skipped), record.step
+        if record.skipped:
+            assert record.ranks is not None
+            assert record.ranks.nonfinite_ranks == (1,), record.step
+            assert (record.ranks.first_nonfinite_rank, record.ranks.first_nonfinite_layer) == (
+                1, layer,
+            ), record.step  # fmt: skip
+            assert all(math.isfinite(loss) for loss in record.ranks.losses)
+        elif record.ranks is not None:
+            assert record.ranks.first_nonfinite_rank is None
+
+
+@pytest.mark.slow
 def test_fsdp_run_names_the_rank_and_layer_that_overflowed(tmp_path: Path) -> None:
     out = tmp_path / "fsdp.jsonl"
     done = train(tmp_path, *FP16_RUN, "--nproc-per-node", "2", "--parallel", "fsdp",
@@ -361,3 +416,22 @@ def test_histograms_survive_the_exchange_layout_and_ends_merge_by_the_worst() ->
     both = (RankEnd(rank=0, status="failed", error="RuntimeError: gloo", ended_at=12.0),
             RankEnd(rank=1, status="failed", error="ValueError: bad", ended_at=7.0))  # fmt: skip
     assert _merged_end(own, both).error == "rank 1: ValueError: bad"
+
+
+def test_out_default_is_what_its_help_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fpexplorer.training.config import TrainConfig, train_options
+    from fpexplorer.training.distributed import launch_out_path
+
+    monkeypatch.setenv("FPEXPLORER_RUN_DIR", str(tmp_path))
+    spec = next(spec for name, spec, _ in train_options() if name == "out")
+    assert spec.none_means is not None and "run.rank-K.jsonl" in spec.none_means
+    config = TrainConfig(task="mlp", precision="bf16", nproc_per_node=2)
+    first, second = launch_out_path(config), launch_out_path(config)
+    # A new folder each time, named as a single run's file, holding run.jsonl.
+    assert first.name == second.name == "run.jsonl"
+    assert first.parent != second.parent and first.parent.parent == tmp_path
+    assert first.parent.name.startswith("run-mlp-bf16-") and first.parent.is_dir()
+    assert rank_log_path(first, 1) == first.parent / "run.rank-1.jsonl"
+    given = tmp_path / "mine" / "a.jsonl"
+    assert launch_out_path(config.replace(out=str(given))) == given
+    assert rank_log_path(given, 0).name == "a.rank-0.jsonl"
