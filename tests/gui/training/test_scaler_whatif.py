@@ -69,6 +69,10 @@ def test_bad_settings_and_runs_without_amax_say_why(make_run) -> None:  # type: 
     whatif.set_choice("torch", {"hysteresis": "3"})
     whatif.update(run)
     assert "torch's GradScaler has no hysteresis" in whatif.summary(run)
+    # inf in float32 (`train` refuses it): no curve of every step skipped at scale inf
+    whatif.set_choice(AS_LOGGED, {"init_scale": "1e39"})
+    whatif.update(run)
+    assert "is inf in float32" in whatif.summary(run) and whatif.curve()[0].size == 0
     synthetic = RunModel()
     synthetic.add_records(load_run(make_run("bf16.jsonl", steps=20, precision="bf16")).steps)
     whatif.set_choice("deepspeed", {})
@@ -115,8 +119,10 @@ def test_the_form_chooses_the_scaler_and_shows_its_settings_exactly(qtbot) -> No
     box.setCurrentText("megatron")
     form.fields["hysteresis"].edit.setText("3")
     assert form.config().scaler_settings() == resolve_settings("megatron", hysteresis=3)
-    form.precision_combo.setCurrentText("bf16")
-    assert "applies to fp16" in form.problems()["scaler"]
+    form.precision_combo.setCurrentText("bf16")  # no loss scaler: its settings greyed out
+    assert not box.isEnabled() and "fp16's dynamic loss scaler only" in box.toolTip()
+    assert form.config().scaler == "torch" and form.problems() == {}
+    form.precision_combo.setCurrentText("fp16")
     # A run's settings come back exactly: 2^32 is not "4.29497e+09".
     megatron = TrainConfig(scaler="megatron", init_scale=2.0**32, min_scale=0.125)
     form.set_config(megatron)
