@@ -27,7 +27,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, NamedTuple, TypeVar
+from typing import NamedTuple
 
 import torch
 
@@ -39,20 +39,18 @@ from fpexplorer.training.records import QUANT_ROLES, Histogram, QuantTensorStats
 from .block_torch import BlockQuantized
 from .tensorwise import TensorwiseQuantized
 
-_Number = TypeVar("_Number", float, torch.Tensor)
 
+class _Summary(NamedTuple):
+    """The tensor-wide numbers of a measurement, in the order they travel to the host (as
+    0-dim float64 tensors on the device; floats once read)."""
 
-class _Summary(NamedTuple, Generic[_Number]):
-    """The tensor-wide numbers of a measurement, in the order they travel to the host:
-    0-dim float64 tensors on the device, floats once read."""
-
-    amax: _Number  # max |x|: NaN if x holds NaN, inf if it holds ±inf
-    scale: _Number  # the per-tensor multiplier; NaN when there is none
-    saturated: _Number  # how many finite inputs were clipped
-    flushed: _Number  # how many finite non-zero inputs became zero
-    signal: _Number  # Σx² over finite inputs
-    noise: _Number  # Σ(q - x)² over finite inputs: inf or NaN when one became non-finite
-    finite: _Number  # how many inputs are finite
+    amax: float  # max |x|: NaN if x holds NaN, inf if it holds ±inf
+    scale: float  # the per-tensor multiplier; NaN when there is none
+    saturated: float  # how many finite inputs were clipped
+    flushed: float  # how many finite non-zero inputs became zero
+    signal: float  # Σx² over finite inputs
+    noise: float  # Σ(q - x)² over finite inputs: inf or NaN when one became non-finite
+    finite: float  # how many inputs are finite
 
 
 _SUMMARY_LENGTH = len(_Summary._fields)
@@ -145,7 +143,7 @@ def measure_quantized(
                 # Row scales counted as block scales are: the factor that dequantizes.
                 scale = no_scale
                 histogram_lo, counts = _binade_counts(1.0 / q.scale, _float32())
-        parts = _Summary[torch.Tensor](
+        parts = dict(
             amax=magnitude.amax().double(),
             scale=scale.reshape(()),
             saturated=saturated.sum().double(),
@@ -154,7 +152,7 @@ def measure_quantized(
             noise=torch.dot(error, error),
             finite=finite.sum().double(),
         )
-        summary = torch.stack(list(parts))
+        summary = torch.stack([parts[name] for name in _Summary._fields])
         values = summary if counts is None else torch.cat([summary, counts.double()])
     return PendingQuantStats(layer, role, format_name, x.numel(), histogram_lo, values)
 
@@ -226,7 +224,7 @@ class SelfMeasuringLayer:
 
 
 def _record(item: PendingQuantStats, numbers: list[float]) -> QuantTensorStats:
-    summary = _Summary[float](*numbers[:_SUMMARY_LENGTH])
+    summary = _Summary(*numbers[:_SUMMARY_LENGTH])
     return QuantTensorStats(
         layer=item.layer,
         role=item.role,
