@@ -344,6 +344,11 @@ class TrainConfig:
             problems["loss_scale"] = problem
         problems.update(self._distributed_problems())
         problems.update(self._low_precision_problems())
+        for name, why in self.inapplicable().items():
+            # Given, and not used with the other settings (an --init-scale under bf16 was
+            # ignored without a word): say so rather than run without it.
+            if name not in problems and getattr(self, name) != _FIELD_DEFAULTS[name]:
+                problems[name] = f"{option_flag(name)} is not used with these settings: {why}"
         if self.out is not None:
             if not self.out.strip():
                 problems["out"] = "the output file name is empty"
@@ -359,35 +364,35 @@ class TrainConfig:
         unused: dict[str, str] = {}
         if mode is not None:
             if mode.scaler != "dynamic":
-                why = f"fp16's dynamic loss scaler only: {self.precision} has none"
+                why = f"a setting of fp16's dynamic loss scaler, and {self.precision} has none"
                 for name in ("scaler", "init_scale", "growth_factor", "backoff_factor",
                              "growth_interval", "hysteresis", "min_scale",
                              "consecutive_hysteresis"):  # fmt: skip
                     unused[name] = why
             elif self.scaler == "torch":
-                why = "DeepSpeed's and Megatron's scalers only: torch's GradScaler has none"
+                why = "a setting of DeepSpeed's and Megatron's scalers; torch's GradScaler has none"
                 unused.update(hysteresis=why, min_scale=why)
             if self.scaler != "deepspeed" and "consecutive_hysteresis" not in unused:
-                unused["consecutive_hysteresis"] = "DeepSpeed's scaler only"
+                unused["consecutive_hysteresis"] = "an option of DeepSpeed's scaler only"
             if mode.scaler != "static":
                 unused["loss_scale"] = (
-                    f"the fixed scale of fp16-static and pure-fp16 only: {self.precision} "
-                    "does not use one"
+                    f"the fixed scale of fp16-static and pure-fp16; {self.precision} does not "
+                    "use one"
                 )
             if not mode.quantized:
                 unused["bf16_first_last"] = (
-                    f"the fp8, MX and NVFP4 modes only: {self.precision} quantizes no layer"
+                    f"an option of the fp8, MX and NVFP4 modes; {self.precision} quantizes no layer"
                 )
             if self.precision != "fp8":
-                unused["fp8_scaling"] = f"the fp8 mode only: {self.precision} has no FP8 scale"
+                unused["fp8_scaling"] = "an option of the fp8 mode only"
             if self.precision != "fp8" or self.fp8_scaling != "delayed":
                 for name in ("amax_history", "amax_compute", "margin"):
-                    unused[name] = "delayed FP8 scaling only (fp8, FP8 scaling: delayed)"
+                    unused[name] = "an option of delayed FP8 scaling only (fp8, FP8 scaling delayed)"
         if (
             _is_int(self.nproc_per_node) and _is_int(self.nnodes)
             and not self.launches and launched_world_size() < 2
         ):  # fmt: skip
-            unused["parallel"] = "several ranks only (Ranks above 1)"
+            unused["parallel"] = "an option of several ranks only (Ranks above 1)"
         return unused
 
     @property
@@ -631,6 +636,7 @@ def _positive_finite(value: object) -> bool:
     )
 
 
+_FIELD_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 _OPTIONS: tuple[tuple[str, OptionSpec, Any], ...] = tuple(
     (item.name, item.metadata["option"], item.default) for item in dataclasses.fields(TrainConfig)
 )

@@ -103,8 +103,12 @@ def test_choices_have_descriptions() -> None:
         ({"min_scale": 1.0}, "min_scale"),
         ({"scaler": "megatron", "min_scale": 2.0**40}, "min_scale"),  # above the initial scale
         ({"scaler": "megatron", "consecutive_hysteresis": True}, "consecutive_hysteresis"),
-        ({"loss_scale": float("inf")}, "loss_scale"),
-        ({"loss_scale": 1e-50}, "loss_scale"),
+        ({"precision": "fp16-static", "loss_scale": float("inf")}, "loss_scale"),
+        ({"precision": "pure-fp16", "loss_scale": 1e-50}, "loss_scale"),
+        # given and not used by the mode: said, not ignored
+        ({"precision": "bf16", "init_scale": 1024.0}, "init_scale"),
+        ({"precision": "fp8", "growth_interval": 5}, "growth_interval"),
+        ({"loss_scale": 512.0}, "loss_scale"),  # fp16's scale is dynamic
         ({"out": "  "}, "out"),
     ],
 )
@@ -121,11 +125,12 @@ def test_the_scale_bounds_are_float32s_own() -> None:
     assert tiny == FLOAT32_MIN_NORMAL
     below = float(np.nextafter(tiny, 0.0))
     huge = float(np.finfo(np.float32).max)
-    for field in ("init_scale", "loss_scale"):
-        assert TrainConfig().replace(**{field: tiny}).validate() == {}
-        assert TrainConfig().replace(**{field: huge}).validate() == {}
-        assert list(TrainConfig().replace(**{field: below}).validate()) == [field]
-        assert list(TrainConfig().replace(**{field: huge * 1.0000001}).validate()) == [field]
+    for field, precision in (("init_scale", "fp16"), ("loss_scale", "fp16-static")):
+        config = TrainConfig(precision=precision)
+        assert config.replace(**{field: tiny}).validate() == {}
+        assert config.replace(**{field: huge}).validate() == {}
+        assert list(config.replace(**{field: below}).validate()) == [field]
+        assert list(config.replace(**{field: huge * 1.0000001}).validate()) == [field]
 
 
 def test_the_margin_bound_is_where_e4m3_flushes_the_amax_itself() -> None:
@@ -262,6 +267,8 @@ def test_the_jobs_plans_come_from_the_table() -> None:
         {"precision": "fp16", "min_scale": 1.0},
         {"precision": "fp16", "scaler": "megatron", "consecutive_hysteresis": True},
         {"parallel": "fsdp"},
+        {"precision": "bf16", "init_scale": 8.0, "growth_factor": 4.0},
+        {"precision": "fp8", "loss_scale": 8.0},
     ],
 )
 def test_an_option_refused_for_its_mode_is_one_the_form_greys_out(

@@ -120,7 +120,7 @@ def test_the_form_chooses_the_scaler_and_shows_its_settings_exactly(qtbot) -> No
     form.fields["hysteresis"].edit.setText("3")
     assert form.config().scaler_settings() == resolve_settings("megatron", hysteresis=3)
     form.precision_combo.setCurrentText("bf16")  # no loss scaler: its settings greyed out
-    assert not box.isEnabled() and "fp16's dynamic loss scaler only" in box.toolTip()
+    assert not box.isEnabled() and "fp16's dynamic loss scaler, and bf16 has none" in box.toolTip()
     assert form.config().scaler == "torch" and form.problems() == {}
     form.precision_combo.setCurrentText("fp16")
     # A run's settings come back exactly: 2^32 is not "4.29497e+09".
