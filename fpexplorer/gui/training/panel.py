@@ -468,8 +468,16 @@ class TrainingPanel(QWidget):
             if model.header is None and not model.steps_seen:
                 if entry is not None:
                     self._remove_run(entry)
+                # One line: the damaged lines' text (binary garbage for a file that is not a
+                # run log at all) goes in the tooltip, not the status.
+                damaged = len(model.problems)
                 self._show_status(
-                    f"{path}: no run records found. " + "; ".join(model.problems[:3]), error=True
+                    f"{elide(path.name, 60)}: not a run log, no run records found"
+                    + (f" ({damaged} line(s) that are not records)" if damaged else ""),
+                    error=True,
+                )
+                self.status_label.setToolTip(
+                    "\n".join([str(path), *(elide(p, 200) for p in model.problems[:3])])
                 )
                 self.run_loaded.emit(str(path))
                 return
