@@ -149,6 +149,9 @@ def test_bad_arguments() -> None:
         quant_stats("fc", "bias", x, q, "mxfp4")
     with pytest.raises(ValueError, match="shape"):
         quant_stats("fc", "input", torch.ones(5), q, "mxfp4")
+    empty = torch.ones(0, 4)
+    with pytest.raises(ValueError, match="the tensor is empty"):
+        quant_stats("fc", "input", empty, quantize_tensorwise(empty, "e4m3", 1.0), "e4m3")
 
 
 def test_many_measurements_read_in_one_transfer_equal_one_by_one() -> None:

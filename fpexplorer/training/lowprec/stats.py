@@ -115,6 +115,8 @@ def measure_quantized(
         raise ValueError(
             f"x has shape {tuple(x.shape)} but its quantized values {tuple(q.values.shape)}"
         )
+    if x.numel() == 0:
+        raise ValueError("nothing to measure: the tensor is empty")
     with torch.no_grad():
         source = x.detach()
         magnitude = source.abs()
