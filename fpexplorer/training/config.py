@@ -387,7 +387,7 @@ class TrainConfig:
                 unused["fp8_scaling"] = "an option of the fp8 mode only"
             if self.precision != "fp8" or self.fp8_scaling != "delayed":
                 for name in ("amax_history", "amax_compute", "margin"):
-                    unused[name] = "an option of delayed FP8 scaling only (fp8, FP8 scaling delayed)"
+                    unused[name] = "an option of delayed FP8 scaling only (fp8 scaling delayed)"
         if (
             _is_int(self.nproc_per_node) and _is_int(self.nnodes)
             and not self.launches and launched_world_size() < 2
