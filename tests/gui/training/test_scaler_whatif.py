@@ -146,3 +146,30 @@ def test_the_growth_readout_of_a_hysteresis_policy() -> None:
     assert plot.growth_bar.text() == "1 / 4 clean steps"
     assert plot.growth_label.text() == "skipped: 0 · hysteresis 1 · growth tracker:"
     plot.deleteLater()
+
+
+def test_the_growth_readout_is_never_cut_in_a_narrow_card(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QRect, Qt
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.gui.training.plots import LossScalePlot
+    from fpexplorer.training.records import HeaderRecord, StepRecord
+
+    settings = resolve_settings("deepspeed", init_scale=8.0, growth_interval=10)
+    run = RunModel()
+    header = HeaderRecord(config={"task": "t", "precision": "fp16", **settings.to_config()})
+    run.add_records([header, StepRecord(step=0, loss=1.0, growth_tracker=8, hysteresis=2)])
+    plot = LossScalePlot()
+    qtbot.addWidget(plot)
+    plot.resize(335, 220)  # the card's width in a 1024 x 640 window
+    plot.show()
+    plot.refresh_growth(run)
+    QApplication.processEvents()
+    label = plot.growth_label
+    assert label.text() == "skipped: 0 · hysteresis 2 · growth tracker:"
+    # Was: one line, cut after "hysteresis 2 ·" (the caption of the bar beside it lost).
+    flags = int(Qt.TextFlag.TextWordWrap) if label.wordWrap() else 0
+    needed = label.fontMetrics().boundingRect(
+        QRect(0, 0, label.width(), 10_000), flags, label.text()
+    )
+    assert needed.width() <= label.width() and needed.height() <= label.height()
