@@ -5,6 +5,10 @@ emulated linear layer against `nn.Linear`, each measured in the same run.
               the same float32 matrix: milliseconds and the numpy/torch ratio
   linear      forward + backward of `BlockScaledLinear` and of `nn.Linear` on the same
               input: milliseconds and the ratio (the emulation's overhead on this device)
+  statistics  what a statistics step adds per quantized tensor: measuring a cast and
+              reading it (`lowprec.stats`) against making the cast, on the same bfloat16
+              matrix, for torchao's FP8 casts as the monitor recomputes them
+              (`fp8.torchao_cast`) and the MX/NVFP4 casts
 
 Median of --repeats runs after one warm-up; one torch thread unless --threads says more.
 
@@ -17,6 +21,10 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
 def median_ms(work: Callable[[], object], repeats: int) -> float:
@@ -78,7 +86,38 @@ def main() -> int:
         layer = BlockScaledLinear.from_linear(plain, name)
         emulated_ms = median_ms(lambda layer=layer: step(layer), args.repeats)
         print(f"{name:<12}{emulated_ms:>10.2f}{emulated_ms / plain_ms:>14.2f}")
+
+    statistics_table(x.bfloat16(), args.repeats)
     return 0
+
+
+def statistics_table(x: torch.Tensor, repeats: int) -> None:
+    """The cost of measuring a cast, against the cast, on the same matrix."""
+    from fpexplorer.training.lowprec.block_torch import quantize_blocks
+    from fpexplorer.training.lowprec.fp8 import torchao_cast, torchao_config
+    from fpexplorer.training.lowprec.stats import quant_stats
+
+    casts: dict[str, Callable[[], Any]] = {}
+    for recipe in ("tensorwise", "rowwise"):
+        config = torchao_config(recipe, emulate=True)
+        casts[f"fp8 {recipe}"] = lambda config=config: torchao_cast(config, "input", x)
+    for name in ("mxfp8_e4m3", "nvfp4"):
+        casts[name] = lambda name=name: quantize_blocks(x, name)
+    rows, cols = x.shape
+    print(
+        f"\nstatistics of one {rows}x{cols} bfloat16 tensor: the cast, then measuring it and "
+        f"reading the record (ms, median of {repeats})"
+    )
+    print(f"{'cast':<16}{'cast':>10}{'measure+read':>14}{'/ cast':>10}")
+    for label, cast in casts.items():
+        cast_ms = median_ms(cast, repeats)
+        q = cast()
+        source = q.input if label.startswith("fp8") else x  # torchao's casts flatten rows
+        fmt = q.element.name if label.startswith("fp8") else label
+        stats_ms = median_ms(
+            lambda q=q, s=source, f=fmt: quant_stats("l", "input", s, q, f), repeats
+        )
+        print(f"{label:<16}{cast_ms:>10.2f}{stats_ms:>14.2f}{stats_ms / cast_ms:>10.2f}")
 
 
 if __name__ == "__main__":

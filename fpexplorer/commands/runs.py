@@ -82,14 +82,11 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
     import dataclasses
 
     from fpexplorer.errors import UsageError
+    from fpexplorer.training.config import scaler_settings_problems
     from fpexplorer.training.records import HeaderRecord, StepRecord
     from fpexplorer.training.replay_scaler import ScalerReplay, format_replay
     from fpexplorer.training.runlog import READ_CHUNK_BYTES, RecordStream
-    from fpexplorer.training.scaler_rules import (
-        resolve_settings,
-        settings_from_config,
-        settings_problems,
-    )
+    from fpexplorer.training.scaler_rules import resolve_settings, settings_from_config
 
     given = {name: getattr(args, name) for name in SCALER_FIELDS if name != "scaler"}
     stream = RecordStream()
@@ -112,7 +109,7 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
                             f"{path}: no dynamic loss scaler in this run "
                             f"(precision {record.precision or '?'}): name one with --scaler"
                         )
-                    problems = settings_problems(settings)
+                    problems = scaler_settings_problems(settings)
                     if problems:
                         raise UsageError("; ".join(problems.values()))
                     replay = ScalerReplay(settings)

@@ -136,6 +136,11 @@ def prepare_window(args: argparse.Namespace) -> tuple[QApplication, MainWindow]:
             for path in args.run or ():
                 panel.load_run(path)
                 panel.finish_loading()  # a large run file is otherwise read in pieces
+                if not any(entry.path == Path(path) for entry in panel.runs):
+                    # The panel would show the file's problem in its status line: a
+                    # picture of an empty panel is not what --run asked for.
+                    window.close()  # ends its children (nvidia-smi) before the exit
+                    raise UsageError(f"--run {path!r}: not a run log (no run records found)")
             panel.show_plot_page(args.training_page)
     return app, window
 

@@ -92,6 +92,18 @@ DEFAULT_AMAX_HISTORY = 1024
 # Loss scales are float32 in the loop (GradScaler's scale tensor, the static scaler's
 # multiply): above float32's largest finite value a scale is inf and skips every step.
 FLOAT32_MAX = float.fromhex("0x1.fffffep127")  # 3.4028234663852886e38
+# Below float32's smallest normal a scale is subnormal or 0 there: 0 (below 2^-149) makes
+# the loss 0 and its reciprocal inf (every step skipped, measured: --init-scale 1e-50); a
+# subnormal one scales every FP16 gradient to zero, and its reciprocal is inf below 2^-128.
+FLOAT32_MIN_NORMAL = float.fromhex("0x1p-126")  # 1.1754943508222875e-38
+# Delayed scaling keeps each linear's amax histories (3 x N float32) on its device and rolls
+# them on every cast: at N = 10^8 a roll took 0.5 s on this CPU (27 casts a transformer
+# step), at 10^9 each linear held 12 GB. 2^16 steps of history cost what 1024 do.
+MAX_AMAX_HISTORY = 2**16
+# The delayed scale is fp8_max / amax / 2**margin: each tensor's amax is cast to
+# 448 / 2**margin in E4M3. 448 / 2**18 ~ 2^-9.2 still rounds to E4M3's smallest
+# subnormal 2^-9; from 19 on even the amax (and so every value) flushes to zero.
+MAX_MARGIN = 18
 
 
 def _beyond_float32(what: str, value: float) -> str:
@@ -99,6 +111,34 @@ def _beyond_float32(what: str, value: float) -> str:
         f"{what} {value:g} is inf in float32, where the loop holds it (every step would be "
         f"skipped): use at most {FLOAT32_MAX:.8g}"
     )
+
+
+def _below_float32(what: str, value: float) -> str:
+    return (
+        f"{what} {value:g} is 0 or subnormal in float32, where the loop holds it (the "
+        f"scaled gradients would be 0 or inf): use at least {FLOAT32_MIN_NORMAL:.8g}"
+    )
+
+
+def scale_problem(what: str, value: float) -> str | None:
+    """Why a loss scale cannot be held by the loop (float32), or None when it can."""
+    if value > FLOAT32_MAX:
+        return _beyond_float32(what, value)
+    if 0 < value < FLOAT32_MIN_NORMAL:
+        return _below_float32(what, value)
+    return None
+
+
+def scaler_settings_problems(settings: ScalerSettings) -> dict[str, str]:
+    """The policy's own rules for these settings (`settings_problems`), and the initial
+    scale held in float32: what `fpexplorer train`, `runs replay-scaler` and the panel's
+    What-if tab all refuse."""
+    problems = settings_problems(settings)
+    if "init_scale" not in problems:
+        problem = scale_problem("the initial scale", settings.init_scale)
+        if problem is not None:
+            problems["init_scale"] = problem
+    return problems
 
 
 # A user task: "path/to/file.py:factory".
@@ -300,16 +340,60 @@ class TrainConfig:
         problems.update(self._scaler_problems())
         if not _positive_finite(self.loss_scale):
             problems["loss_scale"] = "the loss scale must be a positive finite number"
-        elif self.loss_scale > FLOAT32_MAX:
-            problems["loss_scale"] = _beyond_float32("the loss scale", self.loss_scale)
+        elif (problem := scale_problem("the loss scale", self.loss_scale)) is not None:
+            problems["loss_scale"] = problem
         problems.update(self._distributed_problems())
         problems.update(self._low_precision_problems())
+        for name, why in self.inapplicable().items():
+            # Given, and not used with the other settings (an --init-scale under bf16 was
+            # ignored without a word): say so rather than run without it.
+            if name not in problems and getattr(self, name) != _FIELD_DEFAULTS[name]:
+                problems[name] = f"{option_flag(name)} is not used with these settings: {why}"
         if self.out is not None:
             if not self.out.strip():
                 problems["out"] = "the output file name is empty"
             elif Path(self.out).is_dir():
                 problems["out"] = f"{self.out} is a folder, not a file"
         return problems
+
+    def inapplicable(self) -> dict[str, str]:
+        """Field name -> why that option does nothing with the other settings (the form
+        greys it out and starts the job with its default): the loss scalers' settings
+        outside their precision modes, the low-precision options outside theirs."""
+        mode = find_precision_mode(self.precision)
+        unused: dict[str, str] = {}
+        if mode is not None:
+            if mode.scaler != "dynamic":
+                why = f"a setting of fp16's dynamic loss scaler, and {self.precision} has none"
+                for name in ("scaler", "init_scale", "growth_factor", "backoff_factor",
+                             "growth_interval", "hysteresis", "min_scale",
+                             "consecutive_hysteresis"):  # fmt: skip
+                    unused[name] = why
+            elif self.scaler == "torch":
+                why = "a setting of DeepSpeed's and Megatron's scalers; torch's GradScaler has none"
+                unused.update(hysteresis=why, min_scale=why)
+            if self.scaler != "deepspeed" and "consecutive_hysteresis" not in unused:
+                unused["consecutive_hysteresis"] = "an option of DeepSpeed's scaler only"
+            if mode.scaler != "static":
+                unused["loss_scale"] = (
+                    f"the fixed scale of fp16-static and pure-fp16; {self.precision} does not "
+                    "use one"
+                )
+            if not mode.quantized:
+                unused["bf16_first_last"] = (
+                    f"an option of the fp8, MX and NVFP4 modes; {self.precision} quantizes no layer"
+                )
+            if self.precision != "fp8":
+                unused["fp8_scaling"] = "an option of the fp8 mode only"
+            if self.precision != "fp8" or self.fp8_scaling != "delayed":
+                for name in ("amax_history", "amax_compute", "margin"):
+                    unused[name] = "an option of delayed FP8 scaling only (fp8 scaling delayed)"
+        if (
+            _is_int(self.nproc_per_node) and _is_int(self.nnodes)
+            and not self.launches and launched_world_size() < 2
+        ):  # fmt: skip
+            unused["parallel"] = "an option of several ranks only (Ranks above 1)"
+        return unused
 
     @property
     def world_size(self) -> int:
@@ -398,14 +482,20 @@ class TrainConfig:
                 f"--fp8-scaling delayed keeps one scale per tensor: use it with --precision "
                 f"fp8, not {self.precision}"
             )
-        if not _is_int(self.amax_history) or self.amax_history < 1:
-            problems["amax_history"] = "the amax history must be a whole number of at least 1"
+        if not _is_int(self.amax_history) or not 1 <= self.amax_history <= MAX_AMAX_HISTORY:
+            problems["amax_history"] = (
+                f"the amax history must be a whole number from 1 to {MAX_AMAX_HISTORY} "
+                "(steps; Transformer Engine's default is 1024)"
+            )
         if self.amax_compute not in computes:
             problems["amax_compute"] = (
                 f"unknown amax compute {self.amax_compute!r}: use {' or '.join(computes)}"
             )
-        if not _is_int(self.margin) or self.margin < 0:
-            problems["margin"] = "the scale margin must be a whole number of at least 0"
+        if not _is_int(self.margin) or not 0 <= self.margin <= MAX_MARGIN:
+            problems["margin"] = (
+                f"the scale margin must be a whole number from 0 to {MAX_MARGIN} (binades; "
+                f"above {MAX_MARGIN} every value flushes to zero in E4M3)"
+            )
         delayed_only = {
             "amax_history": self.amax_history != DEFAULT_AMAX_HISTORY,
             "amax_compute": self.amax_compute != "max",
@@ -429,11 +519,8 @@ class TrainConfig:
                 f"--scaler {self.scaler} is a dynamic loss-scaling policy: it applies to fp16, "
                 f"and {self.precision} has none"
             )
-        if self.init_scale is not None:
-            if not _positive_finite(self.init_scale):
-                problems["init_scale"] = "the initial scale must be a positive finite number"
-            elif self.init_scale > FLOAT32_MAX:
-                problems["init_scale"] = _beyond_float32("the initial scale", self.init_scale)
+        if self.init_scale is not None and not _positive_finite(self.init_scale):
+            problems["init_scale"] = "the initial scale must be a positive finite number"
         if not (_positive_finite(self.growth_factor) and self.growth_factor > 1.0):
             problems["growth_factor"] = "the growth factor must be greater than 1"
         if not (_positive_finite(self.backoff_factor) and self.backoff_factor < 1.0):
@@ -448,7 +535,7 @@ class TrainConfig:
             problems["min_scale"] = "the minimum scale must be a positive finite number"
         if not problems:
             # The policy's own rules (torch has no hysteresis, no minimum scale, ...).
-            problems.update(settings_problems(self.scaler_settings()))
+            problems.update(scaler_settings_problems(self.scaler_settings()))
         return problems
 
     def scaler_settings(self) -> ScalerSettings:
@@ -549,6 +636,7 @@ def _positive_finite(value: object) -> bool:
     )
 
 
+_FIELD_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 _OPTIONS: tuple[tuple[str, OptionSpec, Any], ...] = tuple(
     (item.name, item.metadata["option"], item.default) for item in dataclasses.fields(TrainConfig)
 )

@@ -392,8 +392,10 @@ class QuantTensorStats(_Codable):
     `scale` follows torchao's convention: the factor the tensor is multiplied by before
     the cast (E4M3's 448 / amax for current per-tensor scaling). Block-scaled recipes have
     one scale per block instead: `scale_hist` counts the blocks by the binade of their
-    scale (floor(log2 scale)), and `scale` is the per-tensor scale NVFP4 adds on top, or
-    None. Shares are of all the tensor's elements."""
+    scale (floor(log2 scale)), the block format's own scale, which the block's elements
+    are multiplied by to dequantize (E8M0's 2**e for MX, s_block for NVFP4; FP8 rowwise
+    counts each row as a block, its scale 1 / torchao's row scale), and `scale` is the
+    per-tensor scale NVFP4 adds on top, or None. Shares are of all the tensor's elements."""
 
     layer: str  # the module's name in the model
     role: str  # one of QUANT_ROLES

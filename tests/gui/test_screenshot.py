@@ -143,3 +143,20 @@ def test_bad_screenshot_arguments_get_one_line_and_exit_2(tmp_path: Path) -> Non
         assert words in result.stderr
         assert "Traceback" not in result.stderr
         assert not (tmp_path / "x.png").exists()
+
+
+def test_a_run_file_that_is_not_a_run_log_gets_one_line_and_exit_2(tmp_path: Path) -> None:
+    # Was: exit 0 and a picture of an empty panel, its status line full of the file's bytes.
+    junk = tmp_path / "junk.jsonl"
+    junk.write_bytes(bytes(range(256)) * 8)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    for run in (junk, empty):
+        args = ["--panel", "training", "--training-page", "low", "--run", str(run)]
+        result = run_cli("screenshot", "--out", str(tmp_path / "x.png"), *args)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            f"fpexplorer screenshot: error: --run {str(run)!r}: not a run log (no run records "
+            "found)"
+        ]
+        assert not (tmp_path / "x.png").exists()

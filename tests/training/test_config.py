@@ -7,9 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 from fpexplorer.training.config import (
+    FLOAT32_MIN_NORMAL,
+    MAX_AMAX_HISTORY,
+    MAX_MARGIN,
     PRECISION_NAMES,
     PRECISIONS,
     TASK_NAMES,
@@ -64,6 +69,15 @@ def test_choices_have_descriptions() -> None:
         ({"precision": "fp8", "fp8_scaling": "delayed", "amax_history": 0}, "amax_history"),
         ({"precision": "fp8", "fp8_scaling": "delayed", "amax_compute": "mean"}, "amax_compute"),
         ({"precision": "fp8", "fp8_scaling": "delayed", "margin": -1}, "margin"),
+        # 2**2000 raised OverflowError in the job's first cast (a traceback, exit 1)
+        ({"precision": "fp8", "fp8_scaling": "delayed", "margin": 2000}, "margin"),
+        ({"precision": "fp8", "fp8_scaling": "delayed", "margin": MAX_MARGIN + 1}, "margin"),
+        # 10^9 steps of history: 12 GB per linear, a roll of 4 GB on every cast
+        ({"precision": "fp8", "fp8_scaling": "delayed", "amax_history": 10**9}, "amax_history"),
+        (
+            {"precision": "fp8", "fp8_scaling": "delayed", "amax_history": MAX_AMAX_HISTORY + 1},
+            "amax_history",
+        ),
         ({"precision": "fp8", "margin": 2}, "margin"),  # current scaling has no margin
         ({"device": "tpu"}, "device"),
         ({"steps": 0}, "steps"),
@@ -75,6 +89,9 @@ def test_choices_have_descriptions() -> None:
         ({"seed": 2**64}, "seed"),  # torch cannot take it: a usage error, not a failed task
         ({"stats_every": -1}, "stats_every"),
         ({"init_scale": 0.0}, "init_scale"),
+        ({"init_scale": 1e39}, "init_scale"),  # inf in float32
+        ({"init_scale": 1e-50}, "init_scale"),  # 0 in float32: every step skipped, "completed"
+        ({"scaler": "deepspeed", "init_scale": 1e-40, "min_scale": 1e-41}, "init_scale"),
         ({"growth_factor": 1.0}, "growth_factor"),
         ({"backoff_factor": 1.0}, "backoff_factor"),
         ({"growth_interval": 0}, "growth_interval"),
@@ -86,7 +103,12 @@ def test_choices_have_descriptions() -> None:
         ({"min_scale": 1.0}, "min_scale"),
         ({"scaler": "megatron", "min_scale": 2.0**40}, "min_scale"),  # above the initial scale
         ({"scaler": "megatron", "consecutive_hysteresis": True}, "consecutive_hysteresis"),
-        ({"loss_scale": float("inf")}, "loss_scale"),
+        ({"precision": "fp16-static", "loss_scale": float("inf")}, "loss_scale"),
+        ({"precision": "pure-fp16", "loss_scale": 1e-50}, "loss_scale"),
+        # given and not used by the mode: said, not ignored
+        ({"precision": "bf16", "init_scale": 1024.0}, "init_scale"),
+        ({"precision": "fp8", "growth_interval": 5}, "growth_interval"),
+        ({"loss_scale": 512.0}, "loss_scale"),  # fp16's scale is dynamic
         ({"out": "  "}, "out"),
     ],
 )
@@ -94,6 +116,30 @@ def test_validate_names_the_bad_field(change: dict[str, object], field: str) -> 
     problems = TrainConfig().replace(**change).validate()
     assert list(problems) == [field]
     assert problems[field]
+
+
+def test_the_scale_bounds_are_float32s_own() -> None:
+    """A loss scale is held in float32 by the loop: its smallest normal number (numpy's
+    finfo) is accepted, the float below it refused, as the largest finite one is."""
+    tiny = float(np.finfo(np.float32).tiny)
+    assert tiny == FLOAT32_MIN_NORMAL
+    below = float(np.nextafter(tiny, 0.0))
+    huge = float(np.finfo(np.float32).max)
+    for field, precision in (("init_scale", "fp16"), ("loss_scale", "fp16-static")):
+        config = TrainConfig(precision=precision)
+        assert config.replace(**{field: tiny}).validate() == {}
+        assert config.replace(**{field: huge}).validate() == {}
+        assert list(config.replace(**{field: below}).validate()) == [field]
+        assert list(config.replace(**{field: huge * 1.0000001}).validate()) == [field]
+
+
+def test_the_margin_bound_is_where_e4m3_flushes_the_amax_itself() -> None:
+    """The delayed scale casts a tensor's amax to 448 / 2**margin in E4M3 (ml_dtypes as the
+    oracle): at the largest margin allowed it is still non-zero, one more flushes it."""
+    assert float(ml_dtypes.float8_e4m3fn(448.0 / 2.0**MAX_MARGIN)) > 0
+    assert float(ml_dtypes.float8_e4m3fn(448.0 / 2.0 ** (MAX_MARGIN + 1))) == 0
+    delayed = TrainConfig(precision="fp8", fp8_scaling="delayed")
+    assert delayed.replace(margin=MAX_MARGIN, amax_history=MAX_AMAX_HISTORY).validate() == {}
 
 
 def test_user_task_form(tmp_path: Path) -> None:
@@ -208,3 +254,41 @@ def test_the_jobs_plans_come_from_the_table() -> None:
         assert plan.scaler == mode.scaler
         expected = getattr(torch, mode.autocast_dtype) if mode.autocast_dtype else None
         assert plan.autocast_dtype == expected
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"precision": "fp16", "bf16_first_last": True},
+        {"precision": "fp16", "fp8_scaling": "delayed"},
+        {"precision": "fp8", "margin": 2},
+        {"precision": "bf16", "scaler": "megatron"},
+        {"precision": "fp16", "hysteresis": 2},
+        {"precision": "fp16", "min_scale": 1.0},
+        {"precision": "fp16", "scaler": "megatron", "consecutive_hysteresis": True},
+        {"parallel": "fsdp"},
+        {"precision": "bf16", "init_scale": 8.0, "growth_factor": 4.0},
+        {"precision": "fp8", "loss_scale": 8.0},
+    ],
+)
+def test_an_option_refused_for_its_mode_is_one_the_form_greys_out(
+    change: dict[str, object],
+) -> None:
+    """What validate() refuses because another setting makes it meaningless is what
+    `inapplicable()` names (the form greys it out and starts the job at its default)."""
+    config = TrainConfig().replace(**change)
+    refused = set(config.validate())
+    assert refused and refused <= set(config.inapplicable())
+    defaults = {name: getattr(TrainConfig(), name) for name in config.inapplicable()}
+    assert config.replace(**defaults).validate() == {}
+
+
+def test_what_applies_to_each_mode() -> None:
+    fp16 = TrainConfig(precision="fp16").inapplicable()
+    assert {"scaler", "init_scale", "growth_interval"}.isdisjoint(fp16)
+    assert {"loss_scale", "bf16_first_last", "fp8_scaling", "margin", "hysteresis"} <= set(fp16)
+    assert "loss_scale" not in TrainConfig(precision="pure-fp16").inapplicable()
+    delayed = TrainConfig(precision="fp8", fp8_scaling="delayed").inapplicable()
+    assert {"fp8_scaling", "amax_history", "margin", "bf16_first_last"}.isdisjoint(delayed)
+    assert "init_scale" in delayed
+    assert "parallel" not in TrainConfig(nproc_per_node=2).inapplicable()

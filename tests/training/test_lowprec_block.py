@@ -300,7 +300,30 @@ def test_tensorwise_into_narrow_formats_equals_the_engine(name: str) -> None:
     assert _bits_equal(ours.values, expected).all()
 
 
+@pytest.mark.parametrize(
+    ("name", "dtype"), [("float8_e4m3fn", torch.float8_e4m3fn), ("float8_e5m2", torch.float8_e5m2)]
+)
+def test_one_scale_per_row_or_column_equals_torchs_float8_cast(
+    name: str, dtype: torch.dtype
+) -> None:
+    x = torch.from_numpy(_tensor(14, special=True))
+    fp8_max = float(torch.finfo(dtype).max)
+    rows, cols = x.shape
+    generator = torch.Generator().manual_seed(5)
+    for shape in ((rows, 1), (1, cols)):
+        scale = torch.exp2(torch.randint(-60, 60, shape, generator=generator).float()) * 1.37
+        ours = quantize_tensorwise(x, name, scale)
+        assert not ours.per_tensor and ours.scale.shape == shape
+        theirs = (x * scale).clamp(-fp8_max, fp8_max).to(dtype).float() / scale
+        assert _bits_equal(ours.values, theirs.numpy()).all()
+    assert quantize_tensorwise(x, name, torch.tensor(2.0)).per_tensor
+
+
 def test_tensorwise_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"scales of shape \(3, 1\) do not broadcast"):
+        quantize_tensorwise(torch.ones(4, 2), "e4m3", torch.ones(3, 1))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        quantize_tensorwise(torch.ones(4), "e4m3", torch.ones(1, 4))
     with pytest.raises(ValueError, match="positive float32"):
         quantize_tensorwise(torch.ones(3), "e4m3", -1.0)
     with pytest.raises(ValueError, match="float64"):

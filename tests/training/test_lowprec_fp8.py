@@ -3,9 +3,11 @@ torchao's own, bit for bit), and delayed scaling (the scale lags a spike, which 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torchao.float8.float8_scaling_utils as scaling_utils
@@ -14,7 +16,6 @@ from torch import nn
 from fpexplorer.training.lowprec.fp8 import (
     DelayedScaling,
     DelayedScalingLinear,
-    cast_fp8,
     choose_linears,
     convert_delayed_fp8,
     convert_torchao_fp8,
@@ -22,8 +23,11 @@ from fpexplorer.training.lowprec.fp8 import (
     needs_emulation,
     rowwise_scale,
     tensorwise_scale,
+    torchao_cast,
 )
+from fpexplorer.training.lowprec.tensorwise import quantize_tensorwise
 from fpexplorer.training.monitor.quant import QuantCollector
+from fpexplorer.training.records import Histogram, QuantTensorStats
 
 
 def test_format_limits_come_from_the_engine_and_match_torch() -> None:
@@ -90,43 +94,89 @@ def test_recomputed_casts_equal_torchaos_bit_for_bit(
     stats = collector.take()
     collector.arm(False)
     assert casts, "torchao cast nothing: the recipe was not applied"
+    monitored: dict[tuple[str, tuple[int, ...]], dict[str, Any]] = {}
     for cast in casts:
         fmt = {torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2"}[
             cast["dtype"]
         ]
-        hp = cast["hp"]
+        hp, their_scale = cast["hp"], cast["scale"]
+        # The dequantized FP8 values the emulated matmul sees.
+        theirs = cast["data"].float() / their_scale
         if recipe == "tensorwise":
             scale = tensorwise_scale(hp.abs().max(), fmt)
         elif cast["axis"] == 0:  # scaled along dim 0: the rows of the transpose
             scale = rowwise_scale(hp.t(), fmt).t()
         else:
             scale = rowwise_scale(hp, fmt)
-        assert torch.equal(scale, cast["scale"])
-        ours = cast_fp8(hp, scale, fmt).view(torch.uint8)
-        assert torch.equal(ours, cast["data"].view(torch.uint8))
-    # The monitor's records: each of the two layers, each role, with torchao's scales.
+        assert torch.equal(scale, their_scale)
+        ours = quantize_tensorwise(hp.float(), fmt, scale).values
+        assert torch.equal(ours.view(torch.int32), theirs.view(torch.int32))
+        # torchao hands the weight over transposed: the monitor casts the module's weight.
+        # It measures the casts of the forward matmul and of grad_input's: along dim 0 of
+        # that transpose, along the last dimension of the input and the output gradient.
+        transposed = cast["role"] == "weight"
+        if recipe == "rowwise" and transposed != (cast["axis"] == 0):
+            continue
+        rows, values = (hp.t(), theirs.t()) if transposed else (hp, theirs)
+        measured = torchao_cast(collector.torchao[0][1].config, cast["role"], rows)
+        assert measured is not None
+        assert torch.equal(measured.values.view(torch.int32), values.float().view(torch.int32))
+        monitored.setdefault((cast["role"], tuple(rows.shape)), {**cast, "rows": rows,
+                             "values": values, "fmt": fmt})  # fmt: skip
+    # The monitor's records: each of the two layers, each role, in the order torchao cast.
     assert [(s.layer, s.role) for s in stats] == [
         ("2", "input"), ("2", "weight"), ("4", "input"), ("4", "weight"),
         ("4", "grad_output"), ("2", "grad_output"),
     ]  # fmt: skip
-    first = {}
-    for cast in casts:
-        first.setdefault((cast["role"], cast["hp"].shape[-1], cast["hp"].numel()), cast)
     for record in stats:
-        assert math.isfinite(record.sqnr_db) and record.sqnr_db > 10
-        assert 0 <= record.saturated <= 1 and 0 <= record.flushed <= 1
-        if recipe == "tensorwise":
-            expected = "float8_e5m2" if record.role == "grad_output" else "float8_e4m3fn"
-            assert record.format == expected and record.scale_hist is None
-            assert record.scale == pytest.approx(format_max(expected) / record.amax, rel=1e-6)
-            assert any(float(c["scale"]) == record.scale for c in casts)
-        else:
-            assert record.format == "float8_e4m3fn" and record.scale is None
-            assert record.scale_hist is not None and record.scale_hist.total > 1
+        out_features, in_features = model[int(record.layer)].weight.shape
+        shape = {"input": (64, in_features), "weight": (out_features, in_features),
+                 "grad_output": (64, out_features)}[record.role]  # fmt: skip
+        expected = _expected_record(record.layer, record.role, monitored[record.role, shape])
+        assert dataclasses.replace(record, sqnr_db=0.0) == dataclasses.replace(
+            expected, sqnr_db=0.0
+        )
+        assert record.sqnr_db == pytest.approx(expected.sqnr_db, rel=1e-12)
+        assert record.sqnr_db > 10
     # Nothing is measured on a step the collector is not armed for.
     with torch.autocast("cpu", dtype=torch.bfloat16):
         model(x).float().sum().backward()
     assert collector.take() == ()
+
+
+def _expected_record(layer: str, role: str, cast: dict[str, Any]) -> QuantTensorStats:
+    """The record of a torchao cast, by numpy: shares of all elements, SQNR over the
+    dequantized values, and for row scales the binades of 1 / torchao's scale (the factor
+    that dequantizes a row, as a block scale does)."""
+    x = cast["rows"].double().numpy()
+    q = cast["values"].double().numpy()
+    scale = cast["scale"].numpy()  # float32
+    if cast["rows"] is not cast["hp"]:
+        scale = scale.T
+    amax = float(np.abs(x).max())
+    fmt = cast["fmt"]
+    # Saturated: x * scale as the cast computes it, in float32, beyond the format's max.
+    saturated = np.abs(x.astype(np.float32) * scale) > format_max(fmt)
+    per_tensor: float | None = None
+    scale_hist: Histogram | None = None
+    if scale.size == 1:
+        per_tensor = float(scale)
+    else:
+        binades, counts = np.unique(np.floor(np.log2(1.0 / scale)), return_counts=True)
+        dense = dict(zip(binades.astype(int).tolist(), counts.tolist(), strict=True))
+        lo, hi = min(dense), max(dense)
+        scale_hist = Histogram(lo=lo, counts=tuple(dense.get(b, 0) for b in range(lo, hi + 1)))
+    return QuantTensorStats(
+        layer=layer,
+        role=role,
+        format=fmt,
+        amax=amax,
+        scale=per_tensor,
+        scale_hist=scale_hist,
+        saturated=float(saturated.sum()) / x.size,
+        flushed=float(((x != 0) & (q == 0)).sum()) / x.size,
+        sqnr_db=10 * math.log10((x * x).sum() / ((x - q) ** 2).sum()),
+    )
 
 
 def _spiky_steps(layer: DelayedScalingLinear, amaxes: list[float]) -> list[Any]:

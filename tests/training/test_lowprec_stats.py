@@ -76,6 +76,24 @@ def test_tensorwise_e4m3_by_hand() -> None:
     assert scaled.saturated == 0.0 and scaled.scale == float(np.float32(448 / 500))
 
 
+def test_row_scales_are_counted_as_the_factor_that_dequantizes_a_row() -> None:
+    # torchao's rowwise recipe: per row, the power of two at or below 448 / amax_row. The
+    # histogram counts 1 / that scale, the factor the FP8 values are multiplied by to give
+    # x back, as block scales are counted: here 2**-7 (amax 3), 2**-5 (amax 12), 2**-9 (amax
+    # 0.5), and a zero row at 448 / 1e-12's power of two, 2**48, so 1 / it is 2**-48.
+    x = torch.tensor([[3.0, -1.0], [12.0, 0.25], [0.5, 0.0], [0.0, 0.0]])
+    scale = torch.tensor([[128.0], [32.0], [512.0], [2.0**48]])
+    q = quantize_tensorwise(x, "float8_e4m3fn", scale)
+    stats = quant_stats("fc", "input", x, q, "float8_e4m3fn")
+    assert stats.scale is None
+    assert stats.scale_hist == Histogram(lo=-48, counts=(1,) + (0,) * 38 + (1, 0, 1, 0, 1))
+    assert stats.amax == 12.0 and stats.saturated == 0.0 and stats.flushed == 0.0
+    assert stats.sqnr_db == math.inf  # every value is exact in E4M3 after its row's scale
+    # Scales twice as large clip the amax of three rows: 3 × 256, 12 × 64, 0.5 × 1024 > 448.
+    clipped = quant_stats("fc", "input", x, quantize_tensorwise(x, "e4m3", scale * 2), "e4m3")
+    assert clipped.saturated == 3 / 8 and clipped.sqnr_db < 30
+
+
 def test_nan_and_inf_count_in_the_denominator_only() -> None:
     x = torch.tensor([1.0, math.nan, 2.0, 0.5] + [0.0] * 28 + [math.inf, 3.0])
     q = quantize_blocks(x, "mxfp8_e4m3")
@@ -131,6 +149,9 @@ def test_bad_arguments() -> None:
         quant_stats("fc", "bias", x, q, "mxfp4")
     with pytest.raises(ValueError, match="shape"):
         quant_stats("fc", "input", torch.ones(5), q, "mxfp4")
+    empty = torch.ones(0, 4)
+    with pytest.raises(ValueError, match="the tensor is empty"):
+        quant_stats("fc", "input", empty, quantize_tensorwise(empty, "e4m3", 1.0), "e4m3")
 
 
 def test_many_measurements_read_in_one_transfer_equal_one_by_one() -> None:
@@ -139,9 +160,11 @@ def test_many_measurements_read_in_one_transfer_equal_one_by_one() -> None:
         ("a", "input", quantize_blocks(x, "mxfp4"), "mxfp4"),
         ("a", "weight", quantize_tensorwise(x, "e5m2", 0.5), "float8_e5m2"),
         ("b", "grad_output", quantize_blocks(x, "nvfp4"), "nvfp4"),
+        ("c", "input", quantize_tensorwise(x.reshape(4, 25), "e4m3", torch.rand(4, 1)), "e4m3"),
     ]
-    pending = [measure_quantized(layer, role, x, q, name) for layer, role, q, name in casts]
+    pending = [measure_quantized(layer, role, q.input, q, name) for layer, role, q, name in casts]
     assert all(isinstance(item.values, torch.Tensor) for item in pending)
     together = read_pending_stats(pending)
-    assert together == tuple(quant_stats(layer, role, x, q, name) for layer, role, q, name in casts)
+    one_by_one = tuple(quant_stats(layer, role, q.input, q, name) for layer, role, q, name in casts)
+    assert together == one_by_one
     assert read_pending_stats([]) == ()

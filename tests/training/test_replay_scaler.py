@@ -218,3 +218,14 @@ def test_the_monitors_gradient_amax(copy_limit: int, monkeypatch: pytest.MonkeyP
     assert float(amp_monitor._abs_max([torch.tensor([-7.0, -2.0])])) == 7.0
     assert math.isnan(float(amp_monitor._abs_max([*grads, torch.tensor([math.nan])])))
     assert float(amp_monitor._abs_max([*grads, torch.tensor([-math.inf])])) == math.inf
+
+
+@pytest.mark.parametrize("scale", ["1e39", "1e-50"])
+def test_cli_replay_scaler_refuses_a_scale_float32_cannot_hold(scale: str) -> None:
+    """`train --init-scale 1e39` is refused; the replay predicted every step skipped under
+    it (a scale of inf) instead of saying so."""
+    run = Path(__file__).parents[1] / "gui" / "training" / "data" / "overflow-fp16-scaler.jsonl"
+    refused = run_cli("runs", "replay-scaler", str(run), "--init-scale", scale)
+    assert refused.returncode == 2, refused.stdout
+    assert "in float32, where the loop holds it" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not refused.stdout

@@ -331,6 +331,12 @@ class TrainForm(QWidget):
         for device, name in devices:
             self.device_combo.addItem(f"{device} — {name}", device)
         self.device_note.setText(note)
+        # The note wraps to more lines than "looking for CUDA devices…": the form's height
+        # for its width changes, which its scroll area reads on `changed`.
+        layout = self.layout()
+        if layout is not None:
+            layout.invalidate()
+        self.changed.emit()
 
     def _on_task_browse_clicked(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Task file", "", "Python files (*.py)")
@@ -375,7 +381,18 @@ class TrainForm(QWidget):
                     else f"2^{limit[0].bit_length()} - 1"
                 )
                 errors[name] = f"at most {top} ({limit[1]})"
+        # An option that does nothing with the other settings (an fp16 scaler setting
+        # under bf16, the FP8 options under fp16, ...) starts the job at its default: what
+        # a greyed-out field holds must neither travel nor keep Start off.
+        for name in self._inapplicable(values, errors):
+            values[name] = getattr(_DEFAULTS, name)
+            errors.pop(name, None)
         return values, errors
+
+    @staticmethod
+    def _inapplicable(values: dict[str, Any], errors: dict[str, str]) -> dict[str, str]:
+        valid = {k: v for k, v in values.items() if k not in errors}
+        return TrainConfig(**valid).inapplicable()
 
     def problems(self) -> dict[str, str]:
         """Field name -> message, for every field that is wrong now."""
@@ -424,7 +441,33 @@ class TrainForm(QWidget):
     def valid(self) -> bool:
         return not self.problems()
 
+    def _option_widgets(self) -> dict[str, QWidget]:
+        widgets: dict[str, QWidget] = {name: row.edit for name, row in self.fields.items()}
+        widgets.update(self.choice_boxes)
+        widgets.update(self.flags)
+        widgets["parallel"] = self.parallel_combo
+        return widgets
+
+    def _grey_out_inapplicable(self) -> None:
+        """Grey out each option that does nothing with the other settings; its tooltip and
+        its label's say why (the other options keep their declared help)."""
+        unused = self._inapplicable(*self._parse())
+        layout = self.layout()
+        assert isinstance(layout, QFormLayout)
+        for name, widget in self._option_widgets().items():
+            why = unused.get(name)
+            widget.setEnabled(why is None)
+            tip = _tooltip(_SPECS[name]) + ("" if why is None else f"\nNot used now: {why}")
+            widget.setToolTip(tip)
+            row = self.fields.get(name)
+            holder = row if row is not None else widget
+            label = layout.labelForField(holder)
+            if label is not None:
+                label.setEnabled(why is None)
+                label.setToolTip("" if why is None else tip)
+
     def _show(self) -> None:
+        self._grey_out_inapplicable()
         problems = self.problems()
         for name, row in self.fields.items():
             row.show_error(problems.get(name))

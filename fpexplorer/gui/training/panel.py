@@ -13,7 +13,7 @@ import re
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence, QResizeEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -138,6 +138,13 @@ class FormScrollArea(QScrollArea):
         super().resizeEvent(event)
         self.fit_height()
 
+    def viewportEvent(self, event: QEvent) -> bool:
+        # The viewport narrows without the area resizing when the scroll bar appears (the
+        # form grew taller than the area): the form's height for the new width then.
+        if event.type() == QEvent.Type.Resize:
+            self.fit_height()
+        return super().viewportEvent(event)
+
     def fit_height(self) -> None:
         widget = self.widget()
         if widget is not None and widget.hasHeightForWidth():
@@ -177,6 +184,14 @@ class TrainingPanel(QWidget):
         form_scroll.setWidget(self.form)
         form_scroll.setWidgetResizable(True)
         form_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # As wide as the form needs beside the scroll bar, so the column (the tabs' minimum
+        # follows) never cuts it: at a fixed 280 px the form got 256 of its 285 px, and the
+        # File… button and the notes' last words lay under the scroll bar.
+        form_scroll.setMinimumWidth(
+            self.form.minimumSizeHint().width()
+            + form_scroll.verticalScrollBar().sizeHint().width()
+            + 2 * form_scroll.frameWidth()
+        )
         self.form_scroll = form_scroll
 
         self.start_button = QPushButton("Start")
@@ -251,7 +266,6 @@ class TrainingPanel(QWidget):
         code_layout.addWidget(self.copy_button)
 
         self.left_tabs = QTabWidget()
-        self.left_tabs.setMinimumWidth(220)
         self.left_tabs.addTab(job_tab, "Job")
         self.left_tabs.addTab(code_tab, "PyTorch code")
         self.whatif = ScalerWhatIf()
@@ -310,7 +324,7 @@ class TrainingPanel(QWidget):
         splitter.addWidget(self.plot_tabs)
         splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([280, 1300])
+        splitter.setSizes([self.left_tabs.minimumSizeHint().width(), 1300])
         splitter.setChildrenCollapsible(False)
         self._splitter = splitter
         self.left_tabs.currentChanged.connect(self._on_left_tab_changed)
@@ -454,8 +468,16 @@ class TrainingPanel(QWidget):
             if model.header is None and not model.steps_seen:
                 if entry is not None:
                     self._remove_run(entry)
+                # One line: the damaged lines' text (binary garbage for a file that is not a
+                # run log at all) goes in the tooltip, not the status.
+                damaged = len(model.problems)
                 self._show_status(
-                    f"{path}: no run records found. " + "; ".join(model.problems[:3]), error=True
+                    f"{elide(path.name, 60)}: not a run log, no run records found"
+                    + (f" ({damaged} line(s) that are not records)" if damaged else ""),
+                    error=True,
+                )
+                self.status_label.setToolTip(
+                    "\n".join([str(path), *(elide(p, 200) for p in model.problems[:3])])
                 )
                 self.run_loaded.emit(str(path))
                 return
@@ -689,7 +711,8 @@ class TrainingPanel(QWidget):
     def _on_left_tab_changed(self, index: int) -> None:
         # Code needs width: the code tab takes half the panel, the form a narrow column.
         total = sum(self._splitter.sizes())
-        left = total // 2 if self.left_tabs.widget(index) is self.code_tab else 300
+        narrow = self.left_tabs.minimumSizeHint().width()
+        left = max(total // 2, narrow) if self.left_tabs.widget(index) is self.code_tab else narrow
         self._splitter.setSizes([left, total - left])
 
     def _on_copy_clicked(self) -> None:

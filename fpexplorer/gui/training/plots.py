@@ -697,7 +697,9 @@ class LossScalePlot(QWidget):
         self.growth_bar.setTextVisible(True)
         self.growth_bar.setMaximumHeight(18)
         self.growth_bar.setMinimumWidth(60)
-        self.growth_label = file_text_label("growth tracker: –", word_wrap=False)
+        # Wrapped, not cut: with a hysteresis policy the line ("skipped: 25 · hysteresis 2 ·
+        # growth tracker:") is longer than half the card at 1024 px, and lost its caption.
+        self.growth_label = file_text_label("growth tracker: –", word_wrap=True)
         self.growth_label.setMinimumWidth(60)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.gui.theme import role_hex
 from fpexplorer.gui.training.run_model import RunModel
-from fpexplorer.training.config import train_options
+from fpexplorer.training.config import scaler_settings_problems, train_options
 from fpexplorer.training.replay_scaler import EvidenceBuffer, ReplayTrace
 from fpexplorer.training.scaler_rules import (
     SCALER_POLICIES,
@@ -35,7 +35,6 @@ from fpexplorer.training.scaler_rules import (
     exact_number,
     resolve_settings,
     settings_from_config,
-    settings_problems,
 )
 
 OFF = "off"
@@ -97,7 +96,7 @@ class WhatIfModel:
             settings = dataclasses.replace(logged, **chosen)
         else:
             settings = resolve_settings(self.choice, **given)
-        problems = settings_problems(settings)
+        problems = scaler_settings_problems(settings)
         if problems:
             raise ValueError("; ".join(problems.values()))
         return settings

@@ -329,6 +329,10 @@ def settings_of(model: RunModel) -> TrainConfig | str:
         return "this run's file holds no settings"
     try:
         settings = TrainConfig.from_dict(config)
+        # What the run's settings did not use (an older fpexplorer took an --init-scale
+        # under bf16 and ignored it) the form shows greyed out, at its default.
+        unused = settings.inapplicable()
+        settings = settings.replace(**{name: getattr(TrainConfig(), name) for name in unused})
         problems = settings.validate()
     except (TypeError, ValueError, OverflowError) as error:  # a damaged file's values
         return f"this run's settings cannot be shown: {elide(str(error), 60)}"

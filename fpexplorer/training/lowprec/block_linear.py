@@ -23,7 +23,8 @@ passes, see `block_torch`), on top of the three float32 matmuls: several times a
 linear layer on CPU, memory-bound on an accelerator. The layer saves the high-precision
 input and weight for backward, as `nn.Linear` does. No host synchronisation in forward or
 backward, statistics included: with `collect_stats` on they are measured on the device
-(about a dozen more passes per tensor) and read in one transfer by `take_quant_stats()`.
+(about a dozen more passes per tensor, `lowprec.stats`) and read after the step, by the
+monitor with every other layer's in one transfer, or by `take_quant_stats()`.
 """
 
 from __future__ import annotations
@@ -35,22 +36,22 @@ import torch
 from torch import nn
 
 from fpexplorer.formats.block import BlockFormat, get_block_format
-from fpexplorer.training.records import QuantTensorStats
 
 from .block_torch import quantize_blocks
-from .stats import PendingQuantStats, measure_quantized, read_pending_stats
+from .stats import SelfMeasuringLayer
 
 
-class BlockScaledLinear(nn.Linear):
+class BlockScaledLinear(SelfMeasuringLayer, nn.Linear):
     """`nn.Linear` whose forward and backward matmuls see block-quantized operands.
 
     `block`: the block format (a `BlockFormat` or a name such as "mxfp8_e4m3", "nvfp4").
     `stochastic_gradients`: round the output gradient stochastically (None: only for
     formats with a per-tensor scale, NVFP4's recipe); draws come from `generator` (on the
     layer's device), or torch's default generator, which `torch.manual_seed` seeds.
-    `collect_stats`: when True, each forward appends the input's and weight's
-    `QuantTensorStats` and each backward the output gradient's (blocks along
-    out_features, the cast grad_input uses); `take_quant_stats()` hands them over.
+    It measures its own casts (`SelfMeasuringLayer`): with `collect_stats` on, each
+    forward measures the input and the weight and each backward the output gradient
+    (blocks along out_features, the cast grad_input uses); `take_quant_stats()` hands
+    their `QuantTensorStats` over.
     """
 
     def __init__(
@@ -72,9 +73,7 @@ class BlockScaledLinear(nn.Linear):
             self.block.tensor_scale if stochastic_gradients is None else stochastic_gradients
         )
         self.generator = generator
-        self.layer_name = name
-        self.collect_stats = False
-        self._pending_stats: list[PendingQuantStats] = []
+        self.start_measuring(name)
 
     @classmethod
     def from_linear(
@@ -112,20 +111,9 @@ class BlockScaledLinear(nn.Linear):
             output = output + self.bias.to(output.dtype)
         return output
 
-    def take_quant_stats(self) -> tuple[QuantTensorStats, ...]:
-        """The statistics collected since the last call (and forget them): one host
-        transfer for all of them."""
-        pending, self._pending_stats = self._pending_stats, []
-        return read_pending_stats(pending)
-
     def extra_repr(self) -> str:
         rounding = ", stochastic gradients" if self.stochastic_gradients else ""
         return f"{super().extra_repr()}, block={self.block.name}{rounding}"
-
-    def _measure(self, role: str, x: torch.Tensor, q: Any) -> None:
-        if self.collect_stats:
-            measured = measure_quantized(self.layer_name, role, x, q, self.block.name)
-            self._pending_stats.append(measured)
 
 
 class _BlockScaledMatmul(torch.autograd.Function):
@@ -143,8 +131,8 @@ class _BlockScaledMatmul(torch.autograd.Function):
             x = quantize_blocks(rows.float(), layer.block, axis=-1)
             w = quantize_blocks(weight.float(), layer.block, axis=-1)
             output = x.values @ w.values.t()
-        layer._measure("input", rows, x)
-        layer._measure("weight", weight, w)
+        layer.measure("input", rows, x, layer.block.name)
+        layer.measure("weight", weight, w, layer.block.name)
         return output.reshape(*input.shape[:-1], weight.shape[0]).to(input.dtype)
 
     @staticmethod
@@ -160,7 +148,7 @@ class _BlockScaledMatmul(torch.autograd.Function):
                 g = quantize_blocks(
                     grad, block, axis=-1, stochastic=stochastic, generator=generator
                 )  # along N
-                layer._measure("grad_output", grad, g)
+                layer.measure("grad_output", grad, g, block.name)
             if ctx.needs_input_grad[0]:
                 w = quantize_blocks(weight.float(), block, axis=0)  # along N
                 grad_input = (g.values @ w.values).reshape(ctx.input_shape).to(rows.dtype)

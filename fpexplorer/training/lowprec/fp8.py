@@ -21,23 +21,22 @@ FP8; optionally not the first and the last (`keep_first_last`), which practition
 BF16. `LinearChoice` says which were kept and why.
 
 The measurement of a cast (amax, scale, saturated and flushed shares, SQNR) is
-`measure_cast` / `read_quant_stats`, used for torchao's layers (by the monitor's hooks,
-reproducing torchao's cast) and by `DelayedScalingLinear` itself.
+`lowprec.stats`', for every recipe: the monitor's hooks measure torchao's casts with the
+scales of `tensorwise_scale` / `rowwise_scale`, and `DelayedScalingLinear` measures its own.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from fpexplorer.training.lowprec.tensorwise import quantize_tensorwise
-from fpexplorer.training.records import Histogram, QuantTensorStats
+from fpexplorer.training.lowprec.stats import SelfMeasuringLayer
+from fpexplorer.training.lowprec.tensorwise import TensorwiseQuantized, quantize_tensorwise
 
 TorchaoRecipe = Literal["tensorwise", "rowwise"]
 AmaxCompute = Literal["max", "most_recent"]
@@ -71,10 +70,6 @@ def format_max(name: str) -> float:
     from fpexplorer.training.monitor.thresholds import format_range
 
     return float(format_range(name).max)
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    return _TORCH_DTYPES[name]
 
 
 def format_name(dtype: torch.dtype) -> str:
@@ -177,7 +172,7 @@ def convert_torchao_fp8(
     return choice
 
 
-# -- the cast and its measurement -------------------------------------------------------------
+# -- torchao's scales -------------------------------------------------------------------------
 
 
 def tensorwise_scale(amax: torch.Tensor, fmt: str) -> torch.Tensor:
@@ -190,125 +185,38 @@ def rowwise_scale(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """torchao's rowwise scale (recipe "rowwise"): one per row of `x` (over its last
     dimension), the per-tensor formula rounded down to a power of two."""
     amax = x.detach().abs().amax(dim=-1, keepdim=True)
-    return torch.exp2(torch.floor(torch.log2(tensorwise_scale(amax, fmt))))
+    return _power_of_two_below(tensorwise_scale(amax, fmt))
 
 
-def cast_fp8(x: torch.Tensor, scale: torch.Tensor, fmt: str) -> torch.Tensor:
-    """x * scale in FP8, saturating: what torchao casts (`to_fp8_saturated`), in FP32 first."""
-    limit = format_max(fmt)
-    return (x.detach().float() * scale).clamp(-limit, limit).to(_TORCH_DTYPES[fmt])
+def _power_of_two_below(scale: torch.Tensor) -> torch.Tensor:
+    return torch.exp2(torch.floor(torch.log2(scale)))
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class PendingCast:
-    """One cast measured on the device, not yet read to the host."""
+def torchao_cast(config: Any, role: str, tensor: torch.Tensor) -> TensorwiseQuantized | None:
+    """The cast torchao's `Float8LinearConfig` makes of `tensor` in `role` ("input",
+    "weight", "grad_output"), recomputed with torchao's scale (the tests hold the FP8
+    values equal to torchao's bit for bit); None when the config does not cast it.
 
-    layer: str
-    role: str
-    format: str
-    per_tensor: bool  # one scale for the tensor; else the scales of its rows
-    elements: int
-    values: torch.Tensor  # float64: amax, saturated, flushed, signal, noise, then the scales
-
-    HEAD = 5  # the number of values before the scales
-
-
-def measure_cast(
-    layer: str, role: str, fmt: str, x: torch.Tensor, scale: torch.Tensor, *, per_tensor: bool
-) -> PendingCast:
-    """Measure how `x` fares cast with `scale` (a scalar, or one per row) to `fmt`: device
-    work only, read with `read_quant_stats`. Saturated: |x * scale| beyond the format's
-    largest value (clamped to it); flushed: non-zero x that became zero; SQNR: of the
-    dequantized FP8 values q / scale, as the matmul sees them."""
-    with torch.no_grad():
-        x32 = x.detach().float().reshape(-1, x.shape[-1]) if x.dim() else x.detach().float()
-        scale = scale.reshape(-1, 1) if not per_tensor else scale.reshape(())
-        limit = format_max(fmt)
-        scaled = x32 * scale
-        fp8 = scaled.clamp(-limit, limit).to(_TORCH_DTYPES[fmt]).float()
-        dequantized = (fp8 / scale).double()
-        exact = x32.double()
-        head = torch.stack(
-            [
-                x32.abs().max().double(),
-                (scaled.abs() > limit).sum().double(),
-                ((x32 != 0) & (fp8 == 0)).sum().double(),
-                exact.square().sum(),
-                (exact - dequantized).square().sum(),
-            ]
-        )
-        values = torch.cat([head, scale.reshape(-1).double()])
-    return PendingCast(layer, role, fmt, per_tensor, x32.numel(), values)
-
-
-def read_quant_stats(pending: Sequence[PendingCast]) -> tuple[QuantTensorStats, ...]:
-    """The records of measured casts, read to the host in one copy (one per device)."""
-    if not pending:
-        return ()
-    by_device: dict[torch.device, list[PendingCast]] = {}
-    for item in pending:
-        by_device.setdefault(item.values.device, []).append(item)
-    host: dict[int, list[float]] = {}
-    for items in by_device.values():
-        numbers = torch.cat([item.values for item in items]).cpu().tolist()
-        offset = 0
-        for item in items:
-            size = item.values.numel()
-            host[id(item)] = numbers[offset : offset + size]
-            offset += size
-    out: list[QuantTensorStats] = []
-    for item in pending:
-        numbers = host[id(item)]
-        amax, saturated, flushed, signal, noise = numbers[: PendingCast.HEAD]
-        scales = numbers[PendingCast.HEAD :]
-        elements = item.elements
-        out.append(
-            QuantTensorStats(
-                layer=item.layer,
-                role=item.role,
-                format=item.format,
-                amax=amax,
-                scale=scales[0] if item.per_tensor else None,
-                scale_hist=None if item.per_tensor else binade_histogram(scales),
-                saturated=saturated / elements if elements else 0.0,
-                flushed=flushed / elements if elements else 0.0,
-                sqnr_db=sqnr_db(signal, noise),
-            )
-        )
-    return tuple(out)
-
-
-def sqnr_db(signal: float, noise: float) -> float:
-    """10 log10(signal / noise); inf for an exact cast, NaN when nothing is finite."""
-    if not (math.isfinite(signal) and math.isfinite(noise)):
-        return math.nan
-    if noise == 0.0:
-        return math.inf
-    if signal == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(signal / noise)
-
-
-def binade_histogram(values: Sequence[float]) -> Histogram:
-    """Counts of positive values by floor(log2 v) (exact: frexp), zeros, infs and NaNs."""
-    binades: list[int] = []
-    zero = inf = nan = 0
-    for value in values:
-        if math.isnan(value):
-            nan += 1
-        elif math.isinf(value):
-            inf += 1
-        elif value == 0.0:
-            zero += 1
-        else:
-            binades.append(math.frexp(abs(value))[1] - 1)
-    if not binades:
-        return Histogram(lo=0, counts=(), zero=zero, inf=inf, nan=nan)
-    lo = min(binades)
-    counts = [0] * (max(binades) - lo + 1)
-    for binade in binades:
-        counts[binade - lo] += 1
-    return Histogram(lo=lo, counts=tuple(counts), zero=zero, inf=inf, nan=nan)
+    Axiswise (rowwise) scaling: torchao scales the input and the output gradient by row (a
+    token) and the weight by output feature, each along the reduction dimension: one scale
+    per row of the tensor flattened to (rows, last dimension)."""
+    cast = {
+        "input": config.cast_config_input,
+        "weight": config.cast_config_weight,
+        "grad_output": config.cast_config_grad_output,
+    }[role]
+    if cast.scaling_type.value == "disabled":
+        return None
+    fmt = format_name(cast.target_dtype)
+    x = tensor.detach()
+    if cast.scaling_granularity.value == "tensorwise":
+        scale = tensorwise_scale(x.abs().max(), fmt)
+        if config.round_scales_to_power_of_2:
+            scale = _power_of_two_below(scale)
+    else:
+        x = x.reshape(-1, x.shape[-1])
+        scale = rowwise_scale(x, fmt)
+    return quantize_tensorwise(x.float(), fmt, scale)
 
 
 # -- delayed scaling (Transformer Engine style) ------------------------------------------------
@@ -371,13 +279,13 @@ class _DelayedFP8Linear(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None
 
 
-class DelayedScalingLinear(nn.Linear):
+class DelayedScalingLinear(SelfMeasuringLayer, nn.Linear):
     """An nn.Linear computing in FP8 with delayed per-tensor scaling (emulated: the casts
     are real E4M3/E5M2 casts, the products FP32).
 
-    Monitor protocol (shared with the block-scaled linears): set `collect_stats = True`
-    for a step, then `take_quant_stats()` returns the casts' QuantTensorStats (and clears
-    them); the scale reported is the one the cast used, before the history moved on.
+    It measures its own casts (`SelfMeasuringLayer`: set `collect_stats = True` for a step,
+    then `take_quant_stats()`); the scale reported is the one the cast used, before the
+    history moved on.
     """
 
     def __init__(
@@ -393,7 +301,7 @@ class DelayedScalingLinear(nn.Linear):
     ) -> None:
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
         self.settings = settings
-        self.layer_name = name
+        self.start_measuring(name)
         self.formats = tuple(TENSORWISE_FORMATS[role] for role in _ROLES)
         # Buffers, so that they follow the module to its device and into its state_dict:
         # the amax history of each role (newest first) and the scale its next cast uses
@@ -404,8 +312,6 @@ class DelayedScalingLinear(nn.Linear):
             "amax_history", torch.zeros(len(_ROLES), settings.amax_history, device=device)
         )
         self.register_buffer("fp8_scale", torch.ones(len(_ROLES), device=device))
-        self.collect_stats = False
-        self._pending: list[PendingCast] = []
 
     @classmethod
     def from_linear(
@@ -437,23 +343,16 @@ class DelayedScalingLinear(nn.Linear):
         with torch.no_grad():
             scale = self.fp8_scale[index].clone()
             # The project's per-tensor cast (equal to torch's and torchao's bit for bit).
-            dequantized = quantize_tensorwise(tensor.float(), fmt, scale).values
-            if self.collect_stats:
-                self._pending.append(
-                    measure_cast(self.layer_name, role, fmt, tensor, scale, per_tensor=True)
-                )
+            cast = quantize_tensorwise(tensor.float(), fmt, scale)
+            self.measure(role, tensor, cast, fmt)
             history = torch.roll(self.amax_history[index], 1)
             history[0] = tensor.detach().abs().max().float()
             self.amax_history[index] = history
             self.fp8_scale[index] = next_delayed_scale(history, scale, fmt, self.settings)
-        return dequantized
+        return cast.values
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return _DelayedFP8Linear.apply(x, self.weight, self.bias, self)  # type: ignore[no-untyped-call,no-any-return]
-
-    def take_quant_stats(self) -> list[QuantTensorStats]:
-        pending, self._pending = self._pending, []
-        return list(read_quant_stats(pending))
 
     def extra_repr(self) -> str:
         s = self.settings

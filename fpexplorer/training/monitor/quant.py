@@ -1,18 +1,19 @@
 """The quantized linear layers' statistics (`StepStats.quant`): how each layer's input,
 weight and output gradient fared in their low-precision format. Needs torch.
 
-Two kinds of layers report:
-- layers that measure themselves (the delayed-scaling FP8 linear, the emulated MX/NVFP4
-  linears): attribute `collect_stats`, method `take_quant_stats()`. The collector sets the
-  flag on statistics steps only and takes their records after the step.
+Two kinds of layers report, both measured by `lowprec.stats`:
+- layers that measure themselves (`SelfMeasuringLayer`: the delayed-scaling FP8 linear,
+  the emulated MX/NVFP4 linears). The collector sets their `collect_stats` on statistics
+  steps only and takes their pending measurements after the step.
 - torchao's `Float8Linear`, which does not: on statistics steps the collector hooks it
   (a forward pre-hook for the input and the weight, a tensor hook on the output for the
   output gradient) and measures the same cast torchao makes, with the same scale
-  (`lowprec.fp8.tensorwise_scale` / `rowwise_scale`, the formula of torchao's
-  `amax_to_scale`; tests check the recomputed FP8 values equal torchao's bit for bit).
+  (`lowprec.fp8.torchao_cast`; tests check the recomputed FP8 values equal torchao's bit
+  for bit).
 
 Hooks are in place only on statistics steps, so other steps pay nothing. The measurements
-stay on the device until `take()`, which reads them in one host copy.
+stay on the device until `take()`, which reads all of them, every layer's, in one host
+copy per device.
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from fpexplorer.training.lowprec.fp8 import (
-    PendingCast,
-    format_name,
-    measure_cast,
-    read_quant_stats,
-    rowwise_scale,
-    tensorwise_scale,
+from fpexplorer.training.lowprec.fp8 import torchao_cast
+from fpexplorer.training.lowprec.stats import (
+    PendingQuantStats,
+    SelfMeasuringLayer,
+    measure_quantized,
+    read_pending_stats,
 )
 from fpexplorer.training.records import QuantTensorStats
 
@@ -44,16 +44,16 @@ class QuantCollector:
     """Arms the quantized layers of a model on statistics steps and gathers their records."""
 
     def __init__(self, model: nn.Module) -> None:
-        # Any: these modules' own attributes (collect_stats, config) are not nn.Module's.
-        self.self_measuring: list[Any] = []
+        self.self_measuring: list[SelfMeasuringLayer] = []
+        # Any: torchao's Float8Linear, whose `config` is not nn.Module's.
         self.torchao: list[tuple[str, Any]] = []
         for name, module in model.named_modules():
-            if callable(getattr(module, "take_quant_stats", None)):
+            if isinstance(module, SelfMeasuringLayer):
                 self.self_measuring.append(module)
             elif is_torchao_float8_linear(module):
                 self.torchao.append((name, module))
         self._handles: list[RemovableHandle] = []
-        self._pending: list[PendingCast] = []
+        self._pending: list[PendingQuantStats] = []
         self.armed = False
 
     @property
@@ -78,44 +78,30 @@ class QuantCollector:
             self._handles = []
 
     def take(self) -> tuple[QuantTensorStats, ...]:
-        """The records of the step just taken (layers in model order, then roles in the
-        order they were cast), and forget them."""
-        pending, self._pending = self._pending, []
-        stats = list(read_quant_stats(pending))
-        for module in self.self_measuring:
-            stats.extend(module.take_quant_stats())
-        return tuple(stats)
+        """The records of the step just taken, read in one host copy per device, and
+        forget them: torchao's layers' casts in the order they were made, then the layers
+        that measure themselves, in model order, each in the order of its casts."""
+        return read_pending_stats(self._take_pending())
 
     def discard(self) -> None:
-        """Forget what a step measured (a step whose statistics are not recorded)."""
-        self._pending = []
+        """Forget what a step measured (a step whose statistics are not recorded), without
+        reading it."""
+        self._take_pending()
+
+    def _take_pending(self) -> list[PendingQuantStats]:
+        pending, self._pending = self._pending, []
         for module in self.self_measuring:
-            module.take_quant_stats()
+            pending.extend(module.take_pending_stats())
+        return pending
 
     # -- torchao's Float8Linear -------------------------------------------------------------
 
     def _measure(self, name: str, role: str, module: Any, tensor: torch.Tensor) -> None:
         """Measure the cast torchao's config makes of `tensor` in `role`."""
-        config = module.config
-        cast = {
-            "input": config.cast_config_input,
-            "weight": config.cast_config_weight,
-            "grad_output": config.cast_config_grad_output,
-        }[role]
-        if cast.scaling_type.value == "disabled":
-            return
-        fmt = format_name(cast.target_dtype)
-        if cast.scaling_granularity.value == "tensorwise":
-            scale = tensorwise_scale(tensor.detach().abs().max(), fmt)
-            if config.round_scales_to_power_of_2:
-                scale = torch.exp2(torch.floor(torch.log2(scale)))
-            self._pending.append(measure_cast(name, role, fmt, tensor, scale, per_tensor=True))
-        else:
-            # Axiswise: torchao scales the input and the output gradient by row (a token)
-            # and the weight by output feature: each along the reduction dimension.
-            rows = tensor.reshape(-1, tensor.shape[-1])
-            scale = rowwise_scale(rows, fmt)
-            self._pending.append(measure_cast(name, role, fmt, rows, scale, per_tensor=False))
+        cast = torchao_cast(module.config, role, tensor)
+        if cast is not None:
+            measured = measure_quantized(name, role, cast.input, cast, cast.element.name)
+            self._pending.append(measured)
 
     def _forward_pre(self, name: str) -> Any:
         def on_forward_pre(module: Any, args: Any) -> None:

@@ -146,7 +146,12 @@ def test_with_no_run_the_format_rulers_are_still_drawn(panel, tmp_path: Path) ->
     junk = tmp_path / "junk.jsonl"
     junk.write_bytes(b"\x00\xffnot json\n")
     panel.load_run(junk)
-    assert "no run records found" in panel.status_label.text()
+    # One line naming the file; the damaged bytes only in the tooltip (were: shown, as
+    # replacement characters over three wrapped lines).
+    assert panel.status_label.text() == (
+        "junk.jsonl: not a run log, no run records found (1 line(s) that are not records)"
+    )
+    assert "line 1" in panel.status_label.toolTip()
     from fpexplorer.gui.training.plots import alarm_colour
 
     assert alarm_colour() in panel.status_label.styleSheet()  # shown as a problem

@@ -311,6 +311,27 @@ def test_the_form_is_never_squeezed_on_a_short_screen(qtbot, run_dir: Path) -> N
         panel.shutdown()
 
 
+def test_the_form_column_shows_the_whole_form_beside_its_scroll_bar(qtbot, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.training.panel import TrainingPanel
+
+    panel = TrainingPanel()
+    qtbot.addWidget(panel)
+    panel.resize(1024, 600)
+    panel.show()
+    try:
+        QApplication.processEvents()
+        # Was: 256 px of viewport for a form of 285: the File… button and the notes' last
+        # words lay under the scroll bar.
+        assert panel.form_scroll.viewport().width() >= panel.form.minimumSizeHint().width()
+        assert panel.form.width() <= panel.form_scroll.viewport().width()
+        panel.left_tabs.setCurrentWidget(panel.code_tab)
+        panel.left_tabs.setCurrentIndex(0)
+        QApplication.processEvents()
+        assert panel.form_scroll.viewport().width() >= panel.form.minimumSizeHint().width()
+    finally:
+        panel.shutdown()
+
+
 def test_axis_titles_carry_no_multiplier(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     steps = [{"type": "step", "step": i, "loss": 1e27 * (i + 1), "scale": 1.0} for i in range(5)]
     panel.load_run(_write(tmp_path / "huge.jsonl", [_header(), *steps]))
@@ -357,11 +378,25 @@ def test_the_low_precision_options_from_the_form(panel) -> None:  # type: ignore
         "delayed", 16, True,
     )  # fmt: skip
     assert "convert_delayed_fp8" in panel.code_view.toPlainText()
-    # A combination the job refuses is refused in the form, and summarized beside Start.
+    # Options that do nothing in another mode are greyed out, say why, and start the job
+    # at their defaults (was: left editable, and a scaler setting typed under bf16 was
+    # silently ignored; the FP8 ones kept Start off under fp16 until each was undone).
     form.precision_combo.setCurrentText("fp16")
-    assert set(form.problems()) == {"bf16_first_last", "fp8_scaling"}
-    assert not panel.start_button.isEnabled()
-    assert "BF16 first/last" in panel.start_problems.text()
+    assert form.problems() == {} and panel.start_button.isEnabled()
+    for name in ("bf16_first_last", "fp8_scaling", "amax_history", "margin"):
+        widget = form.flags.get(name) or form.choice_boxes.get(name) or form.fields[name].edit
+        assert not widget.isEnabled(), name
+        assert "Not used now:" in widget.toolTip(), name
+    assert form.config() == TrainConfig(precision="fp16")
+    assert form.fields["init_scale"].edit.isEnabled()
+    assert not form.fields["hysteresis"].edit.isEnabled()  # torch's GradScaler has none
+    form.precision_combo.setCurrentText("bf16")
+    form.fields["init_scale"].edit.setText("1024")
+    assert not form.fields["init_scale"].edit.isEnabled()
+    assert form.config().init_scale is None and "GradScaler" not in panel.code_view.toPlainText()
+    # Back in fp8, what the person set there is still set.
+    form.precision_combo.setCurrentText("fp8")
+    assert (form.config().fp8_scaling, form.config().bf16_first_last) == ("delayed", True)
     # A run's settings fill the widgets back.
     form.set_config(TrainConfig(precision="mxfp4", bf16_first_last=True))
     assert form.flags["bf16_first_last"].isChecked()

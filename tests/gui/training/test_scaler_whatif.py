@@ -69,6 +69,10 @@ def test_bad_settings_and_runs_without_amax_say_why(make_run) -> None:  # type: 
     whatif.set_choice("torch", {"hysteresis": "3"})
     whatif.update(run)
     assert "torch's GradScaler has no hysteresis" in whatif.summary(run)
+    # inf in float32 (`train` refuses it): no curve of every step skipped at scale inf
+    whatif.set_choice(AS_LOGGED, {"init_scale": "1e39"})
+    whatif.update(run)
+    assert "is inf in float32" in whatif.summary(run) and whatif.curve()[0].size == 0
     synthetic = RunModel()
     synthetic.add_records(load_run(make_run("bf16.jsonl", steps=20, precision="bf16")).steps)
     whatif.set_choice("deepspeed", {})
@@ -115,8 +119,10 @@ def test_the_form_chooses_the_scaler_and_shows_its_settings_exactly(qtbot) -> No
     box.setCurrentText("megatron")
     form.fields["hysteresis"].edit.setText("3")
     assert form.config().scaler_settings() == resolve_settings("megatron", hysteresis=3)
-    form.precision_combo.setCurrentText("bf16")
-    assert "applies to fp16" in form.problems()["scaler"]
+    form.precision_combo.setCurrentText("bf16")  # no loss scaler: its settings greyed out
+    assert not box.isEnabled() and "fp16's dynamic loss scaler, and bf16 has none" in box.toolTip()
+    assert form.config().scaler == "torch" and form.problems() == {}
+    form.precision_combo.setCurrentText("fp16")
     # A run's settings come back exactly: 2^32 is not "4.29497e+09".
     megatron = TrainConfig(scaler="megatron", init_scale=2.0**32, min_scale=0.125)
     form.set_config(megatron)
@@ -140,3 +146,30 @@ def test_the_growth_readout_of_a_hysteresis_policy() -> None:
     assert plot.growth_bar.text() == "1 / 4 clean steps"
     assert plot.growth_label.text() == "skipped: 0 · hysteresis 1 · growth tracker:"
     plot.deleteLater()
+
+
+def test_the_growth_readout_is_never_cut_in_a_narrow_card(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QRect, Qt
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.gui.training.plots import LossScalePlot
+    from fpexplorer.training.records import HeaderRecord, StepRecord
+
+    settings = resolve_settings("deepspeed", init_scale=8.0, growth_interval=10)
+    run = RunModel()
+    header = HeaderRecord(config={"task": "t", "precision": "fp16", **settings.to_config()})
+    run.add_records([header, StepRecord(step=0, loss=1.0, growth_tracker=8, hysteresis=2)])
+    plot = LossScalePlot()
+    qtbot.addWidget(plot)
+    plot.resize(335, 220)  # the card's width in a 1024 x 640 window
+    plot.show()
+    plot.refresh_growth(run)
+    QApplication.processEvents()
+    label = plot.growth_label
+    assert label.text() == "skipped: 0 · hysteresis 2 · growth tracker:"
+    # Was: one line, cut after "hysteresis 2 ·" (the caption of the bar beside it lost).
+    flags = int(Qt.TextFlag.TextWordWrap) if label.wordWrap() else 0
+    needed = label.fontMetrics().boundingRect(
+        QRect(0, 0, label.width(), 10_000), flags, label.text()
+    )
+    assert needed.width() <= label.width() and needed.height() <= label.height()
