@@ -83,7 +83,7 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
 
     from fpexplorer.errors import UsageError
     from fpexplorer.training.config import scaler_settings_problems
-    from fpexplorer.training.records import HeaderRecord, StepRecord
+    from fpexplorer.training.records import EndRecord, HeaderRecord, StepRecord
     from fpexplorer.training.replay_scaler import ScalerReplay, format_replay
     from fpexplorer.training.runlog import READ_CHUNK_BYTES, RecordStream
     from fpexplorer.training.scaler_rules import resolve_settings, settings_from_config
@@ -92,6 +92,7 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
     stream = RecordStream()
     replay: ScalerReplay | None = None
     logged = None
+    ended = False
     with open(path, "rb") as handle:
         while True:
             chunk = handle.read(READ_CHUNK_BYTES)
@@ -122,12 +123,16 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
                             "scale, or from an older fpexplorer): nothing to replay from"
                         )
                     replay.add(record)
+                elif isinstance(record, EndRecord):
+                    ended = True
             if not chunk:
                 break
     if replay is None:
         raise UsageError(f"{path}: no header record: not a run log")
     print(f"{path}: {replay.steps} steps")
     print(format_replay(replay, logged))
+    if not ended:
+        print("no end record: the job was killed or still runs (its logged steps replayed)")
     for problem in stream.problems:
         print(f"  {problem}")
     return 0

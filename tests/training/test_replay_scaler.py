@@ -229,3 +229,18 @@ def test_cli_replay_scaler_refuses_a_scale_float32_cannot_hold(scale: str) -> No
     assert refused.returncode == 2, refused.stdout
     assert "in float32, where the loop holds it" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and not refused.stdout
+
+
+def test_cli_replay_scaler_says_when_the_run_has_no_end(tmp_path: Path) -> None:
+    """A killed run (no end record) is replayed as far as it goes, and says it is cut short
+    (was: the same report as a complete run)."""
+    run = Path(__file__).parents[1] / "gui" / "training" / "data" / "overflow-fp16-scaler.jsonl"
+    lines = run.read_text().splitlines(keepends=True)
+    killed = tmp_path / "killed.jsonl"
+    killed.write_text("".join(lines[:31]))  # the header and 30 steps
+    result = run_cli("runs", "replay-scaler", str(killed))
+    assert result.returncode == 0, result.stderr
+    assert "steps replayed: 30" in result.stdout
+    assert "no end record: the job was killed or still runs" in result.stdout
+    whole = run_cli("runs", "replay-scaler", str(run))
+    assert "no end record" not in whole.stdout
