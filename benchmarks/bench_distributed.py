@@ -1,8 +1,10 @@
-"""The monitor's cost with 2 CPU ranks (gloo, DDP): a bare loop vs the same loop watched
-by AmpMonitor, which under a process group writes one log per rank and the merged log.
+"""The monitor's cost with 2 CPU ranks (gloo, DDP or FSDP2): a bare loop vs the same loop
+watched by AmpMonitor, which under a process group writes one log per rank and the merged
+log.
 
 Each run is one `python -m torch.distributed.run --standalone --nproc-per-node 2` of this
-file (`--child`): the built-in task sharded by rank (every 2nd batch), DDP, the job's own
+file (`--child`): the built-in task sharded by rank (every 2nd batch), DDP (or FSDP2's
+`fully_shard` on each layer and the model, as `fpexplorer train --parallel fsdp`), the job's own
 `amp_step`, one torch thread per rank. Both ranks time the loop after a warm-up and a
 barrier; the figure of a run is the slower rank's (the job moves at its pace). Runs are
 interleaved (every variant, in rotating order, then the next repeat); each figure is the
@@ -14,11 +16,13 @@ Variants:
             nothing (only a skipped step would be exchanged)
   every10   AmpMonitor(stats_every=10): statistics and one all-reduce every 10th step
   every     AmpMonitor(stats_every=1): statistics and one all-reduce on every step
-  check     the bare loop with the job's DDP hook that flags each rank's own non-finite
-            gradients before they are averaged (`distributed.PreReductionCheck`)
+  check     the bare loop with the job's check that flags each rank's own non-finite
+            gradients before they are communicated (`distributed.PreReductionCheck`: DDP's
+            communication hook, or FSDP2's custom reduce-scatter)
 
     python benchmarks/bench_distributed.py                  # mlp, bf16, 3 repeats
     python benchmarks/bench_distributed.py --task transformer --steps 60 --repeats 3
+    python benchmarks/bench_distributed.py --parallel fsdp --variants bare check
 """
 
 from __future__ import annotations
@@ -38,14 +42,23 @@ EVERY = {"cheap": 0, "every10": 10, "every": 1}
 WARMUP_STEPS = 5
 
 
-def child(task_name: str, precision: str, variant: str, steps: int, folder: str) -> None:
+def child(
+    task_name: str, precision: str, variant: str, steps: int, folder: str, parallel: str
+) -> None:
     import torch
     import torch.distributed as dist
-    from torch import nn
 
-    from fpexplorer.training.distributed import check_before_reduction, shard_batches
+    from fpexplorer.training.distributed import (
+        RankSetup,
+        check_before_reduction,
+        make_sharded_scaler,
+        shard_batches,
+        wrap_model,
+    )
     from fpexplorer.training.job import PLANS, amp_step, make_optimizer
     from fpexplorer.training.monitor import AmpMonitor
+    from fpexplorer.training.monitor.ranks import RankContext
+    from fpexplorer.training.scaler_rules import ScalerSettings
     from fpexplorer.training.tasks import make_task
 
     torch.set_num_threads(1)
@@ -56,9 +69,15 @@ def child(task_name: str, precision: str, variant: str, steps: int, folder: str)
     torch.manual_seed(0)
     task = make_task(task_name, 0, None, device)
     inner = task.model.to(device=device, dtype=plan.params_dtype)
-    model = nn.parallel.DistributedDataParallel(inner)
+    context = RankContext.current()
+    assert context is not None
+    setup = RankSetup(context, parallel, device)
+    model, inner = wrap_model(inner, setup)
     optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
-    scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
+    scaler = None
+    if plan.scaler == "dynamic":
+        scaler = (make_sharded_scaler(ScalerSettings(), setup) if parallel == "fsdp"
+                  else torch.amp.GradScaler("cpu"))  # fmt: skip
     stream = shard_batches(task.batches, rank, world)
     batches = [next(stream) for _ in range(steps + WARMUP_STEPS)]  # made before the clock
     monitor = None
@@ -88,13 +107,13 @@ def child(task_name: str, precision: str, variant: str, steps: int, folder: str)
     dist.destroy_process_group()
 
 
-def run_once(task: str, precision: str, variant: str, steps: int) -> float:
+def run_once(task: str, precision: str, variant: str, steps: int, parallel: str) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with tempfile.TemporaryDirectory() as folder:
         done = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone",
              "--nproc-per-node", "2", __file__, "--child", task, precision, variant,
-             str(steps), folder],
+             str(steps), folder, parallel],
             capture_output=True, text=True, env=env, check=False,
         )  # fmt: skip
     for line in done.stdout.splitlines():
@@ -109,23 +128,29 @@ def main() -> None:
     parser.add_argument("--precision", default="bf16")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument(
-        "--child", nargs=5, metavar=("TASK", "PRECISION", "VARIANT", "STEPS", "DIR")
+        "--child", nargs=6, metavar=("TASK", "PRECISION", "VARIANT", "STEPS", "DIR", "PARALLEL")
     )
     args = parser.parse_args()
     if args.child:
-        task, precision, variant, steps, folder = args.child
-        child(task, precision, variant, int(steps), folder)
+        task, precision, variant, steps, folder, parallel = args.child
+        child(task, precision, variant, int(steps), folder, parallel)
         return
-    seconds: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    variants = tuple(dict.fromkeys(["bare", *args.variants]))  # ratios need the bare loop
+    seconds: dict[str, list[float]] = {variant: [] for variant in variants}
     for repeat in range(args.repeats):
-        order = VARIANTS[repeat % len(VARIANTS) :] + VARIANTS[: repeat % len(VARIANTS)]
+        order = variants[repeat % len(variants) :] + variants[: repeat % len(variants)]
         for variant in order:
-            seconds[variant].append(run_once(args.task, args.precision, variant, args.steps))
+            seconds[variant].append(
+                run_once(args.task, args.precision, variant, args.steps, args.parallel)
+            )
     bare = statistics.median(seconds["bare"])
-    print(f"{args.task} {args.precision}, 2 CPU ranks (gloo, DDP), {args.steps} steps, "
+    label = "DDP" if args.parallel == "ddp" else "FSDP2"
+    print(f"{args.task} {args.precision}, 2 CPU ranks (gloo, {label}), {args.steps} steps, "
           f"median of {args.repeats}:")  # fmt: skip
-    for variant in VARIANTS:
+    for variant in variants:
         median = statistics.median(seconds[variant])
         print(f"  {variant:8} {median:7.3f} s   {args.steps / median:7.1f} steps/s   "
               f"ratio to bare {median / bare:.3f}")  # fmt: skip

@@ -45,7 +45,9 @@ import os
 import signal
 import socket
 import sys
+import time
 import uuid
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +57,7 @@ import torch
 from torch import nn
 
 from fpexplorer.training.config import LAUNCH_OPTIONS, TrainConfig, launched_world_size
-from fpexplorer.training.monitor.ranks import RankContext
+from fpexplorer.training.monitor.ranks import RankContext, rendezvous_store
 from fpexplorer.training.scaler_rules import ScalerSettings
 
 COLLECTIVE_TIMEOUT_S = 60
@@ -302,6 +304,49 @@ def end_rank(*, wait_for_peers: bool = False) -> None:
         distributed.destroy_process_group()
 
 
+class StopAgreement:
+    """Makes the ranks of a job stop before the same step. A stop (Ctrl-C, the panel's
+    Stop, torchrun stopping the others when one is lost) reaches the ranks a moment apart:
+    a rank that sees it one step later than a peer is already in that step's collectives,
+    and would wait there for the peer that stopped until that peer's process exits. So a
+    rank that sees its stop posts the step in the rendezvous store, and goes on training
+    until every rank has posted; all then stop before the step after the latest posted
+    (each step has a collective of every rank, so the ranks are at most a step apart).
+    No cost before a stop; a peer that never posts (its stop did not reach it) is waited
+    for at most `STOP_AGREEMENT_S`."""
+
+    def __init__(self, context: RankContext) -> None:
+        self._context = context
+        self._store: Any = None
+        self._posted_at: float | None = None
+        self._keys = [f"{_STOP_PREFIX}{rank}" for rank in range(context.world_size)]
+
+    def stop_before(self, step: int) -> bool:
+        """Whether this rank, whose stop was requested, stops before step `step`."""
+        try:
+            if self._posted_at is None:
+                self._posted_at = time.monotonic()
+                self._store = rendezvous_store()
+                if self._store is None:
+                    return True
+                self._store.set(self._keys[self._context.rank], str(step))
+            if self._store is None:
+                return True
+            if self._store.check(self._keys):
+                # Not before the step after the latest posted: a rank that posted at
+                # step k may have found its peers' posts missing and gone into step k;
+                # every post was made before the collectives of its step, so one step
+                # later every rank sees them all and stops at the same step.
+                return step > max(int(self._store.get(key)) for key in self._keys)
+        except (RuntimeError, ValueError, OSError):
+            return True  # the store is gone: nothing to agree with
+        return time.monotonic() - self._posted_at > STOP_AGREEMENT_S
+
+
+STOP_AGREEMENT_S = 5.0
+_STOP_PREFIX = "fpexplorer/job/stop-before/"
+
+
 def shard_batches(
     batches: Iterator[tuple[Any, Any]], rank: int, world_size: int
 ) -> Iterator[tuple[Any, Any]]:
@@ -484,6 +529,15 @@ def make_sharded_scaler(settings: ScalerSettings, setup: RankSetup) -> Any:
     gradients are averaged before it looks at them)."""
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
+    # torch 2.13's ShardedGradScaler passes its own found-inf flag, shape (1,), to a DTensor
+    # op, and DTensor warns about it on every rank of every fp16 run: nothing the user did
+    # or can change, so it is not shown.
+    warnings.filterwarnings(
+        "ignore",
+        message="Found a non-scalar tensor with numel=1 and ndim!=0",
+        category=UserWarning,
+        module="torch.distributed.tensor",
+    )
     return ShardedGradScaler(
         setup.device.type,
         init_scale=settings.init_scale,

@@ -27,7 +27,7 @@ from torch import nn
 
 from fpexplorer import __version__
 from fpexplorer.training import distributed
-from fpexplorer.training.config import TrainConfig, split_user_task
+from fpexplorer.training.config import TrainConfig, launched_world_size, split_user_task
 from fpexplorer.training.monitor import (
     FORMAT_RANGES,
     AmpMonitor,
@@ -485,8 +485,10 @@ def run_job(
         )  # fmt: skip
         progress = _Progress(stderr, config.steps)
         input_dtype = torch.float16 if fp16_params else None
+        # Ranks stop at the same step (see distributed.StopAgreement).
+        agreement = distributed.StopAgreement(rank.context) if rank is not None else None
         for _ in range(config.steps):
-            if stop.requested:
+            if stop.requested and (agreement is None or agreement.stop_before(steps_done)):
                 break
             if injector is not None:
                 injector.before_step(steps_done)
@@ -653,9 +655,13 @@ def run_job_cli(config: TrainConfig) -> int:
             file=sys.stderr,
         )
         return 1
+    # A rank of a launched run names its own log (the launcher then names the merged one).
+    rank = os.environ.get("RANK", "")
+    where = f"run log: {result.path}"
+    if launched_world_size() > 1 and rank.isdigit():
+        where = f"rank {rank}'s log: {rank_log_path(result.path, int(rank))}"
     print(
-        f"fpexplorer train: {result.state.value} after {result.steps} steps; "
-        f"run log: {result.path}",
+        f"fpexplorer train: {result.state.value} after {result.steps} steps; {where}",
         file=sys.stderr,
     )
     return 0

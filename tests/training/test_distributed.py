@@ -178,6 +178,7 @@ def test_fsdp_traces_a_weight_gradient_overflow_to_its_rank(tmp_path: Path) -> N
     done = train(tmp_path, *FP16_RUN, "--nproc-per-node", "2", "--parallel", "fsdp",
                  "--out", str(out), fault="weightgrad:1:2:2")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "Warning" not in done.stderr  # torch's own ShardedGradScaler noise is not shown
     merged, ranks = logs(out)
     for run in ranks:
         step = run.steps[2]
@@ -406,6 +407,8 @@ def test_ctrl_c_stops_every_rank_and_every_log_ends_stopped(tmp_path: Path) -> N
     assert launcher.returncode == 0, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("fpexplorer train: stopped by SIGINT (2 ranks); run logs: "), last
+    for rank in (0, 1):  # each rank names its own log
+        assert f"; rank {rank}'s log: {rank_log_path(out, rank)}\n" in stderr
     merged, ranks = logs(out)
     assert merged.status == "stopped" and all(run.status == "stopped" for run in ranks)
     assert merged.end is not None
@@ -508,8 +511,9 @@ def test_a_group_started_without_torchrun_still_holds_its_roll_call(tmp_path: Pa
     errors = [rank.communicate(timeout=HANG_GUARD_S)[1] for rank in ranks]
     assert [rank.returncode for rank in ranks] == [0, 0], errors
     merged = load_run(out)
-    assert merged.status == "completed" and merged.end is not None
-    assert [(r.rank, r.status) for r in merged.end.ranks] == [(0, "completed"), (1, "completed")]
+    assert merged.status == "completed" and merged.end is not None, (merged.end, errors)
+    ends = [(r.rank, r.status) for r in merged.end.ranks]
+    assert ends == [(0, "completed"), (1, "completed")], (merged.end, errors)
 
 
 def test_find_run_takes_a_folder_the_merged_log_or_a_rank_log(tmp_path: Path) -> None:

@@ -457,40 +457,13 @@ class RankLogs:
 
     # -- the end -------------------------------------------------------------------------
 
-    def _store(self) -> Any:
-        """The store the ranks post their ends in.
-
-        torchrun (and any env:// initialisation) names it in the environment: the TCPStore
-        at MASTER_ADDR:MASTER_PORT, hosted by torchrun's agent (TORCHELASTIC_USE_AGENT_STORE,
-        a new store per restart) or by rank 0, and the process group's own store is a client
-        of it; a new client through the public `torch.distributed.TCPStore` reaches the same
-        keys. A group initialised from an init_method URL (tcp://, file://) or a Store
-        object names none: torch 2.13 gives its store back only through the private
-        `distributed_c10d._get_default_store()`, the fallback here.
-        """
-        distributed = torch.distributed
-        host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
-        if host and port.isdigit():
-            try:
-                # Public and documented; torch's typing re-exports it without `as`.
-                return distributed.TCPStore(  # type: ignore[attr-defined]
-                    host, int(port), is_master=False, wait_for_workers=False,
-                    timeout=datetime.timedelta(seconds=ROLL_CALL_SECONDS),
-                )  # fmt: skip
-            except (RuntimeError, ValueError, OSError):
-                pass  # not the group's store after all (its host gone): the group's own
-        try:
-            return distributed.distributed_c10d._get_default_store()
-        except (RuntimeError, ValueError, AttributeError):
-            return None
-
     def _roll_call(self, end: EndRecord) -> tuple[RankEnd, ...]:
         """Post how this rank ended and, on rank 0 or when this rank did not complete,
         wait up to ROLL_CALL_SECONDS for the others' (a rank that never posts is lost)."""
         rank, world = self.context.rank, self.context.world_size
         mine = RankEnd(rank=rank, status=end.status, error=end.error, steps=end.steps,
                        ended_at=time.time())  # fmt: skip
-        store = self._store()
+        store = rendezvous_store()
         if store is None:
             return (mine,)
         prefix = f"fpexplorer/monitor-{self._sequence}/end/"
@@ -516,6 +489,35 @@ class RankLogs:
                 break
             time.sleep(0.05)
         return tuple(found.get(other, _lost(other)) for other in range(world))
+
+
+def rendezvous_store() -> Any:
+    """The store the ranks of a process group post in (how each ended, where they stop);
+    None without one.
+
+    torchrun (and any env:// initialisation) names it in the environment: the TCPStore
+    at MASTER_ADDR:MASTER_PORT, hosted by torchrun's agent (TORCHELASTIC_USE_AGENT_STORE,
+    a new store per restart) or by rank 0, and the process group's own store is a client
+    of it; a new client through the public `torch.distributed.TCPStore` reaches the same
+    keys. A group initialised from an init_method URL (tcp://, file://) or a Store
+    object names none: torch 2.13 gives its store back only through the private
+    `distributed_c10d._get_default_store()`, the fallback here.
+    """
+    distributed = torch.distributed
+    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if host and port.isdigit():
+        try:
+            # Public and documented; torch's typing re-exports it without `as`.
+            return distributed.TCPStore(  # type: ignore[attr-defined]
+                host, int(port), is_master=False, wait_for_workers=False,
+                timeout=datetime.timedelta(seconds=ROLL_CALL_SECONDS),
+            )  # fmt: skip
+        except (RuntimeError, ValueError, OSError):
+            pass  # not the group's store after all (its host gone): the group's own
+    try:
+        return distributed.distributed_c10d._get_default_store()
+    except (RuntimeError, ValueError, AttributeError):
+        return None
 
 
 def _lost(rank: int) -> RankEnd:
