@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 HELP = "summarize, compare and check run logs (JSON Lines from `fpexplorer train`)"
 
@@ -41,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Without --scaler: the run's own policy and settings, the options given "
         "changed. With --scaler: that policy's defaults, the options given changed.",
     )
-    replay.add_argument("runs", nargs=1, metavar="RUN.jsonl")
+    replay.add_argument("runs", nargs=1, metavar="RUN.jsonl|DIR")
     _add_scaler_arguments(replay)
 
 
@@ -73,7 +77,7 @@ def _add_scaler_arguments(parser: argparse.ArgumentParser) -> None:
         )  # fmt: skip
 
 
-def _replay_scaler(args: argparse.Namespace) -> int:
+def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
     """Stream the run once: its header gives the logged settings, each step is replayed."""
     import dataclasses
 
@@ -84,7 +88,6 @@ def _replay_scaler(args: argparse.Namespace) -> int:
     from fpexplorer.training.runlog import READ_CHUNK_BYTES, RecordStream
     from fpexplorer.training.scaler_rules import resolve_settings, settings_from_config
 
-    path = args.runs[0]
     given = {name: getattr(args, name) for name in SCALER_FIELDS if name != "scaler"}
     stream = RecordStream()
     replay: ScalerReplay | None = None
@@ -144,16 +147,19 @@ def run(args: argparse.Namespace) -> int:
     from fpexplorer.training.runlog import encode_json_line
     from fpexplorer.training.summary import format_summary, format_table, summarize_file
 
-    if args.verb == "replay-scaler":
-        for name in args.runs:
-            if not Path(name).is_file():
-                raise UsageError(f"no such run log: {name}")
-        return _replay_scaler(args)
     # A run of several ranks (a folder, its merged log or a rank's) stands for all its logs.
     try:
         runs = [find_run(name) for name in args.runs]
     except NoRunError as error:
         raise UsageError(str(error)) from None
+    if args.verb == "replay-scaler":
+        # A log named is replayed; a folder, from its run's merged log (the loss scale is
+        # the same on every rank).
+        given = Path(args.runs[0])
+        path = given if given.is_file() else runs[0].merged
+        if not path.is_file():
+            raise UsageError(f"no such run log: {path}")
+        return _replay_scaler(args, path)
     names = [str(path) for run in runs for path in (run.merged, *run.ranks)]
     if args.verb == "check":
         status = EXIT_OK

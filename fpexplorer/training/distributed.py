@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import glob
 import ipaddress
 import itertools
 import math
@@ -54,7 +55,7 @@ import torch
 from torch import nn
 
 from fpexplorer.training.config import LAUNCH_OPTIONS, TrainConfig, launched_world_size
-from fpexplorer.training.monitor.ranks import RankContext, rank_log_path
+from fpexplorer.training.monitor.ranks import RankContext
 from fpexplorer.training.scaler_rules import ScalerSettings
 
 COLLECTIVE_TIMEOUT_S = 60
@@ -108,17 +109,19 @@ def check_launch(config: TrainConfig) -> None:
         return
     host, port = _split_endpoint(config.rdzv_endpoint)
     try:
-        socket.getaddrinfo(host, port)
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as error:
         raise LaunchError(
             f"--rdzv-endpoint {config.rdzv_endpoint}: cannot resolve {host!r} ({error})"
         ) from None
     if config.nnodes == 1 and _is_local(host):
         # One node hosts its own rendezvous there: a port someone else holds would leave
-        # torchrun talking to a stranger until the timeout.
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # torchrun talking to a stranger until the timeout. (Probed in the address's own
+        # family: [::1]:PORT is IPv6.)
+        family, _, _, _, address = addresses[0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
             try:
-                probe.bind(("127.0.0.1" if host == "localhost" else host, port))
+                probe.bind(address)
             except OSError as error:
                 raise LaunchError(
                     f"--rdzv-endpoint {config.rdzv_endpoint}: port {port} is in use "
@@ -157,10 +160,7 @@ def launch(config: TrainConfig) -> int:
     """Run the job on several ranks through torch.distributed's elastic launcher. Exit
     status: 0 every rank completed or stopped, 1 a rank failed or was lost. Raises
     LaunchError for arguments that cannot start (the CLI's exit status 2)."""
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import LaunchConfig
 
     from fpexplorer.entry import self_command
 
@@ -193,6 +193,24 @@ def launch(config: TrainConfig) -> int:
     )
     ranks = f"{config.world_size} ranks"
     try:
+        return _run_launch(launch_config, command, path, ranks, endpoint, config)
+    finally:
+        # A run stopped before any rank began its log leaves no empty run folder behind.
+        if not config.out:
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # only when empty
+
+
+def _run_launch(
+    launch_config: Any, command: list[str], path: Path, ranks: str, endpoint: str,
+    config: TrainConfig,
+) -> int:  # fmt: skip
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.launcher.api import elastic_launch
+
+    try:
         elastic_launch(launch_config, entrypoint=command[0])(*command[1:])
     except ChildFailedError as error:
         lost = "; ".join(_describe_failure(rank, failure)
@@ -220,7 +238,15 @@ def launch(config: TrainConfig) -> int:
 
 
 def _logs_text(path: Path) -> str:
-    return f"{path} (merged) and {rank_log_path(path, 0).name.replace('-0', '-K')} beside it"
+    """Where the run's logs are, as far as this node can see (a rank stopped while it
+    started, before it joined the process group, wrote none)."""
+    suffix = path.suffix or ".jsonl"
+    written = sorted(path.parent.glob(f"{glob.escape(path.stem)}.rank-*{suffix}"))
+    if path.is_file():
+        return f"{path} (merged) and {path.stem}.rank-K{suffix} beside it"
+    if written:
+        return f"no merged log; in {path.parent}: {', '.join(item.name for item in written)}"
+    return "none (stopped before any rank began its log)"
 
 
 # -- one rank ---------------------------------------------------------------------------

@@ -59,18 +59,21 @@ def find_run(path: str | os.PathLike[str]) -> RunFiles:
     run's logs. Raises NoRunError when there is none (or a folder holds several)."""
     path = Path(path)
     if path.is_dir():
+        files = [item for item in path.iterdir() if item.is_file()]
         stems = {
             match.group("stem")
-            for item in path.iterdir()
+            for item in files
             if (match := _RANK_LOG.match(item.name)) is not None
         }
         if not stems:
-            logs = sorted(item for item in path.iterdir() if item.suffix == ".jsonl")
+            logs = sorted(item for item in files if item.suffix == ".jsonl")
             if len(logs) == 1:
                 return RunFiles(logs[0])
+            if not logs:
+                raise NoRunError(f"{path} holds no run log (no .jsonl file)")
+            names = ", ".join(item.name for item in logs[:3]) + (", ..." if len(logs) > 3 else "")
             raise NoRunError(
-                f"{path} holds no run of several ranks (no RUN.rank-K.jsonl)"
-                + (f" but {len(logs)} logs: name one" if logs else "")
+                f"{path} holds {len(logs)} .jsonl files ({names}) and no RUN.rank-K.jsonl: name one"
             )
         if len(stems) > 1:
             raise NoRunError(f"{path} holds several runs ({', '.join(sorted(stems))}): name one")

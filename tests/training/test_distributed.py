@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -143,6 +145,11 @@ def test_ddp_run_names_the_rank_and_layer_that_overflowed(tmp_path: Path) -> Non
     compare = run_cli("runs", "compare", str(rank_log_path(out, 1)))
     names = [line.split("|")[1].strip() for line in compare.stdout.splitlines()[2:]]
     assert names == ["run.jsonl", "run.rank-0.jsonl", "run.rank-1.jsonl"]
+    # replay-scaler takes the folder too: the merged log is replayed, as when named.
+    replayed = run_cli("runs", "replay-scaler", str(folder))
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.startswith(f"{out}: 5 steps")
+    assert replayed.stdout == run_cli("runs", "replay-scaler", str(out)).stdout
 
 
 @pytest.mark.slow
@@ -369,6 +376,140 @@ def test_user_script_under_torchrun_and_a_rank_whose_log_cannot_be_written(
     assert merged.status == "completed" and len(merged.steps) == 3
     assert all(s.ranks is not None and len(s.ranks.losses) == 2 for s in merged.steps)
     assert load_run(rank_log_path(out, 0)).status == "completed"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_rank_and_every_log_ends_stopped(tmp_path: Path) -> None:
+    # SIGINT to the launcher alone (what Ctrl-C in a terminal sends it; the ranks run in
+    # sessions of their own): torchrun's agent stops the ranks, each ends its log.
+    out = tmp_path / "stopped.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("FPEXPLORER_TEST_FAULT", None)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "fpexplorer", "train", "--device", "cpu", "--precision", "bf16",
+         "--steps", "1000000", "--nproc-per-node", "2", "--out", str(out)],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        # Mid-run: wait (bounded by the hang guard) until both ranks have logged steps.
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not all(_logged_steps(rank_log_path(out, rank)) >= 3 for rank in (0, 1)):
+            assert launcher.poll() is None, launcher.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the ranks never logged 3 steps"
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGINT)
+        _, stderr = launcher.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == 0, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("fpexplorer train: stopped by SIGINT (2 ranks); run logs: "), last
+    merged, ranks = logs(out)
+    assert merged.status == "stopped" and all(run.status == "stopped" for run in ranks)
+    assert merged.end is not None
+    assert [(r.rank, r.status) for r in merged.end.ranks] == [(0, "stopped"), (1, "stopped")]
+    # No rank outlived the launcher.
+    assert _processes_naming(str(out)) == []
+
+
+def _logged_steps(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b'"type":"step"')
+    except OSError:
+        return 0
+
+
+def _processes_naming(text: str) -> list[int]:
+    """The processes whose command line contains `text` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in command:
+                found.append(int(entry.name))
+    return found
+
+
+def test_the_launcher_says_which_logs_exist(tmp_path: Path) -> None:
+    from fpexplorer.training.distributed import _logs_text
+
+    out = tmp_path / "exp-01.jsonl"
+    assert _logs_text(out) == "none (stopped before any rank began its log)"
+    rank_log_path(out, 1).write_text("")
+    assert _logs_text(out) == f"no merged log; in {tmp_path}: exp-01.rank-1.jsonl"
+    out.write_text("")
+    assert _logs_text(out) == f"{out} (merged) and exp-01.rank-K.jsonl beside it"
+
+
+def test_runs_on_a_folder_without_a_run_gets_one_line(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("hello")
+    (other / "looks.jsonl").mkdir()  # a folder named like a log is not one
+    two = tmp_path / "two"
+    two.mkdir()
+    (two / "a.jsonl").write_text("not json")
+    (two / "b.jsonl").write_text('{"a": 1}')
+    cases = {
+        empty: f"{empty} holds no run log (no .jsonl file)",
+        other: f"{other} holds no run log (no .jsonl file)",
+        two: f"{two} holds 2 .jsonl files (a.jsonl, b.jsonl) and no RUN.rank-K.jsonl: name one",
+    }
+    for folder, message in cases.items():
+        for verb in ("summarize", "check", "compare", "replay-scaler"):
+            done = run_cli("runs", verb, str(folder))
+            assert done.returncode == 2, (verb, folder, done.stdout)
+            assert done.stderr == f"fpexplorer runs: error: {message}\n", (verb, done.stderr)
+
+
+FILE_INIT_SCRIPT = """
+import sys
+import torch, torch.distributed as dist
+from torch import nn
+from fpexplorer.training.monitor import AmpMonitor
+
+rank = int(sys.argv[3])
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=rank, world_size=2)
+torch.manual_seed(rank)
+model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+monitor = AmpMonitor(model, optimizer, out=sys.argv[1], stats_every=1, precision="fp32")
+for _ in range(2):
+    loss = model(torch.randn(16, 4)).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    monitor.step(loss)
+monitor.close()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_group_started_without_torchrun_still_holds_its_roll_call(tmp_path: Path) -> None:
+    # No MASTER_ADDR/MASTER_PORT (a file:// rendezvous): the end's roll-call goes through
+    # the group's own store, and the merged end still says how every rank ended.
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(FILE_INIT_SCRIPT))
+    out = tmp_path / "file-init.jsonl"
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}  # fmt: skip
+    env["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, str(script), str(out), str(tmp_path / "rendezvous")]
+    ranks = [subprocess.Popen([*command, str(rank)], env=env, cwd=REPO,
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]  # fmt: skip
+    errors = [rank.communicate(timeout=HANG_GUARD_S)[1] for rank in ranks]
+    assert [rank.returncode for rank in ranks] == [0, 0], errors
+    merged = load_run(out)
+    assert merged.status == "completed" and merged.end is not None
+    assert [(r.rank, r.status) for r in merged.end.ranks] == [(0, "completed"), (1, "completed")]
 
 
 def test_find_run_takes_a_folder_the_merged_log_or_a_rank_log(tmp_path: Path) -> None:

@@ -60,6 +60,7 @@ exchange (`write` never raises), so the others never wait for it.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import itertools
 import json
 import math
@@ -457,8 +458,29 @@ class RankLogs:
     # -- the end -------------------------------------------------------------------------
 
     def _store(self) -> Any:
+        """The store the ranks post their ends in.
+
+        torchrun (and any env:// initialisation) names it in the environment: the TCPStore
+        at MASTER_ADDR:MASTER_PORT, hosted by torchrun's agent (TORCHELASTIC_USE_AGENT_STORE,
+        a new store per restart) or by rank 0, and the process group's own store is a client
+        of it; a new client through the public `torch.distributed.TCPStore` reaches the same
+        keys. A group initialised from an init_method URL (tcp://, file://) or a Store
+        object names none: torch 2.13 gives its store back only through the private
+        `distributed_c10d._get_default_store()`, the fallback here.
+        """
+        distributed = torch.distributed
+        host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+        if host and port.isdigit():
+            try:
+                # Public and documented; torch's typing re-exports it without `as`.
+                return distributed.TCPStore(  # type: ignore[attr-defined]
+                    host, int(port), is_master=False, wait_for_workers=False,
+                    timeout=datetime.timedelta(seconds=ROLL_CALL_SECONDS),
+                )  # fmt: skip
+            except (RuntimeError, ValueError, OSError):
+                pass  # not the group's store after all (its host gone): the group's own
         try:
-            return torch.distributed.distributed_c10d._get_default_store()
+            return distributed.distributed_c10d._get_default_store()
         except (RuntimeError, ValueError, AttributeError):
             return None
 
