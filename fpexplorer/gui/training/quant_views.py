@@ -52,6 +52,7 @@ from fpexplorer.gui.training.plots import (
     PowerOfTwoAxis,
     RunCurves,
     StickyRange,
+    add_colour_bar,
     file_text_label,
     plot_widget,
 )
@@ -641,7 +642,7 @@ class ShareHeatmap(QWidget):
             values=(0.0, 1.0), colorMap=colour_map, interactive=False, width=12,
             label=f"{field} share",
         )  # fmt: skip
-        self.colour_bar.setImageItem(self.image, insert_in=self.plot.getPlotItem())
+        add_colour_bar(self.plot, self.image, self.colour_bar)
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
