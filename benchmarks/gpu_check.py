@@ -26,13 +26,17 @@ WANTED = ("fp32", "fp16", "bf16", "fp8", "fp8-rowwise", "mxfp8", "mxfp6", "mxfp4
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--width", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=300, help="training steps per mode (300)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    parser.add_argument(
+        "--device", default="cuda", help="cuda, cuda:N, or cpu for a dry run (cuda)"
+    )
+    parser.add_argument("--width", type=int, default=512, help="the model's width (512)")
+    parser.add_argument("--layers", type=int, default=4, help="transformer blocks (4)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sequences per step (64)")
     args = parser.parse_args()
     import torch
 

@@ -112,7 +112,14 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
                         )
                     problems = scaler_settings_problems(settings)
                     if problems:
-                        raise UsageError("; ".join(problems.values()))
+                        # Say whose setting is wrong: the option given, or the run's own.
+                        texts = [
+                            text
+                            if given.get(name) is not None
+                            else f"{path}: the run's own setting: {text}"
+                            for name, text in problems.items()
+                        ]
+                        raise UsageError("; ".join(texts))
                     replay = ScalerReplay(settings)
                 elif isinstance(record, StepRecord):
                     if replay is None:

@@ -133,6 +133,22 @@ def scaler_settings_problems(settings: ScalerSettings) -> dict[str, str]:
     """The policy's own rules for these settings (`settings_problems`), and the initial
     scale held in float32: what `fpexplorer train`, `runs replay-scaler` and the panel's
     What-if tab all refuse."""
+    # A run header's settings are data from a file: their types are checked before any
+    # rule compares them (a damaged "init_scale": "abc" raised TypeError in the rules).
+    kinds = {"init_scale": "number", "growth_factor": "number", "backoff_factor": "number",
+             "min_scale": "number", "growth_interval": "whole", "hysteresis": "whole"}  # fmt: skip
+    wrong: dict[str, str] = {}
+    for name, kind in kinds.items():
+        value = getattr(settings, name)
+        if name == "min_scale" and value is None:
+            continue
+        fits = _is_int(value) if kind == "whole" else _is_real(value)
+        if not fits:
+            what = "a whole number" if kind == "whole" else "a number"
+            title = dict((n, spec.title) for n, spec, _ in _OPTIONS)[name].lower()
+            wrong[name] = f"the {title} {value!r} is not {what}"
+    if wrong:
+        return wrong
     problems = settings_problems(settings)
     if "init_scale" not in problems:
         problem = scale_problem("the initial scale", settings.init_scale)
@@ -625,6 +641,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _positive_finite(value: object) -> bool:

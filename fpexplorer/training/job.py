@@ -573,7 +573,10 @@ def _apply_recipe(
         raise TaskSettingsError(f"--precision {mode.name}: {error}") from None
     if choice is None:
         return {}
-    print(f"fpexplorer train: {choice.describe(recipe_label(mode, config))}", file=stderr)
+    # One write, newline included: the ranks of a launch share one stderr, and a line
+    # written in two pieces was glued to another rank's.
+    stderr.write(f"fpexplorer train: {choice.describe(recipe_label(mode, config))}\n")
+    stderr.flush()
     return {
         "quantized_layers": list(choice.quantized),
         "high_precision_layers": dict(choice.kept),
@@ -643,16 +646,15 @@ def run_job_cli(config: TrainConfig) -> int:
     except JobSetupError as error:
         raise UsageError(str(error)) from None
     if result.traceback:
-        print(result.traceback, end="", file=sys.stderr)
+        _say(result.traceback.rstrip("\n"))
     if result.state is RunState.FAILED:
         # The one line last, where it is seen: under the traceback.
-        print(f"fpexplorer train: error: the task failed: {result.error}", file=sys.stderr)
+        _say(f"fpexplorer train: error: the task failed: {result.error}")
         return 1
     if result.log_error:
-        print(
+        _say(
             f"fpexplorer train: error: cannot write the run log {result.path}: "
-            f"{result.log_error} (training went on: {result.steps} steps, log incomplete)",
-            file=sys.stderr,
+            f"{result.log_error} (training went on: {result.steps} steps, log incomplete)"
         )
         return 1
     # A rank of a launched run names its own log (the launcher then names the merged one).
@@ -660,8 +662,14 @@ def run_job_cli(config: TrainConfig) -> int:
     where = f"run log: {result.path}"
     if launched_world_size() > 1 and rank.isdigit():
         where = f"rank {rank}'s log: {rank_log_path(result.path, int(rank))}"
-    print(
-        f"fpexplorer train: {result.state.value} after {result.steps} steps; {where}",
-        file=sys.stderr,
+    _say(
+        f"fpexplorer train: {result.state.value} after {result.steps} steps; {where}"
     )
     return 0
+
+
+def _say(text: str) -> None:
+    """`text` and its newline on stderr in one write: the ranks of a launch share one
+    stderr, and print()'s two writes (text, then newline) glued one rank's line to another's."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()

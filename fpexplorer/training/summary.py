@@ -15,9 +15,12 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import BinaryIO
 
+from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.training.precision import PRECISION_NAMES, precision_mode
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RecordStream, Run
 
@@ -336,6 +339,37 @@ def _quant_worst(worst: QuantWorst | None) -> str:
     return f"{100 * worst.share:.3g}% of {where} at step {worst.step}"
 
 
+def _scale_text(value: float) -> str:
+    """A loss scale exactly, as the app shows numbers (Megatron's 2^32 must not read
+    "4.29497e+09"), with the power of two beside a large or small one."""
+    if not math.isfinite(value) or value <= 0:
+        return f"{value:g}"
+    text = display_decimal(Fraction(value))  # a float's exact value
+    mantissa, exponent = math.frexp(value)
+    if mantissa == 0.5 and not 0 <= exponent - 1 <= 10:
+        text += f" (2^{exponent - 1})"
+    return text
+
+
+def _loss_scaled(summary: RunSummary) -> bool:
+    """Whether the run scaled its loss: its precision mode says so; a loop of the user's
+    own (precision not one of ours) did when its scale ever differed from 1."""
+    if summary.precision in PRECISION_NAMES:
+        return precision_mode(summary.precision).scaled
+    return not summary.scale_min == summary.scale_max == 1.0
+
+
+def _scale_range(summary: RunSummary) -> str:
+    """'1024 .. 65536 (final 32768)'; 'none (no loss scaling)' for a run without a scaler
+    (a constant "1 .. 1" read as a scale that never moved)."""
+    if not _loss_scaled(summary):
+        return "none (no loss scaling)"
+    low, high, final = (
+        _scale_text(value) for value in (summary.scale_min, summary.scale_max, summary.scale_final)
+    )
+    return f"{low} .. {high} (final {final})"
+
+
 def format_summary(summary: RunSummary) -> str:
     """The text `fpexplorer runs summarize` prints."""
     lines = [
@@ -356,8 +390,7 @@ def format_summary(summary: RunSummary) -> str:
         f"   final {_finite_or(summary.final_loss, 'none finite')}"
         f"   min {_finite_or(summary.min_loss, 'none finite')}"
         f"   non-finite {summary.nonfinite_losses}",
-        f"scale      {summary.scale_min:g} .. {summary.scale_max:g} (final {summary.scale_final:g})"
-        f"   skipped steps {summary.skipped_steps}",
+        f"scale      {_scale_range(summary)}   skipped steps {summary.skipped_steps}",
         f"act grads  zero {_share(summary.act_zero_share)} ({summary.act_dtype or '-'})"
         f"   param grads zero {_share(summary.grad_zero_share)}",
     ]
@@ -394,10 +427,12 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
     for s in summaries:
         if not s.steps:
             scale = "-"  # no step, no scale (not "nan–nan")
+        elif not _loss_scaled(s):
+            scale = "none"
         elif s.scale_min == s.scale_max:
-            scale = f"{s.scale_min:g}"
+            scale = _scale_text(s.scale_min)
         else:
-            scale = f"{s.scale_min:g}–{s.scale_max:g}"
+            scale = f"{_scale_text(s.scale_min)}–{_scale_text(s.scale_max)}"
         rows.append(
             [
                 Path(s.path).name.replace("|", "\\|"),

@@ -603,3 +603,31 @@ def test_the_tasks_own_warnings_still_reach_stderr(tmp_path: Path) -> None:
                      "--out", str(tmp_path / "warns.jsonl"))  # fmt: skip
     assert result.returncode == 0
     assert "RuntimeWarning: the task says so" in result.stderr
+
+
+class _Writes(io.StringIO):
+    """A stderr that keeps each write() call apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.calls.append(text)
+        return super().write(text)
+
+
+def test_the_jobs_lines_are_each_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranks of a launch share one stderr: a line written as text and then its newline
+    was glued to another rank's ("…(emulated)fpexplorer train: …", seen with 2 ranks)."""
+    from fpexplorer.training.job import run_job_cli
+
+    stderr = _Writes()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    config = TrainConfig(task="mlp", precision="nvfp4", device="cpu", steps=1, stats_every=0,
+                         out=str(tmp_path / "run.jsonl"))  # fmt: skip
+    assert run_job_cli(config) == 0
+    lines = [call for call in stderr.calls if call.startswith("fpexplorer train:")]
+    assert any("linear layers in nvfp4" in line for line in lines)
+    assert any("completed after 1 steps" in line for line in lines)
+    assert all(line.endswith("\n") and line.count("\n") == 1 for line in lines), lines

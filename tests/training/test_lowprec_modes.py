@@ -162,3 +162,23 @@ def test_a_model_that_is_one_linear_layer_fails_in_one_line(tmp_path: Path, prec
     assert result.state is RunState.FAILED and result.traceback is None
     assert result.error is not None and "wrap it in a module" in result.error
     assert load_run(out).status == "failed"
+
+
+def test_an_fp8_run_says_nothing_about_torchao_start_up(tmp_path: Path) -> None:
+    """torchao warns "Failed to load ..._C_mxfp8...so" for each CUDA-only extension a CPU
+    cannot load, and torch's pytree logs a deprecation about torchao's registrations: noise
+    a new user reads as errors. A fresh process (the import happens once per process)
+    shows only the job's own lines."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "fp8.jsonl"
+    finished = subprocess.run(
+        [sys.executable, "-m", "fpexplorer", "train", "--task", "mlp", "--precision", "fp8",
+         "--steps", "1", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert finished.returncode == 0, finished.stderr
+    lines = finished.stderr.splitlines()
+    assert lines, "the job says which layers it quantized"
+    assert all(line.startswith("fpexplorer train:") for line in lines), lines

@@ -5,6 +5,7 @@ other policies matching real runs of them on the same seed until the runs' skips
 from __future__ import annotations
 
 import io
+import json
 import math
 from pathlib import Path
 
@@ -244,3 +245,29 @@ def test_cli_replay_scaler_says_when_the_run_has_no_end(tmp_path: Path) -> None:
     assert "no end record: the job was killed or still runs" in result.stdout
     whole = run_cli("runs", "replay-scaler", str(run))
     assert "no end record" not in whole.stdout
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"init_scale": "abc"}, "the initial scale 'abc' is not a number"),
+        ({"growth_interval": 2.5}, "the growth interval 2.5 is not a whole number"),
+        ({"init_scale": -4}, "the initial scale must be a positive finite number"),
+    ],
+)
+def test_cli_replay_scaler_names_a_damaged_logged_setting(
+    change: dict[str, object], message: str, tmp_path: Path
+) -> None:
+    """A header whose scaler settings are damaged: one line naming the run's own setting
+    (was: a TypeError traceback, or a replay at growth interval 2.5)."""
+    run = Path(__file__).parents[1] / "gui" / "training" / "data" / "overflow-fp16-scaler.jsonl"
+    header, *steps = run.read_text().splitlines(keepends=True)
+    record = json.loads(header)
+    record["config"].update(change)
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text(json.dumps(record) + "\n" + "".join(steps))
+    result = run_cli("runs", "replay-scaler", str(damaged))
+    assert result.returncode == 2, result.stdout
+    assert result.stderr.strip().splitlines() == [
+        f"fpexplorer runs: error: {damaged}: the run's own setting: {message}"
+    ]

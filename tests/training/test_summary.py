@@ -216,3 +216,23 @@ def test_the_summary_names_the_most_saturated_and_flushed_quantized_tensor(
     assert "flushed    at most 0.04% of down grad_output (float8_e5m2) at step 0" in text
     # A run without quantized layers has no such lines.
     assert "saturated" not in _summary_text(tmp_path / "fp16.jsonl", [HEADER])
+
+
+def test_a_run_without_loss_scaling_says_so_and_scales_read_exactly(tmp_path: Path) -> None:
+    """bf16 has no scaler: "scale 1 .. 1 (final 1)" read as a scale that never moved.
+    Megatron starts at 2^32: "4.29497e+09" is not that number."""
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "steps_per_s": 1.0}
+    bf16 = {**HEADER, "config": {"task": "mlp", "precision": "bf16"}}
+    text = _summary_text(tmp_path / "bf16.jsonl", [bf16, step])
+    assert "scale      none (no loss scaling)   skipped steps 0" in text
+    row = format_table([summarize(load_run(tmp_path / "bf16.jsonl"))]).splitlines()[2]
+    assert [cell.strip() for cell in row.strip("|").split("|")][-2] == "none"
+
+    scaled = [{**step, "scale": 2.0**32}, {**step, "step": 1, "scale": 2.0**31}]
+    text = _summary_text(tmp_path / "fp16.jsonl", [HEADER, *scaled])
+    assert "scale      2147483648 (2^31) .. 4294967296 (2^32) (final 2147483648 (2^31))" in text
+    # A loop of the user's own: loss-scaled as soon as its scale is not 1.
+    own = {**HEADER, "config": {"precision": "custom"}}
+    assert "none (no loss scaling)" in _summary_text(tmp_path / "own1.jsonl", [own, step])
+    text = _summary_text(tmp_path / "own2.jsonl", [own, {**step, "scale": 1024.0}])
+    assert "scale      1024 .. 1024 (final 1024)" in text

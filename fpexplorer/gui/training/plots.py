@@ -198,6 +198,15 @@ class Card(QFrame):
         self.content = content
 
 
+def add_colour_bar(plot: pg.PlotWidget, image: pg.ImageItem, bar: pg.ColorBarItem) -> None:
+    """`bar` beside `plot`'s image, with room above the plot for the label of its top tick
+    (the bar reaches the plot's top edge, which cut its "1.0" or "0" in half)."""
+    bar.setImageItem(image, insert_in=plot.getPlotItem())
+    layout = plot.getPlotItem().layout
+    left, _top, right, bottom = layout.getContentsMargins()
+    layout.setContentsMargins(left, QFontMetrics(QFont()).height() / 2, right, bottom)
+
+
 def plot_widget(
     left_axis: pg.AxisItem | None = None, bottom_axis: pg.AxisItem | None = None
 ) -> pg.PlotWidget:
@@ -1056,7 +1065,7 @@ class HeatmapPlot(QWidget):
             values=(-8.0, 0.0), colorMap=pg.colormap.get("viridis"), interactive=False,
             width=12, label="log10 share",
         )  # fmt: skip
-        self.colour_bar.setImageItem(self.image, insert_in=self.plot.getPlotItem())
+        add_colour_bar(self.plot, self.image, self.colour_bar)
         # The limits of the format the shown gradients were held in, where they apply to
         # the data (fixed for scaled activation gradients, limit / scale per step for the
         # unscaled parameter gradients of a scaled run).

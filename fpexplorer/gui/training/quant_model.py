@@ -119,6 +119,9 @@ class QuantHistory:
         self._latest: dict[tuple[str, str], TensorLatest] = {}
         self._worst: dict[tuple[str, str, str], Extreme] = {}  # (layer, role, field)
         self.last_step: int | None = None  # the latest statistics step with quantized layers
+        # The first cast whose tensor held inf/NaN (its amax non-finite): (step, layer, role).
+        # Its SQNR is NaN, so no criterion of `hurts_most` can name it; the page says it.
+        self.first_nonfinite: tuple[int, str, str] | None = None
         self.statistics_steps = 0  # every one offered, kept or not
 
     # ----- input ----------------------------------------------------------------------
@@ -134,6 +137,8 @@ class QuantHistory:
             self._column(key)
             self._latest[key] = TensorLatest(step, entry)
             self._note_extremes(step, key, entry)
+            if self.first_nonfinite is None and not math.isfinite(entry.amax):
+                self.first_nonfinite = (step, *key)
         offered = self._offered
         self._offered += 1
         if offered % self._stride:

@@ -52,6 +52,7 @@ from fpexplorer.gui.training.plots import (
     PowerOfTwoAxis,
     RunCurves,
     StickyRange,
+    add_colour_bar,
     file_text_label,
     plot_widget,
 )
@@ -163,9 +164,22 @@ def detail_text(
     return text
 
 
-def hurts_most_text(worst: Worst | None, criterion: Criterion, over_run: bool) -> str:
+def hurts_most_text(
+    worst: Worst | None, criterion: Criterion, over_run: bool,
+    nonfinite: tuple[int, str, str] | None = None,
+) -> str:  # fmt: skip
     """The "hurts most" line, its criterion stated: "Hurts most (largest flushed share,
-    latest step): blocks.2.attn.wo grad_output, 31.2…% flushed (step 480)"."""
+    latest step): blocks.2.attn.wo grad_output, 31.2…% flushed (step 480)". A tensor that
+    held inf/NaN (`nonfinite`: the first, (step, layer, role)) is named first: its SQNR and
+    shares are not measured, so no criterion would point at it."""
+    first = ""
+    if nonfinite is not None:
+        step, layer, role = nonfinite
+        first = f"inf/NaN first in {tensor_name(layer, role)} (step {step}). "
+    return first + _worst_text(worst, criterion, over_run)
+
+
+def _worst_text(worst: Worst | None, criterion: Criterion, over_run: bool) -> str:
     scope = "over the run" if over_run else "latest step"
     head = f"Hurts most ({CRITERIA[criterion]}, {scope}):"
     if worst is None:
@@ -641,7 +655,7 @@ class ShareHeatmap(QWidget):
             values=(0.0, 1.0), colorMap=colour_map, interactive=False, width=12,
             label=f"{field} share",
         )  # fmt: skip
-        self.colour_bar.setImageItem(self.image, insert_in=self.plot.getPlotItem())
+        add_colour_bar(self.plot, self.image, self.colour_bar)
         self.range = StickyRange(self.plot)
         self.empty_note = EmptyNote(self.plot)
         self.hover = HoverReadout(self.plot, self._hover_text)
@@ -1090,7 +1104,8 @@ class QuantPage(QWidget):
         self.detail_label.setVisible(bool(text))
         criterion, over_run = self.hurt_choice
         worst = current.quant.hurts_most(criterion, over_run) if current is not None else None
-        hurts = hurts_most_text(worst, criterion, over_run)
+        nonfinite = current.quant.first_nonfinite if current is not None else None
+        hurts = hurts_most_text(worst, criterion, over_run, nonfinite)
         self.hurts_label.setText(hurts)
         self.hurts_label.setToolTip(hurts)
         if not self._chosen_by_user and worst is not None:

@@ -146,13 +146,35 @@ def choose_linears(
 # -- torchao ---------------------------------------------------------------------------------
 
 
+# Loggers that speak while torchao is imported: torchao's own ("Failed to load" for each
+# CUDA-only extension a CPU machine cannot load) and torch's pytree (a deprecation notice
+# about a registration torchao makes). Neither concerns the float8 training used here.
+_TORCHAO_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
+def torchao_float8() -> Any:
+    """`torchao.float8`, imported with its start-up warnings held back: a new user reads
+    "Failed to load ..._C_mxfp8...so" on every CPU run as an error, and it is not one.
+    Errors still show; warnings after the import are untouched."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in _TORCHAO_IMPORT_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        import torchao.float8 as float8
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+    return float8
+
+
 def torchao_config(recipe: TorchaoRecipe, *, emulate: bool) -> Any:
     """torchao's `Float8LinearConfig` for a recipe, emulated or not."""
     import dataclasses
 
-    from torchao.float8 import Float8LinearConfig
-
-    config = Float8LinearConfig.from_recipe_name(recipe)
+    config = torchao_float8().Float8LinearConfig.from_recipe_name(recipe)
     return dataclasses.replace(config, emulate=emulate)
 
 
@@ -160,11 +182,9 @@ def convert_torchao_fp8(
     model: nn.Module, recipe: TorchaoRecipe, device: torch.device, *, keep_first_last: bool
 ) -> LinearChoice:
     """Swap the chosen linears of `model` (in place) for torchao's Float8Linear."""
-    from torchao.float8 import convert_to_float8_training
-
     choice = choose_linears(model, keep_first_last=keep_first_last)
     chosen = set(choice.quantized)
-    convert_to_float8_training(
+    torchao_float8().convert_to_float8_training(
         model,
         config=torchao_config(recipe, emulate=needs_emulation(device, recipe)),
         module_filter_fn=lambda _module, name: name in chosen,

@@ -252,3 +252,22 @@ def test_synthetic_mxfp4_has_block_scales_and_flushes_most_in_deep_gradients() -
     assert hist.lo + len(hist.counts) - 1 == math.floor(math.log2(latest.stats.amax)) - 2
     worst = history.hurts_most("flushed")
     assert worst is not None and (worst.layer, worst.role) == (history.layers[-1], "grad_output")
+
+
+def test_a_tensor_that_held_inf_or_nan_is_named_before_any_criterion() -> None:
+    """Its SQNR is NaN (not measured), so "lowest SQNR" pointed at another tensor and the
+    page never said that a cast held inf/NaN (was: only "5 amax inf/NaN/0 not drawn" under
+    the amax plot, and only for the tensor chosen)."""
+    from fpexplorer.gui.training.quant_views import hurts_most_text
+
+    history = QuantHistory()
+    history.add(0, [q("a", "input", sqnr_db=30.0), q("b", "input", sqnr_db=12.0)])
+    assert history.first_nonfinite is None
+    history.add(1, [q("a", "input", amax=math.nan, sqnr_db=math.nan), q("b", "input")])
+    history.add(2, [q("a", "input", amax=math.inf), q("b", "grad_output", amax=math.inf)])
+    assert history.first_nonfinite == (1, "a", "input")
+    worst = history.hurts_most("sqnr", over_run=True)
+    assert worst is not None and (worst.layer, worst.value) == ("b", 12.0)
+    text = hurts_most_text(worst, "sqnr", True, history.first_nonfinite)
+    assert text.startswith("inf/NaN first in a input (step 1). Hurts most (lowest SQNR")
+    assert hurts_most_text(worst, "sqnr", True).startswith("Hurts most (lowest SQNR")

@@ -445,3 +445,27 @@ def test_history_hover_names_inf_and_nan_amax_and_a_missing_scale() -> None:
     assert history_hover_lines(overlay, "fc", "weight", 2.0) == []
     note = history_note(overlay, "fc", "input")
     assert note is not None and note.endswith(": 2 amax inf/NaN/0 not drawn")
+
+
+@pytest.mark.parametrize("heatmap", ["flushed", "exponents"])
+def test_the_colour_bars_top_label_is_not_cut(heatmap: str, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """The colour bar reaches the plot's top edge; its top tick label ("1.0", "0") stood
+    half above it, cut (was: 3.6 px above the scene's top)."""
+    from PySide6.QtGui import QImage, QPainter
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.gui.training.plots import HeatmapPlot
+    from fpexplorer.gui.training.quant_views import ShareHeatmap
+
+    widget = ShareHeatmap("flushed") if heatmap == "flushed" else HeatmapPlot()
+    qtbot.addWidget(widget)
+    widget.resize(340, 220)
+    widget.show()
+    QApplication.processEvents()
+    axis = widget.colour_bar.axis
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    _axis, _ticks, labels = axis.generateDrawSpecs(painter)
+    painter.end()
+    assert [text for _rect, _flags, text in labels][-1] in ("1.0", "0")
+    assert min(axis.mapRectToScene(rect).top() for rect, _flags, _text in labels) >= 0

@@ -4,6 +4,7 @@ replay of the same run log (a real FP16 run of the overflow task: torch's GradSc
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,15 @@ def test_bad_settings_and_runs_without_amax_say_why(make_run) -> None:  # type: 
     whatif.set_choice(AS_LOGGED, {"init_scale": "1e39"})
     whatif.update(run)
     assert "is inf in float32" in whatif.summary(run) and whatif.curve()[0].size == 0
+    # A damaged header (its scaler settings are data from a file): said, never raised.
+    damaged = RunModel()
+    header = load_run(RUN).header
+    assert header is not None
+    config = {**header.config, "init_scale": "abc"}
+    damaged.add_records([dataclasses.replace(header, config=config), *load_run(RUN).steps])
+    whatif.set_choice(AS_LOGGED, {})
+    whatif.update(damaged)
+    assert whatif.summary(damaged) == "the initial scale 'abc' is not a number"
     synthetic = RunModel()
     synthetic.add_records(load_run(make_run("bf16.jsonl", steps=20, precision="bf16")).steps)
     whatif.set_choice("deepspeed", {})
