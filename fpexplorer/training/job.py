@@ -662,9 +662,7 @@ def run_job_cli(config: TrainConfig) -> int:
     where = f"run log: {result.path}"
     if launched_world_size() > 1 and rank.isdigit():
         where = f"rank {rank}'s log: {rank_log_path(result.path, int(rank))}"
-    _say(
-        f"fpexplorer train: {result.state.value} after {result.steps} steps; {where}"
-    )
+    _say(f"fpexplorer train: {result.state.value} after {result.steps} steps; {where}")
     return 0
 
 
