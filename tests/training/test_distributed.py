@@ -491,6 +491,7 @@ for _ in range(2):
     optimizer.step()
     monitor.step(loss)
 monitor.close()
+dist.barrier()  # neither rank tears the group down while the other still uses it
 dist.destroy_process_group()
 """
 
