@@ -71,6 +71,7 @@ from fpexplorer.gui.training.view_model import (
     OverlayRun,
     elide,
     format_range,
+    histogram_hover_text,
     number_text,
     share_text,
     value_at,
@@ -309,18 +310,12 @@ def block_scale_hover_lines(
 ) -> list[HoverLine]:
     """The bar under the cursor: "scale 2^-5", "1,234 of 4,096 blocks (30.1%)"."""
     latest = history.latest(layer, role) if history is not None else None
-    hist = latest.stats.scale_hist if latest is not None else None
-    if hist is None or not math.isfinite(log2_scale):
+    if latest is None:
         return []
-    binade = math.floor(log2_scale)
-    index = binade - hist.lo
-    count = int(hist.counts[index]) if 0 <= index < len(hist.counts) else 0
-    total = hist.total
-    share = f" ({share_text(count / total)})" if total else ""
-    return [
-        HoverLine(f"2^{binade} ≤ block scale < 2^{binade + 1}"),
-        HoverLine(f"{count:,} of {total:,} blocks{share} (step {latest.step})" if latest else ""),
-    ]
+    return histogram_hover_text(
+        latest.stats.scale_hist, log2_scale, quantity="block scale", items="blocks",
+        suffix=f" (step {latest.step})",
+    )  # fmt: skip
 
 
 def block_counts_text(step: int, hist: Histogram) -> str:

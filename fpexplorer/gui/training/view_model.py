@@ -505,8 +505,17 @@ def hover_text(
     return [HoverLine(f"step {at_step}"), *lines]
 
 
-def histogram_hover_text(hist: Histogram | None, log2_value: float) -> list[HoverLine]:
-    """The bar under the cursor: "2^-12 ≤ |g| < 2^-11", "1,234 of 8,680 values (14.2%)"."""
+def histogram_hover_text(
+    hist: Histogram | None,
+    log2_value: float,
+    *,
+    quantity: str = "|g|",
+    items: str = "values",
+    suffix: str = "",
+) -> list[HoverLine]:
+    """The bar under the cursor: "2^-12 ≤ |g| < 2^-11", "1,234 of 8,680 values (14.2%)".
+    `quantity` and `items` name what is counted (block scales: "block scale", "blocks");
+    `suffix` ends the count line (e.g. the step the histogram is of)."""
     if hist is None or not math.isfinite(log2_value):
         return []
     binade = math.floor(log2_value)
@@ -515,8 +524,8 @@ def histogram_hover_text(hist: Histogram | None, log2_value: float) -> list[Hove
     total = hist.total
     share = f" ({share_text(count / total)})" if total else ""
     return [
-        HoverLine(f"2^{binade} ≤ |g| < 2^{binade + 1}"),
-        HoverLine(f"{count:,} of {total:,} values{share}"),
+        HoverLine(f"2^{binade} ≤ {quantity} < 2^{binade + 1}"),
+        HoverLine(f"{count:,} of {total:,} {items}{share}{suffix}"),
     ]
 
 
