@@ -53,6 +53,7 @@ from fpexplorer.gui.training.quant_views import QuantPage
 from fpexplorer.gui.training.replay import RunFileReplay
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.scaler_whatif import ScalerWhatIf
+from fpexplorer.gui.training.sizing import PageScrollArea
 from fpexplorer.gui.training.view_model import (
     RunEntry,
     RunList,
@@ -306,9 +307,15 @@ class TrainingPanel(QWidget):
             rows.addWidget(row)
         for index, stretch in enumerate((4, 5, 4)):
             rows.setStretchFactor(index, stretch)
+        rows_page = QWidget()
+        rows_layout = QVBoxLayout(rows_page)
+        rows_layout.setContentsMargins(0, 0, 0, 0)
+        rows_layout.addWidget(rows)
+        # On a short window the rows keep their readable heights and the page scrolls.
+        self.plots_scroll = PageScrollArea(rows_page)
         plots_layout = QVBoxLayout(plots)
-        plots_layout.setContentsMargins(2, 2, 2, 2)
-        plots_layout.addWidget(rows)
+        plots_layout.setContentsMargins(0, 0, 0, 0)
+        plots_layout.addWidget(self.plots_scroll)
         self._rows = rows
 
         # The plots area has two pages: today's AMP cards, and how each tensor of the
