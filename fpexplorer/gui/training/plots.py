@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -385,6 +385,9 @@ class HoverReadout:
         self.show_at(float(point.x()), float(point.y()))
 
 
+EMPTY_NOTE_MARGIN = 4  # pixels between an empty plot's note and the plot's edges
+
+
 class EmptyNote:
     """A line of text in the middle of a plot that says why the plot is empty.
 
@@ -402,6 +405,9 @@ class EmptyNote:
             "", color=plot_colors().foreground, anchor=(0.5, 0.5), fill=pg.mkBrush(background)
         )
         self.item.setParentItem(self.view)  # view (pixel) coordinates: placed, not plotted
+        centred = QTextOption(Qt.AlignmentFlag.AlignHCenter)
+        centred.setWrapMode(QTextOption.WrapMode.WordWrap)
+        self.item.textItem.document().setDefaultTextOption(centred)
         self.item.setVisible(False)
         self.view.sigResized.connect(self._place)
 
@@ -420,7 +426,20 @@ class EmptyNote:
 
     def _place(self, *_args: object) -> None:
         rect = self.view.boundingRect()
-        self.item.setPos(rect.center().x(), rect.top() + self.height_fraction * rect.height())
+        # Wrapped to the view's width, lines centred: in a narrow plot (the heatmap beside
+        # the histogram at 1024 px) one line was cut at both ends.
+        text = self.item.textItem
+        text.setTextWidth(-1)
+        room = rect.width() - 2 * EMPTY_NOTE_MARGIN
+        if text.boundingRect().width() > room > 0:
+            self.item.setTextWidth(room)
+        else:
+            self.item.updateTextPos()
+        # Inside the view however short: centred at the height asked for where it fits.
+        half = text.boundingRect().height() / 2
+        y = rect.top() + self.height_fraction * rect.height()
+        y = max(min(y, rect.bottom() - half), rect.top() + half)
+        self.item.setPos(rect.center().x(), y)
 
 
 class _ResizeFilter(QObject):

@@ -82,6 +82,15 @@ def layout_problems(root: QWidget) -> list[str]:
                 f"plot in {_name(plot.parentWidget())}: x-axis title {title.getRect()} "
                 f"outside the plot {_rect_in(plot, root).getRect()}"
             )
+        # The note of an empty plot lies inside its data area, not cut at its edges.
+        for child in view.childItems():
+            if isinstance(child, pg.TextItem) and child.isVisible():
+                note = child.textItem.mapRectToScene(child.textItem.boundingRect())
+                if not view.sceneBoundingRect().contains(note):
+                    problems.append(
+                        f"plot in {_name(plot.parentWidget())}: note {child.toPlainText()!r} "
+                        "cut at the plot's edges"
+                    )
         # The labels of the marker lines (first NaN loss, first inf/NaN) never cover each other.
         labels = [
             item.label.sceneBoundingRect()
@@ -135,6 +144,7 @@ def _window(qtbot, paths: list[Path]) -> Iterator[object]:  # type: ignore[no-un
 
 CASES = [
     # (size, how many runs, plots page, the left column's tab)
+    ((1024, 640), 0, "mixed", "Job"),
     ((1024, 640), 1, "mixed", "Job"),
     ((1024, 640), 2, "mixed", "Job"),
     ((1024, 640), 6, "mixed", "What-if"),
@@ -151,7 +161,7 @@ def test_nothing_overlaps_or_is_cut(  # type: ignore[no-untyped-def]
 ) -> None:
     from fpexplorer.commands.screenshot import render
 
-    chosen = runs[-count:]  # the fp8 run always among them (selected: the last loaded)
+    chosen = runs[len(runs) - count :]  # the fp8 run among them (selected: loaded last)
     for window in _window(qtbot, chosen):
         panel = window.training_panel
         tabs = panel.left_tabs
