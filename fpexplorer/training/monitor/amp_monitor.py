@@ -471,7 +471,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         self._write_header()
-        grads = [p.grad for p in self._params if p.grad is not None]
+        grads = [grad for p in self._params if (grad := p.grad) is not None]
         if self._sharded:  # looked up once: a getattr per tensor per step adds up
             grads = [local_tensor(g) for g in grads]
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
@@ -572,10 +572,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             except RuntimeError:  # tensors on several devices
                 norms = [_total_norm(grads)]
         if self.device.type == "cpu":
+            # item() per value: a third of the cost of stacking them for one tolist().
             values = [part.item() for part in parts]
-            norm_values = torch.stack(norms).tolist() if len(norms) > 1 else [
-                n.item() for n in norms
-            ]  # fmt: skip
+            norm_values = [n.item() for n in norms]
             scale_after = scaler[0].item() if scaler else self._current_scale_host()
             tracker = scaler[1].item() if scaler and scaler[1] is not None else 0.0
             found_value = found.item() if found is not None else 0.0
