@@ -13,6 +13,7 @@ import math
 
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QFrame, QLayout, QScrollArea, QTableWidget, QWidget
 
 # Pixels of data area (the view box, inside the axes) below which a plot is no longer
@@ -119,3 +120,30 @@ class PageScrollArea(QScrollArea):
 
     def sizeHint(self) -> QSize:
         return self.page.sizeHint().expandedTo(self.minimumSizeHint())
+
+
+class FormScrollArea(QScrollArea):
+    """A scroll area that gives its form the height its wrapped texts need at its width.
+
+    QScrollArea sizes a resizable widget from its minimum size hint and ignores height for
+    width, so on a short screen the form was squeezed and its word-wrapped notes overlapped
+    the rows under them; with this the form keeps its height and scrolls instead.
+    """
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_height()
+
+    def viewportEvent(self, event: QEvent) -> bool:
+        # The viewport narrows without the area resizing when the scroll bar appears (the
+        # form grew taller than the area): the form's height for the new width then.
+        if event.type() == QEvent.Type.Resize:
+            self.fit_height()
+        return super().viewportEvent(event)
+
+    def fit_height(self) -> None:
+        widget = self.widget()
+        if widget is not None and widget.hasHeightForWidth():
+            needed = widget.heightForWidth(self.viewport().width())
+            if needed > 0 and widget.minimumHeight() != needed:
+                widget.setMinimumHeight(needed)
