@@ -470,7 +470,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         entered = time.perf_counter()
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
-        self._write_header()
+        if not self._header_written:
+            self._write_header()
         grads = [grad for p in self._params if (grad := p.grad) is not None]
         if self._sharded:  # looked up once: a getattr per tensor per step adds up
             grads = [local_tensor(g) for g in grads]
@@ -549,7 +550,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self.cadence.account(duration, statistics=stats is not None, alarm=alarm,
                              monitor_time=end - entered)  # fmt: skip
         self.step_index += 1
-        self._arm(self.cadence.collect_next(self.step_index))
+        collecting = self.cadence.collect_next(self.step_index)
+        if collecting or self._collecting or self._module_handles:  # else nothing to change
+            self._arm(collecting)
         return record
 
     def _cheap_signals(
