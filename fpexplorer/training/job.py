@@ -186,10 +186,10 @@ class _JobWriter(RunWriter):
 
     end_traceback: str | None = None
 
-    def write(self, record: Record | Mapping[str, Any]) -> str:
+    def write(self, record: Record | Mapping[str, Any]) -> None:
         if isinstance(record, EndRecord) and self.end_traceback and record.traceback is None:
             record = dataclasses.replace(record, traceback=self.end_traceback)
-        return super().write(record)
+        super().write(record)
 
 
 def _new_default_writer(path: Path, channel: IO[bytes] | None, echo: IO[str] | None) -> RunWriter:

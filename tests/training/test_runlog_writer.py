@@ -144,6 +144,24 @@ def test_plain_steps_are_held_and_any_other_record_writes_them(tmp_path: Path) -
     assert writer.records_written == 8
 
 
+def test_held_steps_are_encoded_when_written_exactly_as_the_codec_encodes_them(
+    tmp_path: Path,
+) -> None:
+    """Plain steps are held as records and encoded when their window is written: the
+    lines must be the codec's, non-finite values and optional fields included."""
+    path = tmp_path / "run.jsonl"
+    held = [
+        StepRecord(step=0, loss=math.nan, grad_norm=math.inf, scale=65536.0),
+        StepRecord(step=1, loss=-math.inf, grad_norm=1e-45, grad_amax=3.4e38, hysteresis=2),
+        StepRecord(step=2, loss=0.1 + 0.2, lr=1e-3, steps_per_s=123.456, time=7.0),
+    ]
+    with RunWriter(path, flush_interval=3600.0) as writer:
+        for record in held:
+            writer.write(record)
+        assert path.read_text() == ""  # all three still held
+    assert path.read_text().splitlines() == [encode_line(record) for record in held]
+
+
 def test_a_held_step_reaches_the_file_and_the_stream_with_no_further_write(
     tmp_path: Path,
 ) -> None:

@@ -13,8 +13,8 @@ import re
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence, QResizeEvent
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -24,7 +24,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSizePolicy,
     QSplitter,
     QTabWidget,
@@ -53,6 +52,7 @@ from fpexplorer.gui.training.quant_views import QuantPage
 from fpexplorer.gui.training.replay import RunFileReplay
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.scaler_whatif import ScalerWhatIf
+from fpexplorer.gui.training.sizing import FormScrollArea, PageScrollArea
 from fpexplorer.gui.training.view_model import (
     RunEntry,
     RunList,
@@ -124,33 +124,6 @@ EXPLAIN_MEMORY = (
 
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60].strip("_") or "run"
-
-
-class FormScrollArea(QScrollArea):
-    """A scroll area that gives its form the height its wrapped texts need at its width.
-
-    QScrollArea sizes a resizable widget from its minimum size hint and ignores height for
-    width, so on a short screen the form was squeezed and its word-wrapped notes overlapped
-    the rows under them; with this the form keeps its height and scrolls instead.
-    """
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        super().resizeEvent(event)
-        self.fit_height()
-
-    def viewportEvent(self, event: QEvent) -> bool:
-        # The viewport narrows without the area resizing when the scroll bar appears (the
-        # form grew taller than the area): the form's height for the new width then.
-        if event.type() == QEvent.Type.Resize:
-            self.fit_height()
-        return super().viewportEvent(event)
-
-    def fit_height(self) -> None:
-        widget = self.widget()
-        if widget is not None and widget.hasHeightForWidth():
-            needed = widget.heightForWidth(self.viewport().width())
-            if needed > 0 and widget.minimumHeight() != needed:
-                widget.setMinimumHeight(needed)
 
 
 class TrainingPanel(QWidget):
@@ -306,9 +279,15 @@ class TrainingPanel(QWidget):
             rows.addWidget(row)
         for index, stretch in enumerate((4, 5, 4)):
             rows.setStretchFactor(index, stretch)
+        rows_page = QWidget()
+        rows_layout = QVBoxLayout(rows_page)
+        rows_layout.setContentsMargins(0, 0, 0, 0)
+        rows_layout.addWidget(rows)
+        # On a short window the rows keep their readable heights and the page scrolls.
+        self.plots_scroll = PageScrollArea(rows_page)
         plots_layout = QVBoxLayout(plots)
-        plots_layout.setContentsMargins(2, 2, 2, 2)
-        plots_layout.addWidget(rows)
+        plots_layout.setContentsMargins(0, 0, 0, 0)
+        plots_layout.addWidget(self.plots_scroll)
         self._rows = rows
 
         # The plots area has two pages: today's AMP cards, and how each tensor of the

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QTextOption
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -42,6 +42,13 @@ from fpexplorer.gui.training.run_model import (
     RunModel,
     WhatIf,
     what_if,
+)
+from fpexplorer.gui.training.sizing import (
+    READABLE_VIEW_HEIGHT,
+    ReadablePlotWidget,
+    fit_minimum_height,
+    is_layout_event,
+    table_minimum_height,
 )
 from fpexplorer.gui.training.view_model import (
     DEFAULT_RULER_FORMATS,
@@ -173,7 +180,7 @@ class Card(QFrame):
         super().__init__()
         self.setFrameShape(QFrame.Shape.StyledPanel)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setContentsMargins(6, 3, 6, 3)
         layout.setSpacing(2)
         self.title_label = QLabel(f"<b>{title}</b>")
         # One line, elided: on a small screen the plots keep the height (the whole text is
@@ -197,6 +204,14 @@ class Card(QFrame):
         layout.addWidget(content, 1)
         self.content = content
 
+    def event(self, event: QEvent) -> bool:
+        handled = super().event(event)
+        # The splitter that holds a card reads its minimum height, which counts a wrapped
+        # text as one line: the card asks for the height its texts need at its width.
+        if is_layout_event(event):
+            fit_minimum_height(self)
+        return bool(handled)
+
 
 def add_colour_bar(plot: pg.PlotWidget, image: pg.ImageItem, bar: pg.ColorBarItem) -> None:
     """`bar` beside `plot`'s image, with room above the plot for the label of its top tick
@@ -208,15 +223,19 @@ def add_colour_bar(plot: pg.PlotWidget, image: pg.ImageItem, bar: pg.ColorBarIte
 
 
 def plot_widget(
-    left_axis: pg.AxisItem | None = None, bottom_axis: pg.AxisItem | None = None
-) -> pg.PlotWidget:
-    """A plot in the panel's style: theme colours, grid, no menu, cached axes."""
+    left_axis: pg.AxisItem | None = None,
+    bottom_axis: pg.AxisItem | None = None,
+    view_height: int = READABLE_VIEW_HEIGHT,
+) -> ReadablePlotWidget:
+    """A plot in the panel's style: theme colours, grid, no menu, cached axes, and a
+    minimum height that keeps `view_height` pixels of data area under its axes."""
     axis_items = {"left": left_axis} if left_axis is not None else {}
     if bottom_axis is not None:
         axis_items["bottom"] = bottom_axis
     colours = plot_colors()  # the app's light or dark palette, read once: items are made once
-    widget = pg.PlotWidget(axisItems=axis_items or None, background=colours.background)
-    widget.setMinimumSize(160, 90)
+    widget = ReadablePlotWidget(
+        view_height, axisItems=axis_items or None, background=colours.background
+    )
     widget.showGrid(x=True, y=True, alpha=0.2)
     item = widget.getPlotItem()
     item.setMenuEnabled(False)
@@ -366,6 +385,9 @@ class HoverReadout:
         self.show_at(float(point.x()), float(point.y()))
 
 
+EMPTY_NOTE_MARGIN = 4  # pixels between an empty plot's note and the plot's edges
+
+
 class EmptyNote:
     """A line of text in the middle of a plot that says why the plot is empty.
 
@@ -383,6 +405,9 @@ class EmptyNote:
             "", color=plot_colors().foreground, anchor=(0.5, 0.5), fill=pg.mkBrush(background)
         )
         self.item.setParentItem(self.view)  # view (pixel) coordinates: placed, not plotted
+        centred = QTextOption(Qt.AlignmentFlag.AlignHCenter)
+        centred.setWrapMode(QTextOption.WrapMode.WordWrap)
+        self.item.textItem.document().setDefaultTextOption(centred)
         self.item.setVisible(False)
         self.view.sigResized.connect(self._place)
 
@@ -401,7 +426,20 @@ class EmptyNote:
 
     def _place(self, *_args: object) -> None:
         rect = self.view.boundingRect()
-        self.item.setPos(rect.center().x(), rect.top() + self.height_fraction * rect.height())
+        # Wrapped to the view's width, lines centred: in a narrow plot (the heatmap beside
+        # the histogram at 1024 px) one line was cut at both ends.
+        text = self.item.textItem
+        text.setTextWidth(-1)
+        room = rect.width() - 2 * EMPTY_NOTE_MARGIN
+        if text.boundingRect().width() > room > 0:
+            self.item.setTextWidth(room)
+        else:
+            self.item.updateTextPos()
+        # Inside the view however short: centred at the height asked for where it fits.
+        half = text.boundingRect().height() / 2
+        y = rect.top() + self.height_fraction * rect.height()
+        y = max(min(y, rect.bottom() - half), rect.top() + half)
+        self.item.setPos(rect.center().x(), y)
 
 
 class _ResizeFilter(QObject):
@@ -421,6 +459,8 @@ class _ResizeFilter(QObject):
 LEGEND_HEIGHT_SHARE = 0.3
 # Below this many pixels per name, a legend is hidden rather than shown unreadable.
 LEGEND_MIN_TEXT_WIDTH = 90
+# Pixels a legend takes beyond its rows of names (its samples and margins).
+LEGEND_MARGIN = 8
 
 
 class RunCurves:
@@ -487,7 +527,15 @@ class RunCurves:
         width = int(self.plot.width() - 60)
         fit = max(1, width // max(entry, 1))
         row_height = max(8, metrics.height() - 2)
-        rows = max(1, int(self.plot.height() * LEGEND_HEIGHT_SHARE) // row_height)
+        rows = int(self.plot.height() * LEGEND_HEIGHT_SHARE) // row_height
+        plot = self.plot
+        spare = plot.spare_height() if isinstance(plot, ReadablePlotWidget) else plot.height()
+        # The legend only takes height above the plot's readable minimum: a smaller plot
+        # keeps its data area and the run list names the colours.
+        rows = min(rows, max(0, spare - LEGEND_MARGIN) // row_height)
+        if rows < 1:
+            shown = False
+        rows = max(rows, 1)
         columns = max(1, min(len(names), max(fit, math.ceil(len(names) / rows))))
         if self.legend.columnCount != columns:
             self.legend.setColumnCount(columns)
@@ -546,10 +594,16 @@ def _markers_to_label(markers: Sequence[RunMarker]) -> set[int]:
 class RunMarkers:
     """Vertical dashed lines at each run's first NaN loss and first non-finite gradients."""
 
+    TOP = 0.85  # the first label's place along the line (0: the view's bottom, 1: its top)
+    STACK_STEP = 0.16  # the next labels' distance below it, where the view is tall
+
     def __init__(self, plot: pg.PlotWidget) -> None:
         self.plot = plot
         self.lines: list[pg.InfiniteLine] = []
+        self.labelled: list[pg.InfiniteLine] = []  # in stacking order
         self.shown: list[RunMarker] = []
+        self.view = plot.getPlotItem().getViewBox()
+        self.view.sigResized.connect(self._stack_labels)
 
     def show(self, markers: list[RunMarker]) -> None:
         if markers == self.shown:
@@ -557,9 +611,8 @@ class RunMarkers:
         for line in self.lines:
             self.plot.removeItem(line)
         self.lines = []
+        self.labelled = []
         labelled = _markers_to_label(markers)
-        # Labels stacked by their order among the labelled lines, so two never share a height.
-        rank = {index: order for order, index in enumerate(sorted(labelled))}
         for index, marker in enumerate(markers):
             line = pg.InfiniteLine(
                 pos=marker.step,
@@ -567,7 +620,7 @@ class RunMarkers:
                 pen=pg.mkPen(marker.colour, width=1, style=Qt.PenStyle.DashLine),
                 label=marker.text if index in labelled else None,
                 labelOpts={
-                    "position": 0.85 - 0.16 * (rank.get(index, 0) % 4),
+                    "position": self.TOP,
                     "color": plot_colors().foreground,
                     "fill": pg.mkBrush(QColor(plot_colors().background)),
                     "anchors": [(0, 0.5), (0, 0.5)],
@@ -576,7 +629,23 @@ class RunMarkers:
             line.setZValue(-5)
             self.plot.addItem(line)
             self.lines.append(line)
+            if index in labelled:
+                self.labelled.append(line)
         self.shown = list(markers)
+        self._stack_labels()
+
+    def _stack_labels(self, *_args: object) -> None:
+        """Labels stacked by their order among the labelled lines, a text line apart
+        however short the plot (a fixed share of its height laid them over each other at
+        1024x640), so two never share a height."""
+        if not self.labelled:
+            return
+        height = max(float(self.view.height()), 1.0)
+        text = max(line.label.boundingRect().height() for line in self.labelled)
+        step = max(self.STACK_STEP, text / height)
+        places = max(1, int(self.TOP / step) + 1)  # that fit between TOP and the bottom
+        for order, line in enumerate(self.labelled):
+            line.label.setPosition(self.TOP - step * (order % places))
 
 
 class LossPlot(QWidget):
@@ -712,6 +781,7 @@ class LossScalePlot(QWidget):
         self.growth_label.setMinimumWidth(60)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
         layout.addWidget(self.plot, 1)
         row = QHBoxLayout()
         row.addWidget(self.growth_label, 1)
@@ -817,10 +887,12 @@ class GradientHistogramPlot(QWidget):
     what_if_changed = Signal(int)
 
     RULER_STEP = 0.6  # vertical distance between format rulers, in log10(count) units
+    # The bars and, under them, a ruler per format (four or more) share the data area.
+    VIEW_HEIGHT = 64
 
     def __init__(self) -> None:
         super().__init__()
-        self.plot = _plot_widget(CountAxis("left"))
+        self.plot = _plot_widget(CountAxis("left"), view_height=self.VIEW_HEIGHT)
         self.plot.setLabel("bottom", "log2 |g|  (binade)")
         self.plot.setLabel("left", "count")
         self.bars = pg.BarGraphItem(x=[], height=[], width=0.9, brush="#4a7fb5", pen=None)
@@ -859,9 +931,15 @@ class GradientHistogramPlot(QWidget):
         self.what_if_label = file_text_label("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)  # three read-outs under the plot: their gaps are its height
         self.header_widgets = (self.param_button, self.act_button, self.scale_spin)
         layout.addWidget(self.plot, 1)
-        self.ranges_label = file_text_label("", word_wrap=False)
+        # Wrapped (a run with FP6/FP4/E8M0 rulers names more formats than a line holds).
+        self.ranges_label = file_text_label("")
+        self.ranges_label.setToolTip(
+            "Each format's range under the bars, top to bottom: dashed from its smallest "
+            "subnormal to its smallest normal, solid from there to its largest value"
+        )
         self._show_formats(DEFAULT_RULER_FORMATS)
         layout.addWidget(self.ranges_label)
         layout.addWidget(self.counts_label)
@@ -911,7 +989,6 @@ class GradientHistogramPlot(QWidget):
                 f"{elide(format_range(name).label, 16)}"
                 for name in names
             )
-            + " (top to bottom; dashed: subnormal)"
         )
 
     # ----- slots hand off -------------------------------------------------------------
@@ -1153,9 +1230,11 @@ class LayerTable(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.setMinimumWidth(120)
+        self.table.setMinimumHeight(table_minimum_height(self.table))
         self.first_label = file_text_label("")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
         layout.addWidget(self.first_label)
         layout.addWidget(self.table, 1)
         self._key: tuple[int, int] | None = None
@@ -1233,8 +1312,10 @@ class MemoryReadout(QWidget):
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.throughput = file_text_label("", word_wrap=False)
         self.lost = file_text_label("")
+        self.table.setMinimumHeight(table_minimum_height(self.table))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
         layout.addWidget(self.throughput)
         layout.addWidget(self.lost)
         layout.addWidget(self.table, 1)

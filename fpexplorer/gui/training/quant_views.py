@@ -66,6 +66,7 @@ from fpexplorer.gui.training.quant_model import (
     role_choices,
 )
 from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.sizing import PageScrollArea
 from fpexplorer.gui.training.view_model import (
     HoverLine,
     OverlayRun,
@@ -975,7 +976,10 @@ class QuantPage(QWidget):
         content_layout.addLayout(controls)
         content_layout.addWidget(self.hurts_label)
         content_layout.addWidget(self.detail_label)
-        content_layout.addWidget(rows, 1)
+        # On a short window the cards keep their readable heights and scroll (the controls
+        # and the "hurts most" line stay above them).
+        self.rows_scroll = PageScrollArea(rows)
+        content_layout.addWidget(self.rows_scroll, 1)
 
         self.note_label = QLabel()
         self.note_label.setWordWrap(True)

@@ -470,8 +470,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         entered = time.perf_counter()
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
-        self._write_header()
-        grads = [p.grad for p in self._params if p.grad is not None]
+        if not self._header_written:
+            self._write_header()
+        grads = [grad for p in self._params if (grad := p.grad) is not None]
         if self._sharded:  # looked up once: a getattr per tensor per step adds up
             grads = [local_tensor(g) for g in grads]
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
@@ -549,7 +550,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self.cadence.account(duration, statistics=stats is not None, alarm=alarm,
                              monitor_time=end - entered)  # fmt: skip
         self.step_index += 1
-        self._arm(self.cadence.collect_next(self.step_index))
+        collecting = self.cadence.collect_next(self.step_index)
+        if collecting or self._collecting or self._module_handles:  # else nothing to change
+            self._arm(collecting)
         return record
 
     def _cheap_signals(
@@ -572,10 +575,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             except RuntimeError:  # tensors on several devices
                 norms = [_total_norm(grads)]
         if self.device.type == "cpu":
+            # item() per value: a third of the cost of stacking them for one tolist().
             values = [part.item() for part in parts]
-            norm_values = torch.stack(norms).tolist() if len(norms) > 1 else [
-                n.item() for n in norms
-            ]  # fmt: skip
+            norm_values = [n.item() for n in norms]
             scale_after = scaler[0].item() if scaler else self._current_scale_host()
             tracker = scaler[1].item() if scaler and scaler[1] is not None else 0.0
             found_value = found.item() if found is not None else 0.0

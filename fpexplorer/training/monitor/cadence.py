@@ -20,8 +20,11 @@ class StatsCadence:
     time). So with the default budget a watched loop runs at about 1.05x a bare one; where
     the cheap signals alone take more than the budget (a tiny model whose step takes well
     under a millisecond), statistics are taken only where they must be. Step 0 always takes
-    statistics (its duration pays for warm-up, so it is not charged), and with a budget so
-    does the step after an alarm (a skipped step, a non-finite loss or norm).
+    statistics, and with a budget so does the step after an alarm (a skipped step, a
+    non-finite loss or norm). Step 0 is charged once the first plain step is measured, all
+    it took beyond a plain step (first calls included: conservative, since a bare loop's
+    first step is slow too), so on a short run its one-off cost delays the next
+    statistics instead of adding to the budget.
     """
 
     def __init__(self, every: int | None = None, budget: float | None = None) -> None:
@@ -43,6 +46,7 @@ class StatsCadence:
         self._last_extra: float | None = None
         self._alarm = False
         self._accounted = 0
+        self._first: tuple[float, bool, float] | None = None  # the first step, not yet charged
 
     @property
     def spent_share(self) -> float:
@@ -57,7 +61,19 @@ class StatsCadence:
         self._accounted += 1
         self._alarm = alarm
         if self._accounted == 1:
-            return  # warm-up: first calls allocate, compile, fill caches
+            # The first step pays for first calls (allocations, tables, caches): what the
+            # monitor added to it is known only once a plain step has been measured.
+            self._first = (duration, statistics, monitor_time)
+            return
+        self._charge(duration, statistics=statistics, monitor_time=monitor_time)
+        if self._first is not None and self._plain:
+            first, self._first = self._first, None
+            # Not a guide to what the next statistics step costs (first calls): charged only.
+            self._charge(first[0], statistics=first[1], monitor_time=first[2], estimate=False)
+
+    def _charge(
+        self, duration: float, *, statistics: bool, monitor_time: float, estimate: bool = True
+    ) -> None:
         self._elapsed += duration
         if not statistics:
             self._plain.append(duration)
@@ -71,7 +87,8 @@ class StatsCadence:
             bare = plain - _median(self._plain_own)
             extra = max(duration - bare, 0.0)
         self._spent += extra
-        self._last_extra = extra
+        if estimate:
+            self._last_extra = extra
 
     def collect_next(self, step_index: int) -> bool:
         """Whether step `step_index` (the next one) takes statistics."""

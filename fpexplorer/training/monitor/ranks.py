@@ -207,7 +207,7 @@ class RankLogs:
     def closed(self) -> bool:
         return self._closed
 
-    def write(self, record: Record | Mapping[str, Any]) -> str:
+    def write(self, record: Record | Mapping[str, Any]) -> None:
         """Write a record to this rank's log (and merge it on rank 0). Never raises
         OSError: a rank must join every exchange even when its log is lost."""
         if isinstance(record, HeaderRecord):
@@ -216,7 +216,6 @@ class RankLogs:
             self._on_step(record)
         elif isinstance(record, EndRecord):
             self._on_end(record)
-        return ""
 
     def close(self) -> None:
         if self._closed:

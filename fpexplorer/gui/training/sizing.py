@@ -1,0 +1,149 @@
+"""How the training panel's pages share a small screen: plots keep a readable height,
+word-wrapped texts get the height they need at their width, and a page that cannot hold
+both scrolls instead of laying its parts over each other.
+
+Qt's splitters size their children from minimum size hints, which for a word-wrapped label
+are one line: at 1024x640 the gradient histogram's card was given less than its texts
+needed at its width, and its box layout laid the read-outs over the plot's axis title.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QSize, Qt
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QFrame, QLayout, QScrollArea, QTableWidget, QWidget
+
+# Pixels of data area (the view box, inside the axes) below which a plot is no longer
+# read: about four lines of tick labels on the left axis.
+READABLE_VIEW_HEIGHT = 48
+# The narrowest a plot gets (tick labels and the axis title still fit across it).
+PLOT_MIN_WIDTH = 160
+# A scrolled page never asks for more height than this: the window's minimum stays small.
+SCROLLED_PAGE_MIN_HEIGHT = 160
+
+
+class ReadablePlotWidget(pg.PlotWidget):  # type: ignore[misc]  # pyqtgraph is untyped
+    """A plot whose minimum height keeps `view_height` pixels of data area.
+
+    The minimum is its axes' and margins' height plus the view's (read when a layout asks,
+    so an axis title or a colour bar added after construction counts); a legend in the
+    plot's own layout only takes height above that minimum (see `spare_height`).
+    """
+
+    def __init__(self, view_height: int = READABLE_VIEW_HEIGHT, **options: object) -> None:
+        super().__init__(**options)
+        self.view_height = view_height
+        self.setMinimumWidth(PLOT_MIN_WIDTH)  # no explicit height: the hint below rules
+
+    def overhead_height(self) -> float:
+        """Pixels of the plot's height that are not data: the bottom axis with its ticks
+        and title, the top axis or title where shown, the plot item's margins."""
+        item = self.getPlotItem()
+        _left, top, _right, bottom = item.layout.getContentsMargins()
+        height = float(top + bottom + 2 * self.frameWidth())
+        for name in ("bottom", "top"):
+            axis = item.getAxis(name)
+            if axis.isVisible():
+                height += float(axis.maximumHeight())
+        if item.titleLabel.isVisible():
+            height += float(item.titleLabel.maximumHeight())
+        return height
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(PLOT_MIN_WIDTH, math.ceil(self.overhead_height() + self.view_height))
+
+    def spare_height(self) -> int:
+        """Pixels of height above the readable minimum: what a legend may take."""
+        return max(0, int(self.height()) - self.minimumSizeHint().height())
+
+
+def table_minimum_height(table: QTableWidget) -> int:
+    """A table's header, one row and a horizontal scroll bar: it scrolls for the rest
+    (Qt's default minimum, about three rows, was taken from the plots above it)."""
+    return (
+        table.horizontalHeader().sizeHint().height()
+        + table.verticalHeader().defaultSectionSize()
+        + table.horizontalScrollBar().sizeHint().height()
+        + 2 * table.frameWidth()
+    )
+
+
+def minimum_height_for_width(layout: QLayout, width: int) -> int:
+    """The least height `layout` needs at `width`, word-wrapped texts at their height for
+    that width (a layout's minimum size counts each of them as one line)."""
+    needed = layout.totalMinimumSize().height()
+    if layout.hasHeightForWidth():
+        needed = max(needed, layout.totalMinimumHeightForWidth(width))
+    return needed
+
+
+def fit_minimum_height(widget: QWidget) -> None:
+    """Make `widget`'s minimum height what its layout needs at its present width, so a
+    splitter (which reads minimum sizes, not heights for widths) never squeezes it."""
+    layout = widget.layout()
+    if layout is None or widget.width() <= 0:
+        return
+    needed = minimum_height_for_width(layout, widget.width())
+    if widget.minimumHeight() != needed:
+        widget.setMinimumHeight(needed)
+
+
+def is_layout_event(event: QEvent) -> bool:
+    """A change after which a widget's needed height may differ: its width, or a child's
+    text or visibility (a layout request)."""
+    return event.type() in (QEvent.Type.Resize, QEvent.Type.LayoutRequest)
+
+
+class PageScrollArea(QScrollArea):
+    """A plots page that scrolls vertically once its rows' minimum heights exceed the space
+    (a short window): rows keep a readable height rather than overlap.
+
+    Horizontally it never scrolls: its minimum width is the page's, beside the scroll bar,
+    as before the page was put in it.
+    """
+
+    def __init__(self, page: QWidget) -> None:
+        super().__init__()
+        self.page = page
+        self.setWidget(page)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+
+    def minimumSizeHint(self) -> QSize:
+        hint = self.page.minimumSizeHint().expandedTo(self.page.minimumSize())
+        width = hint.width() + self.verticalScrollBar().sizeHint().width()
+        return QSize(width + 2 * self.frameWidth(), min(hint.height(), SCROLLED_PAGE_MIN_HEIGHT))
+
+    def sizeHint(self) -> QSize:
+        return self.page.sizeHint().expandedTo(self.minimumSizeHint())
+
+
+class FormScrollArea(QScrollArea):
+    """A scroll area that gives its form the height its wrapped texts need at its width.
+
+    QScrollArea sizes a resizable widget from its minimum size hint and ignores height for
+    width, so on a short screen the form was squeezed and its word-wrapped notes overlapped
+    the rows under them; with this the form keeps its height and scrolls instead.
+    """
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self.fit_height()
+
+    def viewportEvent(self, event: QEvent) -> bool:
+        # The viewport narrows without the area resizing when the scroll bar appears (the
+        # form grew taller than the area): the form's height for the new width then.
+        if event.type() == QEvent.Type.Resize:
+            self.fit_height()
+        return super().viewportEvent(event)
+
+    def fit_height(self) -> None:
+        widget = self.widget()
+        if widget is not None and widget.hasHeightForWidth():
+            needed = widget.heightForWidth(self.viewport().width())
+            if needed > 0 and widget.minimumHeight() != needed:
+                widget.setMinimumHeight(needed)

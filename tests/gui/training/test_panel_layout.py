@@ -1,0 +1,196 @@
+"""The training panel's layout at 1024x640 and 1920x1080: nothing overlaps, nothing is cut.
+
+The window is built and painted the way `fpexplorer screenshot --panel training` does it,
+then the geometry of what a reader sees is checked: sibling widgets of a layout do not
+intersect, each word-wrapped label has the height its text needs at its width, each plot
+keeps a readable data area, and its x-axis title lies inside the plot, clear of the
+read-out under it. Was: at 1024x640 with an fp8 run the gradient histogram got 90 px, its
+box layout laid the "ranges" line over the axis title "log2 |g| (binade)".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyqtgraph as pg
+import pytest
+from PySide6.QtCore import QPoint, QRect, QRectF
+from PySide6.QtWidgets import QApplication, QLabel, QLayout, QWidget
+
+from fpexplorer.gui.training.sizing import ReadablePlotWidget
+
+RECORDED_RUN = Path(__file__).parent / "data" / "overflow-fp16.jsonl"
+
+
+def _rect_in(widget: QWidget, ancestor: QWidget) -> QRect:
+    return QRect(widget.mapTo(ancestor, QPoint(0, 0)), widget.size())
+
+
+def _axis_title_rect(plot: pg.PlotWidget, name: str, ancestor: QWidget) -> QRect:
+    """The text of a plot axis's title, in `ancestor`'s coordinates (its document margin,
+    blank, left out)."""
+    text = plot.getPlotItem().getAxis(name).label
+    margin = text.document().documentMargin()
+    box = text.boundingRect().adjusted(margin, margin, -margin, -margin)
+    scene = text.mapRectToScene(QRectF(box))
+    local = plot.mapFromScene(scene).boundingRect()
+    return QRect(plot.mapTo(ancestor, local.topLeft()), local.size())
+
+
+def layout_problems(root: QWidget) -> list[str]:
+    """What overlaps or is cut among `root`'s visible widgets (empty: nothing)."""
+    problems: list[str] = []
+    shown = [w for w in root.findChildren(QWidget) if w.isVisible()]
+    for widget in [root, *shown]:
+        layout = widget.layout()
+        if layout is None:
+            continue
+        # The widgets this layout places (in nested row layouts too): none may overlap.
+        managed = [
+            child
+            for child in widget.children()
+            if isinstance(child, QWidget) and child.isVisible() and _in_layout(layout, child)
+        ]
+        for index, first in enumerate(managed):
+            for second in managed[index + 1 :]:
+                if first.geometry().intersects(second.geometry()):
+                    problems.append(
+                        f"{_name(first)} {first.geometry().getRect()} overlaps "
+                        f"{_name(second)} {second.geometry().getRect()} in {_name(widget)}"
+                    )
+    for label in root.findChildren(QLabel):
+        if label.isVisible() and label.wordWrap() and label.text():
+            needed = label.heightForWidth(label.width())
+            if label.height() < needed:
+                problems.append(
+                    f"label {label.text()[:50]!r} is {label.height()} px tall for the "
+                    f"{needed} px its text needs at {label.width()} px"
+                )
+    for plot in root.findChildren(ReadablePlotWidget):
+        if not plot.isVisible():
+            continue
+        view = plot.getPlotItem().getViewBox()
+        if view.height() < plot.view_height - 0.5:
+            problems.append(
+                f"plot in {_name(plot.parentWidget())}: data area {view.height():.1f} px, "
+                f"readable from {plot.view_height}"
+            )
+        title = _axis_title_rect(plot, "bottom", root)
+        if not _rect_in(plot, root).contains(title):
+            problems.append(
+                f"plot in {_name(plot.parentWidget())}: x-axis title {title.getRect()} "
+                f"outside the plot {_rect_in(plot, root).getRect()}"
+            )
+        # The note of an empty plot lies inside its data area, not cut at its edges.
+        for child in view.childItems():
+            if isinstance(child, pg.TextItem) and child.isVisible():
+                note = child.textItem.mapRectToScene(child.textItem.boundingRect())
+                if not view.sceneBoundingRect().contains(note):
+                    problems.append(
+                        f"plot in {_name(plot.parentWidget())}: note {child.toPlainText()!r} "
+                        "cut at the plot's edges"
+                    )
+        # The labels of the marker lines (first NaN loss, first inf/NaN) never cover each other.
+        labels = [
+            item.label.sceneBoundingRect()
+            for item in plot.getPlotItem().items
+            if isinstance(item, pg.InfiniteLine) and item.label is not None
+        ]
+        for index, first in enumerate(labels):
+            if any(first.intersects(second) for second in labels[index + 1 :]):
+                problems.append(f"plot in {_name(plot.parentWidget())}: marker labels overlap")
+    return problems
+
+
+def _in_layout(layout: QLayout, widget: QWidget) -> bool:
+    return layout.indexOf(widget) >= 0 or any(
+        _in_layout(item.layout(), widget)
+        for item in (layout.itemAt(i) for i in range(layout.count()))
+        if item is not None and item.layout() is not None
+    )
+
+
+def _name(widget: QWidget | None) -> str:
+    return type(widget).__name__ if widget is not None else "-"
+
+
+@pytest.fixture
+def runs(make_run) -> list[Path]:  # type: ignore[no-untyped-def]
+    """A loss-scaled fp16 run with overflows (real), fp8 and mxfp4 runs (synthetic), and
+    three more fp16 runs: six to overlay, the fp8 one selected."""
+    more = [make_run(f"fp16-{seed}.jsonl", steps=80, seed=seed) for seed in range(3)]
+    fp8 = make_run("fp8.jsonl", steps=80, precision="fp8", quant="fp8-dynamic")
+    mx = make_run("mxfp4.jsonl", steps=80, precision="mxfp4", quant="mxfp4")
+    return [RECORDED_RUN, *more, mx, fp8]
+
+
+def _window(qtbot, paths: list[Path]) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    from fpexplorer.gui.main_window import MainWindow
+    from fpexplorer.gui.settings import SettingsStore
+
+    window = MainWindow(SettingsStore(persistent=False), restore=False)
+    qtbot.addWidget(window)
+    window.tabs.setCurrentIndex(1)
+    for path in paths:
+        window.training_panel.load_run(path)
+    window.training_panel.finish_loading()
+    try:
+        yield window
+    finally:
+        window.training_panel.shutdown()
+        window.close()
+
+
+CASES = [
+    # (size, how many runs, plots page, the left column's tab)
+    ((1024, 640), 0, "mixed", "Job"),
+    ((1024, 640), 1, "mixed", "Job"),
+    ((1024, 640), 2, "mixed", "Job"),
+    ((1024, 640), 6, "mixed", "What-if"),
+    ((1024, 640), 2, "low", "Job"),
+    ((1024, 640), 6, "low", "Job"),
+    ((1920, 1080), 2, "mixed", "What-if"),
+    ((1920, 1080), 6, "low", "Job"),
+]
+
+
+@pytest.mark.parametrize(("size", "count", "page", "left"), CASES)
+def test_nothing_overlaps_or_is_cut(  # type: ignore[no-untyped-def]
+    qtbot, run_dir: Path, runs: list[Path], size: tuple[int, int], count: int, page: str, left: str
+) -> None:
+    from fpexplorer.commands.screenshot import render
+
+    chosen = runs[len(runs) - count :]  # the fp8 run among them (selected: loaded last)
+    for window in _window(qtbot, chosen):
+        panel = window.training_panel
+        tabs = panel.left_tabs
+        tabs.setCurrentIndex([tabs.tabText(i) for i in range(tabs.count())].index(left))
+        if left == "What-if":
+            panel.whatif.policy.setCurrentText("deepspeed")  # its dashed scale drawn too
+            assert panel.whatif.policy.currentText() == "deepspeed"
+        panel.show_plot_page(page)
+        image = render(window, *size)
+        assert (image.width(), image.height()) == size  # drawn at its size, not scaled
+        QApplication.processEvents()
+        assert layout_problems(panel) == []
+
+
+def test_the_histogram_axis_title_clears_the_ranges_line_at_1024x640(  # type: ignore[no-untyped-def]
+    qtbot, run_dir: Path, runs: list[Path]
+) -> None:
+    # The reported picture: the fp16 and fp8 runs, the histogram's read-out three lines.
+    from fpexplorer.commands.screenshot import render
+
+    for window in _window(qtbot, [RECORDED_RUN, runs[-1]]):
+        panel = window.training_panel
+        render(window, 1024, 640)
+        hist = panel.hist_plot
+        card = panel.cards["histogram"]
+        assert hist.what_if_label.height() >= 3 * hist.what_if_label.fontMetrics().height()
+        title = _axis_title_rect(hist.plot, "bottom", card)
+        for label in (hist.ranges_label, hist.counts_label, hist.what_if_label):
+            assert not title.intersects(_rect_in(label, card)), label.text()[:40]
+        # The whole card is on screen: the page fits at this size (it scrolls only beyond).
+        scroll = panel.plots_scroll
+        assert scroll.widget().height() <= scroll.viewport().height()
