@@ -128,6 +128,7 @@ VIOLATIONS = [
 ]
 
 
+@pytest.mark.slow  # copies the package and lints it, per case: seconds in all
 @pytest.mark.parametrize(
     ("module", "code", "broken"),
     [pytest.param(module, code, broken, id=label) for label, module, code, broken in VIOLATIONS],

@@ -123,6 +123,7 @@ def test_every_ieee_mode_and_flags_match_mpfr(operation: str) -> None:
                 assert flags.inexact == ctx.inexact, (operation, operands, rounding)
 
 
+@pytest.mark.slow  # exact square roots of 9363 fp16 codes: about a second
 def test_sqrt_of_every_fp16_code_matches_numpy() -> None:
     fmt = get_format("fp16")
     codes = np.arange(1 << 16, dtype=np.uint16)
@@ -211,6 +212,7 @@ def test_calculation_record() -> None:
         calculate("pow", ["1", "2"], "fp16")
 
 
+@pytest.mark.slow  # tries every fp16 code four times: about half a second
 def test_double_rounding_window_search_finds_what_trying_every_code_finds() -> None:
     for via, target, rounding in (
         ("e5m3", "e4m3", "nearest_even"),

@@ -422,6 +422,7 @@ finite_floats = st.floats(
 )
 
 
+@pytest.mark.slow  # a property test over many blocks: about a second
 @settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from(ALL),
@@ -598,6 +599,7 @@ def test_nvfp4_block_scales_next_to_every_e4m3_boundary() -> None:
 any_float32 = st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True)
 
 
+@pytest.mark.slow  # a property test over many blocks: a third of a second
 @settings(max_examples=200, deadline=None)
 @given(
     st.sampled_from(ALL),

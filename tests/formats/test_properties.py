@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +55,7 @@ def _value(fmt: FloatFormat, code: int) -> Fraction | None:
     return exact.fraction if exact.is_finite else None
 
 
+@pytest.mark.slow  # a property test over many pairs: a third of a second
 @SETTINGS
 @given(format_and_value(), format_and_value(), st.sampled_from(NEAREST + DIRECTED))
 def test_rounding_is_monotone(
@@ -69,6 +71,7 @@ def test_rounding_is_monotone(
     assert v_low <= v_high
 
 
+@pytest.mark.slow  # a property test over many values: about half a second
 @SETTINGS
 @given(format_and_value())
 def test_directed_modes_bracket_and_nearest_is_nearest(pair: tuple[FloatFormat, Fraction]) -> None:
@@ -123,6 +126,7 @@ def test_next_up_and_next_down_are_inverse(fmt: FloatFormat, seed: int) -> None:
         assert fmt.next_up(down) == code
 
 
+@pytest.mark.slow  # hundreds of draws per example: a second
 @SETTINGS
 @given(format_and_value(), st.integers(0, 2**32))
 def test_stochastic_rounding_is_unbiased(pair: tuple[FloatFormat, Fraction], seed: int) -> None:

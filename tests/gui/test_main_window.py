@@ -105,6 +105,7 @@ def test_unwritable_settings_location_is_reported_not_fatal(
     assert main.statusBar().currentMessage() == problem
 
 
+@pytest.mark.slow  # a child process that starts the GUI: about a second
 def test_gui_startup_does_not_import_torch() -> None:
     code = (
         "import sys\n"
@@ -133,6 +134,7 @@ def test_gui_startup_does_not_import_torch() -> None:
     assert "PANEL TrainingPanel" in result.stdout
 
 
+@pytest.mark.slow  # a child process: about half a second
 def test_gui_without_a_display_says_so(tmp_path: Path) -> None:
     env = {
         k: v
@@ -205,6 +207,7 @@ def test_step_shortcuts_and_training_file_actions(qtbot: QtBot, window: MainWind
     assert len([t for t in texts if t]) >= 2  # the Training panel's actions come first
 
 
+@pytest.mark.slow  # redraws every view of the window twice: about a second
 def test_views_follow_a_palette_change(qtbot: QtBot, window: MainWindow) -> None:
     from fpexplorer.gui.theme import apply_dark_palette
 
@@ -222,6 +225,7 @@ def test_views_follow_a_palette_change(qtbot: QtBot, window: MainWindow) -> None
         app.setPalette(original_palette)
 
 
+@pytest.mark.slow  # a child process that starts the GUI: about half a second
 def test_unwritable_home_is_reported_not_fatal(tmp_path: Path) -> None:
     """The user's native settings location under a home that cannot be written."""
     blocker = tmp_path / "not_a_folder"
@@ -340,6 +344,7 @@ def _qt_is_loaded(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # a child process running the app: a second
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see Qt load")
 def test_ctrl_c_in_the_terminal_quits_the_app(tmp_path: Path) -> None:
     import signal

@@ -101,6 +101,7 @@ def test_every_readme_screenshot_shows_what_its_command_asks(shoot) -> None:  # 
             assert f"<b>{row.editor.readout().display}</b>" in row.summary.text()
 
 
+@pytest.mark.slow  # a child process that renders the GUI: about half a second
 def test_the_command_writes_the_picture_without_noise(tmp_path: Path) -> None:
     out = tmp_path / "formats.png"
     result = run_cli("screenshot", "--out", str(out), "--size", "1024x640", "--value", "0.1")
@@ -110,6 +111,7 @@ def test_the_command_writes_the_picture_without_noise(tmp_path: Path) -> None:
     assert not QImage(str(out)).isNull()
 
 
+@pytest.mark.slow  # a child process that renders the GUI: about half a second
 def test_a_size_below_the_windows_minimum_is_scaled_not_cut(tmp_path: Path) -> None:
     out = tmp_path / "small.png"
     result = run_cli("screenshot", "--out", str(out), "--size", "640x480", "--value", "0.1")
@@ -117,6 +119,7 @@ def test_a_size_below_the_windows_minimum_is_scaled_not_cut(tmp_path: Path) -> N
     assert "scaled down to 640x480" in result.stderr  # was: the window's top-left corner
 
 
+@pytest.mark.slow  # a child process that renders the GUI: a second
 def test_training_screenshot_replays_a_run(tmp_path: Path) -> None:
     from fpexplorer.gui.training.synthetic import synthetic_records
     from fpexplorer.training.runlog import RunWriter
@@ -132,6 +135,7 @@ def test_training_screenshot_replays_a_run(tmp_path: Path) -> None:
     assert out.is_file()
 
 
+@pytest.mark.slow  # child processes: about half a second
 def test_bad_screenshot_arguments_get_one_line_and_exit_2(tmp_path: Path) -> None:
     for args, words in (
         (["--size", "big"], "WIDTHxHEIGHT"),
@@ -145,6 +149,7 @@ def test_bad_screenshot_arguments_get_one_line_and_exit_2(tmp_path: Path) -> Non
         assert not (tmp_path / "x.png").exists()
 
 
+@pytest.mark.slow  # child processes that start the GUI: a second
 def test_a_run_file_that_is_not_a_run_log_gets_one_line_and_exit_2(tmp_path: Path) -> None:
     # Was: exit 0 and a picture of an empty panel, its status line full of the file's bytes.
     junk = tmp_path / "junk.jsonl"

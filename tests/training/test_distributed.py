@@ -272,6 +272,7 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@pytest.mark.slow  # seven child processes that import torch: seconds
 def test_bad_distributed_arguments_get_one_line_and_exit_2(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -449,6 +450,7 @@ def test_the_launcher_says_which_logs_exist(tmp_path: Path) -> None:
     assert _logs_text(out) == f"{out} (merged) and exp-01.rank-K.jsonl beside it"
 
 
+@pytest.mark.slow  # twelve child processes: about a second
 def test_runs_on_a_folder_without_a_run_gets_one_line(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()

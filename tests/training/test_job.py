@@ -125,6 +125,7 @@ def test_stats_every(tmp_path: Path) -> None:
     assert not any(s.has_stats for s in off.steps)
 
 
+@pytest.mark.slow  # real training jobs: about half a second
 def test_pure_fp16_loses_updates_that_fp32_master_weights_keep(tmp_path: Path) -> None:
     pure, _ = job(tmp_path, task="regression", precision="pure-fp16", steps=400, stats_every=5)
     master, _ = job(tmp_path, task="regression", precision="fp32", steps=400, stats_every=5)
@@ -239,8 +240,11 @@ def test_a_user_task_that_calls_sys_exit_fails_with_an_end_record(tmp_path: Path
         (["--task", "missing.py:make"], "task file not found"),
         (["--backoff-factor", "2"], "backoff factor"),
         (["--lr", "abc"], "invalid float value"),
-        (["--device", "cuda:7"], "cuda"),
-        (["--out", "/nonexistent-folder/run.jsonl"], "cannot write"),
+        # These two reach torch in the child (a second each): slow.
+        pytest.param(["--device", "cuda:7"], "cuda", marks=pytest.mark.slow),
+        pytest.param(
+            ["--out", "/nonexistent-folder/run.jsonl"], "cannot write", marks=pytest.mark.slow
+        ),
         (["--seed", str(2**64)], "the seed must be"),
         (["--precision", "fp16-static", "--loss-scale", "1e39"], "is inf in float32"),
         (["--init-scale", "1e39"], "is inf in float32"),
@@ -395,6 +399,7 @@ def test_examples_run(tmp_path: Path) -> None:
     assert load_run(tmp_path / "task.jsonl").status == "completed"
 
 
+@pytest.mark.slow  # a training job and child processes: about half a second
 def test_runs_command(tmp_path: Path) -> None:
     job(tmp_path, task="mlp", precision="fp16", steps=3)
     path = str(tmp_path / "run.jsonl")
@@ -456,6 +461,7 @@ def test_stream_is_a_channel_the_tasks_output_cannot_reach(tmp_path: Path) -> No
         assert result.stderr.count(text) == 9, text
 
 
+@pytest.mark.slow  # a child process that imports torch: a second
 def test_a_batch_size_above_the_dataset_fails_at_once(tmp_path: Path) -> None:
     out = tmp_path / "big.jsonl"
     result = run_cli("train", "--task", "mlp", "--batch-size", "100000", "--steps", "3",
@@ -485,6 +491,7 @@ def test_an_empty_batch_source_is_a_failure_not_a_completed_run(tmp_path: Path) 
     assert run.end.traceback is None  # our own message: no traceback to show
 
 
+@pytest.mark.slow  # child processes that import torch: seconds
 def test_an_unwritable_run_log_is_one_line_not_a_traceback() -> None:
     if not Path("/dev/full").exists():
         pytest.skip("/dev/full exists on Linux only")

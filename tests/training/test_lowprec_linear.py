@@ -105,6 +105,7 @@ def test_autocast_does_not_round_the_emulated_matmul_again() -> None:
     assert bf16.dtype == torch.bfloat16
 
 
+@pytest.mark.slow  # trains three models: about a second
 def test_gradients_flow_through_a_swapped_model_and_it_learns() -> None:
     torch.manual_seed(0)
     teacher = nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4))

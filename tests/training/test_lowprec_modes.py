@@ -164,6 +164,7 @@ def test_a_model_that_is_one_linear_layer_fails_in_one_line(tmp_path: Path, prec
     assert load_run(out).status == "failed"
 
 
+@pytest.mark.slow  # a real training job in a child process: seconds
 def test_an_fp8_run_says_nothing_about_torchao_start_up(tmp_path: Path) -> None:
     """torchao warns "Failed to load ..._C_mxfp8...so" for each CUDA-only extension a CPU
     cannot load, and torch's pytree logs a deprecation about torchao's registrations: noise

@@ -67,6 +67,7 @@ def replay(run: Run, settings: ScalerSettings) -> tuple[ScalerReplay, list[tuple
     return replayer, trace
 
 
+@pytest.mark.slow  # its fixture runs four training jobs: a second
 @pytest.mark.parametrize("name", [*POLICIES, "stats"])
 def test_the_runs_own_policy_reproduces_its_log_exactly(runs: dict[str, Run], name: str) -> None:
     run = runs[name]
@@ -80,6 +81,7 @@ def test_the_runs_own_policy_reproduces_its_log_exactly(runs: dict[str, Run], na
     assert any(math.isfinite(step.loss) for step in skipped)
 
 
+@pytest.mark.slow  # the four training jobs of `runs`: a second
 @pytest.mark.parametrize(
     ("logged", "target"),
     [("torch", "deepspeed"), ("torch", "megatron"), ("deepspeed", "torch"),
@@ -169,6 +171,7 @@ def test_the_rule_predicts_fp16_backward_overflow_exactly(seed: int) -> None:
         assert actual == overflows_at(evidence(1.0, False, amax=amax), 2.0**k, fp16_max()), k
 
 
+@pytest.mark.slow  # the four training jobs of `runs`: a second
 def test_a_replay_trace_continues_as_the_buffer_grows(runs: dict[str, Run]) -> None:
     run = runs["torch"]
     settings = resolve_settings("megatron", init_scale=2.0**12, growth_interval=4)
@@ -184,6 +187,7 @@ def test_a_replay_trace_continues_as_the_buffer_grows(runs: dict[str, Run]) -> N
     assert trace.steps == [step.step for step in run.steps]
 
 
+@pytest.mark.slow  # child processes: about half a second
 def test_cli_replay_scaler(runs: dict[str, Run], tmp_path: Path) -> None:
     path = str(runs["torch"].path)
     own = run_cli("runs", "replay-scaler", path)
@@ -232,6 +236,7 @@ def test_cli_replay_scaler_refuses_a_scale_float32_cannot_hold(scale: str) -> No
     assert len(refused.stderr.strip().splitlines()) == 1 and not refused.stdout
 
 
+@pytest.mark.slow  # child processes: a third of a second
 def test_cli_replay_scaler_says_when_the_run_has_no_end(tmp_path: Path) -> None:
     """A killed run (no end record) is replayed as far as it goes, and says it is cut short
     (was: the same report as a complete run)."""

@@ -96,6 +96,7 @@ def _as_json(summary: object) -> str:
     return encode_json_line(dataclasses.asdict(summary))  # type: ignore[call-overload]
 
 
+@pytest.mark.slow  # a 5000-step log read twice: about a second
 def test_streamed_summary_equals_the_in_memory_one(tmp_path: Path) -> None:
     """Checkpoints halve many times over 5000 steps; the final loss (last 10%) read again
     from the last checkpoint before the tail is the same number, bit for bit."""
@@ -118,6 +119,7 @@ def test_streamed_summary_equals_the_in_memory_one(tmp_path: Path) -> None:
     assert start is not None and 4500 - summarizer.stride < start[0] <= 4500
 
 
+@pytest.mark.slow  # child processes: a third of a second
 def test_runs_check_exit_statuses_for_ok_damaged_and_killed_runs(tmp_path: Path) -> None:
     from training_helpers import run_cli
 

@@ -94,6 +94,7 @@ def test_shows_the_block_as_quantize_gives_it(view: BlockEditorView) -> None:
     assert not view.tensor_box.isVisible()
 
 
+@pytest.mark.slow  # drags through many redraws: about half a second
 def test_dragging_a_bar_into_an_outlier_moves_the_scale_and_the_others(
     view: BlockEditorView,
 ) -> None:

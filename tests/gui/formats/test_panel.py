@@ -184,6 +184,7 @@ def test_table_can_show_only_the_stacked_formats(qtbot: QtBot, panel: FormatsPan
     assert view.table.item(2, 1).text() == f"0x{oracle_code(0.1, ml_dtypes.bfloat16):04X}"
 
 
+@pytest.mark.slow  # renders the codes map: about half a second
 def test_codes_map_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None:
     panel.session.set_active(panel.session.editors[1])
     panel.session.set_format(panel.session.active, get_format("float8_e4m3fn"))
@@ -368,6 +369,7 @@ def test_number_line_explains_nan(qtbot: QtBot, panel: FormatsPanel) -> None:
     assert "no place" in panel.number_line.message.textItem.toPlainText()
 
 
+@pytest.mark.slow  # exact arithmetic on 1e99999 in a 16-exponent-bit format: a second
 def test_number_line_keeps_an_overflowing_value_off_scale(
     qtbot: QtBot, panel: FormatsPanel
 ) -> None:

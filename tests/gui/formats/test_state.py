@@ -255,6 +255,7 @@ def test_restore_skips_what_it_cannot_use() -> None:
     assert any("nonsense_format" in p for p in problems)
 
 
+@pytest.mark.slow  # a property test over many texts: about half a second
 @settings(max_examples=300, deadline=None)
 @given(
     text=st.text(max_size=40)

@@ -101,6 +101,7 @@ def test_a_nan_storm_says_why_loss_and_histograms_are_empty(panel, tmp_path: Pat
     assert "First non-finite layer: head" in panel.layer_table.first_label.text()
 
 
+@pytest.mark.slow  # a panel: a third of a second
 def test_plots_with_data_show_no_note(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
     for view in (panel.loss_plot, panel.scale_plot, panel.hist_plot, panel.heatmap):
@@ -111,11 +112,17 @@ def test_plots_with_data_show_no_note(panel, synthetic_run: Path) -> None:  # ty
     ("record", "field", "value"),
     [
         ("step", "loss", 1e308),  # float64's end: the padded view range would be inf
-        ("header", "config.growth_interval", 10**30),  # past a progress bar's int
+        # A panel each (a third of a second): the fast loop keeps one header and two step
+        # cases, CI runs them all.
+        pytest.param(  # past a progress bar's int
+            "header", "config.growth_interval", 10**30, marks=pytest.mark.slow
+        ),
         ("header", "config.device", 10**30),  # a number where the form expects a name
-        ("header", "config.optimizer", 10**30),
+        pytest.param("header", "config.optimizer", 10**30, marks=pytest.mark.slow),
         ("step", "stats.grad_hist.lo", 10**30),  # past int64
-        ("step", "stats.act_hist.counts", [5, -3, 2]),  # negative counts
+        pytest.param(  # negative counts
+            "step", "stats.act_hist.counts", [5, -3, 2], marks=pytest.mark.slow
+        ),
     ],
 )
 def test_damaged_values_in_a_run_file_never_raise_in_the_window(
@@ -161,6 +168,7 @@ def test_with_no_run_the_format_rulers_are_still_drawn(panel, tmp_path: Path) ->
         assert x is not None and len(x) == 2 and x[1] > x[0], name
 
 
+@pytest.mark.slow  # a panel laid out again: a third of a second
 def test_the_device_choice_is_not_clipped_in_the_form(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     from PySide6.QtGui import QFontMetrics
 
@@ -173,12 +181,14 @@ def test_the_device_choice_is_not_clipped_in_the_form(panel, qtbot) -> None:  # 
     assert "CUDA when available" in combo.toolTip()
 
 
+@pytest.mark.slow  # a panel and a wide list redrawn: about half a second
 def test_a_run_name_too_long_for_the_list_is_in_its_tooltip(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
     item = panel.run_list.item(0)
     assert item.toolTip() == item.text() and "synthetic fp16" in item.toolTip()
 
 
+@pytest.mark.slow  # a panel: a third of a second
 def test_a_negative_zero_magnitude_reads_zero_in_the_layer_table(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     layer = {"name": "fc", "grad_norm": -0.0, "amax": -0.0, "headroom_log2": None,
              "underflow_share": 1.0, "nonfinite": False}  # fmt: skip

@@ -88,6 +88,7 @@ def test_stop_mid_run_ends_with_a_stopped_record(panel, qtbot) -> None:  # type:
     assert run.status == "stopped" and not run.problems
 
 
+@pytest.mark.slow  # a child process: about half a second
 def test_stop_while_the_job_is_starting_is_a_stop_not_a_crash(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     _configure(panel, steps=1_000_000)
     assert panel.start_job()
@@ -181,6 +182,7 @@ def test_shutdown_ends_a_device_search_still_running(panel, qtbot) -> None:  # t
     assert finder.state() == QProcess.ProcessState.NotRunning
 
 
+@pytest.mark.slow  # a child process and its kill timeout: about a second
 def test_stop_kills_a_job_that_ignores_sigterm_after_the_timeout(
     panel, qtbot, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -253,6 +255,7 @@ def test_the_gui_process_never_imports_torch(tmp_path: Path) -> None:
     assert report == {"started": True, "state": "done", "steps": 3, "torch": []}
 
 
+@pytest.mark.slow  # a training job in a child process: a second
 def test_start_while_a_job_runs_is_refused_and_adds_no_run(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
     _configure(panel, steps=1_000_000)
     assert panel.start_job()

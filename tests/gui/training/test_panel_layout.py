@@ -155,6 +155,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # a whole window built and laid out per case: about a second each
 @pytest.mark.parametrize(("size", "count", "page", "left"), CASES)
 def test_nothing_overlaps_or_is_cut(  # type: ignore[no-untyped-def]
     qtbot, run_dir: Path, runs: list[Path], size: tuple[int, int], count: int, page: str, left: str
@@ -176,6 +177,7 @@ def test_nothing_overlaps_or_is_cut(  # type: ignore[no-untyped-def]
         assert layout_problems(panel) == []
 
 
+@pytest.mark.slow  # a whole window built and laid out: about a second
 def test_the_histogram_axis_title_clears_the_ranges_line_at_1024x640(  # type: ignore[no-untyped-def]
     qtbot, run_dir: Path, runs: list[Path]
 ) -> None:

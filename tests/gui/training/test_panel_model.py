@@ -116,6 +116,7 @@ def test_heatmap_merges_columns_and_keeps_counts() -> None:
     assert image[0, -1 - (-150)] == pytest.approx(math.log10(0.5), abs=1e-6)
 
 
+@pytest.mark.slow  # 21000 synthetic steps: about half a second
 def test_run_model_memory_is_bounded() -> None:
     small, large = RunModel(), RunModel()
     small.add_records(synthetic_records(1_000, stats_every=5))

@@ -33,6 +33,7 @@ def test_replay_fills_every_view(panel, synthetic_run: Path) -> None:  # type: i
     assert panel.hist_plot.last_what_if is not None
 
 
+@pytest.mark.slow  # a panel: a third of a second
 def test_histogram_switches_to_activation_gradients(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
     grad_total = panel.hist_plot.current_histogram().total
@@ -80,6 +81,7 @@ def test_a_file_that_is_not_a_run_leaves_the_panel_as_it_was(panel, tmp_path: Pa
     assert "missing.jsonl" in panel.status_label.text()
 
 
+@pytest.mark.slow  # a panel and two runs drawn: about half a second
 def test_two_runs_overlaid_named_by_their_settings(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     first = make_run("a.jsonl", steps=200, precision="fp16")
     second = make_run("b.jsonl", steps=120, precision="bf16", seed=4)
@@ -103,6 +105,7 @@ def test_two_runs_overlaid_named_by_their_settings(panel, make_run) -> None:  # 
     assert panel.current_run.key == keys[0]
 
 
+@pytest.mark.slow  # a panel and two runs: a third of a second
 def test_overlaid_runs_with_the_same_name_are_told_apart(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     # An fp16 comparison of two growth intervals: task, precision, lr and seed coincide.
     panel.load_run(make_run("g200.jsonl", steps=50, growth_interval=200))
@@ -116,6 +119,7 @@ def test_overlaid_runs_with_the_same_name_are_told_apart(panel, make_run) -> Non
     assert len(set(legend.values())) == 3, legend
 
 
+@pytest.mark.slow  # renders and writes every plot: about half a second
 def test_export_writes_png_svg_and_csv(panel, synthetic_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
     written = panel.export_to(tmp_path / "export")
@@ -193,6 +197,7 @@ def test_file_actions_for_the_main_window(panel) -> None:  # type: ignore[no-unt
 RECORDED_RUN = Path(__file__).parent / "data" / "overflow-fp16.jsonl"
 
 
+@pytest.mark.slow  # a panel: a third of a second
 def test_replay_of_a_recorded_fp16_overflow_run(panel) -> None:  # type: ignore[no-untyped-def]
     """A real run (`fpexplorer train --task overflow --precision fp16 --steps 240
     --stats-every 2`): the scale backs off on overflow and the culprit layer is named."""
@@ -217,6 +222,7 @@ def test_replay_of_a_recorded_fp16_overflow_run(panel) -> None:  # type: ignore[
     assert panel.form.config().precision == "fp16"
 
 
+@pytest.mark.slow  # a large run file: about a second
 def test_a_large_run_file_is_read_in_pieces(panel, qtbot, make_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from fpexplorer.gui.training import panel as panel_module
 
@@ -231,6 +237,7 @@ def test_a_large_run_file_is_read_in_pieces(panel, qtbot, make_run, monkeypatch)
     assert "Opened large.jsonl: 400 steps, completed" in panel.status_label.text()
 
 
+@pytest.mark.slow  # a large run file: about half a second
 def test_finish_loading_reads_a_large_file_to_its_end_at_once(panel, make_run, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # What `fpexplorer screenshot` calls before it renders: the picture shows the whole run.
     from fpexplorer.gui.training import panel as panel_module
@@ -247,6 +254,7 @@ def test_finish_loading_reads_a_large_file_to_its_end_at_once(panel, make_run, m
     assert len(panel.runs) == 1
 
 
+@pytest.mark.slow  # a panel and a drag through redraws: about half a second
 def test_what_if_band_can_be_dragged(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
     hist = panel.hist_plot
@@ -258,6 +266,7 @@ def test_what_if_band_can_be_dragged(panel, synthetic_run: Path) -> None:  # typ
     assert hist.fp16_window.getRegion()[0] == pytest.approx(lo - 5)
 
 
+@pytest.mark.slow  # a panel and two runs: a third of a second
 def test_skipped_step_is_in_the_legend_only_when_a_run_skipped(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     legend = panel.scale_plot.curves.legend
     panel.load_run(make_run("clean.jsonl", steps=50, overflow_every=1000))

@@ -108,6 +108,7 @@ def test_a_replay_tick_that_fails_stops_reading_and_says_so(panel, make_run, mon
     assert panel.status_label.text() == "Could not read the run file: MemoryError: no room"
 
 
+@pytest.mark.slow  # a panel laid out again: a third of a second
 def test_a_run_file_cannot_widen_the_window(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     panel.refresh()
     before = panel.minimumSizeHint().width()
@@ -128,6 +129,7 @@ def test_a_run_file_cannot_widen_the_window(panel, tmp_path: Path) -> None:  # t
     assert len(panel.run_list.item(0).text()) < 100
 
 
+@pytest.mark.slow  # a panel laid out again: a third of a second
 def test_the_training_tab_is_usable_at_1024x640(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
     # The tab's share of a 1024x640 window (menu bar, tab bar and status bar take ~90 px).
@@ -144,6 +146,7 @@ def test_the_training_tab_is_usable_at_1024x640(panel, synthetic_run: Path) -> N
         assert plot.width() >= 150 and plot.height() >= 80, plot.size()
 
 
+@pytest.mark.slow  # a panel and many runs drawn: about half a second
 def test_legend_sits_outside_the_data_and_never_changes_a_range(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     for index in range(8):
         panel.load_run(make_run(f"r{index}.jsonl", steps=100, seed=index))
@@ -162,6 +165,7 @@ def test_legend_sits_outside_the_data_and_never_changes_a_range(panel, make_run)
     assert not legend.sceneBoundingRect().intersects(view.sceneBoundingRect())
 
 
+@pytest.mark.slow  # a panel: a third of a second
 def test_x_axes_are_linked_and_hover_reads_values(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(make_run("a.jsonl", steps=100))
     panel.refresh()
@@ -179,6 +183,7 @@ def test_x_axes_are_linked_and_hover_reads_values(panel, make_run) -> None:  # t
     assert panel.scale_plot.hover.text is not None and "2^16" in panel.scale_plot.hover.text
 
 
+@pytest.mark.slow  # a panel redrawn at several settings: about half a second
 def test_smoothing_and_markers_on_the_loss_plot(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(make_run("a.jsonl", steps=60, overflow_every=25, stats_every=1))
     panel.refresh()
@@ -197,6 +202,7 @@ def test_smoothing_and_markers_on_the_loss_plot(panel, make_run) -> None:  # typ
     assert texts == ["first NaN loss", "first inf/NaN: head"]
 
 
+@pytest.mark.slow  # a panel and several runs drawn: about half a second
 def test_run_list_text_has_no_colour_of_its_own(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
     from PySide6.QtCore import Qt
 
@@ -205,6 +211,7 @@ def test_run_list_text_has_no_colour_of_its_own(panel, synthetic_run: Path) -> N
     assert panel.run_list.item(0).data(Qt.ItemDataRole.ForegroundRole) is None
 
 
+@pytest.mark.slow  # renders and writes every plot: about half a second
 def test_exports_use_the_screen_fonts(panel, synthetic_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from PySide6.QtGui import QImage
 
@@ -221,6 +228,7 @@ def test_exports_use_the_screen_fonts(panel, synthetic_run: Path, tmp_path: Path
     assert len(written) == 9
 
 
+@pytest.mark.slow  # a panel drawn in a theme: about half a second each
 @pytest.mark.parametrize("theme_name", ["light", "dark"])
 def test_alarm_texts_read_on_both_themes(panel, tmp_path: Path, theme_name: str) -> None:  # type: ignore[no-untyped-def]
     from PySide6.QtGui import QColor
@@ -252,6 +260,7 @@ def test_alarm_texts_read_on_both_themes(panel, tmp_path: Path, theme_name: str)
         QApplication.setPalette(original)
 
 
+@pytest.mark.slow  # a panel and two layouts drawn: about half a second
 def test_plots_side_by_side_show_the_same_steps(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     # The step axes are copied, not lined up on screen (pyqtgraph's setXLink aligns linked
     # views by their screen position, which is meant for plots stacked in one column).
@@ -267,6 +276,7 @@ def test_plots_side_by_side_show_the_same_steps(panel, make_run) -> None:  # typ
         assert plot.getPlotItem().getViewBox().viewRange()[0] == pytest.approx(loss_x)
 
 
+@pytest.mark.slow  # a panel and several runs drawn: about half a second
 def test_histogram_rulers_follow_the_formats_the_run_reports(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # The header's values are deliberately off: the rulers come from the exact engine.
     bogus = {"max": 1.0, "min_normal": 0.5, "min_subnormal": 0.25}
@@ -293,6 +303,7 @@ def test_histogram_rulers_follow_the_formats_the_run_reports(panel, tmp_path: Pa
     assert not hist._rulers["float6_e2m3fn"][1].isVisible()
 
 
+@pytest.mark.slow  # a panel laid out at several sizes: about half a second
 def test_the_form_is_never_squeezed_on_a_short_screen(qtbot, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
     from fpexplorer.gui.training.panel import TrainingPanel
 
@@ -311,6 +322,7 @@ def test_the_form_is_never_squeezed_on_a_short_screen(qtbot, run_dir: Path) -> N
         panel.shutdown()
 
 
+@pytest.mark.slow  # lays the window out at several sizes: about half a second
 def test_the_form_column_shows_the_whole_form_beside_its_scroll_bar(qtbot, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
     from fpexplorer.gui.training.panel import TrainingPanel
 
@@ -332,6 +344,7 @@ def test_the_form_column_shows_the_whole_form_beside_its_scroll_bar(qtbot, run_d
         panel.shutdown()
 
 
+@pytest.mark.slow  # a panel: a third of a second
 def test_axis_titles_carry_no_multiplier(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     steps = [{"type": "step", "step": i, "loss": 1e27 * (i + 1), "scale": 1.0} for i in range(5)]
     panel.load_run(_write(tmp_path / "huge.jsonl", [_header(), *steps]))
@@ -419,6 +432,7 @@ def test_a_new_panel_shows_the_format_rulers_before_any_timer_tick(qtbot, run_di
         panel.shutdown()
 
 
+@pytest.mark.slow  # many runs redrawn: about half a second
 def test_many_runs_on_a_small_screen_keep_the_plot_height(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     # Was: at 1024x640 the legend of 8 runs took the loss plot's whole height (data in a
     # strip). Names that cannot be read are not shown; the run list names the colours.
@@ -437,6 +451,7 @@ def test_many_runs_on_a_small_screen_keep_the_plot_height(panel, make_run) -> No
     assert len(panel.loss_plot.curves.legend_names) == 8
 
 
+@pytest.mark.slow  # a panel and many runs: a third of a second
 def test_markers_of_many_runs_label_only_the_earliest_of_each_kind(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     # Was: each run's markers carried their text, and runs that went wrong at nearby steps
     # piled their labels on top of each other.

@@ -260,6 +260,7 @@ def test_delayed_and_current_runs_side_by_side_in_their_colours(page) -> None:  
     assert text.count("amax") == 2 and text.count("scale") == 2
 
 
+@pytest.mark.slow  # many runs redrawn: a third of a second
 def test_refresh_with_many_runs_creates_no_item_again(page) -> None:  # type: ignore[no-untyped-def]
     models = [
         _model(60, precision="fp8", quant="fp8-delayed", quant_layers=12, seed=seed)
@@ -299,6 +300,7 @@ def test_the_panel_has_both_pages_and_the_screenshot_names_them(panel, make_run)
     assert panel.quant_page.hurts_label.text().startswith("Hurts most (lowest SQNR")
 
 
+@pytest.mark.slow  # renders the whole window: about a second
 def test_screenshot_shows_the_low_precision_page(tmp_path: Path, make_run) -> None:  # type: ignore[no-untyped-def]
     from fpexplorer.cli import main
 
@@ -409,6 +411,7 @@ def test_screenshot_refuses_training_options_on_the_formats_panel(tmp_path: Path
     assert not out.exists()
 
 
+@pytest.mark.slow  # renders and writes every plot: about a second
 def test_export_writes_the_low_precision_plots_where_there_are_quantized_layers(
     panel, make_run, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

@@ -80,6 +80,7 @@ def test_a_run_folder_opens_as_its_merged_view(panel, tmp_path: Path) -> None:  
     assert [m.text for m in markers] == ["first inf/NaN: rank 3, layer 5.wo"]
 
 
+@pytest.mark.slow  # a panel and several rank logs drawn: about half a second
 def test_overlay_each_rank_adds_the_rank_logs(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     merged = _write_ranked_run(tmp_path)
     panel.overlay_ranks_action.setChecked(True)

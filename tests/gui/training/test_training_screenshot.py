@@ -16,22 +16,28 @@ import pytest
 RECORDED_RUN = Path(__file__).parent / "data" / "overflow-fp16.jsonl"
 
 
-@pytest.fixture
-def shot(qtbot, run_dir: Path) -> Iterator[object]:  # type: ignore[no-untyped-def]
+@pytest.fixture(scope="module")
+def shot(qapp, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:  # type: ignore[no-untyped-def]
+    """The window, built and painted once for the module: the tests that take it only read
+    what it shows (building and rendering it is most of their time)."""
     from fpexplorer.commands.screenshot import render
     from fpexplorer.gui.main_window import MainWindow
     from fpexplorer.gui.settings import SettingsStore
 
-    window = MainWindow(SettingsStore(persistent=False), restore=False)
-    qtbot.addWidget(window)
-    window.tabs.setCurrentIndex(1)
-    window.training_panel.load_run(RECORDED_RUN)
-    window.training_panel.finish_loading()
-    image = render(window, 1280, 800)
-    assert (image.width(), image.height()) == (1280, 800)
-    yield window
-    window.training_panel.shutdown()
-    window.close()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FPEXPLORER_RUN_DIR", str(tmp_path_factory.mktemp("runs")))
+        window = MainWindow(SettingsStore(persistent=False), restore=False)
+        try:
+            window.tabs.setCurrentIndex(1)
+            window.training_panel.load_run(RECORDED_RUN)
+            window.training_panel.finish_loading()
+            image = render(window, 1280, 800)
+            assert (image.width(), image.height()) == (1280, 800)
+            yield window
+        finally:
+            window.training_panel.shutdown()
+            window.close()
+            window.deleteLater()
 
 
 def test_the_screenshot_shows_the_recorded_run(shot) -> None:  # type: ignore[no-untyped-def]
@@ -95,6 +101,7 @@ def test_the_screenshot_histogram_and_heatmap(shot) -> None:  # type: ignore[no-
     assert panel.memory.throughput.text().endswith("step 240 of 240")
 
 
+@pytest.mark.slow  # renders the whole window: about half a second
 def test_the_window_fits_1024x640_without_scaling(qtbot, run_dir: Path) -> None:  # type: ignore[no-untyped-def]
     from fpexplorer.commands.screenshot import render
     from fpexplorer.gui.main_window import MainWindow
