@@ -13,12 +13,13 @@ median of the repeats and the ratios are against the bare loop of the same invoc
 Variants:
   bare      DDP loop alone (its loss read on the host every step, as loops that log do)
   cheap     AmpMonitor(stats_every=0): the cheap signals every step; the ranks exchange
-            nothing (only a skipped step would be exchanged)
+            nothing (only a skipped step would be exchanged). Every monitor variant is given
+            the wrapped model, as a user's loop gives it, so it includes the check below
   every10   AmpMonitor(stats_every=10): statistics and one all-reduce every 10th step
   every     AmpMonitor(stats_every=1): statistics and one all-reduce on every step
-  check     the bare loop with the job's check that flags each rank's own non-finite
-            gradients before they are communicated (`distributed.PreReductionCheck`: DDP's
-            communication hook, or FSDP2's custom reduce-scatter)
+  check     the bare loop with the monitor's check that flags each rank's own non-finite
+            gradients before they are communicated (`reduction.PreReductionCheck`: DDP's
+            communication hook, or FSDP2's custom reduce-scatter), alone
 
     python benchmarks/bench_distributed.py                  # mlp, bf16, 3 repeats
     python benchmarks/bench_distributed.py --task transformer --steps 60 --repeats 3
@@ -50,7 +51,6 @@ def child(
 
     from fpexplorer.training.distributed import (
         RankSetup,
-        check_before_reduction,
         make_sharded_scaler,
         shard_batches,
         wrap_model,
@@ -58,6 +58,7 @@ def child(
     from fpexplorer.training.job import PLANS, amp_step, make_optimizer
     from fpexplorer.training.monitor import AmpMonitor
     from fpexplorer.training.monitor.ranks import RankContext
+    from fpexplorer.training.monitor.reduction import check_before_reduction
     from fpexplorer.training.scaler_rules import ScalerSettings
     from fpexplorer.training.tasks import make_task
 
@@ -72,7 +73,7 @@ def child(
     context = RankContext.current()
     assert context is not None
     setup = RankSetup(context, parallel, device)
-    model, inner = wrap_model(inner, setup)
+    model = wrap_model(inner, setup)
     optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
     scaler = None
     if plan.scaler == "dynamic":
@@ -81,9 +82,9 @@ def child(
     stream = shard_batches(task.batches, rank, world)
     batches = [next(stream) for _ in range(steps + WARMUP_STEPS)]  # made before the clock
     monitor = None
-    check = check_before_reduction(model, inner) if variant == "check" else None
+    check = check_before_reduction(model) if variant == "check" else None
     if variant not in ("bare", "check"):
-        monitor = AmpMonitor(inner, optimizer, scaler, out=str(Path(folder) / "run.jsonl"),
+        monitor = AmpMonitor(model, optimizer, scaler, out=str(Path(folder) / "run.jsonl"),
                              stats_every=EVERY[variant], precision=precision)  # fmt: skip
     start = time.perf_counter()
     for index, (inputs, target) in enumerate(batches):

@@ -16,7 +16,9 @@ of the task's stream (`shard_batches`: disjoint batches, a global batch of world
 batch size), wraps the model (`wrap_model`: DDP, or FSDP2 `fully_shard` on every module
 that owns parameters and then the whole model, with `ShardedGradScaler` for fp16), and
 writes its log through `RankLogs` (see `monitor.ranks`: one log per rank, the merged log
-on rank 0).
+on rank 0). The job hands the wrapped model to `AmpMonitor`, which puts the check of each
+rank's own gradients before communication in (`monitor.reduction`), as it does in a
+user's own torchrun loop.
 
 Losing a rank: torchrun's agent sees the process end and stops the others (SIGTERM, which
 the job turns into "stop after this step"); a rank waiting in a collective on the lost one
@@ -36,11 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import glob
 import ipaddress
 import itertools
-import math
 import os
 import signal
 import socket
@@ -48,7 +48,7 @@ import sys
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -355,9 +355,10 @@ def shard_batches(
     return itertools.islice(batches, rank, None, world_size)
 
 
-def wrap_model(model: nn.Module, setup: RankSetup) -> tuple[nn.Module, nn.Module]:
-    """(the module to train, the module the monitor watches: the same layers, names as in
-    a single-process run)."""
+def wrap_model(model: nn.Module, setup: RankSetup) -> nn.Module:
+    """The module to train: DDP around the model, or the model with FSDP2 on each module
+    that owns parameters and on the whole (`AmpMonitor` watches the same layers under the
+    same names as in a single-process run, and puts its pre-communication check in)."""
     if setup.parallel == "fsdp":
         from torch.distributed.fsdp import fully_shard
 
@@ -369,158 +370,9 @@ def wrap_model(model: nn.Module, setup: RankSetup) -> tuple[nn.Module, nn.Module
         for module in owners:
             fully_shard(module)
         fully_shard(model)
-        return model, model
+        return model
     device_ids = [setup.device.index] if setup.device.type == "cuda" else None
-    wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
-    return wrapped, model
-
-
-def check_before_reduction(model: nn.Module, watched: nn.Module) -> PreReductionCheck | None:
-    """Watch this rank's own parameter gradients before they are communicated: a DDP
-    communication hook on a DDP model, a custom reduce-scatter on each FSDP2 module of a
-    `fully_shard` model; None for a model that is neither."""
-    if isinstance(model, nn.parallel.DistributedDataParallel):
-        check = PreReductionCheck(watched)
-        # DDP checks a hook's annotations against the real types, which this module's
-        # postponed (string) annotations are not: register it through an unannotated lambda.
-        model.register_comm_hook(None, lambda state, bucket: check.ddp_hook(state, bucket))
-        return check
-    from torch.distributed.fsdp import FSDPModule
-
-    sharded = [module for module in model.modules() if isinstance(module, FSDPModule)]
-    if not sharded:
-        return None
-    check = PreReductionCheck(watched)
-    for module in sharded:
-        params = _reduced_by(module, FSDPModule)
-        if params:
-            module.set_custom_reduce_scatter(check.fsdp_reduce_scatter(params))
-    return check
-
-
-def _reduced_by(module: nn.Module, fsdp_type: type) -> list[nn.Parameter]:
-    """The parameters an FSDP2 module reduces: its own and its submodules', less those of
-    the FSDP2 modules under it."""
-    params = list(module.parameters(recurse=False))
-    for child in module.children():
-        if not isinstance(child, fsdp_type):
-            params += _reduced_by(child, fsdp_type)
-    return params
-
-
-class PreReductionCheck:
-    """Notes which of this rank's own parameter gradients are not finite before they are
-    communicated, so that an overflow that starts in a weight-gradient product (finite
-    activation gradients) is still traced to its rank: after the all-reduce (DDP) or the
-    reduce-scatter (FSDP2) every rank holds the same non-finite sums.
-
-    - DDP: a communication hook sees each bucket of this rank's gradients before DDP
-      averages it (`register_comm_hook`; then the default all-reduce, unchanged): one flag
-      per gradient.
-    - FSDP2: `FSDPModule.set_custom_reduce_scatter` (public in torch 2.13) hands each
-      module's reduce-scatter its input, this rank's unsharded gradients of that module
-      packed into one buffer, before the collective: one flag per module (then
-      `reduce_scatter_single`, what FSDP2's default does). A hook on the parameters would
-      not do: during backward autograd sees FSDP2's unsharded parameters, not the sharded
-      ones a hook can be registered on.
-
-    The flags stay on the device and are read only when the monitor asks (exchange steps):
-    no host synchronisation on a GPU. On a CPU a host read is free, so a flag is kept only
-    when its buffer is not finite.
-    """
-
-    def __init__(self, watched: nn.Module) -> None:
-        # The monitor's layer names: the module that owns each parameter ("" is the root).
-        self._layer: dict[int, str] = {}
-        for name, module in watched.named_modules():
-            for param in module.parameters(recurse=False):
-                self._layer.setdefault(id(param), name or type(module).__name__)
-        self._order = {id(param): index for index, param in enumerate(watched.parameters())}
-        # (for each flag: its order in forward and its layer), flags (True = finite)
-        self._pending: list[tuple[list[tuple[int, str]], torch.Tensor]] = []
-
-    def clear(self) -> None:
-        """Forget the previous step's flags (call before each step)."""
-        self._pending = []
-
-    def _key(self, param: torch.Tensor) -> tuple[int, str]:
-        return self._order.get(id(param), -1), self._layer.get(id(param), "")
-
-    def ddp_hook(self, state: Any, bucket: Any) -> Any:
-        """The DDP communication hook: flag, then DDP's default all-reduce."""
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
-        gradients = bucket.gradients()
-        if gradients:
-            keys = [self._key(param) for param in bucket.parameters()]
-            buffer = bucket.buffer()
-            if buffer.device.type == "cpu":
-                if not bool(buffer.isfinite().all()):
-                    flags = torch.stack([gradient.isfinite().all() for gradient in gradients])
-                    self._pending.append((keys, flags))
-            else:
-                # max |g| of every gradient in one fused call (inf and NaN survive a max;
-                # a sum of squares could overflow on finite values).
-                peaks = torch._foreach_norm(gradients, math.inf)
-                self._pending.append((keys, torch.stack(peaks).isfinite()))
-        return allreduce_hook(state, bucket)
-
-    def note_buffer(self, key: tuple[int, str], buffer: torch.Tensor) -> None:
-        """Flag one buffer of this rank's gradients (an FSDP2 reduce-scatter input)."""
-        finite = buffer.isfinite().all().reshape(1)
-        if buffer.device.type != "cpu" or not bool(finite):
-            self._pending.append(([key], finite))
-
-    def fsdp_reduce_scatter(self, params: list[nn.Parameter]) -> Any:
-        """The reduce-scatter to set on an FSDP2 module that reduces `params`; its flag
-        names the layer of the last of them in forward order (wrap_model shards each layer
-        alone, so: that layer)."""
-        return _checked_reduce_scatter_class()(self, max(self._key(param) for param in params))
-
-    def first_nonfinite_layer(self) -> str | None:
-        """The layer backward reached first among those whose gradients went non-finite on
-        this rank before communication (the last in forward order), or None."""
-        last: tuple[int, str] | None = None
-        for keys, flags in self._pending:
-            for (order, layer), finite in zip(keys, flags.tolist(), strict=True):
-                if not finite and layer and (last is None or order > last[0]):
-                    last = (order, layer)
-        return last[1] if last is not None else None
-
-
-@functools.cache
-def _checked_reduce_scatter_class() -> type:
-    """FSDP2's reduce-scatter with PreReductionCheck looking at its input first (a class
-    made on first use: importing FSDP2 costs a single-process job time for nothing)."""
-    # `FSDPModule.set_custom_reduce_scatter` is public; the interface it takes,
-    # `ReduceScatter` (allocate + __call__), is documented there but torch 2.13 exports it
-    # from no public module.
-    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
-
-    class CheckedReduceScatter(ReduceScatter):
-        def __init__(self, check: PreReductionCheck, key: tuple[int, str]) -> None:
-            self._check = check
-            self._key = key
-
-        def allocate(
-            self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device
-        ) -> torch.Tensor:
-            return torch.empty(*size, dtype=dtype, device=device)
-
-        def __call__(
-            self,
-            output_tensor: torch.Tensor,
-            input_tensor: torch.Tensor,
-            group: Any,
-            op: Any,
-            async_op: bool = False,
-        ) -> Any:
-            self._check.note_buffer(self._key, input_tensor)
-            return torch.distributed.reduce_scatter_single(
-                output_tensor, input_tensor, op=op, group=group, async_op=async_op
-            )
-
-    return CheckedReduceScatter
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
 def make_sharded_scaler(settings: ScalerSettings, setup: RankSetup) -> Any:

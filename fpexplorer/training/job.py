@@ -439,8 +439,6 @@ def run_job(
         task: Task = make_task(config.task, config.seed, config.batch_size, device, config.lr)
         model = task.model.to(device=device, dtype=plan.params_dtype)
         recipe_config = _apply_recipe(model, mode, config, device, stderr)
-        watched = model
-        check: distributed.PreReductionCheck | None = None
         batches = task.batches
         fault = distributed.fault_from_env()
         injector = distributed.FaultInjector(fault, rank.context.rank if rank else 0, model) if (
@@ -449,10 +447,9 @@ def run_job(
         if rank is not None:
             batches = distributed.shard_batches(batches, rank.context.rank,
                                                 rank.context.world_size)  # fmt: skip
-            model, watched = distributed.wrap_model(model, rank)
-            check = distributed.check_before_reduction(model, watched)
-            if check is not None and isinstance(writer, RankLogs):
-                writer.local_origin = check.first_nonfinite_layer
+            # The monitor watches the wrapped model's layers and checks each rank's own
+            # gradients before they are communicated (monitor.reduction).
+            model = distributed.wrap_model(model, rank)
         lr = config.lr or task.lr
         optimizer_name = config.optimizer or task.optimizer
         fp16_params = plan.params_dtype == torch.float16
@@ -480,7 +477,7 @@ def run_job(
             # a replay of this run under another policy starts from.
             header_config.update(config.scaler_settings().to_config())
         monitor = AmpMonitor(
-            watched, optimizer, scaler, writer=writer, stats_every=config.stats_every,
+            model, optimizer, scaler, writer=writer, stats_every=config.stats_every,
             precision=config.precision, config=header_config, device=device,
         )  # fmt: skip
         progress = _Progress(stderr, config.steps)
@@ -492,8 +489,6 @@ def run_job(
                 break
             if injector is not None:
                 injector.before_step(steps_done)
-            if check is not None:
-                check.clear()
             batch = next(batches, None)
             if batch is None:
                 if steps_done == 0:

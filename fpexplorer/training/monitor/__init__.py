@@ -7,6 +7,8 @@
 - `plan`: what a statistics step queued, brought to the host in one named copy, and its
   decoding into the step record;
 - `device`: what the run ran on, tensor bytes;
+- `ranks`: several ranks: one log per rank, the merged log, the exchange;
+- `reduction`: each rank's own gradients checked before they are communicated (DDP, FSDP2);
 - `amp_monitor`: `AmpMonitor`, the hooks and the per-step flow.
 """
 

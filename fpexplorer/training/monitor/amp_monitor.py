@@ -88,6 +88,12 @@ from fpexplorer.training.monitor.ranks import (
     is_sharded,
     local_tensor,
 )
+from fpexplorer.training.monitor.reduction import (
+    PreReductionCheck,
+    ReductionInUse,
+    check_before_reduction,
+    watched_module,
+)
 from fpexplorer.training.monitor.thresholds import DEFAULT_FORMATS, format_ranges
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RunWriter
@@ -136,6 +142,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             written at the first step, labelled from the autocast dtype seen in forward).
         config: extra header config (the job passes its whole TrainConfig).
         echo: a text stream that also receives every record (e.g. sys.stdout).
+        check_reduction: under a process group of several ranks, with a DDP model (whose
+            `.module` is watched: layer names as unwrapped) or one with FSDP2 modules, put a
+            check of this rank's own gradients before they are communicated into the model
+            (a DDP communication hook, an FSDP2 custom reduce-scatter: see `reduction`), so
+            that the merged log names the rank and layer where a weight-gradient overflow
+            started. A model that has its own hook keeps it (one warning). False: no check.
     """
 
     def __init__(
@@ -154,7 +166,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         config: Mapping[str, Any] | None = None,
         echo: IO[str] | None = None,
         device: torch.device | None = None,
+        check_reduction: bool = True,
     ) -> None:
+        wrapped, model = model, watched_module(model)
         ranks = RankContext.current() if writer is None else None
         if ranks is not None and stats_every is None:
             # A time budget is measured per rank; the ranks must agree on their exchanges.
@@ -213,6 +227,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # Quantized linears (fp8/MX/NVFP4) report their casts on statistics steps.
         self._quant = QuantCollector(model)
         self._install_hooks()
+        self._reduction_check = self._check_reduction(wrapped) if check_reduction else None
         if precision is not None:
             self._write_header()
         self._arm(self.cadence.collect_next(0))
@@ -241,6 +256,26 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         """The optimizer hook, for the whole run (it tells a skipped step). One pre-hook
         only: each hook costs a Python call on every step."""
         self._handles.append(self.optimizer.register_step_pre_hook(self._on_optimizer_step_start))
+
+    def _check_reduction(self, model: nn.Module) -> PreReductionCheck | None:
+        """Put the pre-communication check into a DDP/FSDP2 model whose ranks exchange
+        figures (the writer is RankLogs), and let the logs ask it; None otherwise."""
+        if not isinstance(self.writer, RankLogs):
+            return None
+        try:
+            check = check_before_reduction(model)
+        except ReductionInUse as taken:
+            warnings.warn(
+                f"AmpMonitor: {taken}; it stays, so the rank and layer where a "
+                "weight-gradient overflow starts cannot be named "
+                "(check_reduction=False turns this check off)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return None
+        if check is not None:
+            self.writer.local_origin = check.first_nonfinite_layer
+        return check
 
     def _arm(self, collecting: bool) -> None:
         """Decide the next step: the module hooks are in place only while they have work
@@ -533,6 +568,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             hysteresis=_hysteresis(self.scaler),
         )
         self._write(record)
+        if self._reduction_check is not None:  # read by the exchange in _write
+            self._reduction_check.clear()
         # The scale after update() is the scale the next step uses.
         self._scale_used = signals.scale_after
         if self._collecting or stats is not None:
@@ -810,6 +847,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._write_header()
         elapsed = time.perf_counter() - self._started
         self._write(EndRecord(status=status, error=error, steps=self.step_index, elapsed=elapsed))
+        if self._reduction_check is not None:  # DDP cannot remove a hook: it goes inert
+            self._reduction_check.active = False
         try:
             self.writer.close()
         except OSError:  # already reported when the writes failed

@@ -33,19 +33,21 @@ underflow share: the mean (equal shapes). Lost updates, format shares, memory: r
 gradients a rank computes are its own: no gradient is communicated before them (DDP and
 FSDP communicate parameter gradients). So a rank where one of them is not finite is where
 the overflow started; the parameter gradients a rank holds after backward come from the
-all-reduce (or the reduce-scatter) and cannot say where: the job's
-`distributed.PreReductionCheck` (`local_origin` here) notes which of the rank's own
+all-reduce (or the reduce-scatter) and cannot say where: the monitor's
+`reduction.PreReductionCheck` (`local_origin` here) notes which of the rank's own
 gradients were non-finite before they were communicated (a DDP communication hook per
 bucket; under FSDP2 a custom reduce-scatter per sharded module, which sees the rank's
 unsharded gradients), so an overflow that starts in a weight-gradient product is traced
-too. The merged step names those origin ranks, the lowest of them (ranks run their
-backward at the same time: there is no first between them) and its first layer: its first
-module with a non-finite output in forward order, else its first non-finite activation
-gradient in backward order, else the layer whose own gradients backward made non-finite
-first. A skipped step is an exchange step on every rank, statistics step or not, and the
-pre-communication flags are taken on every step: the rule names the rank on every skipped
-step (a user's own loop, which has no such check, is named there only from a non-finite
-loss or, on statistics steps, its activations).
+too. `AmpMonitor` puts it into a DDP or FSDP2 model it is given, in `fpexplorer train` and
+in a user's own torchrun loop alike. The merged step names those origin ranks, the lowest
+of them (ranks run their backward at the same time: there is no first between them) and
+its first layer: its first module with a non-finite output in forward order, else its
+first non-finite activation gradient in backward order, else the layer whose own gradients
+backward made non-finite first. A skipped step is an exchange step on every rank,
+statistics step or not, and the pre-communication flags are taken on every step: the rule
+names the rank on every skipped step (a model without the check,
+`AmpMonitor(check_reduction=False)` or one whose DDP communication hook is the user's, is
+named there only from a non-finite loss or, on statistics steps, its activations).
 
 **Ending.** A run's end goes through the process group's store, not a collective (a lost
 rank must not stall the others): each rank posts how it ended; rank 0, and any rank that
@@ -190,7 +192,7 @@ class RankLogs:
         self.merged_path = Path(path)
         self.write_error: OSError | None = None
         # Where this rank's own parameter gradients went non-finite before communication
-        # (the job's DDP hook, `distributed.PreReductionCheck`); asked on exchange steps.
+        # (the monitor's `reduction.PreReductionCheck`); asked on exchange steps.
         self.local_origin: Callable[[], str | None] | None = None
         self._sequence = next(_instances)
         self._layer_index: dict[str, int] = {}

@@ -1,0 +1,220 @@
+"""A user's own torchrun loop (plain torch, DDP, AmpMonitor; no fpexplorer job code) under 2
+gloo ranks: the monitor puts the check of each rank's own gradients before communication
+into the DDP model itself, so an overflow that starts in a weight-gradient product on rank
+1 is traced to rank 1 and its layer, as under `fpexplorer train`; a user's own DDP
+communication hook stays (one warning); `check_reduction=False` installs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_distributed import HANG_GUARD_S
+from training_helpers import REPO, run_cli
+
+from fpexplorer.training.monitor.ranks import rank_log_path
+from fpexplorer.training.runlog import Run, load_run
+
+# MODE: "plain", "user-hook" (the user's fp16 compression hook is registered first) or
+# "opt-out" (AmpMonitor(check_reduction=False), then the script registers a hook itself:
+# DDP takes one, so that succeeds only when the monitor installed none).
+USER_LOOP = """
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import (
+    allreduce_hook,
+    fp16_compress_hook,
+)
+
+from fpexplorer.training.monitor import AmpMonitor
+
+out, mode = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(rank)
+net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+# At step 2 rank 1's weight gradient of layer 2 goes inf while its activation gradients
+# stay finite: an overflow that starts in a weight-gradient product.
+armed = False
+net[2].weight.register_hook(lambda grad: torch.full_like(grad, float("inf")) if armed else None)
+model = nn.parallel.DistributedDataParallel(net)
+if mode == "user-hook":
+    model.register_comm_hook(None, fp16_compress_hook)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+options = {"check_reduction": False} if mode == "opt-out" else {}
+monitor = AmpMonitor(model, optimizer, scaler, out=out, stats_every=1, **options)
+for step in range(4):
+    armed = rank == 1 and step == 2
+    loss = model(torch.randn(16, 4)).square().mean()
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    monitor.step(loss)
+monitor.close()
+if mode == "opt-out":
+    model.register_comm_hook(None, allreduce_hook)
+    print(f"rank {rank}: the model took a communication hook", file=sys.stderr)
+dist.destroy_process_group()
+"""
+
+WARNING = (
+    "RuntimeWarning: AmpMonitor: DDP already has a communication hook (fp16_compress_hook); "
+    "it stays, so the rank and layer where a weight-gradient overflow starts cannot be named "
+    "(check_reduction=False turns this check off)"
+)
+
+
+def run_user_loop(tmp_path: Path, mode: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(USER_LOOP))
+    out = tmp_path / f"{mode}.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(out), mode],
+        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
+def check_complete(out: Path) -> Run:
+    """Both rank logs and the merged log completed, 4 steps, step 2 skipped everywhere
+    (DDP averaged rank 1's inf into both), the layers named as in the unwrapped model."""
+    merged = load_run(out)
+    ranks = [load_run(rank_log_path(out, rank)) for rank in (0, 1)]
+    for run in (merged, *ranks):
+        assert run.status == "completed" and len(run.steps) == 4
+        assert [s.step for s in run.steps if s.skipped] == [2]
+        assert run.header is not None and run.header.model.layers == ("0", "1", "2")
+    assert all(s.ranks is not None and len(s.ranks.losses) == 2 for s in merged.steps)
+    for run in ranks:  # finite activation gradients: only the check can tell the origin
+        step = run.steps[2]
+        assert step.layers and all(math.isfinite(layer.amax) for layer in step.layers)
+    return merged
+
+
+def origins(merged: Run) -> list[tuple[tuple[int, ...], int | None, str | None]]:
+    found = []
+    for step in merged.steps:
+        assert step.ranks is not None
+        figures = step.ranks
+        found.append(
+            (figures.nonfinite_ranks, figures.first_nonfinite_rank, figures.first_nonfinite_layer)
+        )
+    return found
+
+
+@pytest.mark.slow
+def test_a_user_loop_traces_a_weight_gradient_overflow_to_its_rank_and_layer(
+    tmp_path: Path,
+) -> None:
+    out, done = run_user_loop(tmp_path, "plain")
+    assert "RuntimeWarning" not in done.stderr
+    merged = check_complete(out)
+    none: tuple[tuple[int, ...], int | None, str | None] = ((), None, None)
+    assert origins(merged) == [none, none, ((1,), 1, "2"), none]
+    # The summary reads as it does for `fpexplorer train --nproc-per-node 2`.
+    summary = run_cli("runs", "summarize", str(out))
+    assert summary.returncode == 0, summary.stderr
+    assert "overflow   started on: rank 1, layer 2 (1)" in summary.stdout
+
+
+@pytest.mark.slow
+def test_a_user_comm_hook_stays_with_one_warning_and_the_log_is_intact(tmp_path: Path) -> None:
+    out, done = run_user_loop(tmp_path, "user-hook")
+    # One line per rank, each from its own monitor.
+    warned = [line for line in done.stderr.splitlines() if "RuntimeWarning" in line]
+    assert len(warned) == 2 and all(line.endswith(WARNING) for line in warned), done.stderr
+    merged = check_complete(out)
+    # The user's hook did the communication, so the origin cannot be named.
+    assert all(found == ((), None, None) for found in origins(merged))
+
+
+@pytest.mark.slow
+def test_check_reduction_false_installs_no_hook(tmp_path: Path) -> None:
+    out, done = run_user_loop(tmp_path, "opt-out")
+    assert "RuntimeWarning" not in done.stderr
+    for rank in (0, 1):  # DDP takes one hook: the monitor left the place free
+        assert f"rank {rank}: the model took a communication hook" in done.stderr
+    merged = check_complete(out)
+    assert all(found == ((), None, None) for found in origins(merged))
+
+
+@pytest.fixture
+def one_rank_group(tmp_path: Path) -> Iterator[None]:
+    """A process group of one gloo rank in this process: enough for DDP to take hooks."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # DDP set-up: about 1.5 s
+def test_the_check_flags_before_the_all_reduce_is_kept_by_its_model_and_goes_inert(
+    one_rank_group: None,
+) -> None:
+    import torch
+    from torch import nn
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+
+    from fpexplorer.training.monitor.reduction import (
+        ReductionInUse,
+        check_before_reduction,
+        watched_module,
+    )
+
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    armed = [False]
+    net[2].weight.register_hook(  # type: ignore[no-untyped-call]
+        lambda grad: torch.full_like(grad, math.inf) if armed[0] else None
+    )
+    model = nn.parallel.DistributedDataParallel(net)
+    assert watched_module(model) is net and watched_module(net) is net
+    assert check_before_reduction(net) is None  # neither DDP nor FSDP2
+
+    def backward(overflow: bool) -> None:
+        armed[0] = overflow
+        model.zero_grad()
+        model(torch.ones(3, 4)).sum().backward()
+
+    check = check_before_reduction(model)
+    assert check is not None
+    backward(overflow=False)
+    assert check.first_nonfinite_layer() is None
+    backward(overflow=True)
+    assert check.first_nonfinite_layer() == "2"  # the unwrapped model's name
+    check.clear()
+    assert check.first_nonfinite_layer() is None
+    check.active = False  # its monitor closed: the hook stays in DDP, and flags nothing
+    backward(overflow=True)
+    assert check.first_nonfinite_layer() is None
+    # A later monitor of the same model takes the same check up again (DDP takes no second
+    # hook), active.
+    assert check_before_reduction(model) is check and check.active
+    backward(overflow=True)
+    assert check.first_nonfinite_layer() == "2"
+
+    # A model with the user's own hook keeps it.
+    other = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+    other.register_comm_hook(None, fp16_compress_hook)
+    with pytest.raises(ReductionInUse, match=r"^DDP already has a communication hook "
+                       r"\(fp16_compress_hook\)$"):  # fmt: skip
+        check_before_reduction(other)
+    assert other._get_ddp_logging_data().get("comm_hook") == "fp16_compress_hook"
