@@ -649,8 +649,7 @@ def option_flag(name: str) -> str:
 def given_flag(name: str, value: object) -> str:
     """How a value of a field is given on the command line, by its flag: `--no-hadamard`
     for a flag option turned off (a flag that is on by default), else `option_flag`."""
-    spec = dict((n, s) for n, s, _ in _OPTIONS)[name]
-    if spec.kind == "flag" and value is False and _FIELD_DEFAULTS[name] is True:
+    if _SPECS[name].kind == "flag" and value is False and _FIELD_DEFAULTS[name] is True:
         return "--no-" + option_flag(name).removeprefix("--")
     return option_flag(name)
 
@@ -703,3 +702,4 @@ _FIELD_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields
 _OPTIONS: tuple[tuple[str, OptionSpec, Any], ...] = tuple(
     (item.name, item.metadata["option"], item.default) for item in dataclasses.fields(TrainConfig)
 )
+_SPECS: dict[str, OptionSpec] = {name: spec for name, spec, _default in _OPTIONS}

@@ -56,6 +56,7 @@ def test_the_new_modes_are_quantized_ones() -> None:
         ("fp8", {"fp8_scaling": "delayed", "amax_history": 4}),
         ("fp8", {"bf16_first_last": True}),
         ("mxfp4", {"bf16_first_last": True}),
+        ("nvfp4", {"nvfp4_weight_blocks": "1d", "hadamard": False}),
     ],
 )
 def test_each_mode_trains_and_records_its_casts(
@@ -74,6 +75,10 @@ def test_each_mode_trains_and_records_its_casts(
         [TRANSFORMER_LINEARS[0], "head"] if keep else []
     )
     assert f"{len(expected)} linear layers in" in stderr
+    if precision == "nvfp4":  # the header records NVIDIA's recipe as it ran
+        recipe = (options.get("nvfp4_weight_blocks", "2d"), options.get("hadamard", True))
+        assert (config["nvfp4_weight_blocks"], config["hadamard"]) == recipe
+        assert ("16x16 weight tiles" in stderr) == (recipe[0] == "2d")
     statistics = [step for step in run.steps if step.stats is not None]
     assert [step.step for step in statistics] == [0, 2]
     for step in run.steps:
@@ -114,6 +119,8 @@ def test_each_mode_trains_and_records_its_casts(
         (["--precision", "fp8-rowwise", "--fp8-scaling", "delayed"], "use it with --precision fp8"),
         (["--precision", "fp8", "--amax-history", "16"], "applies to --fp8-scaling delayed"),
         (["--precision", "fp8", "--fp8-scaling", "delayed", "--margin", "-1"], "margin must be"),
+        (["--precision", "mxfp4", "--no-hadamard"], "--no-hadamard is not used with these"),
+        (["--precision", "bf16", "--nvfp4-weight-blocks", "1d"], "an option of the nvfp4 mode"),
     ],
 )
 def test_bad_combinations_are_one_line_usage_errors(args: list[str], message: str) -> None:
