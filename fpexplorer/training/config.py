@@ -82,6 +82,12 @@ FP8_SCALINGS: tuple[Choice, ...] = (
     Choice("dynamic", "current scaling: each cast's scale from that tensor's own amax (torchao)"),
     Choice("delayed", "delayed scaling (Transformer Engine): the scale from past steps' amaxes"),
 )
+NVFP4_WEIGHT_BLOCKS: tuple[Choice, ...] = (
+    Choice("2d", "one scale per 16x16 weight tile: forward (W) and backward (Wᵀ) multiply "
+           "the same quantized weight (NVIDIA's recipe)"),
+    Choice("1d", "blocks of 16 along each matmul's reduction dimension: W and Wᵀ are "
+           "quantized differently"),
+)  # fmt: skip
 AMAX_COMPUTES: tuple[Choice, ...] = (
     Choice("max", "the largest amax in the history window (Transformer Engine's default)"),
     Choice("most_recent", "the amax of the previous step alone"),
@@ -294,6 +300,15 @@ class TrainConfig:
         False, title="BF16 first/last", kind="flag",
         help="keep the first and the last linear layer in BF16 (fp8, MX and NVFP4 modes)",
     )  # fmt: skip
+    nvfp4_weight_blocks: str = _option(
+        "2d", title="Weight blocks", kind="choice", choices=NVFP4_WEIGHT_BLOCKS,
+        help="nvfp4: one block scale per 16x16 weight tile (2d) or blocks of 16 (1d)",
+    )  # fmt: skip
+    hadamard: bool = _option(
+        True, title="Hadamard (Wgrad)", kind="flag",
+        help="nvfp4: rotate both operands of the weight-gradient matmul by a 16x16 random "
+        "Hadamard transform before they are quantized",
+    )  # fmt: skip
     fp8_scaling: str = _option(
         "dynamic", title="FP8 scaling", kind="choice", choices=FP8_SCALINGS,
         help="how the fp8 mode scales each tensor before the cast",
@@ -364,7 +379,8 @@ class TrainConfig:
             # Given, and not used with the other settings (an --init-scale under bf16 was
             # ignored without a word): say so rather than run without it.
             if name not in problems and getattr(self, name) != _FIELD_DEFAULTS[name]:
-                problems[name] = f"{option_flag(name)} is not used with these settings: {why}"
+                flag = given_flag(name, getattr(self, name))
+                problems[name] = f"{flag} is not used with these settings: {why}"
         if self.out is not None:
             if not self.out.strip():
                 problems["out"] = "the output file name is empty"
@@ -401,6 +417,9 @@ class TrainConfig:
                 )
             if self.precision != "fp8":
                 unused["fp8_scaling"] = "an option of the fp8 mode only"
+            if self.precision != "nvfp4":
+                for name in ("nvfp4_weight_blocks", "hadamard"):
+                    unused[name] = "an option of the nvfp4 mode only"
             if self.precision != "fp8" or self.fp8_scaling != "delayed":
                 for name in ("amax_history", "amax_compute", "margin"):
                     unused[name] = "an option of delayed FP8 scaling only (fp8 scaling delayed)"
@@ -487,6 +506,14 @@ class TrainConfig:
             problems["bf16_first_last"] = (
                 f"--bf16-first-last applies to the fp8, MX and NVFP4 modes, not {self.precision}"
             )
+        layouts = [choice.name for choice in NVFP4_WEIGHT_BLOCKS]
+        if self.nvfp4_weight_blocks not in layouts:
+            problems["nvfp4_weight_blocks"] = (
+                f"unknown nvfp4 weight blocks {self.nvfp4_weight_blocks!r}: use "
+                f"{' or '.join(layouts)}"
+            )
+        if not isinstance(self.hadamard, bool):
+            problems["hadamard"] = f"hadamard is on or off (true or false), not {self.hadamard!r}"
         scalings = [choice.name for choice in FP8_SCALINGS]
         computes = [choice.name for choice in AMAX_COMPUTES]
         if self.fp8_scaling not in scalings:
@@ -572,12 +599,12 @@ class TrainConfig:
         from the fields' option declarations: flags, None left out, floats exact), less
         the fields named in `omit`."""
         argv: list[str] = []
-        for name, spec, _default in train_options():
+        for name, spec, default in train_options():
             if name in omit:
                 continue
             value = getattr(self, name)
             if spec.kind == "flag":
-                argv += [option_flag(name)] if value else []
+                argv += [given_flag(name, value)] if bool(value) != bool(default) else []
             elif value is not None:
                 text = repr(float(value)) if spec.kind == "float" else str(value)
                 argv += [option_flag(name), text]
@@ -619,6 +646,15 @@ def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def given_flag(name: str, value: object) -> str:
+    """How a value of a field is given on the command line, by its flag: `--no-hadamard`
+    for a flag option turned off (a flag that is on by default), else `option_flag`."""
+    spec = dict((n, s) for n, s, _ in _OPTIONS)[name]
+    if spec.kind == "flag" and value is False and _FIELD_DEFAULTS[name] is True:
+        return "--no-" + option_flag(name).removeprefix("--")
+    return option_flag(name)
+
+
 def _default_text(spec: OptionSpec, default: Any) -> str:
     if default is None:
         return spec.none_means or "none"
@@ -629,6 +665,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """`fpexplorer train`'s arguments, one per TrainConfig field, from its OptionSpec."""
     for name, spec, default in train_options():
         help_text = f"{spec.help} (default: {_default_text(spec, default)})"
+        if spec.kind == "flag" and default:
+            # On by default: --name and --no-name (argparse's BooleanOptionalAction).
+            parser.add_argument(
+                option_flag(name), dest=name, action=argparse.BooleanOptionalAction,
+                default=True, help=f"{spec.help} (default: on)",
+            )  # fmt: skip
+            continue
         if spec.kind == "flag":
             parser.add_argument(option_flag(name), action="store_true", help=spec.help)
             continue

@@ -203,8 +203,9 @@ PRECISION_MODES: tuple[PrecisionMode, ...] = (
         master_weights=True,
         code_note=(
             "NVFP4: E2M1 elements in blocks of 16, each block's scale in E4M3 under one FP32\n"
-            "scale per tensor; output gradients rounded stochastically, as NVIDIA's recipe\n"
-            "does. Emulated: quantize-dequantize, FP32 matmuls."
+            "scale per tensor. NVIDIA's recipe on top (each part an option): weights in 16x16\n"
+            "tiles, output gradients rounded stochastically, the weight-gradient operands\n"
+            "rotated by a random Hadamard transform. Emulated: quantize-dequantize, FP32 matmuls."
         ),
         recipe="block",
         block_format="nvfp4",

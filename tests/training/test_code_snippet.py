@@ -73,6 +73,7 @@ def test_code_view_pure_fp16_uses_the_jobs_loss_scale() -> None:
         ("fp8", {"fp8_scaling": "delayed", "amax_history": 4}, "DelayedScalingLinear"),
         ("mxfp8", {}, "BlockScaledLinear"),
         ("nvfp4", {}, "BlockScaledLinear"),
+        ("nvfp4", {"nvfp4_weight_blocks": "1d", "hadamard": False}, "BlockScaledLinear"),
     ],
 )
 @pytest.mark.parametrize("keep", [False, True])
@@ -97,6 +98,9 @@ def test_code_view_quantizes_the_linears_as_the_recipe_says(
     # last stays BF16 when kept, and so does the first.
     first = layer_class if precision in ("mxfp8", "nvfp4") and not keep else "Linear"
     assert kinds == [first, layer_class, layer_class, "Linear" if keep else layer_class]
+    if precision == "nvfp4":  # NVIDIA's recipe as the options chose it
+        recipe = {(layer.weight_blocks, layer.hadamard) for layer in namespace["model"][2:5:2]}
+        assert recipe == {(config.nvfp4_weight_blocks, config.hadamard)}
     assert math.isfinite(float(namespace["loss"].detach()))
 
 

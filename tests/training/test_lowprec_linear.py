@@ -11,7 +11,8 @@ from torch import nn
 
 from fpexplorer.formats import quantize
 from fpexplorer.training.lowprec.block_linear import BlockScaledLinear, swap_linears
-from fpexplorer.training.lowprec.block_torch import quantize_blocks
+from fpexplorer.training.lowprec.block_torch import quantize_blocks, quantize_tiles
+from fpexplorer.training.lowprec.hadamard import hadamard_rows
 
 M, K, N = 40, 72, 48  # rows, in_features, out_features: tails in every blocking
 
@@ -45,7 +46,11 @@ def _assert_float32_matmul_of(ours: torch.Tensor, a: np.ndarray, b: np.ndarray) 
 @pytest.mark.parametrize("name", ["mxfp8_e4m3", "mxfp6_e3m2", "mxfp4", "nvfp4"])
 def test_forward_and_backward_equal_the_hand_composed_reference(name: str) -> None:
     x, w, g = _data(1)
-    layer = BlockScaledLinear(K, N, block=name, stochastic_gradients=False)
+    # Blocks along each matmul's reduction dimension (NVFP4's 2-D weight tiles and
+    # Hadamard transform: tests/training/test_lowprec_nvfp4_recipe.py).
+    layer = BlockScaledLinear(
+        K, N, block=name, stochastic_gradients=False, weight_blocks="1d", hadamard=False
+    )
     with torch.no_grad():
         layer.weight.copy_(w)
         layer.bias.fill_(0.25)
@@ -81,12 +86,16 @@ def test_nvfp4_rounds_gradients_stochastically_from_the_layers_generator() -> No
         return inputs.grad, layer.weight.grad
 
     grad_input, grad_weight = gradients(7)
-    # The same draws, in the layer's order: grad_output along N, then along M.
+    # The same draws, in the layer's order: grad_output along N, then (rotated by the
+    # Hadamard transform, NVIDIA's recipe) along M. The weight: 16×16 tiles.
     replay = torch.Generator().manual_seed(7)
     g_n = quantize_blocks(g, "nvfp4", axis=-1, stochastic=True, generator=replay).values
-    g_m = quantize_blocks(g, "nvfp4", axis=0, stochastic=True, generator=replay).values
-    _assert_float32_matmul_of(grad_input, g_n.double().numpy(), _q(w, "nvfp4", 0))
-    _assert_float32_matmul_of(grad_weight, g_m.double().numpy().T, _q(x, "nvfp4", 0))
+    g_m = quantize_blocks(
+        hadamard_rows(g), "nvfp4", axis=0, stochastic=True, generator=replay
+    ).values
+    tiles = quantize_tiles(w, "nvfp4").values.double().numpy()
+    _assert_float32_matmul_of(grad_input, g_n.double().numpy(), tiles)
+    _assert_float32_matmul_of(grad_weight, g_m.double().numpy().T, _q(hadamard_rows(x), "nvfp4", 0))
     # Stochastic: another seed gives other gradients, nearest rounding none of these.
     assert not torch.equal(gradients(8)[0], grad_input)
     assert not torch.allclose(torch.from_numpy(_q(g, "nvfp4", -1)).float(), g_n)

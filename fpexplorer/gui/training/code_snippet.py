@@ -128,12 +128,25 @@ def _delayed_setup(config: TrainConfig) -> str:
     )
 
 
-def _block_setup(config: TrainConfig, block_format: str) -> str:
+def _block_setup(config: TrainConfig, mode: PrecisionMode, block_format: str) -> str:
+    recipe = ""
+    if mode.name == "nvfp4":
+        recipe = (
+            '\n    # NVIDIA\'s NVFP4 recipe: "2d" gives one scale per 16x16 weight tile (forward\n'
+            "    # and backward multiply the same weight); hadamard rotates both operands of\n"
+            "    # the weight-gradient matmul before they are quantized.\n"
+            f"    weight_blocks={config.nvfp4_weight_blocks!r}, hadamard={config.hadamard!r},\n"
+        )
+    call = (
+        f"swap_linears(model, {block_format!r}, keep_first_last={config.bf16_first_last!r})\n"
+        if not recipe
+        else f"swap_linears(\n    model, {block_format!r}, keep_first_last="
+        f"{config.bf16_first_last!r},{recipe})\n"
+    )
     return (
         "\n# fpexplorer's emulated block-scaled linears (no PyTorch kernel trains in this\n"
         "# format on every device): input, weight and output gradient quantized per block.\n"
-        "from fpexplorer.training.lowprec.block_linear import swap_linears\n\n"
-        f"swap_linears(model, {block_format!r}, keep_first_last={config.bf16_first_last!r})\n"
+        "from fpexplorer.training.lowprec.block_linear import swap_linears\n\n" + call
     )
 
 
@@ -153,7 +166,7 @@ def _recipe_setup(config: TrainConfig, mode: PrecisionMode) -> str:
     if mode.recipe == "fp8-rowwise":
         return _torchao_setup(config, "rowwise")
     if mode.recipe == "block" and mode.block_format is not None:
-        return _block_setup(config, mode.block_format)
+        return _block_setup(config, mode, mode.block_format)
     return ""
 
 

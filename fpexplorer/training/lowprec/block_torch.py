@@ -7,6 +7,8 @@ quantizer `fpexplorer.formats.block_quantize.quantize` (the tests hold the two e
 every named block format and scale rule). Everything the format needs (element exponent and
 mantissa bits, the smallest normal binade, max, block size, scale format and rule) is read
 from the formats engine, so a custom `BlockFormat` works as a named one does.
+`quantize_tiles(matrix, block_format)` gives one scale per square tile instead (NVFP4's 2-D
+weight blocks, 16×16), by the same rules: a tile is quantized as one block of its elements.
 
 How it stays exact without Fractions:
 
@@ -31,7 +33,7 @@ asynchronously on an accelerator. Memory: a few temporaries of x's size.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import torch
 import torch.nn.functional as F
@@ -149,6 +151,37 @@ class BlockQuantized:
         return expanded.narrow(self.axis, 0, length)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class TileQuantized:
+    """A matrix quantized with one block scale per square tile (`quantize_tiles`).
+
+    `values`: the dequantized matrix, `input`'s shape and dtype. `block_scales`: each
+    tile's scale as float32, shaped (row tiles, column tiles) (a tile cut by the edge
+    counts once). `per_tensor_scale`: NVFP4's FP32 s_global (0-dim float32), None for MX.
+    """
+
+    format: BlockFormat
+    input: torch.Tensor
+    values: torch.Tensor
+    block_scales: torch.Tensor
+    per_tensor_scale: torch.Tensor | None
+
+    def saturation_limit(self) -> torch.Tensor:
+        """Per element, as float64: max_elem × its tile's scale (× s_global), as
+        `BlockQuantized.saturation_limit`."""
+        rows, cols = self.input.shape
+        size = self.format.block_size
+        limits = self.block_scales.double() * float(self.format.element.max)
+        if self.per_tensor_scale is not None:
+            limits = limits * self.per_tensor_scale.double()
+        expanded = limits.repeat_interleave(size, dim=0).repeat_interleave(size, dim=1)
+        return expanded[:rows, :cols]
+
+
+# What a layer measures as a block-scaled cast: blocks along one axis, or square tiles.
+BlockScaled: TypeAlias = BlockQuantized | TileQuantized
+
+
 def quantize_blocks(
     x: torch.Tensor,
     block: BlockFormat | str,
@@ -175,6 +208,67 @@ def quantize_blocks(
     axis = axis % x.dim() if x.dim() else 0
     work = x.float().reshape(1) if x.dim() == 0 else x.float()
     blocks, length = _to_blocks(work, axis, fmt.block_size)
+    dequantized, scales, tensor_scale = _quantize_groups(
+        blocks, work, fmt, stochastic, generator, per_tensor_scale
+    )
+    values = _from_blocks(dequantized, axis, length).to(x.dtype)
+    grid = scales.movedim(-1, axis)
+    if x.dim() == 0:
+        values, grid = values.reshape(()), grid.reshape(())
+    return BlockQuantized(fmt, axis, x, values, grid, tensor_scale)
+
+
+def quantize_tiles(
+    x: torch.Tensor,
+    block: BlockFormat | str,
+    *,
+    stochastic: bool = False,
+    generator: torch.Generator | None = None,
+    per_tensor_scale: float | torch.Tensor | None = None,
+) -> TileQuantized:
+    """Quantize the matrix `x` into `block` with one block scale per square tile of
+    block_size × block_size elements (NVFP4's 2-D weight blocks: 16×16), and dequantize it.
+
+    Each tile is quantized as one block of block_size² elements would be, under the
+    format's scale rule, and NVFP4's s_global comes from the whole matrix (or
+    `per_tensor_scale`), as in `quantize_blocks`; a tile cut by the matrix's edge uses the
+    elements it has. So `quantize_tiles(x.t()).values` is `quantize_tiles(x).values.t()`
+    bit for bit: the weight a layer multiplies in forward (W) and in backward (Wᵀ) is one
+    quantized tensor. Rounding and inputs as `quantize_blocks`.
+    """
+    fmt = get_block_format(block)
+    _check_input(x, 0)
+    if x.dim() != 2:
+        raise ValueError(f"quantize_tiles takes a matrix, not a tensor of {x.dim()} dimensions")
+    rows, cols = x.shape
+    size = fmt.block_size
+    work = x.float()
+    # (row tiles, column tiles, size²): each tile's elements as one block; zero padding
+    # never changes a tile's amax and is cut off again.
+    padded = F.pad(work, (0, -cols % size, 0, -rows % size))
+    row_tiles, col_tiles = padded.shape[0] // size, padded.shape[1] // size
+    tiles = padded.reshape(row_tiles, size, col_tiles, size).transpose(1, 2)
+    tiles = tiles.reshape(row_tiles, col_tiles, size * size)
+    dequantized, scales, tensor_scale = _quantize_groups(
+        tiles, work, fmt, stochastic, generator, per_tensor_scale
+    )
+    matrix = dequantized.reshape(row_tiles, col_tiles, size, size).transpose(1, 2)
+    values = matrix.reshape(row_tiles * size, col_tiles * size)[:rows, :cols].to(x.dtype)
+    return TileQuantized(fmt, x, values, scales, tensor_scale)
+
+
+def _quantize_groups(
+    blocks: torch.Tensor,
+    work: torch.Tensor,
+    fmt: BlockFormat,
+    stochastic: bool,
+    generator: torch.Generator | None,
+    per_tensor_scale: float | torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The quantizer proper: `blocks` (float32, (..., groups, elements)), each group
+    sharing one scale; `work` is the whole float32 tensor (NVFP4's s_global is its finite
+    amax's). Returns the dequantized groups (float32, or float64 for NVFP4), the scales
+    (float32, (..., groups)) and s_global (None without a per-tensor scale)."""
     amax = blocks.abs().amax(dim=-1)  # NaN for a block holding NaN, inf for one with inf
     noise = (
         torch.rand(blocks.shape, generator=generator, device=blocks.device, dtype=torch.float32)
@@ -187,22 +281,17 @@ def quantize_blocks(
         exponent, nan_scale = _shared_exponents(amax, fmt)
         scales = torch.where(nan_scale, torch.nan, _pow2(exponent, torch.float32))
         scaled = blocks * _pow2(-exponent, torch.float32).unsqueeze(-1)
-        dequantized = round_to_grid(scaled, element, noise) * scales.unsqueeze(-1)
-    else:
-        if fmt.tensor_scale:
-            tensor_scale = (
-                _global_scale(work)
-                if per_tensor_scale is None
-                else _forced_tensor_scale(per_tensor_scale, work.device)
-            )
-        scales, multiplier = _nearest_rule_scales(amax, fmt, tensor_scale)
-        quotient = blocks.double() / multiplier.unsqueeze(-1)
-        dequantized = round_to_grid(quotient, element, noise) * multiplier.unsqueeze(-1)
-    values = _from_blocks(dequantized, axis, length).to(x.dtype)
-    grid = scales.movedim(-1, axis)
-    if x.dim() == 0:
-        values, grid = values.reshape(()), grid.reshape(())
-    return BlockQuantized(fmt, axis, x, values, grid, tensor_scale)
+        return round_to_grid(scaled, element, noise) * scales.unsqueeze(-1), scales, None
+    if fmt.tensor_scale:
+        tensor_scale = (
+            _global_scale(work)
+            if per_tensor_scale is None
+            else _forced_tensor_scale(per_tensor_scale, work.device)
+        )
+    scales, multiplier = _nearest_rule_scales(amax, fmt, tensor_scale)
+    quotient = blocks.double() / multiplier.unsqueeze(-1)
+    dequantized = round_to_grid(quotient, element, noise) * multiplier.unsqueeze(-1)
+    return dequantized, scales, tensor_scale
 
 
 def _check_input(x: torch.Tensor, axis: int) -> None:

@@ -9,6 +9,7 @@ converted and which it kept in high precision, and why.
 from __future__ import annotations
 
 import importlib.util
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -22,6 +23,9 @@ from fpexplorer.training.lowprec.fp8 import (
     convert_torchao_fp8,
 )
 from fpexplorer.training.precision import PrecisionMode
+
+if TYPE_CHECKING:
+    from fpexplorer.training.lowprec.block_linear import WeightBlocks
 
 
 def uses_torchao(mode: PrecisionMode, config: TrainConfig) -> bool:
@@ -53,6 +57,12 @@ def recipe_label(mode: PrecisionMode, config: TrainConfig) -> str:
         return f"FP8 (E4M3/E5M2, per-tensor {scaling} scaling)"
     if mode.recipe == "fp8-rowwise":
         return "FP8 (E4M3, rowwise scaling)"
+    if mode.name == "nvfp4":
+        weights = (
+            "16x16 weight tiles" if config.nvfp4_weight_blocks == "2d" else "1-D weight blocks"
+        )
+        rht = "Hadamard on Wgrad" if config.hadamard else "no Hadamard"
+        return f"nvfp4 (emulated; {weights}, {rht}, stochastic gradients)"
     return f"{mode.block_format or mode.name} (emulated)"
 
 
@@ -69,16 +79,34 @@ def apply_recipe(
     if mode.recipe == "fp8-rowwise":
         return convert_torchao_fp8(model, "rowwise", device, keep_first_last=keep)
     if mode.recipe == "block" and mode.block_format is not None:
+        if mode.name == "nvfp4":  # NVIDIA's recipe, each part as the options say
+            weight_blocks: WeightBlocks = "1d" if config.nvfp4_weight_blocks == "1d" else "2d"
+            return convert_block(
+                model, mode.block_format, keep_first_last=keep,
+                weight_blocks=weight_blocks, hadamard=config.hadamard,
+            )  # fmt: skip
         return convert_block(model, mode.block_format, keep_first_last=keep)
     return None
 
 
-def convert_block(model: nn.Module, block_format: str, *, keep_first_last: bool) -> LinearChoice:
+def convert_block(
+    model: nn.Module,
+    block_format: str,
+    *,
+    keep_first_last: bool,
+    weight_blocks: WeightBlocks | None = None,
+    hadamard: bool | None = None,
+) -> LinearChoice:
     """Swap the model's linears (in place) for the emulated block-scaled linears. Blocks
-    take any size (a short last block), so only --bf16-first-last keeps layers back."""
+    take any size (a short last block), so only --bf16-first-last keeps layers back.
+    `weight_blocks` and `hadamard`: as `BlockScaledLinear` takes them (None: the format's
+    recipe)."""
     from fpexplorer.training.lowprec.block_linear import swap_linears
 
-    swapped = swap_linears(model, block_format, keep_first_last=keep_first_last)
+    swapped = swap_linears(
+        model, block_format, keep_first_last=keep_first_last,
+        weight_blocks=weight_blocks, hadamard=hadamard,
+    )  # fmt: skip
     done = set(swapped)
     kept = tuple(
         (name, "first/last layer, --bf16-first-last")

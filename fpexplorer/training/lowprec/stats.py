@@ -2,7 +2,8 @@
 in one place for every recipe (torchao's FP8 linears, delayed scaling, MX and NVFP4).
 
 - `measure_quantized(layer, role, x, q, format_name)` measures one cast on x's device (no
-  synchronisation): `q` is a `BlockQuantized` from `block_torch.quantize_blocks` or a
+  synchronisation): `q` is a `BlockQuantized` from `block_torch.quantize_blocks`, a
+  `TileQuantized` from `block_torch.quantize_tiles` (one scale per tile) or a
   `TensorwiseQuantized` from `tensorwise.quantize_tensorwise` (one scale for the tensor,
   or one per row as torchao's rowwise recipe casts).
 - `read_pending_stats(pending)` turns many measurements into records with one host copy
@@ -36,7 +37,7 @@ from fpexplorer.formats.format import FloatFormat
 from fpexplorer.formats.registry import get_format
 from fpexplorer.training.records import QUANT_ROLES, Histogram, QuantTensorStats
 
-from .block_torch import BlockQuantized
+from .block_torch import BlockQuantized, BlockScaled, TileQuantized
 from .tensorwise import TensorwiseQuantized
 
 
@@ -78,7 +79,7 @@ def quant_stats(
     layer: str,
     role: str,
     x: torch.Tensor,
-    q: BlockQuantized | TensorwiseQuantized,
+    q: BlockScaled | TensorwiseQuantized,
     format_name: str,
 ) -> QuantTensorStats:
     """Statistics of `x` (the tensor before the cast) quantized as `q`, read at once (one
@@ -90,8 +91,9 @@ def quant_stats(
       of the FP32 s_global, so rounded), None for MX and for one scale per row;
     - scale_hist: the block scales by floor(log2(block scale)), each the factor its block's
       elements are multiplied by to give the dequantized values (E8M0's 2**e for MX, the
-      E4M3 s_block for NVFP4); for one scale per row, the same factor, 1 / the row's
-      multiplier (exact for torchao's power-of-two row scales). NaN scales in `nan`;
+      E4M3 s_block for NVFP4; one per tile for 2-D blocks); for one scale per row, the
+      same factor, 1 / the row's multiplier (exact for torchao's power-of-two row scales).
+      NaN scales in `nan`;
     - saturated: finite inputs beyond ±max_elem × the scale they were divided by (clipped);
     - flushed: finite non-zero inputs that became zero;
     - sqnr_db: 10·log10(Σx² / Σ(x - q)²) over finite inputs: +inf when exact, -inf when an
@@ -104,7 +106,7 @@ def measure_quantized(
     layer: str,
     role: str,
     x: torch.Tensor,
-    q: BlockQuantized | TensorwiseQuantized,
+    q: BlockScaled | TensorwiseQuantized,
     format_name: str,
 ) -> PendingQuantStats:
     """`quant_stats`' measurement, on the device only (no synchronisation): read it, with
@@ -132,7 +134,7 @@ def measure_quantized(
         no_scale = torch.full((), math.nan, dtype=torch.float64, device=x.device)
         histogram_lo: int | None = None
         counts: torch.Tensor | None = None
-        if isinstance(q, BlockQuantized):
+        if isinstance(q, (BlockQuantized, TileQuantized)):
             saturated = finite & (magnitude > q.saturation_limit())
             tensor_scale = q.per_tensor_scale
             scale = no_scale if tensor_scale is None else 1.0 / tensor_scale.double()
@@ -207,7 +209,7 @@ class SelfMeasuringLayer:
         self,
         role: str,
         x: torch.Tensor,
-        q: BlockQuantized | TensorwiseQuantized,
+        q: BlockScaled | TensorwiseQuantized,
         format_name: str,
     ) -> None:
         """Measure the cast of `x` into `q` when statistics are collected."""
