@@ -6,24 +6,33 @@ layer kept in BF16, as one Markdown table.
     python benchmarks/low_precision_table.py                 # 300 steps each, CPU, ~3 min
     python benchmarks/low_precision_table.py --steps 100 --keep runs/
     python benchmarks/low_precision_table.py --spike        # delayed vs current scaling
+    python benchmarks/low_precision_table.py --modes nvfp4  # fp32 and the nvfp4 rows only
 
 `--spike` runs the `overflow` task (one input token in 1024 is 128x larger) in fp8 with
 current and with delayed scaling (`--amax-history 16`), statistics every step, and prints,
 for each step where the first layer's input amax jumps past 8x its running level, how each
 scaling cast that tensor: the scale used, the share saturated, the SQNR.
 
+NVFP4 runs NVIDIA's recipe (16x16 weight tiles, the random Hadamard transform of the Wgrad
+operands) and, to show what each part does, each part switched off
+(`--nvfp4-weight-blocks 1d`, `--no-hadamard`; both off is the recipe with 1-D blocks only).
+
 Every run has the same seed, data and steps. Columns: the final loss (mean finite loss of
 the last 10% of steps) and its difference from FP32's; the largest share of one quantized
 tensor's values that saturated (clamped at the format's largest value) and that flushed to
 zero, over all statistics steps, with the layer and tensor (input, weight, grad_output);
-steps/s. On a CPU the FP8/MX/NVFP4 matmuls are emulated (real casts, FP32 products), so
-their steps/s measure the emulation, not FP8 hardware.
+steps/s. A second table gives each quantized mode's mean SQNR per tensor (input, weight,
+grad_output: the mean over layers and statistics steps). On a CPU the FP8/MX/NVFP4 matmuls
+are emulated (real casts, FP32 products), so their steps/s measure the emulation, not FP8
+hardware.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import math
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -33,6 +42,7 @@ from typing import Any
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.job import RunState, run_job
 from fpexplorer.training.precision import PRECISION_MODES
+from fpexplorer.training.records import QUANT_ROLES
 from fpexplorer.training.runlog import load_run
 from fpexplorer.training.summary import QuantWorst, RunSummary, summarize_file
 
@@ -51,18 +61,23 @@ class Variant:
         extra = []
         if self.options.get("fp8_scaling") == "delayed":
             extra.append("delayed")
+        if self.options.get("nvfp4_weight_blocks") == "1d":
+            extra.append("1-D weight blocks")
+        if self.options.get("hadamard") is False:
+            extra.append("no Hadamard")
         if self.options.get("bf16_first_last"):
             extra.append("BF16 first/last")
         return self.precision + (f" ({', '.join(extra)})" if extra else "")
 
 
-def variants() -> tuple[list[Variant], list[str]]:
-    """The rows this version can run, and the wanted modes it does not have."""
+def variants(only: tuple[str, ...] = ()) -> tuple[list[Variant], list[str]]:
+    """The rows this version can run (fp32, the reference, and the modes in `only` when it
+    names some), and the wanted modes it does not have."""
     modes = {mode.name: mode for mode in PRECISION_MODES}
     rows: list[Variant] = []
     for name in WANTED:
         mode = modes.get(name)
-        if mode is None:
+        if mode is None or (only and name not in only and name != "fp32"):
             continue
         if not mode.quantized:
             rows.append(Variant(name))
@@ -70,6 +85,9 @@ def variants() -> tuple[list[Variant], list[str]]:
         scalings: list[dict[str, Any]] = [{}]
         if name == "fp8":
             scalings.append({"fp8_scaling": "delayed"})
+        if name == "nvfp4":  # NVIDIA's recipe, then without each of its parts
+            scalings += [{"hadamard": False}, {"nvfp4_weight_blocks": "1d"},
+                         {"nvfp4_weight_blocks": "1d", "hadamard": False}]  # fmt: skip
         for scaling in scalings:
             for keep in (False, True):
                 rows.append(Variant(name, {**scaling, "bf16_first_last": keep}))
@@ -100,6 +118,27 @@ def table(rows: list[tuple[Variant, RunSummary]]) -> str:
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
              for row in lines_]  # fmt: skip
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def sqnr_table(rows: list[tuple[Variant, Path]]) -> str:
+    """Each quantized mode's mean SQNR (dB) per tensor, over layers and statistics steps
+    (finite values; an exact cast's +inf is left out of the mean and counted)."""
+    lines = ["| mode | " + " | ".join(QUANT_ROLES) + " |", "|---|" + "---:|" * len(QUANT_ROLES)]
+    for variant, path in rows:
+        values: dict[str, list[float]] = {role: [] for role in QUANT_ROLES}
+        for step in load_run(path).steps:
+            for cast in step.stats.quant if step.stats is not None else ():
+                values[cast.role].append(cast.sqnr_db)
+        if not any(values.values()):
+            continue
+        cells = []
+        for role in QUANT_ROLES:
+            finite = [v for v in values[role] if math.isfinite(v)]
+            exact = len(values[role]) - len(finite)
+            mean = f"{statistics.fmean(finite):.2f}" if finite else "-"
+            cells.append(mean + (f" ({exact} exact)" if exact else ""))
+        lines.append(f"| {variant.label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -151,6 +190,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, help="keep the run logs in this folder")
     parser.add_argument("--spike", action="store_true", help="delayed vs current scaling")
+    parser.add_argument(
+        "--modes", nargs="+", default=(), choices=WANTED, metavar="MODE",
+        help="only these modes' rows (and fp32's, the reference)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.spike:
         with tempfile.TemporaryDirectory() as scratch:
@@ -162,8 +205,9 @@ def main() -> int:
               "at each spike")  # fmt: skip
         print("\n".join(lines))
         return 0
-    rows, missing = variants()
+    rows, missing = variants(tuple(args.modes))
     results: list[tuple[Variant, RunSummary]] = []
+    logs: list[tuple[Variant, Path]] = []
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
@@ -178,12 +222,16 @@ def main() -> int:
                 print(f"{variant.label}: {result.state.value}: {result.error}", file=sys.stderr)
                 return 1
             results.append((variant, summarize_file(out)))
+            logs.append((variant, out))
             print(f"{variant.label}: done", file=sys.stderr)
+        sqnr = sqnr_table(logs)  # read while the logs exist (a temporary folder by default)
     print(
         f"transformer task, {args.steps} steps, statistics every {args.stats_every}, "
         f"seed {args.seed}, device {args.device}"
     )
     print(table(results))
+    print()
+    print(sqnr)
     if missing:
         print(f"not in this version: {', '.join(missing)}")
     return 0
