@@ -166,7 +166,7 @@ def one_rank_group(tmp_path: Path) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-@pytest.mark.slow  # DDP set-up: about 1.5 s
+@pytest.mark.slow  # DDP set-up and its imports: about 2 s
 def test_the_check_flags_before_the_all_reduce_is_kept_by_its_model_and_goes_inert(
     one_rank_group: None,
 ) -> None:
@@ -218,3 +218,46 @@ def test_the_check_flags_before_the_all_reduce_is_kept_by_its_model_and_goes_ine
                        r"\(fp16_compress_hook\)$"):  # fmt: skip
         check_before_reduction(other)
     assert other._get_ddp_logging_data().get("comm_hook") == "fp16_compress_hook"
+
+
+@pytest.mark.slow  # importing FSDP2: seconds when it comes first
+def test_an_fsdp2_model_gets_the_check_unless_its_reduce_scatter_is_the_users(
+    one_rank_group: None,
+) -> None:
+    from torch import nn
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    # FSDP2's own reduce-scatter, which a user's custom one may extend (the interface is
+    # documented on `set_custom_reduce_scatter`; torch 2.13 exports no implementation).
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultReduceScatter
+
+    from fpexplorer.training.monitor.reduction import ReductionInUse, check_before_reduction
+
+    def sharded() -> nn.Sequential:
+        net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        for module in (net[0], net[2], net):
+            fully_shard(module)
+        return net
+
+    def comms(model: nn.Module) -> list[str]:
+        """The class of the reduce-scatter each FSDP2 parameter group uses (FSDP2 keeps it
+        on private state: it has a setter only)."""
+        return [
+            type(group._reduce_scatter_comm).__name__
+            for module in model.modules()
+            if isinstance(module, FSDPModule)
+            for group in module._get_fsdp_state()._fsdp_param_groups
+        ]
+
+    checked = sharded()
+    assert check_before_reduction(checked) is not None
+    assert comms(checked) == ["CheckedReduceScatter"] * 2
+
+    class UsersReduceScatter(DefaultReduceScatter):  # type: ignore[misc]
+        pass
+
+    net = sharded()
+    net[2].set_custom_reduce_scatter(UsersReduceScatter())  # type: ignore[operator]
+    with pytest.raises(ReductionInUse, match=r"custom reduce-scatter \(UsersReduceScatter\)$"):
+        check_before_reduction(net)
+    assert comms(net) == ["DefaultReduceScatter", "UsersReduceScatter"]  # nothing replaced
