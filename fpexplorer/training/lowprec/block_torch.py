@@ -222,8 +222,6 @@ def quantize_tiles(
     x: torch.Tensor,
     block: BlockFormat | str,
     *,
-    stochastic: bool = False,
-    generator: torch.Generator | None = None,
     per_tensor_scale: float | torch.Tensor | None = None,
 ) -> TileQuantized:
     """Quantize the matrix `x` into `block` with one block scale per square tile of
@@ -234,7 +232,8 @@ def quantize_tiles(
     `per_tensor_scale`), as in `quantize_blocks`; a tile cut by the matrix's edge uses the
     elements it has. So `quantize_tiles(x.t()).values` is `quantize_tiles(x).values.t()`
     bit for bit: the weight a layer multiplies in forward (W) and in backward (Wᵀ) is one
-    quantized tensor. Rounding and inputs as `quantize_blocks`.
+    quantized tensor. Elements round to nearest-even (NVIDIA's recipe rounds weights so);
+    inputs as `quantize_blocks`.
     """
     fmt = get_block_format(block)
     _check_input(x, 0)
@@ -250,7 +249,7 @@ def quantize_tiles(
     tiles = padded.reshape(row_tiles, size, col_tiles, size).transpose(1, 2)
     tiles = tiles.reshape(row_tiles, col_tiles, size * size)
     dequantized, scales, tensor_scale = _quantize_groups(
-        tiles, work, fmt, stochastic, generator, per_tensor_scale
+        tiles, work, fmt, False, None, per_tensor_scale
     )
     matrix = dequantized.reshape(row_tiles, col_tiles, size, size).transpose(1, 2)
     values = matrix.reshape(row_tiles * size, col_tiles * size)[:rows, :cols].to(x.dtype)
