@@ -621,13 +621,25 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
-        """Build from a dict (e.g. a run header's "config"); unknown keys are ignored."""
+        """Build from a dict (e.g. a run header's "config"); unknown keys are ignored.
+
+        A header records every option (`to_dict`), so one without an option that a mode
+        gained later was written before that option existed, and its run did what the mode
+        did then (`_BEFORE_OPTION`), not what the option's default does now."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{key: value for key, value in values.items() if key in names})
+        known = {key: value for key, value in values.items() if key in names}
+        before = _BEFORE_OPTION.get(str(known.get("precision")), {})
+        return cls(**{**{k: v for k, v in before.items() if k not in known}, **known})
 
     def replace(self, **changes: Any) -> TrainConfig:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+
+# For each mode, the options it gained after runs in it were logged, and what such a run did.
+_BEFORE_OPTION: dict[str, dict[str, Any]] = {
+    "nvfp4": {"nvfp4_weight_blocks": "1d", "hadamard": False},  # NVIDIA's recipe came later
+}
 
 
 def launched_world_size() -> int:

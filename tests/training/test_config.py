@@ -292,3 +292,20 @@ def test_what_applies_to_each_mode() -> None:
     assert {"fp8_scaling", "amax_history", "margin", "bf16_first_last"}.isdisjoint(delayed)
     assert "init_scale" in delayed
     assert "parallel" not in TrainConfig(nproc_per_node=2).inapplicable()
+
+
+def test_a_header_from_before_an_option_reads_as_the_run_it_was() -> None:
+    """An nvfp4 run logged before its recipe options existed ran 1-D weight blocks without
+    the Hadamard transform: its header, which names neither, must not read as today's
+    defaults. A header that names them keeps them; other modes are untouched."""
+    old = {key: value for key, value in TrainConfig(precision="nvfp4").to_dict().items()
+           if key not in ("nvfp4_weight_blocks", "hadamard")}  # fmt: skip
+    settings = TrainConfig.from_dict(old)
+    assert (settings.nvfp4_weight_blocks, settings.hadamard) == ("1d", False)
+    assert settings.validate() == {}
+    current = TrainConfig(precision="nvfp4")
+    assert TrainConfig.from_dict(current.to_dict()) == current
+    assert (current.nvfp4_weight_blocks, current.hadamard) == ("2d", True)
+    other = {key: value for key, value in TrainConfig(precision="fp16").to_dict().items()
+             if key not in ("nvfp4_weight_blocks", "hadamard")}  # fmt: skip
+    assert TrainConfig.from_dict(other) == TrainConfig(precision="fp16")
