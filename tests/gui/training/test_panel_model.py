@@ -206,7 +206,7 @@ def test_pytorch_code_compiles_for_every_precision(precision: str) -> None:
         "mxfp8": ["swap_linears(model, 'mxfp8_e4m3'"],
         "mxfp6": ["swap_linears(model, 'mxfp6_e2m3'"],
         "mxfp4": ["swap_linears(model, 'mxfp4'"],
-        "nvfp4": ["swap_linears(model, 'nvfp4'"],
+        "nvfp4": ["swap_linears(\n    model, 'nvfp4'", "weight_blocks='2d', hadamard=True"],
     }[precision]
     for text in expected:
         assert text in code
