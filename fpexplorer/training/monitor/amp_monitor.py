@@ -37,9 +37,11 @@ A run log that cannot be written (disk full) never stops the training: the monit
 once, stops logging and goes on returning records.
 
 Cost: a plain step adds the gradient norm (one fused kernel), a few scalar reads (one host
-copy on an accelerator) and one record, encoded flat and batched by `RunWriter` (some 25 us
-of Python on a CPU, more with cold caches: on a model whose step takes well under a
-millisecond that is tens of percent; `benchmarks/bench_monitor.py` measures it). A
+copy on an accelerator) and one record, held by `RunWriter` and encoded with the others of
+its window (some 20 us of Python on a CPU, two to three times that inside a training loop,
+whose caches it shares: on a model whose step takes well under a millisecond that is ten
+percent or more, of which the gradient norm alone is 3-5%; `benchmarks/bench_monitor.py`
+measures it). A
 statistics step makes a fixed number of passes, no logarithms (see `kernels`),
 plus a few hundred small tensor operations, which on a CPU cost more than the passes on a
 small model. Memory: parameter-sized data are never copied whole; gradients are counted
