@@ -261,3 +261,21 @@ def test_an_fsdp2_model_gets_the_check_unless_its_reduce_scatter_is_the_users(
     with pytest.raises(ReductionInUse, match=r"custom reduce-scatter \(UsersReduceScatter\)$"):
         check_before_reduction(net)
     assert comms(net) == ["DefaultReduceScatter", "UsersReduceScatter"]  # nothing replaced
+
+
+@pytest.mark.parametrize("value", ["no", 0, None])
+def test_check_reduction_that_is_not_a_bool_is_refused_before_anything_is_written(
+    tmp_path: Path, value: object
+) -> None:
+    # "no" is truthy: taken as given it would install the check the user meant to turn off.
+    import torch
+    from torch import nn
+
+    from fpexplorer.training.monitor import AmpMonitor
+
+    model = nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = tmp_path / "run.jsonl"
+    with pytest.raises(TypeError, match=rf"check_reduction is True or False, not {value!r}"):
+        AmpMonitor(model, optimizer, out=out, check_reduction=value)  # type: ignore[arg-type]
+    assert not out.exists()

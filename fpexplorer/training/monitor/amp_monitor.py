@@ -170,6 +170,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         device: torch.device | None = None,
         check_reduction: bool = True,
     ) -> None:
+        if not isinstance(check_reduction, bool):  # "no" or 0 would read as on, or off
+            raise TypeError(f"check_reduction is True or False, not {check_reduction!r}")
         wrapped, model = model, watched_module(model)
         ranks = RankContext.current() if writer is None else None
         if ranks is not None and stats_every is None:
