@@ -274,7 +274,9 @@ class RunWriter:
         self._timer: threading.Thread | None = None
         self._wake = threading.Event()  # something is held: the timer starts its window
         self._closing = threading.Event()
-        self._timer_error: OSError | None = None
+        # An error of a write the timer made (disk full) or of a held record it could not
+        # encode: raised to the next write(), flush() or close().
+        self._timer_error: OSError | ValueError | None = None
         _OPEN_WRITERS.add(self)
 
     def write(self, record: Record | Mapping[str, Any]) -> None:
@@ -329,9 +331,21 @@ class RunWriter:
         if not self._held:
             return
         held, self._held = self._held, []
-        text = "".join(
-            item if isinstance(item, str) else fast_encode_line(item) + "\n" for item in held
-        )
+        # A held record that cannot be encoded (a field of the wrong type) was accepted by
+        # write(): it is left out, the others are written, and its error is raised after.
+        lines: list[str] = []
+        bad: ValueError | None = None
+        for item in held:
+            if isinstance(item, str):
+                lines.append(item)
+                continue
+            try:
+                lines.append(fast_encode_line(item) + "\n")
+            except (TypeError, ValueError) as error:
+                self.records_written -= 1
+                step = getattr(item, "step", "?")
+                bad = bad or ValueError(f"step {step} not written to the run log: {error}")
+        text = "".join(lines)
         data = text.encode("utf-8")
         self._file.write(data)
         if self._channel is not None:
@@ -348,6 +362,8 @@ class RunWriter:
                 # The reader of the stream went away (e.g. the window closed): the file
                 # still receives every record, so the run is not lost.
                 self._echo = None
+        if bad is not None:
+            raise bad
 
     def _start_timer(self) -> None:
         """Wake the background writer (started on first use) for a new window."""
@@ -375,8 +391,8 @@ class RunWriter:
                     if remaining <= 0:
                         try:
                             self._flush_held()
-                        except OSError as error:  # raised to the next write() or close()
-                            self._timer_error = error
+                        except (OSError, ValueError) as error:  # to the next write(),
+                            self._timer_error = error  # flush() or close()
                         break
                 self._closing.wait(remaining)
 
