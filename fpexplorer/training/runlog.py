@@ -274,7 +274,7 @@ class RunWriter:
         self._timer: threading.Thread | None = None
         self._wake = threading.Event()  # something is held: the timer starts its window
         self._closing = threading.Event()
-        self._timer_error: OSError | None = None
+        self._timer_error: OSError | ValueError | None = None
         _OPEN_WRITERS.add(self)
 
     def write(self, record: Record | Mapping[str, Any]) -> None:
@@ -329,9 +329,19 @@ class RunWriter:
         if not self._held:
             return
         held, self._held = self._held, []
-        text = "".join(
-            item if isinstance(item, str) else fast_encode_line(item) + "\n" for item in held
-        )
+        lines: list[str] = []
+        unwritable: ValueError | None = None
+        for item in held:
+            if isinstance(item, str):
+                lines.append(item)
+                continue
+            try:
+                lines.append(fast_encode_line(item) + "\n")
+            except (TypeError, ValueError) as error:  # a value its field cannot hold
+                # Encoded late: the records around it are still written, and the error
+                # reaches the writer's caller (at once, or at its next write from the timer).
+                unwritable = unwritable or ValueError(f"a step record cannot be written: {error}")
+        text = "".join(lines)
         data = text.encode("utf-8")
         self._file.write(data)
         if self._channel is not None:
@@ -348,6 +358,8 @@ class RunWriter:
                 # The reader of the stream went away (e.g. the window closed): the file
                 # still receives every record, so the run is not lost.
                 self._echo = None
+        if unwritable is not None:
+            raise unwritable
 
     def _start_timer(self) -> None:
         """Wake the background writer (started on first use) for a new window."""
@@ -375,7 +387,7 @@ class RunWriter:
                     if remaining <= 0:
                         try:
                             self._flush_held()
-                        except OSError as error:  # raised to the next write() or close()
+                        except (OSError, ValueError) as error:  # raised to the next write()
                             self._timer_error = error
                         break
                 self._closing.wait(remaining)
