@@ -274,8 +274,6 @@ class RunWriter:
         self._timer: threading.Thread | None = None
         self._wake = threading.Event()  # something is held: the timer starts its window
         self._closing = threading.Event()
-        # An error of a write the timer made (disk full) or of a held record it could not
-        # encode: raised to the next write(), flush() or close().
         self._timer_error: OSError | ValueError | None = None
         _OPEN_WRITERS.add(self)
 
@@ -331,20 +329,18 @@ class RunWriter:
         if not self._held:
             return
         held, self._held = self._held, []
-        # A held record that cannot be encoded (a field of the wrong type) was accepted by
-        # write(): it is left out, the others are written, and its error is raised after.
         lines: list[str] = []
-        bad: ValueError | None = None
+        unwritable: ValueError | None = None
         for item in held:
             if isinstance(item, str):
                 lines.append(item)
                 continue
             try:
                 lines.append(fast_encode_line(item) + "\n")
-            except (TypeError, ValueError) as error:
-                self.records_written -= 1
-                step = getattr(item, "step", "?")
-                bad = bad or ValueError(f"step {step} not written to the run log: {error}")
+            except (TypeError, ValueError) as error:  # a value its field cannot hold
+                # Encoded late: the records around it are still written, and the error
+                # reaches the writer's caller (at once, or at its next write from the timer).
+                unwritable = unwritable or ValueError(f"a step record cannot be written: {error}")
         text = "".join(lines)
         data = text.encode("utf-8")
         self._file.write(data)
@@ -362,8 +358,8 @@ class RunWriter:
                 # The reader of the stream went away (e.g. the window closed): the file
                 # still receives every record, so the run is not lost.
                 self._echo = None
-        if bad is not None:
-            raise bad
+        if unwritable is not None:
+            raise unwritable
 
     def _start_timer(self) -> None:
         """Wake the background writer (started on first use) for a new window."""
@@ -391,8 +387,8 @@ class RunWriter:
                     if remaining <= 0:
                         try:
                             self._flush_held()
-                        except (OSError, ValueError) as error:  # to the next write(),
-                            self._timer_error = error  # flush() or close()
+                        except (OSError, ValueError) as error:  # raised to the next write()
+                            self._timer_error = error
                         break
                 self._closing.wait(remaining)
 

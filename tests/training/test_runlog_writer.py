@@ -162,6 +162,37 @@ def test_held_steps_are_encoded_when_written_exactly_as_the_codec_encodes_them(
     assert path.read_text().splitlines() == [encode_line(record) for record in held]
 
 
+def test_a_held_step_that_cannot_be_encoded_is_reported_and_loses_no_other_record(
+    tmp_path: Path,
+) -> None:
+    """Plain steps are encoded late: one whose value its field cannot hold (a caller's own
+    record, built without the type checker) must still raise at the caller, not vanish in
+    the timer thread, and the records around it must still be written."""
+    path = tmp_path / "run.jsonl"
+    bad = StepRecord(step=1, loss="not a number")  # type: ignore[arg-type]
+    writer = RunWriter(path, flush_interval=3600.0)
+    writer.write(_plain(0))
+    writer.write(bad)
+    writer.write(_plain(2))
+    with pytest.raises(ValueError, match="cannot be written"):
+        writer.flush()
+    assert [line["step"] for line in _lines(path)] == [0, 2]
+    writer.write(_plain(3))  # the writer goes on
+    writer.close()
+    assert [line["step"] for line in _lines(path)] == [0, 2, 3]
+
+
+def test_an_unencodable_step_found_by_the_timer_reaches_the_next_write(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    with RunWriter(path, flush_interval=0.01) as writer:
+        writer.write(StepRecord(step=0, loss="x"))  # type: ignore[arg-type]
+        deadline = time.monotonic() + 30  # a bound on a stuck test, not a speed check
+        while writer._held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(ValueError, match="cannot be written"):
+            writer.write(_plain(1))
+
+
 def test_a_held_step_reaches_the_file_and_the_stream_with_no_further_write(
     tmp_path: Path,
 ) -> None:
@@ -247,27 +278,3 @@ def test_a_killed_writer_loses_at_most_the_held_plain_steps(
     run = load_run(path)
     assert run.problems == () and run.header is not None and run.end is None
     assert [step.step for step in run.steps] == list(range(kept))
-
-
-@pytest.mark.parametrize("by_timer", [False, True])
-def test_a_held_step_that_cannot_be_encoded_is_reported_and_the_others_are_written(
-    tmp_path: Path, by_timer: bool
-) -> None:
-    """A plain step is encoded only when its window is written, after write() returned: a
-    record whose field cannot be encoded must not take the records held with it along,
-    nor die in the timer thread unseen; its error reaches the caller at the next call."""
-    path = tmp_path / "run.jsonl"
-    writer = RunWriter(path, flush_interval=0.02 if by_timer else 3600.0)
-    writer.write(_plain(0))
-    writer.write(StepRecord(step=1, loss="not a number"))  # type: ignore[arg-type]
-    writer.write(_plain(2))
-    if by_timer:
-        deadline = time.monotonic() + 30  # a bound on a stuck test, not a speed check
-        while not path.read_text() and time.monotonic() < deadline:
-            time.sleep(0.01)
-    with pytest.raises(ValueError, match="step 1 not written to the run log"):
-        writer.flush()
-    writer.write(_plain(3))
-    writer.close()
-    assert [line["step"] for line in _lines(path)] == [0, 2, 3]
-    assert writer.records_written == 3

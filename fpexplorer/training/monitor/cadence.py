@@ -17,7 +17,10 @@ class StatsCadence:
     the monitor's own time on every plain step (`monitor_time`: reading the cheap signals
     and writing the record) plus, for each statistics step, its duration minus that of a
     plain step without the monitor (the median recent plain step less its median monitor
-    time). So with the default budget a watched loop runs at about 1.05x a bare one; where
+    time). So with the default budget a watched loop runs at about 1.05x a bare one (more by
+    what the monitor's work slows the training step itself through shared caches, which no
+    clock inside the monitor sees: on the built-in tasks about as much again as its own
+    time on plain steps; `benchmarks/bench_monitor.py` measures the whole); where
     the cheap signals alone take more than the budget (a tiny model whose step takes well
     under a millisecond), statistics are taken only where they must be. Step 0 always takes
     statistics, and with a budget so does the step after an alarm (a skipped step, a
