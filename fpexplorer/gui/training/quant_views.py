@@ -911,12 +911,21 @@ class QuantPage(QWidget):
         super().__init__()
         self.layer_box = QComboBox()
         self.layer_box.setToolTip("The layer whose amax, scale and block scales are shown")
-        self.layer_box.setMinimumContentsLength(20)
+        # A layer name can be longer than any width: the layer box is the one that gives
+        # way on a small window (12 characters at least) and grows, up to 40, on a wide one.
+        # The tensor and criterion boxes have a few fixed texts and always show them whole
+        # (at 1024x640 the tensor box was squeezed to "output g").
+        self.layer_box.setMinimumContentsLength(12)
         self.layer_box.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
         )
+        self.layer_box.setMaximumWidth(
+            self.layer_box.minimumSizeHint().width()
+            + self.layer_box.fontMetrics().horizontalAdvance("x" * 28)
+        )
         self.role_box = QComboBox()
         self.role_box.setToolTip("Which tensor of the linear: its input, weight or output gradient")
+        self.role_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.hurt_box = QComboBox()
         for criterion, over_run in HURT_CHOICES:
             self.hurt_box.addItem(f"{CRITERIA[criterion]}, {'run' if over_run else 'latest'}")
@@ -949,8 +958,8 @@ class QuantPage(QWidget):
         for text, box in (("Layer", self.layer_box), ("Tensor", self.role_box),
                           ("Hurts most by", self.hurt_box)):  # fmt: skip
             controls.addWidget(QLabel(text))
-            controls.addWidget(box)
-        controls.addStretch(1)
+            controls.addWidget(box, 1 if box is self.layer_box else 0)
+        controls.addStretch(0)  # beyond the layer box's widest: space after the boxes
         # Which run the one-run cards show, on a line of its own where that needs saying.
         self.detail_label = ElidedLabel("")
         self.detail_label.setVisible(False)

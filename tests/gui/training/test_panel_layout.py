@@ -16,7 +16,15 @@ from pathlib import Path
 import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import QPoint, QRect, QRectF
-from PySide6.QtWidgets import QApplication, QLabel, QLayout, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QLabel,
+    QLayout,
+    QStyle,
+    QStyleOptionComboBox,
+    QWidget,
+)
 
 from fpexplorer.gui.training.sizing import ReadablePlotWidget
 
@@ -67,6 +75,21 @@ def layout_problems(root: QWidget) -> list[str]:
                     f"label {label.text()[:50]!r} is {label.height()} px tall for the "
                     f"{needed} px its text needs at {label.width()} px"
                 )
+    for box in root.findChildren(QComboBox):
+        # A choice box shows any of its choices whole (was: at 1024x640 the Low precision
+        # page's tensor box read "output g").
+        if box.isVisible() and not box.isEditable():
+            option = QStyleOptionComboBox()
+            box.initStyleOption(option)
+            area = box.style().subControlRect(
+                QStyle.ComplexControl.CC_ComboBox,
+                option,
+                QStyle.SubControl.SC_ComboBoxEditField,
+                box,
+            )
+            for text in (box.itemText(index) for index in range(box.count())):
+                if box.fontMetrics().horizontalAdvance(text) > area.width():
+                    problems.append(f"combo box: {text!r} cut to {area.width()} px")
     for plot in root.findChildren(ReadablePlotWidget):
         if not plot.isVisible():
             continue
