@@ -149,7 +149,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             check of this rank's own gradients before they are communicated into the model
             (a DDP communication hook, an FSDP2 custom reduce-scatter: see `reduction`), so
             that the merged log names the rank and layer where a weight-gradient overflow
-            started. A model that has its own hook keeps it (one warning). False: no check.
+            started. A model that has its own hook keeps it (one warning): register it
+            before creating the monitor, as DDP takes no hook after this one. False: no check.
     """
 
     def __init__(
