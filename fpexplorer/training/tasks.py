@@ -329,9 +329,12 @@ def make_regression(seed: int, batch_size: int | None) -> Task:
     true_weights = 1.0 + 0.05 * torch.randn(features, 1, generator=generator)
     inputs = torch.randn(samples, features, generator=generator)
     targets = inputs @ true_weights + 0.01 * torch.randn(samples, 1, generator=generator)
-    model = nn.Linear(features, 1, bias=False)
+    # One linear inside a module, not the bare nn.Linear: the quantized modes swap the
+    # linears inside a model and cannot replace the model itself.
+    linear = nn.Linear(features, 1, bias=False)
     with torch.no_grad():
-        model.weight.fill_(1.0)
+        linear.weight.fill_(1.0)
+    model = nn.Sequential(linear)
     size = batch_size or 64
     batches = _sample_forever(inputs, targets, size, seed)
     return Task("regression", model, batches, F.mse_loss, lr=2e-3, batch_size=size,

@@ -171,6 +171,16 @@ def test_a_model_that_is_one_linear_layer_fails_in_one_line(tmp_path: Path, prec
     assert load_run(out).status == "failed"
 
 
+@pytest.mark.parametrize("precision", ["fp8", "mxfp8", "nvfp4"])
+def test_the_regression_task_runs_the_quantized_modes(tmp_path: Path, precision: str) -> None:
+    # Was: its model was one bare nn.Linear, so a built-in task failed every quantized mode
+    # ("wrap it in a module"). Its 64->1 linear: no FP8 kernel takes it, the block formats do.
+    run, stderr = _job(tmp_path, task="regression", precision=precision, steps=2, stats_every=1)
+    assert run.header is not None and run.status == "completed"
+    assert run.header.config["quantized_layers"] == ([] if precision == "fp8" else ["0"])
+    assert f"{0 if precision == 'fp8' else 1} linear layer" in stderr
+
+
 @pytest.mark.slow  # a real training job in a child process: seconds
 def test_an_fp8_run_says_nothing_about_torchao_start_up(tmp_path: Path) -> None:
     """torchao warns "Failed to load ..._C_mxfp8...so" for each CUDA-only extension a CPU
