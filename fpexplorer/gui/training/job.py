@@ -315,7 +315,9 @@ class TrainingJob(QObject):
                 summary = f"job exited with status {exit_code} without an end record"
             last = [line for line in self.stderr_tail if line.strip()][-3:]
             if last and (end is None or not end.error):
-                summary += " — " + " | ".join(last)
+                # Labelled: after a SIGKILL the last line is the job's own report (the layers
+                # it quantized), which read as the cause when it followed the dash alone.
+                summary += " — its last output: " + " | ".join(last)
             self._move("fail")
         self.exit_summary = summary
         self.finished.emit(summary)

@@ -128,7 +128,7 @@ def test_pause_stops_the_process_and_resume_continues(panel, qtbot) -> None:  # 
 
 @pytest.mark.slow  # a real training job in a child process: seconds
 def test_a_job_killed_from_outside_leaves_the_window_and_the_plots(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
-    _configure(panel, steps=1_000_000)
+    _configure(panel, steps=1_000_000, precision="mxfp8")  # it reports its layers on stderr
     assert panel.start_job()
     qtbot.waitUntil(lambda: _steps_seen(panel) >= 3, timeout=JOB_TIMEOUT_MS)
     os.kill(panel.job.pid, signal.SIGKILL)
@@ -139,6 +139,10 @@ def test_a_job_killed_from_outside_leaves_the_window_and_the_plots(panel, qtbot)
     assert seen >= 3
     assert entry.model.end is None
     assert "killed" in panel.status_label.text()
+    # The job's last stderr line is its report, shown as such, not as the cause.
+    assert "(no end record) — its last output: fpexplorer train: 3 linear layers in" in (
+        panel.status_label.text()
+    )
     assert panel.isVisible()
     x, _ = panel.scale_plot.curves.curves[entry.key].getData()
     assert len(x) == seen  # everything plotted so far is still there
