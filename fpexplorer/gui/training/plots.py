@@ -46,6 +46,7 @@ from fpexplorer.gui.training.run_model import (
 from fpexplorer.gui.training.sizing import (
     READABLE_VIEW_HEIGHT,
     ReadablePlotWidget,
+    SpacedTicksAxis,
     fit_minimum_height,
     is_layout_event,
     table_minimum_height,
@@ -230,8 +231,8 @@ def plot_widget(
     """A plot in the panel's style: theme colours, grid, no menu, cached axes, and a
     minimum height that keeps `view_height` pixels of data area under its axes."""
     axis_items = {"left": left_axis} if left_axis is not None else {}
-    if bottom_axis is not None:
-        axis_items["bottom"] = bottom_axis
+    # Steps, binades, dB: labels that must not run into each other on a narrow plot.
+    axis_items["bottom"] = bottom_axis if bottom_axis is not None else SpacedTicksAxis("bottom")
     colours = plot_colors()  # the app's light or dark palette, read once: items are made once
     widget = ReadablePlotWidget(
         view_height, axisItems=axis_items or None, background=colours.background

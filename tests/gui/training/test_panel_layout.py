@@ -16,6 +16,7 @@ from pathlib import Path
 import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import QPoint, QRect, QRectF
+from PySide6.QtGui import QImage, QPainter
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -26,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.gui.training.sizing import ReadablePlotWidget
+from fpexplorer.gui.training.sizing import ReadablePlotWidget, SpacedTicksAxis
 
 RECORDED_RUN = Path(__file__).parent / "data" / "overflow-fp16.jsonl"
 
@@ -93,6 +94,9 @@ def layout_problems(root: QWidget) -> list[str]:
     for plot in root.findChildren(ReadablePlotWidget):
         if not plot.isVisible():
             continue
+        overlapping = overlapping_tick_labels(plot.getPlotItem().getAxis("bottom"))
+        if overlapping:
+            problems.append(f"plot in {_name(plot.parentWidget())}: ticks {overlapping} overlap")
         view = plot.getPlotItem().getViewBox()
         if view.height() < plot.view_height - 0.5:
             problems.append(
@@ -124,6 +128,28 @@ def layout_problems(root: QWidget) -> list[str]:
             if any(first.intersects(second) for second in labels[index + 1 :]):
                 problems.append(f"plot in {_name(plot.parentWidget())}: marker labels overlap")
     return problems
+
+
+def tick_labels(axis: pg.AxisItem) -> list[tuple[QRectF, object, str]]:
+    """(rectangle, alignment, text) of each tick label pyqtgraph would draw on `axis`."""
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [] if specs is None else list(specs[2])
+
+
+def overlapping_tick_labels(axis: pg.AxisItem) -> list[tuple[str, str]]:
+    """The pairs of an axis's tick labels that pyqtgraph would draw over each other."""
+    texts = tick_labels(axis)
+    return [
+        (first_text, second_text)
+        for index, (first, _flags, first_text) in enumerate(texts)
+        for second, _flags2, second_text in texts[index + 1 :]
+        if first.intersects(second)
+    ]
 
 
 def _in_layout(layout: QLayout, widget: QWidget) -> bool:
@@ -219,3 +245,20 @@ def test_the_histogram_axis_title_clears_the_ranges_line_at_1024x640(  # type: i
         # The whole card is on screen: the page fits at this size (it scrolls only beyond).
         scroll = panel.plots_scroll
         assert scroll.widget().height() <= scroll.viewport().height()
+
+
+@pytest.mark.parametrize("width", [60, 75, 120, 400])
+@pytest.mark.parametrize("last", [20.0, 38.0, 2000.0, 150000.0])
+def test_a_narrow_step_axis_labels_its_ticks_without_overlap(  # type: ignore[no-untyped-def]
+    qtbot, width: int, last: float
+) -> None:
+    # Was: "Exponents over time" at 1024x640 (about 70 px of steps 0-19) drew "51015".
+    plot = pg.PlotWidget(axisItems={"bottom": SpacedTicksAxis("bottom")})
+    qtbot.addWidget(plot)
+    plot.resize(width + 60, 120)
+    plot.show()
+    axis = plot.getPlotItem().getAxis("bottom")
+    plot.setXRange(0.0, last, padding=0)
+    QApplication.processEvents()
+    assert overlapping_tick_labels(axis) == []
+    assert tick_labels(axis)  # still labelled
