@@ -628,7 +628,7 @@ class TrainConfig:
         did then (`_BEFORE_OPTION`), not what the option's default does now."""
         names = {f.name for f in dataclasses.fields(cls)}
         known = {key: value for key, value in values.items() if key in names}
-        before = _BEFORE_OPTION.get(str(known.get("precision")), {})
+        before = options_before_logged(known.get("precision"))
         return cls(**{**{k: v for k, v in before.items() if k not in known}, **known})
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -640,6 +640,12 @@ class TrainConfig:
 _BEFORE_OPTION: dict[str, dict[str, Any]] = {
     "nvfp4": {"nvfp4_weight_blocks": "1d", "hadamard": False},  # NVIDIA's recipe came later
 }
+
+
+def options_before_logged(precision: object) -> dict[str, Any]:
+    """The options a run in `precision` ran with when its header does not record them (it
+    was logged before the mode gained them): what the mode did then, not today's default."""
+    return dict(_BEFORE_OPTION.get(str(precision), {}))
 
 
 def launched_world_size() -> int:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from fpexplorer.gui.training.quant_model import QuantHistory
+from fpexplorer.training.config import options_before_logged
 from fpexplorer.training.precision import find_precision_mode
 from fpexplorer.training.records import (
     EndRecord,
@@ -274,6 +275,9 @@ def distinguishing_details(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     growth_interval would otherwise carry the same name in the legend. Runs with the same
     label and the same settings are numbered in the order given.
     """
+    # An option missing from an older header is what the run did then (an nvfp4 run from
+    # before NVIDIA's recipe: 1-D blocks, no Hadamard), not "default": today's is another.
+    configs = [{**options_before_logged(config.get("precision")), **config} for config in configs]
     details = [""] * len(configs)
     groups: dict[str, list[int]] = {}
     for index, config in enumerate(configs):

@@ -228,3 +228,18 @@ def test_distinguishing_details_name_what_differs() -> None:
     assert details[1] == "growth_interval=100 #1" and details[3] == "growth_interval=100 #2"
     same = distinguishing_details([base, dict(base)])
     assert same == ["#1", "#2"]
+
+
+def test_an_nvfp4_run_logged_before_the_recipe_options_is_named_by_what_it_ran() -> None:
+    # Was "hadamard=default nvfp4_weight_blocks=default": today's default is the recipe
+    # (2d, Hadamard), which that run did not use.
+    base = {"task": "mlp", "precision": "nvfp4", "lr": 0.01, "seed": 0}
+    old = dict(base)  # its header has neither option
+    full = {**base, "nvfp4_weight_blocks": "2d", "hadamard": True}
+    details = distinguishing_details([old, full])
+    assert details == [
+        "hadamard=False nvfp4_weight_blocks=1d",
+        "hadamard=True nvfp4_weight_blocks=2d",
+    ]
+    same = {**base, "nvfp4_weight_blocks": "1d", "hadamard": False}
+    assert distinguishing_details([old, same]) == ["#1", "#2"]
