@@ -44,7 +44,7 @@ from fpexplorer.training.job import RunState, run_job
 from fpexplorer.training.precision import PRECISION_MODES
 from fpexplorer.training.records import QUANT_ROLES
 from fpexplorer.training.runlog import load_run
-from fpexplorer.training.summary import QuantWorst, RunSummary, summarize_file
+from fpexplorer.training.summary import QuantWorst, RunSummary, precision_label, summarize_file
 
 WANTED = ("fp32", "bf16", "fp16", "fp8", "fp8-rowwise", "mxfp8", "mxfp6", "mxfp4", "nvfp4")
 
@@ -58,16 +58,7 @@ class Variant:
 
     @property
     def label(self) -> str:
-        extra = []
-        if self.options.get("fp8_scaling") == "delayed":
-            extra.append("delayed")
-        if self.options.get("nvfp4_weight_blocks") == "1d":
-            extra.append("1-D weight blocks")
-        if self.options.get("hadamard") is False:
-            extra.append("no Hadamard")
-        if self.options.get("bf16_first_last"):
-            extra.append("BF16 first/last")
-        return self.precision + (f" ({', '.join(extra)})" if extra else "")
+        return precision_label({**self.options, "precision": self.precision})
 
 
 def variants(only: tuple[str, ...] = ()) -> tuple[list[Variant], list[str]]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.training.config import options_before_logged
 from fpexplorer.training.precision import PRECISION_NAMES, precision_mode
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RecordStream, Run
@@ -73,11 +74,31 @@ class RunSummary:
     worst_saturated: QuantWorst | None = None
     worst_flushed: QuantWorst | None = None
     quantized: bool = False  # the run recorded quantized-layer statistics
+    # The precision with the options that change its numerics, "nvfp4 (no Hadamard)".
+    precision_label: str = ""
 
     @property
     def complete(self) -> bool:
         """The log ends with its `end` record (a killed job's does not)."""
         return self.status != "incomplete"
+
+
+def precision_label(config: Mapping[str, Any]) -> str:
+    """A run's precision mode and the options that change what its quantized layers do, as
+    the low-precision table names them: "nvfp4 (1-D weight blocks, no Hadamard)", "fp8
+    (delayed, BF16 first/last)". A header from before an option says what the run did then."""
+    precision = str(config.get("precision", ""))
+    options = {**options_before_logged(precision), **config}
+    extra = []
+    if options.get("fp8_scaling") == "delayed" and precision == "fp8":
+        extra.append("delayed")
+    if precision == "nvfp4" and options.get("nvfp4_weight_blocks") == "1d":
+        extra.append("1-D weight blocks")
+    if precision == "nvfp4" and options.get("hadamard") is False:
+        extra.append("no Hadamard")
+    if options.get("bf16_first_last") is True:
+        extra.append("BF16 first/last")
+    return precision + (f" ({', '.join(extra)})" if extra else "")
 
 
 def _tail_length(steps: int) -> int:
@@ -229,6 +250,7 @@ class RunSummarizer:
             path=str(self.path),
             task=header.task if header else "?",
             precision=header.precision if header else "?",
+            precision_label=precision_label(header.config) if header else "?",
             device=f"{header.device_type} ({header.device_name})" if header else "?",
             status=self.end.status if self.end is not None else "incomplete",
             error=self.end.error if self.end else None,
@@ -374,7 +396,8 @@ def format_summary(summary: RunSummary) -> str:
     """The text `fpexplorer runs summarize` prints."""
     lines = [
         f"run        {summary.path}",
-        f"task       {summary.task}   precision {summary.precision}   device {summary.device}",
+        f"task       {summary.task}   precision {summary.precision_label or summary.precision}"
+        f"   device {summary.device}",
         f"status     {summary.status} after {summary.steps} steps"
         + (f": {summary.error}" if summary.error else "")
         + ("" if summary.complete else " (no end record: the job was killed or still runs)"),
@@ -437,7 +460,7 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
             [
                 Path(s.path).name.replace("|", "\\|"),
                 s.task.replace("\\", "/").rsplit("/", 1)[-1].replace("|", "\\|"),
-                s.precision,
+                (s.precision_label or s.precision).replace("|", "\\|"),
                 s.status,
                 f"{s.final_loss:.4g}",
                 _share(s.act_zero_share),

@@ -238,3 +238,30 @@ def test_a_run_without_loss_scaling_says_so_and_scales_read_exactly(tmp_path: Pa
     assert "none (no loss scaling)" in _summary_text(tmp_path / "own1.jsonl", [own, step])
     text = _summary_text(tmp_path / "own2.jsonl", [own, {**step, "scale": 1024.0}])
     assert "scale      1024 .. 1024 (final 1024)" in text
+
+
+def test_summarize_and_compare_name_the_nvfp4_recipe_a_run_used(tmp_path: Path) -> None:
+    # Was "precision nvfp4" for every nvfp4 run, whichever parts of the recipe it ran.
+    runs = {
+        "recipe.jsonl": {"nvfp4_weight_blocks": "2d", "hadamard": True},
+        "parts-off.jsonl": {"nvfp4_weight_blocks": "1d", "hadamard": False},
+        "old.jsonl": {},  # logged before the options: 1-D blocks, no Hadamard
+        "kept.jsonl": {"nvfp4_weight_blocks": "2d", "hadamard": False, "bf16_first_last": True},
+    }
+    summaries = []
+    for name, options in runs.items():
+        config = {"task": "mlp", "precision": "nvfp4", **options}
+        _summary_text(tmp_path / name, [{**HEADER, "config": config}])
+        summaries.append(summarize(load_run(tmp_path / name)))
+    labels = [summary.precision_label for summary in summaries]
+    assert labels == [
+        "nvfp4",
+        "nvfp4 (1-D weight blocks, no Hadamard)",
+        "nvfp4 (1-D weight blocks, no Hadamard)",
+        "nvfp4 (no Hadamard, BF16 first/last)",
+    ]
+    assert "precision nvfp4 (1-D weight blocks, no Hadamard)   device" in format_summary(
+        summaries[1]
+    )
+    rows = format_table(summaries).splitlines()[2:]
+    assert [row.split("|")[3].strip() for row in rows] == labels
