@@ -113,6 +113,8 @@ class LinearChoice:
         """One line for the job's log: how many layers run in `what`, which do not, why."""
         count = len(self.quantized)
         line = f"{count} linear layer{'' if count == 1 else 's'} in {what}"
+        if count == 0:  # not "0 linear layers in nvfp4 (... Hadamard ...)": nothing runs so
+            line = f"no linear layer in {what}: the run is BF16 autocast only"
         if self.kept:
             kept = "; ".join(f"{name} ({why})" for name, why in self.kept)
             line += f"; kept in high precision: {kept}"
