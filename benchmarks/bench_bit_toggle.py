@@ -35,7 +35,9 @@ def percentile(values: list[float], share: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--toggles", type=int, default=200)
     args = parser.parse_args()
 

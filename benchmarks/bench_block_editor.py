@@ -30,7 +30,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--values", type=int, default=10_000_000)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--format", default="mxfp8_e4m3")

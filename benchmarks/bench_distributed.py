@@ -127,7 +127,9 @@ def run_once(task: str, precision: str, variant: str, steps: int, parallel: str)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", default="mlp")
     parser.add_argument("--precision", default="bf16")
     parser.add_argument("--steps", type=int, default=200)

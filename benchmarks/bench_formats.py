@@ -82,7 +82,9 @@ def cli_figures(repeat: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--cli-only", action="store_true", help="only the command-line figures")

@@ -38,7 +38,9 @@ def median_ms(work: Callable[[], object], repeats: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--size", type=int, default=1024, help="the quantized matrix is size²")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--width", type=int, default=512)

@@ -172,7 +172,9 @@ def run_child(task: str, precision: str, variant: str, steps: int) -> dict[str, 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tasks", default="transformer,mlp")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--repeats", type=int, default=3)

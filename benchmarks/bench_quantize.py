@@ -63,7 +63,9 @@ def torchao_codes(result: Any, name: str, shape: tuple[int, ...]) -> np.ndarray[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=78125, help="rows of 128 values")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")

@@ -65,7 +65,9 @@ def measure(folder: Path, small_mb: float, ratio: float) -> dict[str, tuple[int,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--small-mb", type=float, default=4.0)
     parser.add_argument("--ratio", type=float, default=50.0)
     args = parser.parse_args()

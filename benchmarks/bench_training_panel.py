@@ -88,7 +88,9 @@ class LatencyProbe:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=20_000)
     parser.add_argument("--stats-every", type=int, default=1, help="as the real job's default")
     args = parser.parse_args()

@@ -78,7 +78,9 @@ def gradient_ranges(run: Run) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--stats-every", type=int, default=10)
     parser.add_argument("--device", default="cpu")
