@@ -475,6 +475,7 @@ def test_runs_on_a_folder_without_a_run_gets_one_line(tmp_path: Path) -> None:
 
 
 FILE_INIT_SCRIPT = """
+import gc
 import sys
 import torch, torch.distributed as dist
 from torch import nn
@@ -493,6 +494,12 @@ for _ in range(2):
     optimizer.step()
     monitor.step(loss)
 monitor.close()
+# Teardown in order: DDP's reducer (its threads and hooks hold the group) goes before the
+# group, which goes once neither rank still uses it. A reducer left to the interpreter's exit
+# after the group was destroyed was seen to abort one rank in CI ("terminate called without an
+# active exception"), after every record was written.
+del model, optimizer, monitor, loss
+gc.collect()
 dist.barrier()  # neither rank tears the group down while the other still uses it
 dist.destroy_process_group()
 """
