@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.precision import PrecisionMode, find_precision_mode
-from fpexplorer.training.scaler_rules import scaler_policy
+from fpexplorer.training.scaler_rules import ScalerSettings, scaler_policy
 
 _LABELS = {"float16": "FP16", "bfloat16": "BF16", "float32": "FP32"}
 
@@ -50,19 +50,25 @@ def _comment(text: str, indent: str = "") -> str:
     return "".join(f"{indent}# {line}\n" for line in text.splitlines())
 
 
+def _grad_scaler_call(class_name: str, settings: ScalerSettings) -> str:
+    """`scaler = <class>(device.type, ...)` with GradScaler's four settings (torch's
+    GradScaler and FSDP2's ShardedGradScaler take the same)."""
+    return (
+        f"scaler = {class_name}(\n"
+        "    device.type,\n"
+        f"    init_scale={settings.init_scale!r},\n"
+        f"    growth_factor={settings.growth_factor!r},\n"
+        f"    backoff_factor={settings.backoff_factor!r},\n"
+        f"    growth_interval={settings.growth_interval!r},\n"
+        ")\n"
+    )
+
+
 def _scaler_setup(config: TrainConfig, mode: PrecisionMode) -> str:
     if mode.scaler == "dynamic":
         settings = config.scaler_settings()
         if settings.policy == "torch":
-            return (
-                "scaler = torch.amp.GradScaler(\n"
-                "    device.type,\n"
-                f"    init_scale={settings.init_scale!r},\n"
-                f"    growth_factor={settings.growth_factor!r},\n"
-                f"    backoff_factor={settings.backoff_factor!r},\n"
-                f"    growth_interval={settings.growth_interval!r},\n"
-                ")\n"
-            )
+            return _grad_scaler_call("torch.amp.GradScaler", settings)
         # DeepSpeed's and Megatron's policies as torch.amp.GradScaler subclasses (the same
         # scale/step/update calls); the settings below are the policy's, resolved.
         policy = scaler_policy(settings.policy)
@@ -283,13 +289,7 @@ def _sharded_scaler(config: TrainConfig) -> str:
         "from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler\n\n"
         "# Each rank holds a shard of the gradients: ShardedGradScaler all-reduces its\n"
         "# found-inf flag, so every rank skips the same steps.\n"
-        "scaler = ShardedGradScaler(\n"
-        "    device.type,\n"
-        f"    init_scale={settings.init_scale!r},\n"
-        f"    growth_factor={settings.growth_factor!r},\n"
-        f"    backoff_factor={settings.backoff_factor!r},\n"
-        f"    growth_interval={settings.growth_interval!r},\n"
-        ")\n"
+        + _grad_scaler_call("ShardedGradScaler", settings)
     )
 
 
