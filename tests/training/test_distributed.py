@@ -47,6 +47,17 @@ def logs(out: Path, world: int = 2) -> tuple[Run, list[Run]]:
     return load_run(out), [load_run(rank_log_path(out, rank)) for rank in range(world)]
 
 
+def weight_gradient_overflow_log(out: Path) -> Run:
+    """The merged log of a run whose layer-2 weight gradient went inf on rank 1 at step 2: each
+    rank skipped it with finite activation gradients and names layer 2 as non-finite."""
+    merged, ranks = logs(out)
+    for run in ranks:
+        step = run.steps[2]
+        assert step.skipped and all(math.isfinite(layer.amax) for layer in step.layers)
+        assert [layer.name for layer in step.layers if layer.nonfinite] == ["2"]
+    return merged
+
+
 def dense(histogram: Histogram | None) -> dict[object, int]:
     """A histogram as {binade: count, "zero"/"inf"/"nan": count}, for sums across ranks."""
     assert histogram is not None
@@ -160,11 +171,7 @@ def test_ddp_traces_a_weight_gradient_overflow_to_its_rank(tmp_path: Path) -> No
     done = train(tmp_path, *FP16_RUN, "--nproc-per-node", "2", "--out", str(out),
                  fault="weightgrad:1:2:2")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    merged, ranks = logs(out)
-    for run in ranks:
-        step = run.steps[2]
-        assert step.skipped and all(math.isfinite(layer.amax) for layer in step.layers)
-        assert [layer.name for layer in step.layers if layer.nonfinite] == ["2"]
+    merged = weight_gradient_overflow_log(out)
     figures = merged.steps[2].ranks
     assert figures is not None and figures.nonfinite_ranks == (1,)
     assert (figures.first_nonfinite_rank, figures.first_nonfinite_layer) == (1, "2")
@@ -179,11 +186,7 @@ def test_fsdp_traces_a_weight_gradient_overflow_to_its_rank(tmp_path: Path) -> N
                  "--out", str(out), fault="weightgrad:1:2:2")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Warning" not in done.stderr  # torch's own ShardedGradScaler noise is not shown
-    merged, ranks = logs(out)
-    for run in ranks:
-        step = run.steps[2]
-        assert step.skipped and all(math.isfinite(layer.amax) for layer in step.layers)
-        assert [layer.name for layer in step.layers if layer.nonfinite] == ["2"]
+    merged = weight_gradient_overflow_log(out)
     for record in merged.steps:
         figures = record.ranks
         assert figures is not None
