@@ -527,6 +527,13 @@ class BinadeAxis(PowerOfTwoAxis):
             return [(1.0, 0.0)]
         per_tick = span * self.MIN_TICK_PIXELS / size
         major = next((n for n in (1, 2, 4, 8, 16, 32, 64) if n >= per_tick), 128)
+        # pyqtgraph drops a label that would stick out of the axis: a spacing whose ticks
+        # all lie within half a label of the ends leaves the axis bare (9 binades over 105
+        # px: ticks at both ends only). Halve it until one tick has room for its label.
+        margin = span * (self.MIN_TICK_PIXELS / 2) / size
+        low, high = min(minVal, maxVal) + margin, max(minVal, maxVal) - margin
+        while major > 1 and math.floor(high / major) * major < low:
+            major //= 2
         return [(float(major), 0.0)]
 
 

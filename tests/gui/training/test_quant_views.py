@@ -11,6 +11,7 @@ import pytest
 
 from fpexplorer.commands.screenshot import TRAINING_PAGES
 from fpexplorer.gui.training.quant_views import (
+    BinadeAxis,
     QuantPage,
     block_counts_text,
     exponent_text,
@@ -472,3 +473,21 @@ def test_the_colour_bars_top_label_is_not_cut(heatmap: str, qtbot) -> None:  # t
     painter.end()
     assert [text for _rect, _flags, text in labels][-1] in ("1.0", "0")
     assert min(axis.mapRectToScene(rect).top() for rect, _flags, _text in labels) >= 0
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "pixels"),
+    [(-25.0, -16.0, 105.4), (-9.5, 8.5, 95.0), (-0.5, 0.5, 60.0), (-40.0, 20.0, 300.0),
+     (-3.0, 5.0, 40.0)],
+)  # fmt: skip
+def test_the_block_scale_axis_always_has_a_tick_with_room_for_its_label(
+    qapp: object, low: float, high: float, pixels: float
+) -> None:
+    """Was: 9 binades over 105 px took ticks 8 apart, at both ends only, and pyqtgraph
+    drops a label that would stick out of the axis: the histogram had no scale at all."""
+    axis = BinadeAxis("bottom")
+    [(spacing, _)] = axis.tickSpacing(low, high, pixels)
+    half_label = (high - low) * (BinadeAxis.MIN_TICK_PIXELS / 2) / pixels
+    ticks = np.arange(math.ceil(low / spacing) * spacing, high + 1e-9, spacing)
+    roomy = [t for t in ticks if low + half_label <= t <= high - half_label]
+    assert roomy or spacing == 1, (spacing, ticks)
