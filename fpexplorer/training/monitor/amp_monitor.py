@@ -74,7 +74,6 @@ from fpexplorer.training.monitor.device import bytes_by_dtype, device_descriptio
 from fpexplorer.training.monitor.kernels import (
     Scratch,
     Segment,
-    count_deferred_zeros,
     count_low_bits_set,
     dtype_name,
     group_code_counts,
@@ -410,7 +409,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
             def on_backward(grad: torch.Tensor) -> None:
                 # Counted now, so the gradient can be freed as backward goes on.
-                self._act_segments.append(segment_of(layer_index, grad, self._scratch))
+                self._act_segments.append(segment_of(layer_index, grad))
 
             tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
 
@@ -672,7 +671,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         param_grads = [
             (layer, local_tensor(p.grad)) for layer, p in self._param_layer if p.grad is not None
         ]
-        act_segments = count_deferred_zeros(self._act_segments) if activations else []
+        act_segments = self._act_segments if activations else []
         groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
         if groups and activations:
