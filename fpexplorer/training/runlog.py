@@ -208,6 +208,17 @@ def fast_encode_line(record: Record) -> str:
     return encode_line(record)
 
 
+def _typed_record(record: Record | Mapping[str, Any]) -> Record:
+    """A record as given, or a plain dict read as schema 1's layout (the monitor's old
+    hand-built dicts)."""
+    if not isinstance(record, Mapping):
+        return record
+    typed = from_schema1_dict(record)
+    if typed is None:
+        raise ValueError(f"not a record type: {record.get('type')!r}")
+    return typed
+
+
 # Writers still open when the interpreter exits: what they hold is written then (a script
 # that never closes its writer still gets every record it wrote; a writer that has held
 # records stays alive until then anyway, its timer thread refers to it).
@@ -283,22 +294,16 @@ class RunWriter:
         A plain dict is accepted for now, read as schema 1's layout (the monitor's
         hand-built dicts) and written as the current schema; build records instead.
         """
-        if isinstance(record, Mapping):
-            typed = from_schema1_dict(record)
-            if typed is None:
-                raise ValueError(f"not a record type: {record.get('type')!r}")
-        else:
-            typed = record
-        plain = (
-            isinstance(typed, StepRecord) and typed.stats is None and not typed.skipped
-        )  # fmt: skip
+        typed = record if type(record) is StepRecord else _typed_record(record)  # fast first
         held: str | Record = typed
+        plain = isinstance(typed, StepRecord) and typed.stats is None and not typed.skipped
         if not plain or self.flush_interval <= 0:
             held = fast_encode_line(typed) + "\n"
         with self._lock:
             if self._file.closed:
                 raise ValueError("write to a closed RunWriter")
-            self._raise_timer_error()
+            if self._timer_error is not None:
+                self._raise_timer_error()
             # A plain step is held as the record itself and encoded with the others when
             # the window is written: one tight loop over the same code, a fraction of the
             # cost of encoding between two training steps (measured in bench_monitor).

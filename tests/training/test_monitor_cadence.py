@@ -4,6 +4,7 @@ a skipped step, an overflow or a NaN."""
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,38 @@ def test_the_first_statistics_step_is_charged_once_a_plain_step_is_measured() ->
     # Step 0's 10 extra are 5% of 200 steps: no statistics before the run is about that long.
     assert taken.index(True, 1) >= 190
     assert cadence.spent_share <= 0.05 + 1e-9
+
+
+def test_a_budget_decides_as_its_rule_says_with_noisy_step_times() -> None:
+    """`collect_next` skips the median where the longest recent plain step already rules a
+    statistics step out: its answers equal the rule itself, evaluated in full (median of
+    the window by sorting), on every step of a run with noisy times and alarms."""
+    generator = random.Random(5)
+    for budget in (0.01, 0.05, 0.3):
+        cadence = StatsCadence(budget=budget)
+        taken = 0
+        for index in range(3000):
+            statistics = cadence.collect_next(index)
+            if index > 0 and not cadence._alarm:
+                plain = sorted(cadence._plain)[len(cadence._plain) // 2] if cadence._plain else None
+                if plain is None:
+                    expected = False
+                else:
+                    extra = plain if cadence._last_extra is None else cadence._last_extra
+                    expected = cadence._spent + extra <= budget * (cadence._elapsed + plain + extra)
+                assert statistics == expected, index
+            taken += statistics
+            duration = generator.lognormvariate(0.0, 0.5) + (3.0 if statistics else 0.0)
+            cadence.account(duration, statistics=statistics, alarm=generator.random() < 0.002,
+                            monitor_time=0.0 if statistics else 0.03 * duration)  # fmt: skip
+        assert 1 < taken < 3000
+
+
+def test_a_fixed_cadence_ignores_step_times_and_alarms() -> None:
+    cadence = StatsCadence(every=4)
+    taken = []
+    for index in range(12):
+        taken.append(cadence.collect_next(index))
+        cadence.account(1.0 + index, statistics=taken[-1], alarm=index == 5, monitor_time=0.5)
+    assert taken == [True, False, False, False] * 3
+    assert cadence.spent_share == 0.0  # measured with a budget only

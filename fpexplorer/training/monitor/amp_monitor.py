@@ -61,7 +61,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import torch
 from torch import nn
@@ -74,7 +74,6 @@ from fpexplorer.training.monitor.device import bytes_by_dtype, device_descriptio
 from fpexplorer.training.monitor.kernels import (
     Scratch,
     Segment,
-    count_deferred_zeros,
     count_low_bits_set,
     dtype_name,
     group_code_counts,
@@ -104,9 +103,9 @@ from fpexplorer.training.runlog import RunWriter
 _AUTOCAST_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-@dataclass(frozen=True, slots=True)
-class _CheapSignals:
-    """The signals of every step, on the host."""
+class _CheapSignals(NamedTuple):
+    """The signals of every step, on the host (a named tuple: built on every step, it
+    costs a third of a frozen dataclass)."""
 
     loss: float
     grad_norm: float
@@ -114,6 +113,10 @@ class _CheapSignals:
     growth_tracker: float
     found_inf: float  # > 0: the scaler found inf/NaN (a fused optimizer skipped inside)
     grad_amax: float | None = None  # max |gradient| after unscaling (loss-scaled runs)
+
+
+_NARROW_DTYPES = (torch.float16, torch.bfloat16)
+_PER_STEP = "per step"  # the gradients' norm dtype depends on which of them are present
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +213,20 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         ]
         self._params = [param for _, param in self._param_layer]
         self._sharded = is_sharded(model)
+        # Looked up once, not on every step (each lookup is a few hundred ns, and a step
+        # of a small model has few microseconds to spare): the scaler's kind, the device.
+        self._scaling = self._scaler_enabled()
+        self._grad_scaler = (
+            scaler if isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled() else None
+        )
+        self._has_hysteresis = hasattr(scaler, "hysteresis_tracker")
+        self._on_cpu = self.device.type == "cpu"
+        # A gradient has its parameter's dtype (torch refuses any other): when the
+        # parameters are all 16-bit or none are, so are the gradients of any step.
+        narrow = [param.dtype in _NARROW_DTYPES for param in self._params]
+        self._grad_norm_dtype: torch.dtype | str | None = (
+            torch.float32 if all(narrow) else None if not any(narrow) else _PER_STEP
+        )
         self._scale_used = self._current_scale_host()
         self._autocast_dtype: torch.dtype | None = None
         # Per statistics step:
@@ -410,7 +427,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
             def on_backward(grad: torch.Tensor) -> None:
                 # Counted now, so the gradient can be freed as backward goes on.
-                self._act_segments.append(segment_of(layer_index, grad, self._scratch))
+                self._act_segments.append(segment_of(layer_index, grad))
 
             tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
 
@@ -480,7 +497,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     # -- per step ------------------------------------------------------------------------
 
     def _current_scale_host(self) -> float:
-        if not self._scaler_enabled():
+        if not self._scaling:
             return 1.0
         return float(self.scaler.get_scale())
 
@@ -512,7 +529,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             grads = [local_tensor(g) for g in grads]
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
         # under another loss scale needs (one fused pass, read with the other signals).
-        scaled = bool(grads) and self._scaler_enabled()
+        scaled = self._scaling and bool(grads)
         plan: StatsPlan | None = None
         if self._collecting:
             pack = HostPack(self.device)
@@ -539,8 +556,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         now = time.perf_counter()
         durations = self._recent_durations
         durations.append(now - self._last_step_time)
-        skipped = not self._optimizer_stepped or signals.found_inf > 0
-        loss_value, grad_norm = signals.loss, signals.grad_norm
+        loss_value, grad_norm, scale_after, growth_tracker, found_inf, grad_amax = signals
+        skipped = not self._optimizer_stepped or found_inf > 0
         alarm = skipped or not (math.isfinite(loss_value) and math.isfinite(grad_norm))
         stats: records.StepStats | None = None
         if plan is not None:
@@ -558,20 +575,20 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             loss=loss_value,
             scale=self._scale_used,
             skipped=skipped,
-            growth_tracker=int(signals.growth_tracker),
+            growth_tracker=int(growth_tracker),
             lr=float(self.optimizer.param_groups[0]["lr"]),
             grad_norm=grad_norm,
             steps_per_s=len(durations) / max(sum(durations), 1e-9),
             time=now - self._started,
             stats=stats,
-            grad_amax=signals.grad_amax,
-            hysteresis=_hysteresis(self.scaler),
+            grad_amax=grad_amax,
+            hysteresis=_hysteresis(self.scaler) if self._has_hysteresis else None,
         )
         self._write(record)
         if self._reduction_check is not None:  # read by the exchange in _write
             self._reduction_check.clear()
         # The scale after update() is the scale the next step uses.
-        self._scale_used = signals.scale_after
+        self._scale_used = scale_after
         if self._collecting or stats is not None:
             self._act_segments = []
             self._forward_extremes = []
@@ -584,10 +601,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # step's own decoding and writing belong to it.
         end = time.perf_counter()
         duration, self._last_step_time = end - self._last_step_time, end
-        self.cadence.account(duration, statistics=stats is not None, alarm=alarm,
-                             monitor_time=end - entered)  # fmt: skip
+        cadence = self.cadence
+        cadence.account(duration, statistics=stats is not None, alarm=alarm,
+                        monitor_time=end - entered)  # fmt: skip
         self.step_index += 1
-        collecting = self.cadence.collect_next(self.step_index)
+        collecting = cadence.collect_next(self.step_index)
         if collecting or self._collecting or self._module_handles:  # else nothing to change
             self._arm(collecting)
         return record
@@ -598,30 +616,38 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         """The signals of every step, read with as few operations as possible: one fused
         norm kernel over the gradients and one host copy (on a CPU, a few `item()` reads,
         which cost less than stacking the scalars first)."""
-        scaler = self._scaler_tensors
-        found = self._found_inf
-        parts: list[torch.Tensor] = []
-        if isinstance(loss, torch.Tensor):
-            parts.append(loss.detach().reshape(()))
-        if amax:
-            parts.append(_abs_max(grads))
-        norms: list[torch.Tensor] = []
+        norms: Sequence[torch.Tensor] = ()
         if grads:
-            try:
-                norms = list(torch._foreach_norm(grads, 2, dtype=self._norm_dtype(grads)))
-            except RuntimeError:  # tensors on several devices
-                norms = [_total_norm(grads)]
-        if self.device.type == "cpu":
+            dtype = self._grad_norm_dtype
+            if isinstance(dtype, str):  # some parameters 16-bit, some not: each its own
+                norms = list(_tensor_norms(grads).unbind())
+            else:
+                try:
+                    norms = torch._foreach_norm(grads, 2, dtype=dtype)
+                except RuntimeError:  # tensors on several devices
+                    norms = [_total_norm(grads)]
+        scaler = self._scaler_tensors()
+        found = self._found_inf
+        if self._on_cpu:
             # item() per value: a third of the cost of stacking them for one tolist().
-            values = [part.item() for part in parts]
-            norm_values = [n.item() for n in norms]
-            scale_after = scaler[0].item() if scaler else self._current_scale_host()
-            tracker = scaler[1].item() if scaler and scaler[1] is not None else 0.0
+            loss_value = loss.item() if isinstance(loss, torch.Tensor) else float(loss)
+            grad_amax = _abs_max(grads).item() if amax else None
+            norm_values = [norm.item() for norm in norms]
+            if scaler is None:
+                scale_after, tracker = self._current_scale_host(), 0.0
+            else:
+                scale_after = scaler[0].item()
+                tracker = scaler[1].item() if scaler[1] is not None else 0.0
             found_value = found.item() if found is not None else 0.0
         else:
             # One host copy for all of them: each item() would be a device sync.
             device = self.device
-            queued = [*parts, *norms]
+            queued: list[torch.Tensor] = []
+            if isinstance(loss, torch.Tensor):
+                queued.append(loss.detach())
+            if amax:
+                queued.append(_abs_max(grads))
+            queued += norms
             if scaler:
                 queued += [scaler[0], *(() if scaler[1] is None else (scaler[1],))]
             if found is not None:
@@ -629,35 +655,26 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             host = torch.stack(
                 [t.reshape(()).to(device=device, dtype=torch.float64) for t in queued]
             ).tolist()
-            values, host = host[: len(parts)], host[len(parts) :]
+            loss_value = host.pop(0) if isinstance(loss, torch.Tensor) else float(loss)
+            grad_amax = host.pop(0) if amax else None
             norm_values, host = host[: len(norms)], host[len(norms) :]
             scale_after = host.pop(0) if scaler else self._current_scale_host()
             tracker = host.pop(0) if scaler and scaler[1] is not None else 0.0
             found_value = host.pop(0) if found is not None else 0.0
-        loss_value = values[0] if isinstance(loss, torch.Tensor) else float(loss)
-        grad_amax = values[-1] if amax else None
         grad_norm = math.hypot(*norm_values)  # scaled: no overflow of the squares
         if not math.isfinite(grad_norm) and any(map(math.isnan, norm_values)):
             grad_norm = math.nan  # hypot says inf when an inf is among NaNs; the norm, NaN
         return _CheapSignals(loss_value, grad_norm, scale_after, tracker, found_value, grad_amax)
 
-    @property
     def _scaler_tensors(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """The enabled GradScaler's scale and growth-tracker tensors (read without a sync
         of their own), or None for no scaler, a disabled one or another kind."""
-        scaler = self.scaler
-        if isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled():
+        scaler = self._grad_scaler
+        if scaler is not None:
             scale = getattr(scaler, "_scale", None)
-            tracker = getattr(scaler, "_growth_tracker", None)
             if isinstance(scale, torch.Tensor):
+                tracker = getattr(scaler, "_growth_tracker", None)
                 return scale, tracker if isinstance(tracker, torch.Tensor) else None
-        return None
-
-    @staticmethod
-    def _norm_dtype(grads: list[torch.Tensor]) -> torch.dtype | None:
-        """16-bit gradients are summed in float32 (their own dtype would overflow)."""
-        if all(g.dtype in (torch.float16, torch.bfloat16) for g in grads):
-            return torch.float32
         return None
 
     def _queue_statistics(
@@ -667,7 +684,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         param_grads = [
             (layer, local_tensor(p.grad)) for layer, p in self._param_layer if p.grad is not None
         ]
-        act_segments = count_deferred_zeros(self._act_segments) if activations else []
+        act_segments = self._act_segments if activations else []
         groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
         if groups and activations:

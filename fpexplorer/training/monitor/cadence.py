@@ -53,7 +53,8 @@ class StatsCadence:
 
     @property
     def spent_share(self) -> float:
-        """The share of the charged wall time that statistics took so far."""
+        """The share of the charged wall time that statistics took so far (measured with a
+        budget only: a fixed cadence has no use for the figures, and is 0 here)."""
         return self._spent / self._elapsed if self._elapsed else 0.0
 
     def account(
@@ -61,8 +62,10 @@ class StatsCadence:
     ) -> None:
         """Tell the cadence how the step went: its wall time (from the previous step) and,
         for a plain step, how much of it the monitor itself took."""
-        self._accounted += 1
         self._alarm = alarm
+        if self.every is not None:  # nothing to measure: called on every step, so at once
+            return
+        self._accounted += 1
         if self._accounted == 1:
             # The first step pays for first calls (allocations, tables, caches): what the
             # monitor added to it is known only once a plain step has been measured.
@@ -100,12 +103,22 @@ class StatsCadence:
         assert self.budget is not None
         if step_index == 0 or (self._alarm and self.budget > 0):
             return True
-        plain = self._plain_median()
-        if plain is None:
+        plain_steps = self._plain
+        if not plain_steps:
             return False  # nothing measured yet to spend a share of
         # Until a charged statistics step is measured, assume it costs a plain step extra.
-        extra = self._last_extra if self._last_extra is not None else plain
-        return self._spent + extra <= self.budget * (self._elapsed + plain + extra)
+        extra = self._last_extra
+        budget, spent, elapsed = self.budget, self._spent, self._elapsed
+        if extra is not None:
+            # The answer needs the median plain step only where the longest one could
+            # change it (most steps are far from their turn): one max(), not a sort.
+            if spent + extra > budget * (elapsed + max(plain_steps) + extra):
+                return False
+            plain = _median(plain_steps)
+        else:
+            plain = _median(plain_steps)
+            extra = plain
+        return spent + extra <= budget * (elapsed + plain + extra)
 
     def _plain_median(self) -> float | None:
         return _median(self._plain) if self._plain else None

@@ -223,14 +223,15 @@ class StatsPlan:
     # -- pieces of the record ------------------------------------------------------------
 
     def _histograms(self, host: HostValues, segments: Sequence[Segment]) -> npt.NDArray[np.float64]:
-        """[segments, CODES] code counts. Float32 rows whose patterns cannot decide (values
-        below 2**-133 other than zeros, or the inf pattern, which also holds NaNs with a
-        payload in the low bits) are counted again exactly: rare, and only those rows."""
+        """[segments, CODES] code counts. Float32 rows whose bits cannot decide (subnormals:
+        exponent field 0 holding more than the zeros, or below 2**-133 for the top-half
+        patterns of the format shares; exponent field 255 or the inf pattern, which hold
+        NaNs too) are counted again exactly: rare, and only those rows."""
         rows = host["rows"].reshape(len(segments), CODES + 1).copy()
         unresolved = rows[:, CODES] > rows[:, ZERO_CODE]
         unresolved |= rows[:, INF_CODE] > 0
         for index in np.flatnonzero(unresolved):
-            if segments[int(index)].table != "float32_high":
+            if segments[int(index)].exact:  # 16-bit patterns place every element
                 continue
             if index < len(self.param_groups):  # one member at a time: no concatenated copy
                 members = self.param_groups[int(index)].members
