@@ -118,8 +118,8 @@ def step_of(weights: torch.Tensor, seed: int) -> torch.Tensor:
     """Weights after a step of assorted sizes (many lost in FP16, many not)."""
     generator = torch.Generator().manual_seed(seed)
     size = torch.exp2(torch.randint(-14, 2, weights.shape, generator=generator)).double()
-    return (weights.double() + size * torch.randn(weights.shape, generator=generator,
-                                                  dtype=torch.float64)).to(weights.dtype)  # fmt: skip
+    noise = torch.randn(weights.shape, generator=generator, dtype=torch.float64)
+    return (weights.double() + size * noise).to(weights.dtype)
 
 
 def gradients_for(weights: torch.Tensor, seed: int) -> torch.Tensor:
