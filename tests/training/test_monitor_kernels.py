@@ -1,61 +1,243 @@
-"""The counting kernels alone: a segment's code counts by either path (table lookup for small
-tensors, pattern bins for large ones) equal the exact histogram; the host pack reads parts
-back by name."""
+"""The counting kernels alone, against an oracle (numpy's frexp in float64) and the exact
+`code_histogram`: an activation gradient's segment by either path (table lookup for small
+16-bit tensors, pattern counts per exponent field for large ones, the exponent field of
+float32), turned into rows by `segment_rows` and decoded as the step record's decoder does;
+parameter-gradient groups by either bin layout; the host pack reads parts back by name."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 import torch
 
+from fpexplorer.training.monitor import kernels
 from fpexplorer.training.monitor.kernels import (
     BINADE_LO,
     CODES,
+    INF_CODE,
+    NAN_CODE,
+    NUM_BINADES,
     PATTERNS,
     ZERO_CODE,
     Scratch,
+    Segment,
     _code_tables,
     _first_code,
     _map_patterns,
     code_histogram,
-    count_deferred_zeros,
+    group_code_counts,
     segment_of,
     segment_rows,
 )
-from fpexplorer.training.monitor.plan import HostPack
+from fpexplorer.training.monitor.plan import HostPack, StatsPlan
+from fpexplorer.training.records import Memory
 
 
-def spread(numel: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    exponents = torch.randint(-150, 120, (numel,), generator=generator)
-    values = torch.randn(numel, generator=generator) * torch.pow(2.0, exponents.double()).float()
-    values[::97] = 0.0
-    values[5] = math.inf
-    values[6] = math.nan
-    return values.to(dtype)
+def oracle_codes(tensor: torch.Tensor) -> np.ndarray:
+    """CODES counts from numpy: floor(log2 |x|) by frexp in float64 (exact for every float32,
+    hence for float16/bfloat16 values converted to float32)."""
+    with np.errstate(invalid="ignore"):  # signalling NaNs stay NaN
+        values = tensor.detach().float().reshape(-1).numpy().astype(np.float64)
+    counts = np.zeros(CODES, dtype=np.int64)
+    finite = values[np.isfinite(values) & (values != 0)]
+    _, exponent = np.frexp(np.abs(finite))
+    np.add.at(counts, exponent - 1 - BINADE_LO, 1)
+    counts[ZERO_CODE] = int(np.sum(values == 0))
+    counts[INF_CODE] = int(np.sum(np.isinf(values)))
+    counts[NAN_CODE] = int(np.sum(np.isnan(values)))
+    return counts
 
 
-@pytest.mark.parametrize("numel", [1000, 50_000])  # below and above the lookup limit
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_segment_code_counts_equal_the_exact_histogram(numel: int, dtype: torch.dtype) -> None:
-    tensor = spread(numel, dtype, seed=numel)
-    segments = count_deferred_zeros([segment_of(0, tensor.reshape(10, -1), Scratch())])
-    rows, amax = segment_rows(segments)
-    exact = code_histogram(tensor)
-    row = rows[0]
+def oracle_amax(tensor: torch.Tensor) -> float:
+    values = tensor.detach().float().reshape(-1).numpy()
+    if values.size == 0:
+        return 0.0
+    return math.nan if np.isnan(values).any() else float(np.abs(values).max())
+
+
+RowsOf = Callable[[Sequence[Segment]], tuple[torch.Tensor, torch.Tensor]]
+
+
+@pytest.fixture(params=["cpu", "accelerator", "accelerator_counts_cpu_rows"])
+def rows_of(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> RowsOf:
+    """The ways a step's segments become rows: on a CPU (small tensors counted together in
+    numpy, rows placed in numpy), as on an accelerator (every tensor counted by torch in its
+    hook, rows placed by torch; run here on the CPU), and the two crossed."""
+    if request.param == "cpu":
+        return segment_rows
+    monkeypatch.setattr(kernels, "_HOST_BELOW", 0)
+    return kernels._device_rows if request.param == "accelerator" else kernels._host_rows
+
+
+def decoded(segments: list[Segment], rows_of: RowsOf) -> tuple[np.ndarray, np.ndarray]:
+    """([segments, CODES] histograms, max |x| per segment) as the step record's decoder reads
+    them: rows from `segment_rows`, through the host pack, float32 rows that the bits cannot
+    decide counted again from the values."""
+    plan = StatsPlan(
+        layer_names=("layer",),
+        layer_has_params=(False,),
+        param_groups=(),
+        act_segments=tuple(segments),
+        param_layers=(),
+        forward_layers=(),
+        scale=1.0,
+        memory=Memory(),
+        formats=(),
+        lost_update_kind=None,
+        lost_update_sampled=False,
+        scratch=Scratch(),
+    )
+    rows, amax = rows_of(segments)
+    pack = HostPack(torch.device("cpu"))
+    pack.add("rows", rows.reshape(-1).to(torch.float64))
+    pack.add("amax", amax.to(torch.float64))
+    host = pack.fetch()
+    return plan._histograms(host, plan.segments).astype(np.int64), host["amax"]
+
+
+def assert_segments_exact(tensors: list[torch.Tensor], rows_of: RowsOf) -> None:
+    segments = [segment_of(0, tensor) for tensor in tensors]
+    histograms, amax = decoded(segments, rows_of)
+    for tensor, histogram, peak in zip(tensors, histograms, amax, strict=True):
+        assert np.array_equal(histogram, oracle_codes(tensor))
+        expected = oracle_amax(tensor)
+        assert (math.isnan(peak) and math.isnan(expected)) or peak == expected
+
+
+def all_patterns(dtype: torch.dtype) -> torch.Tensor:
+    return torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_16_bit_pattern_by_every_path(dtype: torch.dtype, rows_of: RowsOf) -> None:
+    patterns = all_patterns(dtype)
+    # Whole (the pattern counts), and in pieces below the lookup limit; the pieces without
+    # NaN or inf give max |x| as a number; one is strided.
+    finite = patterns[patterns.float().isfinite()]
+    pieces = [*patterns.split(2048), *finite.split(20000), finite[::3][:7000].reshape(-1, 7)]
+    assert_segments_exact([patterns, *pieces, finite[:60000].reshape(2, -1).t()], rows_of)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_rows_need_no_second_look(dtype: torch.dtype, rows_of: RowsOf) -> None:
+    # The 16-bit counts place every element: the row equals the oracle as it comes; only
+    # the small ones waiting to be counted together keep their tensor.
+    for tensor in (all_patterns(dtype), all_patterns(dtype)[::9]):
+        segment = segment_of(0, tensor)
+        assert segment.exact
+        assert (segment.tensor is not None) == (segment.layout == "pending")
+        rows, _ = rows_of([segment])
+        assert np.array_equal(rows[0, :CODES].numpy(), oracle_codes(tensor))
+
+
+def float32_cases() -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(4)
+    exponents = torch.randint(-150, 128, (50_000,), generator=generator)
+    spread = torch.randn(50_000, generator=generator) * torch.pow(2.0, exponents.double())
+    spread = spread.float()
+    spread[::97] = 0.0
+    normal = torch.randn(3000, generator=generator) * 1e-3
+    nan_low = torch.tensor([0x7F800001, 0x7F80FFFF, 0xFF800123 - 2**32, 0x7FC00000],
+                           dtype=torch.int32).view(torch.float32)  # fmt: skip
+    deep = torch.tensor([2.0**-149, -(2.0**-149), 3 * 2.0**-149, 2.0**-134, 2.0**-133,
+                         2.0**-127, 2.0**-126 * 0.75, 0.0, -0.0])  # fmt: skip
+    with_inf = torch.cat([normal, torch.tensor([math.inf, -math.inf, 2.0**127])])
+    with_nan = torch.cat([normal, nan_low, torch.tensor([math.inf])])
+    matrix = torch.randn(64, 96, generator=generator)
+    return [
+        spread,  # every binade, zeros, subnormals, inf/NaN from overflow
+        normal,
+        normal.reshape(30, 100)[:, ::3],  # not contiguous
+        matrix.t(),  # transposed
+        with_inf,
+        with_nan,  # NaN payloads only in the low 16 bits have an inf's top half
+        deep,
+        torch.zeros(5000),
+        -torch.zeros(7, 3),
+        torch.zeros(0),
+        torch.zeros(0, 4),
+        torch.tensor(-2.5),  # 0-dim
+        torch.randn(200, dtype=torch.float64, generator=generator) * 1e-30,  # converted
+    ]
+
+
+def test_float32_segments_decode_exactly(rows_of: RowsOf) -> None:
+    assert_segments_exact(float32_cases(), rows_of)
+
+
+def test_float32_rows_need_a_second_look_only_for_subnormals_inf_and_nan(
+    rows_of: RowsOf,
+) -> None:
+    plain = torch.randn(4000) * 1e-3
+    plain[::5] = 0.0
+    subnormal = plain.clone()
+    subnormal[3] = 2.0**-130
+    overflow = plain.clone()
+    overflow[3] = math.inf
+    segments = [segment_of(0, t) for t in (plain, subnormal, overflow)]
+    rows, _ = rows_of(segments)
+    undecided = (rows[:, CODES] > rows[:, ZERO_CODE]) | (rows[:, INF_CODE] > 0)
+    assert undecided.tolist() == [False, True, True]
+    assert np.array_equal(rows[0, :CODES].numpy(), oracle_codes(plain))
+
+
+def test_mixed_segments_keep_their_order(rows_of: RowsOf) -> None:
+    # Layouts are stacked together: each row must still be its own segment's.
+    generator = torch.Generator().manual_seed(5)
+    tensors = [
+        torch.randn(20_000, generator=generator).bfloat16(),
+        torch.randn(300, generator=generator),
+        torch.randn(500, generator=generator).half() * 1e-5,
+        torch.randn(40_000, generator=generator).half(),
+        torch.randn(100, generator=generator) * 1e-40,
+        torch.randn(900, generator=generator).bfloat16(),
+        torch.zeros(0).half(),
+        torch.randn(30_000, generator=generator),
+        torch.randn(9000, generator=generator).half(),
+    ]
+    assert_segments_exact(tensors, rows_of)
+
+
+@pytest.mark.parametrize("keep_patterns", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_group_counts_equal_the_oracle(
+    dtype: torch.dtype, keep_patterns: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kernels, "_CHUNK", 1 << 14)  # several chunks, tensors split across them
+    generator = torch.Generator().manual_seed(6)
+    exponents = torch.randint(-20, 10, (30_000,), generator=generator)
+    base = torch.randn(30_000, generator=generator) * torch.pow(2.0, exponents.float())
+    base[::11] = 0.0
+    members = [base[:7].to(dtype), base[7:20_007].to(dtype).reshape(100, -1).t(),
+               base[20_007:].to(dtype)]  # fmt: skip
     if dtype == torch.float32:
-        # Pattern 0 holds zero and |x| < 2**-133, binades -149..-134: the decoder places
-        # those exactly; the row keeps them in its last column, zeros included.
-        deep = -134 - BINADE_LO + 1
-        assert int(row[CODES]) == int(exact[:deep].sum()) + int(exact[ZERO_CODE])
-        assert int(row[:deep].sum()) == 0
-        assert torch.equal(row[deep:CODES], exact[deep:])
+        members.append(torch.tensor([2.0**-140, 2.0**-128, 0.0]))
+    table = "float32_high" if dtype == torch.float32 else kernels.dtype_name(dtype)
+    codes, patterns, nonzero = group_code_counts(members, table, Scratch(),
+                                                 keep_patterns=keep_patterns)  # fmt: skip
+    expected = oracle_codes(torch.cat([m.reshape(-1).float() for m in members]))
+    zeros = int(expected[ZERO_CODE])
+    assert int(nonzero) == sum(m.numel() for m in members) - zeros
+    got = codes.numpy().copy()
+    if dtype == torch.float32:
+        # Column CODES: the elements the bits leave to the values (zeros included): below
+        # 2**-126 (exponent field 0) or, with the top-half patterns, below 2**-133.
+        tiny = 2.0**-133 if keep_patterns else 2.0**-126
+        low = int(np.sum(np.abs(np.concatenate([m.reshape(-1).numpy() for m in members])) < tiny))
+        assert int(got[CODES]) == low
+        placed = got[:NUM_BINADES] > 0
+        assert np.array_equal(got[:NUM_BINADES][placed], expected[:NUM_BINADES][placed])
+        assert int(got[:NUM_BINADES].sum()) + low == int(expected.sum())
     else:
-        assert torch.equal(row[:CODES], exact)
-    assert int(exact.sum()) == numel
-    assert math.isnan(float(amax[0]))  # a NaN makes max |x| NaN: the layer is non-finite
+        assert np.array_equal(got[:CODES], expected)
+    if keep_patterns:
+        assert patterns is not None and int(patterns.sum()) == sum(m.numel() for m in members)
+        assert int(patterns[0]) >= zeros
+    else:
+        assert patterns is None
 
 
 def test_the_host_pack_reads_parts_back_by_name() -> None:
@@ -80,3 +262,11 @@ def test_block_mapping_of_pattern_counts_equals_the_table(table_name: str) -> No
     table = tables[table_name]
     assert _first_code(table_name, table) is not None  # the block path is taken
     assert torch.equal(_map_patterns(counts, table, table_name), _map_patterns(counts, table))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_code_histogram_equals_the_oracle(dtype: torch.dtype) -> None:
+    # The exact fallback itself, on the float32 cases converted (NaN payloads included).
+    for tensor in float32_cases():
+        values = tensor.to(dtype)
+        assert np.array_equal(code_histogram(values).numpy(), oracle_codes(values))

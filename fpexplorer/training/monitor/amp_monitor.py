@@ -75,14 +75,13 @@ from fpexplorer.training.monitor.device import bytes_by_dtype, device_descriptio
 from fpexplorer.training.monitor.kernels import (
     Scratch,
     Segment,
-    count_deferred_zeros,
     count_low_bits_set,
     dtype_name,
     group_code_counts,
     segment_of,
     segment_rows,
 )
-from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan, UpdateSample
+from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan
 from fpexplorer.training.monitor.quant import QuantCollector
 from fpexplorer.training.monitor.ranks import (
     DISTRIBUTED_STATS_EVERY,
@@ -98,6 +97,7 @@ from fpexplorer.training.monitor.reduction import (
     watched_module,
 )
 from fpexplorer.training.monitor.thresholds import DEFAULT_FORMATS, format_ranges
+from fpexplorer.training.monitor.updates import LostUpdateCheck
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RunWriter
 
@@ -239,8 +239,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._saved_seen: set[tuple[int, torch.dtype]] = set()
         self._param_ptrs: set[int] = set()
         self._saved_hooks: AbstractContextManager[None] | None = None
-        self._old_params: torch.Tensor | None = None
-        self._update_sample: UpdateSample | None = None
+        self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
         self._found_inf: torch.Tensor | None = None
         self._handles: list[RemovableHandle] = []
@@ -429,7 +428,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
             def on_backward(grad: torch.Tensor) -> None:
                 # Counted now, so the gradient can be freed as backward goes on.
-                self._act_segments.append(segment_of(layer_index, grad, self._scratch))
+                self._act_segments.append(segment_of(layer_index, grad))
 
             tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
 
@@ -471,14 +470,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._found_inf = self._scaler_found_inf(optimizer, kwargs)
         if not self._collecting:
             return
-        params = [
-            local_tensor(p).detach().reshape(-1) for _, p in self._param_layer if p.grad is not None
-        ]
-        if params:
-            # The weights before the update, all of them or a fixed sample of 2**20: never a
-            # parameter-sized copy on a large model.
-            self._update_sample = self._sample_for(params)
-            self._old_params = self._update_sample.gather(params)  # a new tensor
+        # The weights before the update, all of them or a fixed sample of 2**20: never a
+        # parameter-sized copy on a large model.
+        self._updates.keep(self._params_with_grads())
 
     def _scaler_found_inf(self, optimizer: Any, kwargs: Any) -> torch.Tensor | None:
         """The scaler's found-inf flag for this step, when the optimizer is called anyway:
@@ -601,7 +595,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._forward_extremes = []
             self._saved_bytes = {}
             self._saved_seen = set()
-            self._old_params = None
+            self._updates.forget()
         self._optimizer_stepped = False
         self._found_inf = None
         # The cadence is charged from the end of one step() to the end of the next: this
@@ -691,13 +685,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         param_grads = [
             (layer, local_tensor(p.grad)) for layer, p in self._param_layer if p.grad is not None
         ]
-        act_segments = count_deferred_zeros(self._act_segments) if activations else []
+        act_segments = self._act_segments if activations else []
         groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
         if groups and activations:
-            intended = torch.stack([group.nonzero for group in groups]).sum()
-            lost = self._lost_updates([g for _, g in param_grads], intended)
-            sampled = self._update_sample is not None and self._update_sample.sampled
+            lost = self._lost_updates([g for _, g in param_grads])
             if lost is not None:
                 pack.add("lost_updates", lost)
                 lost_kind = "actual" if self._params_dtype() == torch.float16 else (
@@ -715,7 +707,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             memory=self._memory(),
             formats=self.formats if self.format_shares else (),
             lost_update_kind=lost_kind,
-            lost_update_sampled=lost_kind is not None and sampled,
+            lost_update_sampled=lost_kind is not None and self._updates.sampled,
             scratch=self._scratch,
             activations=activations,
         )  # fmt: skip
@@ -785,45 +777,18 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             segment = Segment(-1, table, total, table, codes, None, None, None, counts, True)
         return ParamGroup(segment, tuple(members), nonzero)
 
-    def _sample_for(self, params: list[torch.Tensor]) -> UpdateSample:
-        numels = tuple(p.numel() for p in params)
-        sample = self._update_sample
-        if sample is None or sample.numels != numels:
-            sample = UpdateSample(numels, params[0].device)
-        return sample
+    def _lost_updates(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
+        """[updates intended, updates intended and applied] (see `LostUpdateCheck.count`):
+        among weights with a non-zero gradient, those whose FP16 weight would not change
+        (FP32 master weights) or did not (FP16 weights). All weights of a model up to 2**20
+        of them, a fixed random sample of 2**20 beyond (the record gives the bound). None
+        when the optimizer was not called (a skipped step) or the gradients changed since;
+        a step the scaler skipped inside a fused optimizer is dropped on decoding."""
+        return self._updates.count(self._params_with_grads(), grads)
 
-    def _lost_updates(
-        self, grads: list[torch.Tensor], intended: torch.Tensor
-    ) -> torch.Tensor | None:
-        """[updates lost, updates intended, in the sample; updates intended, all]: among
-        weights with a non-zero gradient, those whose FP16 weight would not change (FP32
-        master weights) or did not (FP16 weights). All weights of a model up to 2**20 of
-        them, a fixed random sample of 2**20 beyond (the record gives the bound). None when
-        the optimizer was not called (a skipped step) or the gradients changed since; a
-        step the scaler skipped inside a fused optimizer is dropped on decoding.
-
-        FP32 masters: FP16(FP16(w_old) + (w_new - w_old)) == FP16(w_old), the sum in FP32,
-        as an FP16 weight would be updated; FP32 arithmetic and conversions only (FP16
-        arithmetic and comparisons are slow on CPUs)."""
-        old, sample = self._old_params, self._update_sample
-        params = [
-            local_tensor(p).detach().reshape(-1) for _, p in self._param_layer if p.grad is not None
-        ]
-        numels = tuple(p.numel() for p in params)
-        if old is None or sample is None or sample.numels != numels:
-            return None
-        if numels != tuple(g.numel() for g in grads):
-            return None
-        new = sample.gather(params)
-        changed = sample.gather([g.detach().reshape(-1) for g in grads]) != 0
-        if old.dtype == torch.float16 and new.dtype == torch.float16:
-            unchanged = new == old
-        else:
-            old32, new32 = old.float(), new.float()
-            old16 = old32.half().float()  # FP16(w_old), in FP32 (exact)
-            unchanged = (old16 + (new32 - old32)).half().float() == old16
-        lost = torch.count_nonzero(unchanged & changed)
-        return torch.stack([lost, torch.count_nonzero(changed), intended])
+    def _params_with_grads(self) -> list[torch.Tensor]:
+        params: list[torch.Tensor] = [p for p in self._params if p.grad is not None]
+        return [local_tensor(p) for p in params] if self._sharded else params
 
     def _memory(self) -> Memory:
         """Bytes by dtype; the parameters' and optimizer state's are counted again only

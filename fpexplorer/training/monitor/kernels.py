@@ -10,13 +10,13 @@ payload lies in the low 16 bits), the values are looked at again, exactly, and o
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fpexplorer.training.records import Histogram
@@ -239,20 +239,48 @@ def count_low_bits_set(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.stack(counts).sum()
 
 
+# A float32's exponent field (8 bits) is floor(log2 |x|) + 127 for every normal value: field
+# e in 1..254 is code e - 127 - BINADE_LO. Field 0 holds the zeros and the subnormals, field
+# 255 inf and NaN: their counts go to column CODES and to INF_CODE, where the decoder finds
+# whether they need the values looked at again (rarely: see `StatsPlan._histograms`).
+EXPONENT_FIELDS = 256
+_FLOAT32_BIAS = 127
+_EXPONENT_COLUMNS = (
+    CODES,
+    *(field - _FLOAT32_BIAS - BINADE_LO for field in range(1, EXPONENT_FIELDS - 1)),
+    INF_CODE,
+)
+_EXPONENT_COLUMN_ARRAY = np.array(_EXPONENT_COLUMNS)
+_PATTERN_TABLES = ("float16", "bfloat16")  # 16-bit formats: a pattern is its value
+_FIELD_SHIFT = 21  # bits >> 21: the exponent field and the top two mantissa bits
+_FIELD_BINS = EXPONENT_FIELDS << (23 - _FIELD_SHIFT)
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """Histogram-code counts of one tensor (or one group of parameter gradients), made as
-    soon as the tensor exists so that activation gradients need not be kept until `step()`.
+    """Histogram counts of one tensor (or one group of parameter gradients), made as soon as
+    the tensor exists so that large activation gradients need not be kept until `step()`;
+    turned into rows of code counts, all segments at once, by `segment_rows`.
 
-    `codes`: CODES + 1 counts by histogram code; for float32 the last one holds the
-    elements of magnitude pattern 0 (zeros and |x| < 2**-133, placed later) and ZERO_CODE
-    is empty until `zeros` is added. `zeros`: exact zeros (float32 only). `extremes`: (min,
-    max) of the values (NaN when any element is NaN), from which `segment_rows` takes max |x|
-    of all segments at once (a few operations per step, not per tensor). `patterns`: the
-    counts of the 32768 magnitude patterns (the 15 bits below the sign of a 16-bit value,
-    or of a float32's top half), kept only where the format shares need them. `tensor`: a
-    float32 tensor kept for the exact fallback of `code_histogram` (deep subnormals, the
-    inf pattern) and deferred zero counts; None for 16-bit ones.
+    `layout` says what `codes` holds:
+    - "codes": CODES + 1 counts by histogram code; for float32 the last one holds the
+      elements the bits could not place (zeros included), and ZERO_CODE is empty until
+      `zeros` is added;
+    - "exponents": the EXPONENT_FIELDS counts of a float32's exponent field;
+    - "blocks": the counts of each exponent-field value of the 16-bit format `table`; its
+      first and last values (zero and subnormals; inf and NaN) are placed from `edges`, the
+      counts of their patterns;
+    - "pending": nothing counted yet (`codes` empty): `tensor` (a small CPU tensor, 16-bit
+      or float32) is counted with the others by `segment_rows`.
+    `zeros`: exact zeros (float32 only; None on a CPU until `segment_rows` counts them).
+    `peak`: the largest magnitude as bits (an int32 tensor, or an int counted on the host):
+    a float32's bits with the sign cleared, or the 15-bit pattern of a 16-bit `table`; it
+    gives max |x| exactly, NaN when any element is NaN (NaN patterns lie above inf's).
+    None: not measured (parameter groups, empty tensors, pending ones). `patterns`: the
+    counts of the 32768 magnitude patterns (the 15 bits below the sign of a 16-bit value, or
+    of a float32's top half), kept only where the format shares need them. `tensor`: the
+    float32 values, kept for the exact fallback of `code_histogram` (subnormals, inf/NaN)
+    and the deferred zero count; a pending segment's values; None for other 16-bit ones.
     """
 
     layer: int
@@ -261,12 +289,20 @@ class Segment:
     table: str
     codes: torch.Tensor
     zeros: torch.Tensor | None
-    extremes: tuple[torch.Tensor, torch.Tensor] | None
+    peak: torch.Tensor | int | None
     tensor: torch.Tensor | None
     patterns: torch.Tensor | None = None
     # float32 only: True when no element has low bits set (the patterns are the values),
     # False when some has, None when not looked at.
     top_exact: bool | None = None
+    layout: str = "codes"
+    edges: torch.Tensor | None = None
+
+    @property
+    def exact(self) -> bool:
+        """Whether the counts place every element (16-bit patterns do); a float32 row may
+        leave some for the values to place (see `StatsPlan._histograms`)."""
+        return self.table in _PATTERN_TABLES
 
 
 class Scratch:
@@ -286,21 +322,61 @@ class Scratch:
 
 
 # Below this many elements a table lookup per element is cheaper than clearing, filling
-# and mapping 32768 pattern bins.
+# and mapping 32768 pattern bins: for a parameter group (mapped to codes one by one), and
+# for an activation gradient (whose pattern counts are summed per exponent field, and
+# mapped with the others of the step).
 _LOOKUP_BELOW = 16384
+_ACT_LOOKUP_BELOW = 4096
+# CPU tensors below this many elements are counted in numpy: activation gradients all at
+# once in `segment_rows` (they are kept until then: small ones only), parameter groups in
+# `_host_group_counts`.
+_HOST_BELOW = 16384
+_SMALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_PENDING = torch.zeros(0, dtype=torch.int64)  # the codes of a segment not counted yet
 
 
 def code_counts(
     patterns: torch.Tensor, table_name: str, *, keep_patterns: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(CODES + 1 counts by code, the 32768 pattern counts or None) of masked magnitude
-    patterns (int16, flat)."""
+    patterns (int16 or int32, flat)."""
     table = _code_tables(patterns.device)[table_name]
     if patterns.numel() < _LOOKUP_BELOW and not keep_patterns:
-        codes = table.index_select(0, patterns.int())
-        return torch.bincount(codes, minlength=CODES + 1), None
+        index = patterns if patterns.dtype == torch.int32 else patterns.int()
+        return torch.bincount(table.index_select(0, index), minlength=CODES + 1), None
     counts = torch.bincount(patterns, minlength=PATTERNS)
     return _map_patterns(counts, table, table_name), counts if keep_patterns else None
+
+
+_COLUMNS: dict[tuple[str, torch.device], tuple[torch.Tensor, ...]] = {}
+
+
+def _columns(kind: str, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Where each count of a layout goes in a row of CODES + 1 (index tensors, made once per
+    device): "exponents": the column of each exponent field; "<16-bit format>": the
+    positions of the first and last exponent fields' patterns, the codes of those patterns,
+    and the columns of the other fields' counts."""
+    key = (kind, device)
+    columns = _COLUMNS.get(key)
+    if columns is None:
+        if kind == "exponents":
+            columns = (torch.tensor(_EXPONENT_COLUMNS, device=device),)
+        else:
+            cols = _LAYOUTS[kind]
+            table = _code_tables(torch.device("cpu"))[kind]
+            first = _first_code(kind, table)
+            if first is None:
+                raise ValueError(f"the {kind} table has no block structure")
+            edge_positions = torch.cat(
+                [torch.arange(cols), torch.arange(PATTERNS - cols, PATTERNS)]
+            )
+            columns = (
+                edge_positions.to(device),
+                table.index_select(0, edge_positions).to(device),
+                torch.arange(first, first + PATTERNS // cols - 2, device=device),
+            )
+        _COLUMNS[key] = columns
+    return columns
 
 
 # Parameter gradients are counted a chunk at a time through one reused buffer: the monitor
@@ -317,20 +393,25 @@ def group_code_counts(
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(CODES + 1 counts by code, the 32768 pattern counts or None, the count of non-zero
     elements) of several tensors counted together: float16/bfloat16 by their own bits
-    (all of one dtype), anything else by the top half of its float32 value (table
-    "float32_high"). Consecutive tensors are copied into one reused buffer of at most 2**20
-    elements (one `cat` each time it fills), which is then masked and counted: a handful
-    of operations per 2**20 elements however many tensors there are."""
+    (all of one dtype), anything else by its float32 value (table "float32_high"): the
+    exponent field of |x|, or, where the pattern counts are kept, the 15 magnitude bits of
+    its top half (column CODES then holds |x| < 2**-133, zeros included; with the exponent
+    field, |x| < 2**-126). Consecutive tensors are copied into one reused buffer of at most
+    2**20 elements (one `cat` each time it fills), which is then counted: a handful of
+    operations per 2**20 elements however many tensors there are."""
     float32 = table_name == "float32_high"
     dtype = torch.float32 if float32 else tensors[0].dtype
     total = sum(t.numel() for t in tensors)
     device = tensors[0].device
+    if device.type == "cpu" and total < _HOST_BELOW:
+        return _host_group_counts(tensors, table_name, keep_patterns=keep_patterns)
     size = min(max(total, 1), _CHUNK)
     values = scratch.get("chunk_values", size, dtype, device)
-    patterns = scratch.get("chunk_patterns", size, torch.int16, device)
-    lookup = total < _LOOKUP_BELOW and not keep_patterns
+    patterns = scratch.get("chunk_patterns", size, torch.int32, device)
+    lookup = not float32 and total < _LOOKUP_BELOW and not keep_patterns
+    bins = EXPONENT_FIELDS if float32 and not keep_patterns else PATTERNS
     pending: list[torch.Tensor] = []
-    found: list[torch.Tensor] = []  # code counts (lookup: one chunk) or pattern counts, summed
+    found: list[torch.Tensor] = []  # code counts (lookup: one chunk) or bin counts, summed
     nonzero: list[torch.Tensor] = []
     filled = 0
 
@@ -341,15 +422,19 @@ def group_code_counts(
         chunk = values[:filled]
         torch.cat(pending, out=chunk)
         pending.clear()
-        bits = chunk.view(torch.int16)[HIGH_HALF::2] if float32 else chunk.view(torch.int16)
-        masked = torch.bitwise_and(bits, 0x7FFF, out=patterns[:filled])
         nonzero.append(torch.count_nonzero(chunk))
-        if lookup:
-            found.append(code_counts(masked, table_name)[0])
-        elif found:  # summed as they come: one 32768-bin vector, whatever the model size
-            found[0].add_(torch.bincount(masked, minlength=PATTERNS))
+        if float32:  # |x| in place (the chunk is a copy), then its exponent field or top half
+            bits = chunk.abs_().view(torch.int32)
+            shift = 23 if bins == EXPONENT_FIELDS else 16
+            binned = torch.bitwise_right_shift(bits, shift, out=patterns[:filled])
         else:
-            found.append(torch.bincount(masked, minlength=PATTERNS))
+            binned = torch.bitwise_and(chunk.view(torch.int16), 0x7FFF, out=patterns[:filled])
+        if lookup:
+            found.append(code_counts(binned, table_name)[0])
+        elif found:  # summed as they come: one vector of bins, whatever the model size
+            found[0].add_(torch.bincount(binned, minlength=bins))
+        else:
+            found.append(torch.bincount(binned, minlength=bins))
         filled = 0
 
     for tensor in tensors:
@@ -365,65 +450,106 @@ def group_code_counts(
             if filled == size:
                 count_chunk()
     count_chunk()
-    nonzero_count = torch.stack(nonzero).sum() if nonzero else torch.zeros((), dtype=torch.int64)
-    if lookup:
+    zero = torch.zeros((), dtype=torch.int64, device=device)
+    nonzero_count = torch.stack(nonzero).sum() if nonzero else zero
+    if lookup or not found:
         codes = found[0] if found else torch.zeros(CODES + 1, dtype=torch.int64, device=device)
-        return codes, None, nonzero_count
+        empty = None if lookup else torch.zeros(PATTERNS, dtype=torch.int64, device=device)
+        return codes, empty if keep_patterns else None, nonzero_count
     counts = found[0]
+    if bins == EXPONENT_FIELDS:
+        codes = torch.zeros(CODES + 1, dtype=torch.int64, device=device)
+        return codes.index_copy_(0, _columns("exponents", device)[0], counts), None, nonzero_count
     codes = _map_patterns(counts, _code_tables(device)[table_name], table_name)
     return codes, counts if keep_patterns else None, nonzero_count
 
 
-def segment_of(layer: int, tensor: torch.Tensor, scratch: Scratch | None) -> Segment:
-    """Code counts of `tensor`: mask, count (a bincount or a table lookup), max |x|; for
-    float32 the zeros too where pattern 0 is occupied (on a CPU, counted later)."""
-    data = bits_view(tensor)
+def _host_group_counts(
+    tensors: Sequence[torch.Tensor], table_name: str, *, keep_patterns: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """`group_code_counts` of a few small CPU tensors, in numpy on zero-copy views: one
+    concatenation, a mask, a count of non-zeros and one count of bins."""
+    if table_name == "float32_high":
+        arrays = [t.detach().reshape(-1).to(torch.float32).numpy().view(np.int32) for t in tensors]
+        bits = np.concatenate(arrays) & 0x7FFFFFFF
+        nonzero = np.count_nonzero(bits)
+        if not keep_patterns:  # 256 bins: numpy sums short axes slowly
+            codes = np.zeros(CODES + 1, dtype=np.int64)
+            codes[_EXPONENT_COLUMN_ARRAY] = np.bincount(bits >> 23, minlength=EXPONENT_FIELDS)
+            return torch.from_numpy(codes), None, torch.tensor(nonzero)
+        patterns = bits >> 16
+    else:
+        arrays = [t.detach().reshape(-1).view(torch.int16).numpy() for t in tensors]
+        patterns = np.concatenate(arrays) & 0x7FFF
+        nonzero = np.count_nonzero(patterns)
+        if not keep_patterns:
+            codes = np.bincount(_host_tables()[table_name][patterns], minlength=CODES + 1)
+            return torch.from_numpy(codes), None, torch.tensor(nonzero)
+    counts = torch.from_numpy(np.bincount(patterns, minlength=PATTERNS))
+    table = _code_tables(torch.device("cpu"))[table_name]
+    return _map_patterns(counts, table, table_name), counts, torch.tensor(nonzero)
+
+
+def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
+    """Counts of one activation gradient, made in backward with a handful of operations.
+
+    16-bit: the magnitude patterns (one mask), their maximum (max |x| exactly), then a table
+    lookup per element and a count by code (small tensors) or a count of the 32768 patterns
+    summed per exponent field. float32 (wider dtypes converted): |x| (one pass), its largest
+    bits (max |x| exactly), and the counts of its exponent field with the top two mantissa
+    bits (a shift in place; 1024 bins, summed to 256, count faster than 256: fewer
+    increments of one counter in a row). On a CPU the float32 zeros are counted later, only
+    where exponent field 0 is occupied (reading that count costs nothing there); on an
+    accelerator that would be a host sync: they are counted here. Any strides: a view as
+    integers of the same width needs none.
+    """
+    data = tensor.detach()
+    name = dtype_name(data.dtype)
+    numel = data.numel()
+    device = data.device
+    if device.type == "cpu" and numel < _HOST_BELOW:
+        # Counted with the step's other small ones, in numpy (see `_count_on_host`).
+        if not numel:
+            codes = torch.zeros(CODES + 1, dtype=torch.int64)
+            return Segment(layer, name, 0, name, codes, None, None, None)
+        values = data if data.dtype in _SMALL_DTYPES else data.float()
+        table = name if name in _PATTERN_TABLES else "float32"
+        return Segment(layer, name, numel, table, _PENDING, None, None, values, layout="pending")
     if data.dtype in (torch.float16, torch.bfloat16):
         bits = data.view(torch.int16)
-        table = dtype_name(data.dtype)
-        keep = None
-        zeros = None
-    else:
-        data = data if data.dtype == torch.float32 else data.float()
-        bits = data.view(torch.int16)[..., HIGH_HALF::2]
-        table = "float32_high"
-        keep = data
-        # On a CPU the zeros are counted later, only where pattern 0 is occupied (reading
-        # one count there costs nothing); on an accelerator that would be a host sync.
-        zeros = None if data.device.type == "cpu" else data.numel() - torch.count_nonzero(data)
-    low, high = torch.aminmax(data.reshape(-1))
-    if scratch is not None:
-        out = scratch.get("patterns", bits.numel(), torch.int16, bits.device).view(bits.shape)
-        patterns = torch.bitwise_and(bits, 0x7FFF, out=out)
-    else:
-        patterns = bits & 0x7FFF
-    codes, _ = code_counts(patterns.reshape(-1), table)
-    return Segment(layer, dtype_name(tensor.dtype), tensor.numel(), table, codes, zeros,
-                   (low, high), keep)  # fmt: skip
+        if numel < _ACT_LOOKUP_BELOW:  # int32 patterns: the lookup's index
+            flat = torch.bitwise_and(bits, 0x7FFF, out=torch.empty(
+                data.shape, dtype=torch.int32, device=device)).reshape(-1)  # fmt: skip
+            codes = torch.bincount(
+                _code_tables(device)[name].index_select(0, flat), minlength=CODES + 1
+            )
+            return Segment(layer, name, numel, name, codes, None, flat.max() if numel else None,
+                           None)  # fmt: skip
+        flat = (bits & 0x7FFF).reshape(-1)
+        counts = torch.bincount(flat, minlength=PATTERNS)
+        cols = _LAYOUTS[name]
+        fields = counts.view(PATTERNS // cols, cols).sum(dim=1)
+        edges = counts.index_select(0, _columns(name, device)[0])
+        return Segment(layer, name, numel, name, fields, None, flat.max(), None,
+                       layout="blocks", edges=edges)  # fmt: skip
+    values = data if data.dtype == torch.float32 else data.float()
+    bits = torch.abs(values.reshape(-1)).view(torch.int32)
+    peak = bits.max() if numel else None
+    binned = torch.bincount(bits.bitwise_right_shift_(_FIELD_SHIFT), minlength=_FIELD_BINS)
+    fields = binned.view(EXPONENT_FIELDS, -1).sum(dim=1)
+    zeros = None if device.type == "cpu" else numel - torch.count_nonzero(values)
+    return Segment(layer, name, numel, "float32", fields, zeros, peak, values,
+                   layout="exponents")  # fmt: skip
+
+
+@functools.cache
+def _host_tables() -> dict[str, npt.NDArray[np.int32]]:
+    """The 16-bit code tables as numpy arrays."""
+    tables = _code_tables(torch.device("cpu"))
+    return {name: tables[name].numpy().astype(np.int32) for name in _PATTERN_TABLES}
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
-
-
-def count_deferred_zeros(segments: list[Segment]) -> list[Segment]:
-    """Float32 segments with their zeros counted: 0 where pattern 0 (zero and |x| < 2**-133)
-    is empty, one counting pass otherwise."""
-    deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
-    if not deferred:
-        return segments
-    occupied = torch.stack([segments[i].codes[CODES] for i in deferred]).tolist()
-    result = list(segments)
-    for index, pattern_zero in zip(deferred, occupied, strict=True):
-        segment = segments[index]
-        tensor = segment.tensor
-        assert tensor is not None
-        zeros = (
-            tensor.numel() - torch.count_nonzero(tensor)
-            if pattern_zero
-            else torch.zeros((), dtype=torch.int64, device=tensor.device)
-        )
-        result[index] = dataclasses.replace(segment, zeros=zeros)
-    return result
 
 
 def pattern_values(device: torch.device) -> dict[str, torch.Tensor]:
@@ -440,31 +566,168 @@ def pattern_values(device: torch.device) -> dict[str, torch.Tensor]:
 
 
 def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """([len(segments), CODES + 1] code counts, [len(segments)] max |x|) on the device.
+    """([len(segments), CODES + 1] code counts, [len(segments)] max |x|) on the device: the
+    segments of each layout are stacked and placed together (a few operations per step, not
+    per tensor).
 
-    Column CODES holds, for float32 segments, the elements below 2**-133 *including* zeros
-    (also counted in ZERO_CODE): when it exceeds the zeros, `code_histogram` places them.
+    Column CODES holds, for float32 segments, the elements the bits could not place
+    *including* zeros (also counted in ZERO_CODE); INF_CODE holds their inf and NaN: when
+    either is more than the zeros, `code_histogram` places them. On a CPU the float32 zeros
+    of activation gradients are counted here, only where those elements exist.
     """
+    if segments[0].codes.device.type == "cpu":
+        return _host_rows(segments)
+    return _device_rows(segments)
+
+
+def _device_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`segment_rows` on an accelerator: each layout stacked and placed at once (a host
+    read per element would be a sync)."""
     device = segments[0].codes.device
-    rows = torch.stack([segment.codes for segment in segments])
-    zeros = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
-    if zeros:
-        where = torch.tensor([i for i, _ in zeros], device=device)
-        counts = torch.stack([torch.as_tensor(z, device=device) for _, z in zeros])
-        rows[:, ZERO_CODE].index_add_(0, where, counts)
-    amax = torch.zeros(len(segments), dtype=torch.float32, device=device)  # parameter rows: 0
-    measured = [(i, s.extremes) for i, s in enumerate(segments) if s.extremes is not None]
-    if measured:
-        # stack() promotes 16-bit extremes to float32 exactly; NaN stays NaN.
-        lows = torch.stack([low for _, (low, _) in measured])
-        highs = torch.stack([high for _, (_, high) in measured])
-        peaks = torch.maximum(-lows, highs).float()
-        if len(measured) == len(segments):
-            amax = peaks
+    count = len(segments)
+    rows = torch.zeros(count, CODES + 1, dtype=torch.int64, device=device)
+    kinds: dict[tuple[str, str], list[int]] = {}
+    for index, segment in enumerate(segments):
+        kinds.setdefault((segment.layout, segment.table), []).append(index)
+    for (layout, table), where in kinds.items():
+        counts = torch.stack([segments[i].codes for i in where])
+        at = torch.tensor(where, device=device)
+        if layout == "codes":
+            rows.index_copy_(0, at, counts)
+        elif layout == "exponents":
+            rows.index_put_((at.unsqueeze(1), _columns("exponents", device)[0]), counts)
         else:
-            where = torch.tensor([i for i, _ in measured], device=device)
-            amax.index_copy_(0, where, peaks)
+            _, edge_codes, field_columns = _columns(table, device)
+            rows.index_put_((at.unsqueeze(1), field_columns), counts[:, 1:-1])
+            edges = torch.stack([edge for i in where if (edge := segments[i].edges) is not None])
+            rows.index_put_((at.unsqueeze(1), edge_codes), edges, accumulate=True)
+    _add_zeros(segments, rows)
+    amax = torch.zeros(count, dtype=torch.float32, device=device)  # parameter rows: 0
+    peaks: dict[str, tuple[list[int], list[torch.Tensor]]] = {}
+    for index, segment in enumerate(segments):
+        if segment.peak is not None:
+            where, found = peaks.setdefault(segment.table, ([], []))
+            where.append(index)
+            found.append(torch.as_tensor(segment.peak, device=device))
+    for table, (where, found) in peaks.items():
+        bits = torch.stack(found)
+        if table in _PATTERN_TABLES:  # int16 or int32 patterns: stack() promotes
+            values = pattern_values(device)[table].index_select(0, bits.int())
+        else:
+            values = bits.view(torch.float32)
+        amax.index_copy_(0, torch.tensor(where, device=device), values)
     return rows, amax
+
+
+def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`segment_rows` on a CPU: the same rows, placed in numpy on zero-copy views, one
+    segment at a time (a numpy call costs a fraction of a torch call on small arrays)."""
+    count = len(segments)
+    rows = np.zeros((count, CODES + 1), dtype=np.int64)
+    amax = np.zeros(count, dtype=np.float32)  # parameter rows: 0
+    cpu = torch.device("cpu")
+    pending: dict[str, list[int]] = {}
+    for row, peak_at, segment in zip(rows, range(count), segments, strict=True):
+        counts = segment.codes.numpy()
+        if segment.layout == "pending":
+            pending.setdefault(segment.table, []).append(peak_at)
+            continue
+        if segment.layout == "codes":
+            row[:] = counts
+        elif segment.layout == "exponents":
+            row[_EXPONENT_COLUMN_ARRAY] = counts
+        else:
+            _, edge_codes, field_columns = _columns(segment.table, cpu)
+            row[field_columns.numpy()] = counts[1:-1]
+            assert segment.edges is not None, "16-bit pattern counts keep their edges"
+            edges = np.bincount(edge_codes.numpy(), segment.edges.numpy(), minlength=CODES + 1)
+            row += edges.astype(np.int64)  # float64 weights: exact below 2**53
+        if segment.zeros is not None:
+            row[ZERO_CODE] += int(segment.zeros)
+        elif segment.tensor is not None and row[CODES]:  # field 0 occupied: count the zeros
+            values = segment.tensor
+            row[ZERO_CODE] += values.numel() - int(np.count_nonzero(values.numpy()))
+        if segment.peak is not None:
+            bits = int(segment.peak)
+            if segment.table in _PATTERN_TABLES:
+                amax[peak_at] = float(pattern_values(cpu)[segment.table][bits])
+            else:
+                amax[peak_at] = np.array(bits, dtype=np.int32).view(np.float32)
+    for table, where in pending.items():
+        tensors = [tensor for i in where if (tensor := segments[i].tensor) is not None]
+        rows[where], amax[where] = _count_on_host(table, tensors)
+    return torch.from_numpy(rows), torch.from_numpy(amax)
+
+
+def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.float32]
+]:  # fmt: skip
+    """([len(tensors), CODES + 1] code counts, max |x| of each) of small non-empty CPU
+    tensors of one kind (float16, bfloat16 or float32), counted together in numpy: one
+    concatenation of their bits, one count of (tensor, bin) pairs, one maximum per tensor
+    (`reduceat`), whatever their number. 16-bit bins are codes (a table lookup); float32
+    bins are exponent fields (256 bins: numpy sums short axes slowly), whose zeros are
+    counted where field 0 is occupied, the rest left to the decoder as for any float32 row."""
+    sizes = tuple(t.numel() for t in tensors)
+    starts, slots = _host_slots(sizes, CODES + 1 if table in _PATTERN_TABLES else EXPONENT_FIELDS)
+    count = len(tensors)
+    if table in _PATTERN_TABLES:
+        patterns = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
+        patterns &= 0x7FFF
+        codes = _host_tables()[table][patterns]
+        codes += slots
+        rows = np.bincount(codes, minlength=count * (CODES + 1)).reshape(count, CODES + 1)
+        peaks = pattern_values(torch.device("cpu"))[table].numpy()
+        return rows, peaks[np.maximum.reduceat(patterns, starts)]
+    bits = np.concatenate([t.numpy().view(np.int32).ravel() for t in tensors])
+    bits &= 0x7FFFFFFF
+    fields = bits >> 23
+    fields += slots
+    counted = np.bincount(fields, minlength=count * EXPONENT_FIELDS).reshape(count, -1)
+    rows = np.zeros((count, CODES + 1), dtype=np.int64)
+    rows[:, _EXPONENT_COLUMN_ARRAY] = counted
+    for index in np.flatnonzero(counted[:, 0]):  # field 0 occupied: count the zeros
+        start = starts[index]
+        rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(bits[start : start + sizes[index]])
+    return rows, np.maximum.reduceat(bits, starts).view(np.float32)
+
+
+_SLOTS: dict[tuple[tuple[int, ...], int], tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = {}
+
+
+def _host_slots(
+    sizes: tuple[int, ...], width: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """(where each tensor starts in the concatenation, the bin offset of each element: its
+    tensor's index times `width`), kept for the next steps (the same sizes come back)."""
+    key = (sizes, width)
+    found = _SLOTS.get(key)
+    if found is None:
+        if len(_SLOTS) > 64:  # sizes that vary from step to step: keep a few
+            _SLOTS.clear()
+        counts = np.array(sizes)
+        starts = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
+        offsets = (np.arange(len(sizes)) * width).astype(np.int32)
+        found = _SLOTS[key] = (starts, np.repeat(offsets, counts))
+    return found
+
+
+def _add_zeros(segments: Sequence[Segment], rows: torch.Tensor) -> None:
+    """Add each float32 segment's zeros to its ZERO_CODE column; those not yet counted (a
+    CPU's activation gradients) are counted where column CODES says there may be some."""
+    known = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
+    deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
+    if deferred:
+        occupied = rows[deferred, CODES].tolist()  # on a CPU: no sync to wait for
+        for index, held in zip(deferred, occupied, strict=True):
+            tensor = segments[index].tensor
+            if held and tensor is not None:
+                known.append((index, tensor.numel() - torch.count_nonzero(tensor)))
+    if known:
+        device = rows.device
+        where = torch.tensor([i for i, _ in known], device=device)
+        counts = torch.stack([torch.as_tensor(z, device=device) for _, z in known])
+        rows[:, ZERO_CODE].index_add_(0, where, counts)
 
 
 @functools.lru_cache(maxsize=256)

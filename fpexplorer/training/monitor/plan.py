@@ -43,6 +43,7 @@ from fpexplorer.training.monitor.thresholds import (
     floor_log2,
     format_range,
 )
+from fpexplorer.training.monitor.updates import hoeffding_bound
 from fpexplorer.training.records import (
     FormatShares,
     LayerStats,
@@ -109,49 +110,6 @@ class HostValues:
 
     def scalar(self, name: str) -> float:
         return float(self.parts[name][0])
-
-
-# The lost-update share of a model with more weights than this is measured on this many,
-# drawn at random (with replacement, fixed for the run): the record says so and gives the
-# share's bound at this confidence (Hoeffding), e.g. +-0.0019 when all 2**20 had updates.
-LOST_UPDATE_SAMPLE = 1 << 20
-LOST_UPDATE_CONFIDENCE = 0.999
-
-
-def hoeffding_bound(count: int, confidence: float = LOST_UPDATE_CONFIDENCE) -> float:
-    """Half-width of the interval around a share measured on `count` independent draws that
-    holds the whole population's share with probability `confidence`."""
-    if count <= 0:
-        return 1.0
-    return math.sqrt(math.log(2 / (1 - confidence)) / (2 * count))
-
-
-class UpdateSample:
-    """The weights the lost-update check follows: all of them, or `LOST_UPDATE_SAMPLE`
-    drawn at random (seed 0) from a larger model, so that the weights kept from before the
-    optimizer step never take more than a few MiB."""
-
-    def __init__(self, numels: tuple[int, ...], device: torch.device) -> None:
-        self.numels = numels
-        total = sum(numels)
-        self.sampled = total > LOST_UPDATE_SAMPLE
-        self._picks: list[tuple[int, torch.Tensor]] = []
-        if self.sampled:
-            generator = torch.Generator().manual_seed(0)
-            index = torch.randint(total, (LOST_UPDATE_SAMPLE,), generator=generator).sort()[0]
-            start = 0
-            for position, numel in enumerate(numels):
-                ends = torch.tensor([start, start + numel])
-                low, high = torch.searchsorted(index, ends).tolist()
-                if high > low:
-                    self._picks.append((position, (index[low:high] - start).to(device)))
-                start += numel
-
-    def gather(self, flat: Sequence[torch.Tensor]) -> torch.Tensor:
-        """The followed elements of the 1-D tensors `flat` (one per parameter), in order."""
-        if not self.sampled:
-            return torch.cat(list(flat))
-        return torch.cat([flat[position].index_select(0, picks) for position, picks in self._picks])
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,14 +192,16 @@ class StatsPlan:
             format_shares = self._format_shares(dict(zip(bounds, at_most, strict=True)))
         lost_updates = None
         if self.lost_update_kind is not None and not skipped:
-            lost, in_sample, intended = (float(v) for v in host["lost_updates"])
-            share = lost / in_sample if in_sample else 0.0
+            # The parameter gradients that are not zero: the updates intended, all of them.
+            intended = self.n_param - int(grad_counts[ZERO_CODE])
+            in_sample, applied = (int(v) for v in host["lost_updates"])
+            share = (in_sample - applied) / in_sample if in_sample else 0.0
             if self.lost_update_sampled:
-                lost_updates = LostUpdates(share, self.lost_update_kind, int(intended),
-                                           sampled=int(in_sample),
-                                           bound=hoeffding_bound(int(in_sample)))  # fmt: skip
+                lost_updates = LostUpdates(share, self.lost_update_kind, intended,
+                                           sampled=in_sample,
+                                           bound=hoeffding_bound(in_sample))  # fmt: skip
             else:
-                lost_updates = LostUpdates(share, self.lost_update_kind, int(intended))
+                lost_updates = LostUpdates(share, self.lost_update_kind, intended)
         return StepStats(
             grad_hist=histogram_record(grad_counts),
             act_hist=(
@@ -263,14 +223,15 @@ class StatsPlan:
     # -- pieces of the record ------------------------------------------------------------
 
     def _histograms(self, host: HostValues, segments: Sequence[Segment]) -> npt.NDArray[np.float64]:
-        """[segments, CODES] code counts. Float32 rows whose patterns cannot decide (values
-        below 2**-133 other than zeros, or the inf pattern, which also holds NaNs with a
-        payload in the low bits) are counted again exactly: rare, and only those rows."""
+        """[segments, CODES] code counts. Float32 rows whose bits cannot decide (subnormals:
+        exponent field 0 holding more than the zeros, or below 2**-133 for the top-half
+        patterns of the format shares; exponent field 255 or the inf pattern, which hold
+        NaNs too) are counted again exactly: rare, and only those rows."""
         rows = host["rows"].reshape(len(segments), CODES + 1).copy()
         unresolved = rows[:, CODES] > rows[:, ZERO_CODE]
         unresolved |= rows[:, INF_CODE] > 0
         for index in np.flatnonzero(unresolved):
-            if segments[int(index)].table != "float32_high":
+            if segments[int(index)].exact:  # 16-bit patterns place every element
                 continue
             if index < len(self.param_groups):  # one member at a time: no concatenated copy
                 members = self.param_groups[int(index)].members

@@ -1,0 +1,245 @@
+"""The lost-update statistic: among the weights whose gradient is not zero, those whose FP16
+value did not change in the optimizer step (FP16 weights) or would not have changed (any
+other weights: FP16(FP16(w_old) + (w_new - w_old)), the sum in FP32, compared with
+FP16(w_old), as an FP16 weight would be updated). Needs torch.
+
+The weights are read twice: before the optimizer step (`LostUpdateCheck.keep`: a copy of
+all of them up to LOST_UPDATE_SAMPLE, of a fixed random sample of that many beyond) and
+after it (`LostUpdateCheck.count`). Both work in buffers kept from step to step (a fresh
+temporary the size of the model costs its page faults on every step on a CPU, often more
+than the arithmetic done in it), with dtype conversions and arithmetic only: on a CPU
+torch's element-wise comparisons take four to six times as long as a subtraction, and
+FP16 arithmetic is slower still. Two FP16 values are compared as the float32 difference of
+their float32 copies, clamped to +-65520 so that an infinity minus itself reads as equal
+(see `_values_differ`); a difference converted to bool is True where the values differ
+(NaN included, as NaN == NaN is False).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+# The lost-update share of a model with more weights than this is measured on this many,
+# drawn at random (with replacement, fixed for the run): the record says so and gives the
+# share's bound at this confidence (Hoeffding), e.g. +-0.0019 when all 2**20 had updates.
+LOST_UPDATE_SAMPLE = 1 << 20
+LOST_UPDATE_CONFIDENCE = 0.999
+
+# Beyond every finite FP16 value (65504) and below float32's infinity: clamping the float32
+# copies of FP16 values to +-this maps +-inf onto values that equal only themselves.
+_PAST_FP16_MAX = 65520.0
+
+
+def hoeffding_bound(count: int, confidence: float = LOST_UPDATE_CONFIDENCE) -> float:
+    """Half-width of the interval around a share measured on `count` independent draws that
+    holds the whole population's share with probability `confidence`."""
+    if count <= 0:
+        return 1.0
+    return math.sqrt(math.log(2 / (1 - confidence)) / (2 * count))
+
+
+class UpdateSample:
+    """The weights the lost-update check follows: all of them, or `LOST_UPDATE_SAMPLE`
+    drawn at random (seed 0) from a larger model, so that the weights kept from before the
+    optimizer step never take more than a few MiB."""
+
+    def __init__(self, numels: tuple[int, ...], device: torch.device) -> None:
+        self.numels = numels
+        total = sum(numels)
+        self.sampled = total > LOST_UPDATE_SAMPLE
+        self.size = LOST_UPDATE_SAMPLE if self.sampled else total
+        self._picks: list[tuple[int, torch.Tensor]] = []
+        if self.sampled:
+            generator = torch.Generator().manual_seed(0)
+            index = torch.randint(total, (LOST_UPDATE_SAMPLE,), generator=generator).sort()[0]
+            start = 0
+            for position, numel in enumerate(numels):
+                ends = torch.tensor([start, start + numel])
+                low, high = torch.searchsorted(index, ends).tolist()
+                if high > low:
+                    self._picks.append((position, (index[low:high] - start).to(device)))
+                start += numel
+
+    def gather(self, flat: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+        """The followed elements of the 1-D tensors `flat` (one per parameter), in order: in
+        `out` when given (`self.size` elements, converted as `copy_` converts), else in a
+        new tensor of the dtype `torch.cat` gives them."""
+        if not self.sampled:
+            if out is None:
+                return torch.cat(list(flat))
+            offset = 0
+            for tensor in flat:
+                out[offset : offset + tensor.numel()].copy_(tensor)
+                offset += tensor.numel()
+            return out
+        if out is None:
+            return torch.cat(
+                [flat[position].index_select(0, picks) for position, picks in self._picks]
+            )
+        offset = 0
+        for position, picks in self._picks:
+            part = out[offset : offset + picks.numel()]
+            source = flat[position]
+            if source.dtype == out.dtype:
+                torch.index_select(source, 0, picks, out=part)
+            else:
+                part.copy_(source.index_select(0, picks))
+            offset += picks.numel()
+        return out
+
+
+class _Buffers:
+    """The work buffers of one layout of the weights (their shapes, in order), kept from
+    step to step, with views of them shaped like the weights."""
+
+    def __init__(self, shapes: tuple[torch.Size, ...], device: torch.device) -> None:
+        self.shapes = shapes
+        self.device = device
+        self.sample = UpdateSample(tuple(shape.numel() for shape in shapes), device)
+        size = self.sample.size
+        self.old = torch.empty(size, dtype=torch.float32, device=device)
+        self.work = torch.empty((2, size), dtype=torch.float32, device=device)
+        self.half = torch.empty(size, dtype=torch.float16, device=device)
+        self.flags = torch.empty((2, size), dtype=torch.bool, device=device)
+        sampled = self.sample.sampled
+        self.old_views = [] if sampled else self._views(self.old)
+        self.new_views = [] if sampled else self._views(self.work[1])
+        self.changed_views = [] if sampled else self._views(self.flags[0])
+
+    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        views, offset = [], 0
+        for shape in self.shapes:
+            views.append(flat[offset : offset + shape.numel()].view(shape))
+            offset += shape.numel()
+        return views
+
+    def copy_in(
+        self, out: torch.Tensor, views: list[torch.Tensor], tensors: Sequence[torch.Tensor]
+    ) -> torch.Tensor:
+        """The followed elements of `tensors` (shaped as the weights, in their order) in the
+        1-D `out`, converted as `copy_` converts (float to bool: != 0): one multi-tensor
+        copy through `views` (out's, shaped like the tensors), or a gather of the sample."""
+        if self.sample.sampled:
+            return self.sample.gather([t.reshape(-1) for t in tensors], out)
+        torch._foreach_copy_(views, list(tensors))
+        return out
+
+
+class LostUpdateCheck:
+    """The weights before an optimizer step, and the count of updates lost in it.
+
+    `keep(params)` before the step (the parameters that have gradients, in a fixed order),
+    `count(params, grads)` after it with the same parameters and their gradients. Every
+    tensor is copied into flat buffers kept between steps by one multi-tensor copy, or
+    gathered element by element for a sampled model; then a fixed sequence of element-wise
+    operations on the buffers makes the flags and one product counts them."""
+
+    def __init__(self) -> None:
+        self._buffers: _Buffers | None = None
+        self._kept = False  # the buffer `old` holds this step's weights before the update
+        self._fp16_weights = False  # FP16 weights: the update shows or it does not
+
+    @property
+    def sample(self) -> UpdateSample | None:
+        return self._buffers.sample if self._buffers is not None else None
+
+    @property
+    def sampled(self) -> bool:
+        return self._buffers is not None and self._buffers.sample.sampled
+
+    def forget(self) -> None:
+        """Drop the kept weights (the step is recorded); the buffers stay for the next."""
+        self._kept = False
+
+    def keep(self, params: Sequence[torch.Tensor]) -> None:
+        """Copy the weights the check follows (in float32: exact for 16-bit weights, the
+        rounding `float()` makes for wider ones), before the optimizer changes them."""
+        self._kept = False
+        if not params:
+            return
+        shapes = tuple(p.shape for p in params)
+        buffers = self._buffers
+        if buffers is None or buffers.shapes != shapes or buffers.device != params[0].device:
+            buffers = self._buffers = None  # the old buffers go before the new are made
+            buffers = self._buffers = _Buffers(shapes, params[0].device)
+        self._fp16_weights = all(p.dtype == torch.float16 for p in params)
+        with torch.no_grad():
+            buffers.copy_in(buffers.old, buffers.old_views, params)
+        self._kept = True
+
+    def count(
+        self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]
+    ) -> torch.Tensor | None:
+        """[updates intended, updates intended and applied] in the followed weights (exact
+        counts in float32, on the device; their difference is the updates lost), or None
+        when no weights were kept before the step (the optimizer was not called: a skipped
+        step) or the parameters changed since."""
+        buffers = self._buffers
+        if not self._kept or buffers is None:
+            return None
+        shapes = buffers.shapes
+        if tuple(p.shape for p in params) != shapes:
+            return None
+        if tuple(g.shape for g in grads) != shapes:  # e.g. a gradient of another shape
+            if tuple(g.numel() for g in grads) != buffers.sample.numels:
+                return None
+            grads = [g.reshape(shape) for g, shape in zip(grads, shapes, strict=True)]
+        with torch.no_grad():
+            work, flags = buffers.work, buffers.flags  # flags: [changed, applied]
+            new = buffers.copy_in(work[1], buffers.new_views, params)
+            update_shows(buffers.old, new, fp16_weights=self._fp16_weights, out=flags[1],
+                         work=work[0], half=buffers.half)  # fmt: skip
+            buffers.copy_in(flags[0], buffers.changed_views, grads)  # as bool: != 0, NaN too
+            # Both counts in one product of rows of 0/1 (the work rows are free again): sums
+            # of integers below 2**24, exact in float32.
+            ones = work.copy_(flags.view(torch.uint8))
+            return torch.mv(ones, ones[0])
+
+
+def update_shows(
+    old: torch.Tensor,
+    new: torch.Tensor,
+    *,
+    fp16_weights: bool,
+    out: torch.Tensor | None = None,
+    work: torch.Tensor | None = None,
+    half: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per weight, whether its update shows in FP16, from 1-D float32 tensors of the weights
+    before (`old`) and after (`new`) the step: for FP16 weights, new != old; for others,
+    FP16(FP16(old) + (new - old)) != FP16(old), in float32 arithmetic, as an FP16 weight
+    would be updated. `old` and `new` are overwritten. `out` (bool), `work` (float32) and
+    `half` (float16), of the same size, are the buffers used (made when not given)."""
+    out = torch.empty_like(old, dtype=torch.bool) if out is None else out
+    fp16_old = torch.empty_like(old) if work is None else work
+    if fp16_weights:
+        _values_differ(old, new, fp16_old, out)
+        return out
+    half = torch.empty_like(old, dtype=torch.float16) if half is None else half
+    half.copy_(old)  # FP16(w_old)
+    fp16_old.copy_(half)
+    old.sub_(new)  # w_old - w_new: exactly -(w_new - w_old) in float32
+    torch.sub(fp16_old, old, out=new)  # FP16(w_old) + (w_new - w_old)
+    half.copy_(new)  # ... rounded to FP16
+    new.copy_(half)
+    _values_differ(fp16_old, new, old, out)
+    return out
+
+
+def _values_differ(
+    first: torch.Tensor, second: torch.Tensor, work: torch.Tensor, out: torch.Tensor
+) -> None:
+    """out = (first != second) for float32 tensors holding FP16 values (finite, +-inf or
+    NaN), without a comparison kernel; `first` and `second` are clamped in place.
+
+    For finite x and y, x - y == 0 exactly when x == y (gradual underflow; FP16 values are
+    far from float32's limits); +-inf are clamped to +-65520, which no other value takes, so
+    that inf == inf reads as equal; NaN stays NaN (clamp keeps it), a difference that is
+    True as a bool, as NaN == NaN is False. Zeros of either sign are equal."""
+    first.clamp_(-_PAST_FP16_MAX, _PAST_FP16_MAX)
+    second.clamp_(-_PAST_FP16_MAX, _PAST_FP16_MAX)
+    torch.sub(first, second, out=work)
+    out.copy_(work)  # bool: x != 0

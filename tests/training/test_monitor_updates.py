@@ -1,0 +1,241 @@
+"""The lost-update check (`monitor.updates`) against numpy: whether an update shows in FP16
+for every FP16 pattern of the old weight (FP32 masters: old weights on and between the FP16
+values, steps at and around half an FP16 ulp; FP16 weights: every pattern against its
+neighbours, both zeros, infinities and NaN), and the counts of `LostUpdateCheck` for weights
+and gradients of every dtype, sampled and not, against the formula applied to whole copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fpexplorer.training.monitor import AmpMonitor, updates
+from fpexplorer.training.monitor.updates import LostUpdateCheck, UpdateSample, update_shows
+
+
+def oracle_shows(old: np.ndarray, new: np.ndarray, *, fp16_weights: bool) -> np.ndarray:
+    """The formula, in numpy: FP16 weights, new != old; others (float32 arrays),
+    FP16(FP16(old) + (new - old)) != FP16(old), the sum in float32."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if fp16_weights:
+            return new.astype(np.float16) != old.astype(np.float16)
+        old16 = old.astype(np.float16)
+        stepped = (old16.astype(np.float32) + (new - old)).astype(np.float16)
+        return ~(stepped == old16)
+
+
+def all_fp16_values() -> np.ndarray:
+    """The float32 value of every FP16 pattern (both zeros, both infinities, all NaNs)."""
+    return np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def test_fp32_master_updates_for_every_fp16_pattern() -> None:
+    fp16 = all_fp16_values()
+    with np.errstate(over="ignore", invalid="ignore"):
+        # The FP16 ulp above each value (NaN/inf for the specials, which the list covers).
+        ulp = (np.nextafter(fp16.astype(np.float16), np.float16(np.inf)).astype(np.float32)
+               - fp16)  # fmt: skip
+        ulp = np.where(np.isfinite(ulp) & (ulp > 0), ulp, np.float32(2.0**-24))
+    steps = [0.0, 2.0**-149, -(2.0**-149), 1e-30, np.inf, -np.inf, np.nan, 1e30, -1e30, 70000.0]
+    relative = [0.5, -0.5, 0.25, -0.25, 0.75, -0.75, 1.0, -1.0, 2.0, 0.4999, 0.5001, -0.5001]
+    cases_old, cases_new = [], []
+    with np.errstate(over="ignore", invalid="ignore"):
+        olds = [
+            fp16,  # weights that are FP16 values
+            np.nextafter(fp16, np.float32(np.inf)),  # and their float32 neighbours
+            np.nextafter(fp16, np.float32(-np.inf)),
+            fp16 + ulp * np.float32(0.5),  # FP16 midpoints: the ties
+            fp16 + ulp * np.float32(0.3),
+        ]
+        for old in olds:
+            for step in steps:
+                cases_old.append(old)
+                cases_new.append(old + np.float32(step))
+            for fraction in relative:
+                new = old + ulp * np.float32(fraction)
+                cases_old += [old, old, old]
+                cases_new += [new, np.nextafter(new, np.float32(np.inf)),
+                              np.nextafter(new, np.float32(-np.inf))]  # fmt: skip
+    old = np.concatenate(cases_old).astype(np.float32)
+    new = np.concatenate(cases_new).astype(np.float32)
+    expected = oracle_shows(old, new, fp16_weights=False)
+    got = update_shows(torch.from_numpy(old.copy()), torch.from_numpy(new.copy()),
+                       fp16_weights=False).numpy()  # fmt: skip
+    mismatch = np.flatnonzero(got != expected)
+    assert mismatch.size == 0, (old[mismatch[:5]], new[mismatch[:5]])
+    # Both outcomes occur often: the cases straddle the rounding boundaries.
+    assert 0.2 < expected.mean() < 0.8
+
+
+def test_fp16_weight_updates_for_every_pattern() -> None:
+    patterns = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    partners = [
+        patterns,  # unchanged (NaN patterns included: NaN never equals itself)
+        patterns + np.uint16(1),  # the neighbouring patterns (wrapping at the ends)
+        patterns - np.uint16(1),
+        patterns ^ np.uint16(0x8000),  # the sign flipped: +0 and -0 are equal
+        np.full(65536, 0x0000, dtype=np.uint16),
+        np.full(65536, 0x8000, dtype=np.uint16),
+        np.full(65536, 0x7C00, dtype=np.uint16),  # +inf
+        np.full(65536, 0xFC00, dtype=np.uint16),  # -inf
+        np.full(65536, 0x7E00, dtype=np.uint16),  # NaN
+        np.random.default_rng(0).integers(0, 65536, 65536).astype(np.uint16),
+    ]
+    old = np.tile(patterns, len(partners)).view(np.float16).astype(np.float32)
+    new = np.concatenate(partners).view(np.float16).astype(np.float32)
+    expected = oracle_shows(old, new, fp16_weights=True)
+    got = update_shows(torch.from_numpy(old.copy()), torch.from_numpy(new.copy()),
+                       fp16_weights=True).numpy()  # fmt: skip
+    mismatch = np.flatnonzero(got != expected)
+    assert mismatch.size == 0, (old[mismatch[:5]], new[mismatch[:5]])
+
+
+def oracle_counts(
+    old: list[torch.Tensor], new: list[torch.Tensor], grads: list[torch.Tensor]
+) -> tuple[int, int]:
+    """(updates intended, lost) by the formula on whole concatenated copies, each weight
+    in float32 (exact for 16-bit weights, rounded for float64, as `float()` rounds)."""
+    fp16 = all(t.dtype == torch.float16 for t in old)
+    old32 = np.concatenate([t.detach().float().numpy().ravel() for t in old])
+    new32 = np.concatenate([t.detach().float().numpy().ravel() for t in new])
+    changed = np.concatenate([(g.detach() != 0).numpy().ravel() for g in grads])
+    shows = oracle_shows(old32, new32, fp16_weights=fp16)
+    return int(changed.sum()), int((changed & ~shows).sum())
+
+
+def random_weights(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    weights = torch.randn(shape, generator=generator, dtype=torch.float64) * 30 + 1
+    return weights.to(dtype)
+
+
+def step_of(weights: torch.Tensor, seed: int) -> torch.Tensor:
+    """Weights after a step of assorted sizes (many lost in FP16, many not)."""
+    generator = torch.Generator().manual_seed(seed)
+    size = torch.exp2(torch.randint(-14, 2, weights.shape, generator=generator)).double()
+    noise = torch.randn(weights.shape, generator=generator, dtype=torch.float64)
+    return (weights.double() + size * noise).to(weights.dtype)
+
+
+def gradients_for(weights: torch.Tensor, seed: int) -> torch.Tensor:
+    """Gradients with zeros of both signs, and one inf and one NaN where there is room."""
+    generator = torch.Generator().manual_seed(seed)
+    grads = torch.randn(weights.shape, generator=generator).to(weights.dtype)
+    flat = grads.view(-1)
+    flat[::5] = 0.0
+    flat[1::7] = -0.0
+    if flat.numel() > 4:
+        flat[2], flat[3] = float("inf"), float("nan")
+    return grads
+
+
+LAYOUTS = {
+    "float32": [(torch.float32, (17, 9)), (torch.float32, (9,)), (torch.float32, ())],
+    "float16": [(torch.float16, (33, 4)), (torch.float16, (4,))],
+    "bfloat16": [(torch.bfloat16, (20, 6)), (torch.bfloat16, (6,))],
+    "float64": [(torch.float64, (12, 5)), (torch.float64, (5,))],
+    "mixed": [(torch.float16, (10, 3)), (torch.float32, (3, 7)), (torch.bfloat16, (8,))],
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_counts_equal_the_formula_on_whole_copies(layout: str) -> None:
+    check = LostUpdateCheck()
+    for step in range(3):  # the buffers are reused from step to step
+        params = [random_weights(dtype, shape, 10 * step + i)
+                  for i, (dtype, shape) in enumerate(LAYOUTS[layout])]  # fmt: skip
+        grads = [gradients_for(p, 100 + i) for i, p in enumerate(params)]
+        old = [p.clone() for p in params]
+        check.keep(params)
+        for param, i in zip(params, range(len(params)), strict=True):
+            param.copy_(step_of(param, 200 + i))  # the optimizer's step, in place
+        counts = check.count(params, grads)
+        assert counts is not None and counts.dtype == torch.float32
+        intended, applied = (int(c) for c in counts.tolist())
+        expected_intended, expected_lost = oracle_counts(old, params, grads)
+        assert (intended, intended - applied) == (expected_intended, expected_lost)
+        assert 0 < expected_lost < expected_intended or layout == "float16"
+        check.forget()
+
+
+def test_no_counts_without_weights_kept_or_after_the_layout_changed() -> None:
+    check = LostUpdateCheck()
+    params = [torch.randn(4, 3), torch.randn(3)]
+    grads = [torch.randn(4, 3), torch.randn(3)]
+    assert check.count(params, grads) is None  # the optimizer was not called
+    check.keep(params)
+    assert check.count([params[0]], [grads[0]]) is None  # another set of parameters
+    assert check.count(params, grads) is not None
+    check.forget()
+    assert check.count(params, grads) is None
+    # A gradient of another shape but the same size is read in the weight's order.
+    check.keep(params)
+    counts = check.count(params, [grads[0].reshape(12), grads[1]])
+    assert counts is not None and counts.tolist()[0] == 15
+
+
+def test_a_sampled_model_counts_the_sample() -> None:
+    # Beyond LOST_UPDATE_SAMPLE weights, the counts are those of the sampled elements.
+    shapes = [(700, 1000), (1000,), (400, 1000)]  # 1.101M weights
+    params = [random_weights(torch.float32, shape, i) for i, shape in enumerate(shapes)]
+    grads = [gradients_for(p, 50 + i) for i, p in enumerate(params)]
+    old = [p.clone() for p in params]
+    check = LostUpdateCheck()
+    check.keep(params)
+    for i, param in enumerate(params):
+        param.copy_(step_of(param, 70 + i))
+    counts = check.count(params, grads)
+    assert counts is not None and check.sampled
+    sample = check.sample
+    assert isinstance(sample, UpdateSample) and sample.size == updates.LOST_UPDATE_SAMPLE
+
+    def picked(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [sample.gather([t.reshape(-1) for t in tensors])]  # torch.cat + index_select
+
+    intended, applied = (int(c) for c in counts.tolist())
+    expected = oracle_counts(picked(old), picked(params), picked(grads))
+    assert (intended, intended - applied) == expected
+    assert intended < sum(p.numel() for p in params)
+
+
+def test_monitor_counts_lost_updates_of_sampled_fp16_weights(tmp_path: Path) -> None:
+    # FP16 weights beyond the sample size: the share is measured on the sample, "actual".
+    torch.manual_seed(7)
+    model = nn.Linear(1100, 1000).half()
+    with torch.no_grad():
+        model.weight.mul_(40).add_(1.0)  # weights where FP16 ulps are large
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl") as monitor:
+        for param in model.parameters():  # gradients set directly: FP16 matmuls are slow here
+            param.grad = gradients_for(param.detach(), 3).half()
+        old = [p.detach().clone() for p in model.parameters()]
+        optimizer.step()
+        record = monitor.step(0.0)
+    figures = record.lost_updates
+    params = [p.detach() for p in model.parameters()]
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    intended, lost = oracle_counts(old, params, grads)
+    assert figures is not None and figures.kind == "actual" and figures.intended == intended
+    assert figures.sampled is not None and figures.bound is not None
+    assert abs(figures.share - lost / intended) <= figures.bound
+    assert 0.05 < lost / intended < 0.95
+
+
+def test_bfloat16_gradients_of_float32_weights() -> None:
+    # ml_dtypes is the oracle for the gradients' zeros in a dtype numpy lacks.
+    grads = [gradients_for(torch.empty(6, 4), 9).bfloat16()]
+    params = [random_weights(torch.float32, (6, 4), 1)]
+    old = [params[0].clone()]
+    check = LostUpdateCheck()
+    check.keep(params)
+    params[0].copy_(step_of(params[0], 2))
+    counts = check.count(params, grads)
+    assert counts is not None
+    as_bf16 = grads[0].view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    assert int(counts.tolist()[0]) == int(np.sum(as_bf16.astype(np.float32) != 0))
+    assert counts.tolist()[0] - counts.tolist()[1] == oracle_counts(old, params, grads)[1]
