@@ -7,6 +7,7 @@ parameter-gradient groups by either bin layout; the host pack reads parts back b
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -57,7 +58,21 @@ def oracle_amax(tensor: torch.Tensor) -> float:
     return math.nan if np.isnan(values).any() else float(np.abs(values).max())
 
 
-def decoded(segments: list[Segment]) -> tuple[np.ndarray, np.ndarray]:
+RowsOf = Callable[[Sequence[Segment]], tuple[torch.Tensor, torch.Tensor]]
+
+
+@pytest.fixture(params=["cpu", "accelerator", "accelerator_counts_cpu_rows"])
+def rows_of(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> RowsOf:
+    """The ways a step's segments become rows: on a CPU (small tensors counted together in
+    numpy, rows placed in numpy), as on an accelerator (every tensor counted by torch in its
+    hook, rows placed by torch; run here on the CPU), and the two crossed."""
+    if request.param == "cpu":
+        return segment_rows
+    monkeypatch.setattr(kernels, "_HOST_BELOW", 0)
+    return kernels._device_rows if request.param == "accelerator" else kernels._host_rows
+
+
+def decoded(segments: list[Segment], rows_of: RowsOf) -> tuple[np.ndarray, np.ndarray]:
     """([segments, CODES] histograms, max |x| per segment) as the step record's decoder reads
     them: rows from `segment_rows`, through the host pack, float32 rows that the bits cannot
     decide counted again from the values."""
@@ -75,7 +90,7 @@ def decoded(segments: list[Segment]) -> tuple[np.ndarray, np.ndarray]:
         lost_update_sampled=False,
         scratch=Scratch(),
     )
-    rows, amax = segment_rows(segments)
+    rows, amax = rows_of(segments)
     pack = HostPack(torch.device("cpu"))
     pack.add("rows", rows.reshape(-1).to(torch.float64))
     pack.add("amax", amax.to(torch.float64))
@@ -83,9 +98,9 @@ def decoded(segments: list[Segment]) -> tuple[np.ndarray, np.ndarray]:
     return plan._histograms(host, plan.segments).astype(np.int64), host["amax"]
 
 
-def assert_segments_exact(tensors: list[torch.Tensor]) -> None:
+def assert_segments_exact(tensors: list[torch.Tensor], rows_of: RowsOf) -> None:
     segments = [segment_of(0, tensor) for tensor in tensors]
-    histograms, amax = decoded(segments)
+    histograms, amax = decoded(segments, rows_of)
     for tensor, histogram, peak in zip(tensors, histograms, amax, strict=True):
         assert np.array_equal(histogram, oracle_codes(tensor))
         expected = oracle_amax(tensor)
@@ -97,22 +112,24 @@ def all_patterns(dtype: torch.dtype) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_every_16_bit_pattern_by_both_paths(dtype: torch.dtype) -> None:
+def test_every_16_bit_pattern_by_every_path(dtype: torch.dtype, rows_of: RowsOf) -> None:
     patterns = all_patterns(dtype)
     # Whole (the pattern counts), and in pieces below the lookup limit; the pieces without
     # NaN or inf give max |x| as a number; one is strided.
     finite = patterns[patterns.float().isfinite()]
     pieces = [*patterns.split(2048), *finite.split(20000), finite[::3][:7000].reshape(-1, 7)]
-    assert_segments_exact([patterns, *pieces, finite[:60000].reshape(2, -1).t()])
+    assert_segments_exact([patterns, *pieces, finite[:60000].reshape(2, -1).t()], rows_of)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_16_bit_rows_need_no_second_look(dtype: torch.dtype) -> None:
-    # The 16-bit counts place every element: the row equals the oracle as it comes.
+def test_16_bit_rows_need_no_second_look(dtype: torch.dtype, rows_of: RowsOf) -> None:
+    # The 16-bit counts place every element: the row equals the oracle as it comes; only
+    # the small ones waiting to be counted together keep their tensor.
     for tensor in (all_patterns(dtype), all_patterns(dtype)[::9]):
         segment = segment_of(0, tensor)
-        assert segment.exact and segment.tensor is None
-        rows, _ = segment_rows([segment])
+        assert segment.exact
+        assert (segment.tensor is not None) == (segment.layout == "pending")
+        rows, _ = rows_of([segment])
         assert np.array_equal(rows[0, :CODES].numpy(), oracle_codes(tensor))
 
 
@@ -147,11 +164,13 @@ def float32_cases() -> list[torch.Tensor]:
     ]
 
 
-def test_float32_segments_decode_exactly() -> None:
-    assert_segments_exact(float32_cases())
+def test_float32_segments_decode_exactly(rows_of: RowsOf) -> None:
+    assert_segments_exact(float32_cases(), rows_of)
 
 
-def test_float32_rows_need_a_second_look_only_for_subnormals_inf_and_nan() -> None:
+def test_float32_rows_need_a_second_look_only_for_subnormals_inf_and_nan(
+    rows_of: RowsOf,
+) -> None:
     plain = torch.randn(4000) * 1e-3
     plain[::5] = 0.0
     subnormal = plain.clone()
@@ -159,13 +178,13 @@ def test_float32_rows_need_a_second_look_only_for_subnormals_inf_and_nan() -> No
     overflow = plain.clone()
     overflow[3] = math.inf
     segments = [segment_of(0, t) for t in (plain, subnormal, overflow)]
-    rows, _ = segment_rows(segments)
+    rows, _ = rows_of(segments)
     undecided = (rows[:, CODES] > rows[:, ZERO_CODE]) | (rows[:, INF_CODE] > 0)
     assert undecided.tolist() == [False, True, True]
     assert np.array_equal(rows[0, :CODES].numpy(), oracle_codes(plain))
 
 
-def test_mixed_segments_keep_their_order() -> None:
+def test_mixed_segments_keep_their_order(rows_of: RowsOf) -> None:
     # Layouts are stacked together: each row must still be its own segment's.
     generator = torch.Generator().manual_seed(5)
     tensors = [
@@ -175,8 +194,11 @@ def test_mixed_segments_keep_their_order() -> None:
         torch.randn(40_000, generator=generator).half(),
         torch.randn(100, generator=generator) * 1e-40,
         torch.randn(900, generator=generator).bfloat16(),
+        torch.zeros(0).half(),
+        torch.randn(30_000, generator=generator),
+        torch.randn(9000, generator=generator).half(),
     ]
-    assert_segments_exact(tensors)
+    assert_segments_exact(tensors, rows_of)
 
 
 @pytest.mark.parametrize("keep_patterns", [False, True])

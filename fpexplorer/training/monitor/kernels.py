@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from fpexplorer.training.records import Histogram
@@ -249,6 +250,7 @@ _EXPONENT_COLUMNS = (
     *(field - _FLOAT32_BIAS - BINADE_LO for field in range(1, EXPONENT_FIELDS - 1)),
     INF_CODE,
 )
+_EXPONENT_COLUMN_ARRAY = np.array(_EXPONENT_COLUMNS)
 _PATTERN_TABLES = ("float16", "bfloat16")  # 16-bit formats: a pattern is its value
 _FIELD_SHIFT = 21  # bits >> 21: the exponent field and the top two mantissa bits
 _FIELD_BINS = EXPONENT_FIELDS << (23 - _FIELD_SHIFT)
@@ -257,8 +259,8 @@ _FIELD_BINS = EXPONENT_FIELDS << (23 - _FIELD_SHIFT)
 @dataclass(frozen=True, slots=True)
 class Segment:
     """Histogram counts of one tensor (or one group of parameter gradients), made as soon as
-    the tensor exists so that activation gradients need not be kept until `step()`; turned
-    into rows of code counts, all segments at once, by `segment_rows`.
+    the tensor exists so that large activation gradients need not be kept until `step()`;
+    turned into rows of code counts, all segments at once, by `segment_rows`.
 
     `layout` says what `codes` holds:
     - "codes": CODES + 1 counts by histogram code; for float32 the last one holds the
@@ -267,15 +269,18 @@ class Segment:
     - "exponents": the EXPONENT_FIELDS counts of a float32's exponent field;
     - "blocks": the counts of each exponent-field value of the 16-bit format `table`; its
       first and last values (zero and subnormals; inf and NaN) are placed from `edges`, the
-      counts of their patterns.
+      counts of their patterns;
+    - "pending": nothing counted yet (`codes` empty): `tensor` (a small CPU tensor, 16-bit
+      or float32) is counted with the others by `segment_rows`.
     `zeros`: exact zeros (float32 only; None on a CPU until `segment_rows` counts them).
-    `peak`: the largest magnitude as bits (int32): a float32's bits with the sign cleared,
-    or the 15-bit pattern of a 16-bit `table`; it gives max |x| exactly, NaN when any element
-    is NaN (NaN patterns lie above inf's). None: not measured (parameter groups, empty
-    tensors). `patterns`: the counts of the 32768 magnitude patterns (the 15 bits below the
-    sign of a 16-bit value, or of a float32's top half), kept only where the format shares
-    need them. `tensor`: the float32 values, kept for the exact fallback of
-    `code_histogram` (subnormals, inf/NaN) and the deferred zero count; None for 16-bit ones.
+    `peak`: the largest magnitude as bits (an int32 tensor, or an int counted on the host):
+    a float32's bits with the sign cleared, or the 15-bit pattern of a 16-bit `table`; it
+    gives max |x| exactly, NaN when any element is NaN (NaN patterns lie above inf's).
+    None: not measured (parameter groups, empty tensors, pending ones). `patterns`: the
+    counts of the 32768 magnitude patterns (the 15 bits below the sign of a 16-bit value, or
+    of a float32's top half), kept only where the format shares need them. `tensor`: the
+    float32 values, kept for the exact fallback of `code_histogram` (subnormals, inf/NaN)
+    and the deferred zero count; a pending segment's values; None for other 16-bit ones.
     """
 
     layer: int
@@ -284,7 +289,7 @@ class Segment:
     table: str
     codes: torch.Tensor
     zeros: torch.Tensor | None
-    peak: torch.Tensor | None
+    peak: torch.Tensor | int | None
     tensor: torch.Tensor | None
     patterns: torch.Tensor | None = None
     # float32 only: True when no element has low bits set (the patterns are the values),
@@ -322,6 +327,12 @@ class Scratch:
 # mapped with the others of the step).
 _LOOKUP_BELOW = 16384
 _ACT_LOOKUP_BELOW = 4096
+# CPU tensors below this many elements are counted in numpy: activation gradients all at
+# once in `segment_rows` (they are kept until then: small ones only), parameter groups in
+# `_host_group_counts`.
+_HOST_BELOW = 16384
+_SMALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_PENDING = torch.zeros(0, dtype=torch.int64)  # the codes of a segment not counted yet
 
 
 def code_counts(
@@ -392,6 +403,8 @@ def group_code_counts(
     dtype = torch.float32 if float32 else tensors[0].dtype
     total = sum(t.numel() for t in tensors)
     device = tensors[0].device
+    if device.type == "cpu" and total < _HOST_BELOW:
+        return _host_group_counts(tensors, table_name, keep_patterns=keep_patterns)
     size = min(max(total, 1), _CHUNK)
     values = scratch.get("chunk_values", size, dtype, device)
     patterns = scratch.get("chunk_patterns", size, torch.int32, device)
@@ -451,6 +464,32 @@ def group_code_counts(
     return codes, counts if keep_patterns else None, nonzero_count
 
 
+def _host_group_counts(
+    tensors: Sequence[torch.Tensor], table_name: str, *, keep_patterns: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """`group_code_counts` of a few small CPU tensors, in numpy on zero-copy views: one
+    concatenation, a mask, a count of non-zeros and one count of bins."""
+    if table_name == "float32_high":
+        arrays = [t.detach().reshape(-1).to(torch.float32).numpy().view(np.int32) for t in tensors]
+        bits = np.concatenate(arrays) & 0x7FFFFFFF
+        nonzero = np.count_nonzero(bits)
+        if not keep_patterns:  # 256 bins: numpy sums short axes slowly
+            codes = np.zeros(CODES + 1, dtype=np.int64)
+            codes[_EXPONENT_COLUMN_ARRAY] = np.bincount(bits >> 23, minlength=EXPONENT_FIELDS)
+            return torch.from_numpy(codes), None, torch.tensor(nonzero)
+        patterns = bits >> 16
+    else:
+        arrays = [t.detach().reshape(-1).view(torch.int16).numpy() for t in tensors]
+        patterns = np.concatenate(arrays) & 0x7FFF
+        nonzero = np.count_nonzero(patterns)
+        if not keep_patterns:
+            codes = np.bincount(_host_tables()[table_name][patterns], minlength=CODES + 1)
+            return torch.from_numpy(codes), None, torch.tensor(nonzero)
+    counts = torch.from_numpy(np.bincount(patterns, minlength=PATTERNS))
+    table = _code_tables(torch.device("cpu"))[table_name]
+    return _map_patterns(counts, table, table_name), counts, torch.tensor(nonzero)
+
+
 def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     """Counts of one activation gradient, made in backward with a handful of operations.
 
@@ -468,6 +507,14 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     name = dtype_name(data.dtype)
     numel = data.numel()
     device = data.device
+    if device.type == "cpu" and numel < _HOST_BELOW:
+        # Counted with the step's other small ones, in numpy (see `_count_on_host`).
+        if not numel:
+            codes = torch.zeros(CODES + 1, dtype=torch.int64)
+            return Segment(layer, name, 0, name, codes, None, None, None)
+        values = data if data.dtype in _SMALL_DTYPES else data.float()
+        table = name if name in _PATTERN_TABLES else "float32"
+        return Segment(layer, name, numel, table, _PENDING, None, None, values, layout="pending")
     if data.dtype in (torch.float16, torch.bfloat16):
         bits = data.view(torch.int16)
         if numel < _ACT_LOOKUP_BELOW:  # int32 patterns: the lookup's index
@@ -493,6 +540,13 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     zeros = None if device.type == "cpu" else numel - torch.count_nonzero(values)
     return Segment(layer, name, numel, "float32", fields, zeros, peak, values,
                    layout="exponents")  # fmt: skip
+
+
+@functools.cache
+def _host_tables() -> dict[str, npt.NDArray[np.int32]]:
+    """The 16-bit code tables as numpy arrays."""
+    tables = _code_tables(torch.device("cpu"))
+    return {name: tables[name].numpy().astype(np.int32) for name in _PATTERN_TABLES}
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -521,6 +575,14 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
     either is more than the zeros, `code_histogram` places them. On a CPU the float32 zeros
     of activation gradients are counted here, only where those elements exist.
     """
+    if segments[0].codes.device.type == "cpu":
+        return _host_rows(segments)
+    return _device_rows(segments)
+
+
+def _device_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`segment_rows` on an accelerator: each layout stacked and placed at once (a host
+    read per element would be a sync)."""
     device = segments[0].codes.device
     count = len(segments)
     rows = torch.zeros(count, CODES + 1, dtype=torch.int64, device=device)
@@ -546,7 +608,7 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
         if segment.peak is not None:
             where, found = peaks.setdefault(segment.table, ([], []))
             where.append(index)
-            found.append(segment.peak)
+            found.append(torch.as_tensor(segment.peak, device=device))
     for table, (where, found) in peaks.items():
         bits = torch.stack(found)
         if table in _PATTERN_TABLES:  # int16 or int32 patterns: stack() promotes
@@ -555,6 +617,99 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
             values = bits.view(torch.float32)
         amax.index_copy_(0, torch.tensor(where, device=device), values)
     return rows, amax
+
+
+def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`segment_rows` on a CPU: the same rows, placed in numpy on zero-copy views, one
+    segment at a time (a numpy call costs a fraction of a torch call on small arrays)."""
+    count = len(segments)
+    rows = np.zeros((count, CODES + 1), dtype=np.int64)
+    amax = np.zeros(count, dtype=np.float32)  # parameter rows: 0
+    cpu = torch.device("cpu")
+    pending: dict[str, list[int]] = {}
+    for row, peak_at, segment in zip(rows, range(count), segments, strict=True):
+        counts = segment.codes.numpy()
+        if segment.layout == "pending":
+            pending.setdefault(segment.table, []).append(peak_at)
+            continue
+        if segment.layout == "codes":
+            row[:] = counts
+        elif segment.layout == "exponents":
+            row[_EXPONENT_COLUMN_ARRAY] = counts
+        else:
+            _, edge_codes, field_columns = _columns(segment.table, cpu)
+            row[field_columns.numpy()] = counts[1:-1]
+            assert segment.edges is not None, "16-bit pattern counts keep their edges"
+            edges = np.bincount(edge_codes.numpy(), segment.edges.numpy(), minlength=CODES + 1)
+            row += edges.astype(np.int64)  # float64 weights: exact below 2**53
+        if segment.zeros is not None:
+            row[ZERO_CODE] += int(segment.zeros)
+        elif segment.tensor is not None and row[CODES]:  # field 0 occupied: count the zeros
+            values = segment.tensor
+            row[ZERO_CODE] += values.numel() - int(np.count_nonzero(values.numpy()))
+        if segment.peak is not None:
+            bits = int(segment.peak)
+            if segment.table in _PATTERN_TABLES:
+                amax[peak_at] = float(pattern_values(cpu)[segment.table][bits])
+            else:
+                amax[peak_at] = np.array(bits, dtype=np.int32).view(np.float32)
+    for table, where in pending.items():
+        tensors = [tensor for i in where if (tensor := segments[i].tensor) is not None]
+        rows[where], amax[where] = _count_on_host(table, tensors)
+    return torch.from_numpy(rows), torch.from_numpy(amax)
+
+
+def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.float32]
+]:  # fmt: skip
+    """([len(tensors), CODES + 1] code counts, max |x| of each) of small non-empty CPU
+    tensors of one kind (float16, bfloat16 or float32), counted together in numpy: one
+    concatenation of their bits, one count of (tensor, bin) pairs, one maximum per tensor
+    (`reduceat`), whatever their number. 16-bit bins are codes (a table lookup); float32
+    bins are exponent fields (256 bins: numpy sums short axes slowly), whose zeros are
+    counted where field 0 is occupied, the rest left to the decoder as for any float32 row."""
+    sizes = tuple(t.numel() for t in tensors)
+    starts, slots = _host_slots(sizes, CODES + 1 if table in _PATTERN_TABLES else EXPONENT_FIELDS)
+    count = len(tensors)
+    if table in _PATTERN_TABLES:
+        patterns = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
+        patterns &= 0x7FFF
+        codes = _host_tables()[table][patterns]
+        codes += slots
+        rows = np.bincount(codes, minlength=count * (CODES + 1)).reshape(count, CODES + 1)
+        peaks = pattern_values(torch.device("cpu"))[table].numpy()
+        return rows, peaks[np.maximum.reduceat(patterns, starts)]
+    bits = np.concatenate([t.numpy().view(np.int32).ravel() for t in tensors])
+    bits &= 0x7FFFFFFF
+    fields = bits >> 23
+    fields += slots
+    counted = np.bincount(fields, minlength=count * EXPONENT_FIELDS).reshape(count, -1)
+    rows = np.zeros((count, CODES + 1), dtype=np.int64)
+    rows[:, _EXPONENT_COLUMN_ARRAY] = counted
+    for index in np.flatnonzero(counted[:, 0]):  # field 0 occupied: count the zeros
+        start = starts[index]
+        rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(bits[start : start + sizes[index]])
+    return rows, np.maximum.reduceat(bits, starts).view(np.float32)
+
+
+_SLOTS: dict[tuple[tuple[int, ...], int], tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = {}
+
+
+def _host_slots(
+    sizes: tuple[int, ...], width: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """(where each tensor starts in the concatenation, the bin offset of each element: its
+    tensor's index times `width`), kept for the next steps (the same sizes come back)."""
+    key = (sizes, width)
+    found = _SLOTS.get(key)
+    if found is None:
+        if len(_SLOTS) > 64:  # sizes that vary from step to step: keep a few
+            _SLOTS.clear()
+        counts = np.array(sizes)
+        starts = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
+        offsets = (np.arange(len(sizes)) * width).astype(np.int32)
+        found = _SLOTS[key] = (starts, np.repeat(offsets, counts))
+    return found
 
 
 def _add_zeros(segments: Sequence[Segment], rows: torch.Tensor) -> None:
