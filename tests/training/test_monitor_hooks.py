@@ -172,4 +172,5 @@ def test_memory_figures_equal_those_counted_by_hand(tmp_path: Path) -> None:
     assert last.params == {"float32": weights} and last.grads == {"float32": weights}
     # Adam's two moments per weight and a float32 step count per parameter (made by the
     # first step, before the monitor reads them).
-    assert first.optimizer == last.optimizer == {"float32": 2 * weights + 4 * len(list(model.parameters()))}
+    state = 2 * weights + 4 * len(list(model.parameters()))
+    assert first.optimizer == last.optimizer == {"float32": state}
