@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
+from torch._C._nn import flatten_dense_tensors
 
 from fpexplorer.training.records import Histogram
 
@@ -398,49 +399,63 @@ def group_code_counts(
     its top half (column CODES then holds |x| < 2**-133, zeros included; with the exponent
     field, |x| < 2**-126). Consecutive tensors are copied into one reused buffer of at most
     2**20 elements (one `cat` each time it fills), which is then counted: a handful of
-    operations per 2**20 elements however many tensors there are."""
+    operations per 2**20 elements however many tensors there are; up to 2**20 elements,
+    one flattening copy of them all (a single call) is counted."""
     float32 = table_name == "float32_high"
     dtype = torch.float32 if float32 else tensors[0].dtype
     total = sum(t.numel() for t in tensors)
     device = tensors[0].device
     if device.type == "cpu" and total < _HOST_BELOW:
         return _host_group_counts(tensors, table_name, keep_patterns=keep_patterns)
-    size = min(max(total, 1), _CHUNK)
-    values = scratch.get("chunk_values", size, dtype, device)
-    patterns = scratch.get("chunk_patterns", size, torch.int32, device)
     lookup = not float32 and total < _LOOKUP_BELOW and not keep_patterns
-    bins = EXPONENT_FIELDS if float32 and not keep_patterns else PATTERNS
-    pending: list[torch.Tensor] = []
+    bins = _FIELD_BINS if float32 and not keep_patterns else PATTERNS
     found: list[torch.Tensor] = []  # code counts (lookup: one chunk) or bin counts, summed
     nonzero: list[torch.Tensor] = []
-    filled = 0
 
-    def count_chunk() -> None:
-        nonlocal filled
-        if not filled:
-            return
-        chunk = values[:filled]
-        torch.cat(pending, out=chunk)
-        pending.clear()
-        nonzero.append(torch.count_nonzero(chunk))
-        if float32:  # |x| in place (the chunk is a copy), then its exponent field or top half
+    def count(chunk: torch.Tensor) -> None:
+        """Count a flat copy of some of the values (changed in place)."""
+        if float32:  # |x|, then its exponent field (with two lane bits) or its top half
             bits = chunk.abs_().view(torch.int32)
-            shift = 23 if bins == EXPONENT_FIELDS else 16
-            binned = torch.bitwise_right_shift(bits, shift, out=patterns[:filled])
+            nonzero.append(torch.count_nonzero(bits))  # of |x|: -0.0 is a zero too
+            binned = bits.bitwise_right_shift_(_FIELD_SHIFT if bins == _FIELD_BINS else 16)
         else:
-            binned = torch.bitwise_and(chunk.view(torch.int16), 0x7FFF, out=patterns[:filled])
+            out = scratch.get("chunk_patterns", chunk.numel(), torch.int16, device)
+            binned = torch.bitwise_and(chunk.view(torch.int16), 0x7FFF, out=out)
+            nonzero.append(torch.count_nonzero(binned))
         if lookup:
             found.append(code_counts(binned, table_name)[0])
         elif found:  # summed as they come: one vector of bins, whatever the model size
             found[0].add_(torch.bincount(binned, minlength=bins))
         else:
             found.append(torch.bincount(binned, minlength=bins))
-        filled = 0
 
-    for tensor in tensors:
-        flat = tensor.detach().reshape(-1)
-        if flat.dtype != dtype:
-            flat = flat.to(dtype)
+    flats = [t.detach() if t.dtype == dtype else t.detach().to(dtype) for t in tensors]
+    if total <= _CHUNK:  # one copy of them all, made in one call
+        count(flatten_dense_tensors(flats) if len(flats) > 1 else flats[0].reshape(-1).clone())
+    else:
+        _count_in_chunks(flats, scratch.get("chunk_values", _CHUNK, dtype, device), count)
+    nonzero_count = torch.stack(nonzero).sum()
+    if lookup:
+        return found[0], None, nonzero_count
+    counts = found[0]
+    if bins == _FIELD_BINS:
+        codes = torch.zeros(CODES + 1, dtype=torch.int64, device=device)
+        fields = counts.view(EXPONENT_FIELDS, -1).sum(dim=1)
+        return codes.index_copy_(0, _columns("exponents", device)[0], fields), None, nonzero_count
+    codes = _map_patterns(counts, _code_tables(device)[table_name], table_name)
+    return codes, counts if keep_patterns else None, nonzero_count
+
+
+def _count_in_chunks(
+    flats: list[torch.Tensor], buffer: torch.Tensor, count: Callable[[torch.Tensor], None]
+) -> None:
+    """Hand `count` the tensors' elements through `buffer`: consecutive tensors are copied
+    into it (one `cat` each time it fills), so that no parameter-sized copy is ever made."""
+    size = buffer.numel()
+    pending: list[torch.Tensor] = []
+    filled = 0
+    for tensor in flats:
+        flat = tensor.reshape(-1)
         start = 0
         while start < flat.numel():
             take = min(flat.numel() - start, size - filled)
@@ -448,20 +463,11 @@ def group_code_counts(
             filled += take
             start += take
             if filled == size:
-                count_chunk()
-    count_chunk()
-    zero = torch.zeros((), dtype=torch.int64, device=device)
-    nonzero_count = torch.stack(nonzero).sum() if nonzero else zero
-    if lookup or not found:
-        codes = found[0] if found else torch.zeros(CODES + 1, dtype=torch.int64, device=device)
-        empty = None if lookup else torch.zeros(PATTERNS, dtype=torch.int64, device=device)
-        return codes, empty if keep_patterns else None, nonzero_count
-    counts = found[0]
-    if bins == EXPONENT_FIELDS:
-        codes = torch.zeros(CODES + 1, dtype=torch.int64, device=device)
-        return codes.index_copy_(0, _columns("exponents", device)[0], counts), None, nonzero_count
-    codes = _map_patterns(counts, _code_tables(device)[table_name], table_name)
-    return codes, counts if keep_patterns else None, nonzero_count
+                count(torch.cat(pending, out=buffer))
+                pending.clear()
+                filled = 0
+    if filled:
+        count(torch.cat(pending, out=buffer[:filled]))
 
 
 def _host_group_counts(
@@ -645,8 +651,8 @@ def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]
         if segment.zeros is not None:
             row[ZERO_CODE] += int(segment.zeros)
         elif segment.tensor is not None and row[CODES]:  # field 0 occupied: count the zeros
-            values = segment.tensor
-            row[ZERO_CODE] += values.numel() - int(np.count_nonzero(values.numpy()))
+            # Compared with 0 (-0.0 included): numpy counts non-zero floats far slower.
+            row[ZERO_CODE] += int(np.count_nonzero(segment.tensor.numpy() == 0))
         if segment.peak is not None:
             bits = int(segment.peak)
             if segment.table in _PATTERN_TABLES:
