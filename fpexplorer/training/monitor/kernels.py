@@ -267,7 +267,8 @@ class Segment:
     - "codes": CODES + 1 counts by histogram code; for float32 the last one holds the
       elements the bits could not place (zeros included), and ZERO_CODE is empty until
       `zeros` is added;
-    - "exponents": the EXPONENT_FIELDS counts of a float32's exponent field;
+    - "exponents": the counts of a float32's exponent field with its top two mantissa bits
+      (_FIELD_BINS), summed per field by `segment_rows` (one sum for all segments);
     - "blocks": the counts of each exponent-field value of the 16-bit format `table`; its
       first and last values (zero and subnormals; inf and NaN) are placed from `edges`, the
       counts of their patterns;
@@ -542,9 +543,8 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     bits = torch.abs(values.reshape(-1)).view(torch.int32)
     peak = bits.max() if numel else None
     binned = torch.bincount(bits.bitwise_right_shift_(_FIELD_SHIFT), minlength=_FIELD_BINS)
-    fields = binned.view(EXPONENT_FIELDS, -1).sum(dim=1)
     zeros = None if device.type == "cpu" else numel - torch.count_nonzero(values)
-    return Segment(layer, name, numel, "float32", fields, zeros, peak, values,
+    return Segment(layer, name, numel, "float32", binned, zeros, peak, values,
                    layout="exponents")  # fmt: skip
 
 
@@ -579,7 +579,8 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
     Column CODES holds, for float32 segments, the elements the bits could not place
     *including* zeros (also counted in ZERO_CODE); INF_CODE holds their inf and NaN: when
     either is more than the zeros, `code_histogram` places them. On a CPU the float32 zeros
-    of activation gradients are counted here, only where those elements exist.
+    of activation gradients are counted here, only where those elements exist, and the
+    pending small tensors are counted (see `_host_rows`).
     """
     if segments[0].codes.device.type == "cpu":
         return _host_rows(segments)
@@ -587,82 +588,97 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _device_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """`segment_rows` on an accelerator: each layout stacked and placed at once (a host
-    read per element would be a sync)."""
+    """`segment_rows` by torch operations only (on an accelerator a host read per segment
+    would be a sync); zeros not yet counted are counted here."""
+    rows, amax = _placed_rows(segments)
+    known = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
+    deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
+    for index in deferred:  # only on a CPU: an accelerator counts them in the hook
+        tensor = segments[index].tensor
+        if tensor is not None:
+            known.append((index, (tensor == 0).sum()))
+    if known:
+        device = rows.device
+        where = torch.tensor([i for i, _ in known], device=device)
+        counts = torch.stack([torch.as_tensor(z, device=device) for _, z in known])
+        rows[:, ZERO_CODE].index_add_(0, where, counts)
+    return rows, amax
+
+
+def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`segment_rows` on a CPU: the counted segments placed by torch, then, in numpy on
+    zero-copy views, the zeros (only where exponent field 0 is occupied) and the pending
+    small tensors, each kind counted at once (`_count_on_host`)."""
+    rows, amax = _placed_rows(segments)
+    host_rows, host_amax = rows.numpy(), amax.numpy()
+    pending: dict[str, list[int]] = {}
+    for index, segment in enumerate(segments):
+        if segment.layout == "pending":
+            pending.setdefault(segment.table, []).append(index)
+        elif segment.zeros is not None:
+            host_rows[index, ZERO_CODE] += int(segment.zeros)
+        elif segment.tensor is not None and host_rows[index, CODES]:
+            # Field 0 occupied: the zeros, compared with 0 (-0.0 included): numpy counts
+            # non-zero floats far slower.
+            host_rows[index, ZERO_CODE] += int(np.count_nonzero(segment.tensor.numpy() == 0))
+    for table, where in pending.items():
+        tensors = [tensor for i in where if (tensor := segments[i].tensor) is not None]
+        host_rows[where], host_amax[where] = _count_on_host(table, tensors)
+    return rows, amax
+
+
+def _placed_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, max |x|) of the counted segments, each layout stacked and placed at once;
+    zeros not added, pending segments left empty."""
     device = segments[0].codes.device
     count = len(segments)
     rows = torch.zeros(count, CODES + 1, dtype=torch.int64, device=device)
+    amax = torch.zeros(count, dtype=torch.float32, device=device)  # parameter rows: 0
     kinds: dict[tuple[str, str], list[int]] = {}
+    peaks: dict[str, tuple[list[int], list[torch.Tensor]]] = {}
     for index, segment in enumerate(segments):
         kinds.setdefault((segment.layout, segment.table), []).append(index)
+        if segment.peak is not None:
+            where, found = peaks.setdefault(segment.table, ([], []))
+            where.append(index)
+            found.append(torch.as_tensor(segment.peak, device=device))
     for (layout, table), where in kinds.items():
+        if layout == "pending":
+            continue
         counts = torch.stack([segments[i].codes for i in where])
-        at = torch.tensor(where, device=device)
+        at = _index(where, device)
         if layout == "codes":
             rows.index_copy_(0, at, counts)
         elif layout == "exponents":
-            rows.index_put_((at.unsqueeze(1), _columns("exponents", device)[0]), counts)
+            fields = counts.view(len(where), EXPONENT_FIELDS, -1).sum(dim=2)
+            rows.index_put_((at.unsqueeze(1), _columns("exponents", device)[0]), fields)
         else:
             _, edge_codes, field_columns = _columns(table, device)
             rows.index_put_((at.unsqueeze(1), field_columns), counts[:, 1:-1])
             edges = torch.stack([edge for i in where if (edge := segments[i].edges) is not None])
             rows.index_put_((at.unsqueeze(1), edge_codes), edges, accumulate=True)
-    _add_zeros(segments, rows)
-    amax = torch.zeros(count, dtype=torch.float32, device=device)  # parameter rows: 0
-    peaks: dict[str, tuple[list[int], list[torch.Tensor]]] = {}
-    for index, segment in enumerate(segments):
-        if segment.peak is not None:
-            where, found = peaks.setdefault(segment.table, ([], []))
-            where.append(index)
-            found.append(torch.as_tensor(segment.peak, device=device))
     for table, (where, found) in peaks.items():
         bits = torch.stack(found)
         if table in _PATTERN_TABLES:  # int16 or int32 patterns: stack() promotes
             values = pattern_values(device)[table].index_select(0, bits.int())
         else:
             values = bits.view(torch.float32)
-        amax.index_copy_(0, torch.tensor(where, device=device), values)
+        amax.index_copy_(0, _index(where, device), values)
     return rows, amax
 
 
-def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """`segment_rows` on a CPU: the same rows, placed in numpy on zero-copy views, one
-    segment at a time (a numpy call costs a fraction of a torch call on small arrays)."""
-    count = len(segments)
-    rows = np.zeros((count, CODES + 1), dtype=np.int64)
-    amax = np.zeros(count, dtype=np.float32)  # parameter rows: 0
-    cpu = torch.device("cpu")
-    pending: dict[str, list[int]] = {}
-    for row, peak_at, segment in zip(rows, range(count), segments, strict=True):
-        counts = segment.codes.numpy()
-        if segment.layout == "pending":
-            pending.setdefault(segment.table, []).append(peak_at)
-            continue
-        if segment.layout == "codes":
-            row[:] = counts
-        elif segment.layout == "exponents":
-            row[_EXPONENT_COLUMN_ARRAY] = counts
-        else:
-            _, edge_codes, field_columns = _columns(segment.table, cpu)
-            row[field_columns.numpy()] = counts[1:-1]
-            assert segment.edges is not None, "16-bit pattern counts keep their edges"
-            edges = np.bincount(edge_codes.numpy(), segment.edges.numpy(), minlength=CODES + 1)
-            row += edges.astype(np.int64)  # float64 weights: exact below 2**53
-        if segment.zeros is not None:
-            row[ZERO_CODE] += int(segment.zeros)
-        elif segment.tensor is not None and row[CODES]:  # field 0 occupied: count the zeros
-            # Compared with 0 (-0.0 included): numpy counts non-zero floats far slower.
-            row[ZERO_CODE] += int(np.count_nonzero(segment.tensor.numpy() == 0))
-        if segment.peak is not None:
-            bits = int(segment.peak)
-            if segment.table in _PATTERN_TABLES:
-                amax[peak_at] = float(pattern_values(cpu)[segment.table][bits])
-            else:
-                amax[peak_at] = np.array(bits, dtype=np.int32).view(np.float32)
-    for table, where in pending.items():
-        tensors = [tensor for i in where if (tensor := segments[i].tensor) is not None]
-        rows[where], amax[where] = _count_on_host(table, tensors)
-    return torch.from_numpy(rows), torch.from_numpy(amax)
+_INDEXES: dict[tuple[tuple[int, ...], torch.device], torch.Tensor] = {}
+
+
+def _index(where: list[int], device: torch.device) -> torch.Tensor:
+    """`where` as an index tensor on `device`, kept for the next steps (the same come back)."""
+    key = (tuple(where), device)
+    index = _INDEXES.get(key)
+    if index is None:
+        if len(_INDEXES) > 256:  # layouts that vary from step to step: keep a few
+            _INDEXES.clear()
+        index = _INDEXES[key] = torch.tensor(where, device=device)
+    return index
 
 
 def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
@@ -716,24 +732,6 @@ def _host_slots(
         offsets = (np.arange(len(sizes)) * width).astype(np.int32)
         found = _SLOTS[key] = (starts, np.repeat(offsets, counts))
     return found
-
-
-def _add_zeros(segments: Sequence[Segment], rows: torch.Tensor) -> None:
-    """Add each float32 segment's zeros to its ZERO_CODE column; those not yet counted (a
-    CPU's activation gradients) are counted where column CODES says there may be some."""
-    known = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
-    deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
-    if deferred:
-        occupied = rows[deferred, CODES].tolist()  # on a CPU: no sync to wait for
-        for index, held in zip(deferred, occupied, strict=True):
-            tensor = segments[index].tensor
-            if held and tensor is not None:
-                known.append((index, tensor.numel() - torch.count_nonzero(tensor)))
-    if known:
-        device = rows.device
-        where = torch.tensor([i for i, _ in known], device=device)
-        counts = torch.stack([torch.as_tensor(z, device=device) for _, z in known])
-        rows[:, ZERO_CODE].index_add_(0, where, counts)
 
 
 @functools.lru_cache(maxsize=256)
