@@ -201,15 +201,14 @@ def test_mixed_segments_keep_their_order(rows_of: RowsOf) -> None:
     assert_segments_exact(tensors, rows_of)
 
 
-@pytest.mark.parametrize("route", ["numpy", "one_copy", "chunks", "alone"])
+@pytest.mark.parametrize("route", ["one_copy", "chunks", "alone"])
 @pytest.mark.parametrize("keep_patterns", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_group_counts_equal_the_oracle(
     dtype: torch.dtype, keep_patterns: bool, route: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # numpy: a small CPU group; one_copy: all flattened at once; chunks: several buffers
-    # full, tensors split across them; alone: one tensor (copied, never changed in place).
-    monkeypatch.setattr(kernels, "_HOST_BELOW", 1 << 20 if route == "numpy" else 0)
+    # one_copy: all flattened at once; chunks: several buffers full, tensors split across
+    # them; alone: one tensor (copied, never changed in place).
     if route == "chunks":
         monkeypatch.setattr(kernels, "_CHUNK", 1 << 14)
     generator = torch.Generator().manual_seed(6)

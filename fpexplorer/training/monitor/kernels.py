@@ -329,9 +329,8 @@ class Scratch:
 # mapped with the others of the step).
 _LOOKUP_BELOW = 16384
 _ACT_LOOKUP_BELOW = 4096
-# CPU tensors below this many elements are counted in numpy: activation gradients all at
-# once in `segment_rows` (they are kept until then: small ones only), parameter groups in
-# `_host_group_counts`.
+# CPU activation gradients below this many elements are counted all at once in
+# `segment_rows`, in numpy (they are kept until then: small ones only).
 _HOST_BELOW = 16384
 _SMALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _PENDING = torch.zeros(0, dtype=torch.int64)  # the codes of a segment not counted yet
@@ -406,8 +405,6 @@ def group_code_counts(
     dtype = torch.float32 if float32 else tensors[0].dtype
     total = sum(t.numel() for t in tensors)
     device = tensors[0].device
-    if device.type == "cpu" and total < _HOST_BELOW:
-        return _host_group_counts(tensors, table_name, keep_patterns=keep_patterns)
     lookup = not float32 and total < _LOOKUP_BELOW and not keep_patterns
     bins = _FIELD_BINS if float32 and not keep_patterns else PATTERNS
     found: list[torch.Tensor] = []  # code counts (lookup: one chunk) or bin counts, summed
@@ -471,32 +468,6 @@ def _count_in_chunks(
         count(torch.cat(pending, out=buffer[:filled]))
 
 
-def _host_group_counts(
-    tensors: Sequence[torch.Tensor], table_name: str, *, keep_patterns: bool
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """`group_code_counts` of a few small CPU tensors, in numpy on zero-copy views: one
-    concatenation, a mask, a count of non-zeros and one count of bins."""
-    if table_name == "float32_high":
-        arrays = [t.detach().reshape(-1).to(torch.float32).numpy().view(np.int32) for t in tensors]
-        bits = np.concatenate(arrays) & 0x7FFFFFFF
-        nonzero = np.count_nonzero(bits)
-        if not keep_patterns:  # 256 bins: numpy sums short axes slowly
-            codes = np.zeros(CODES + 1, dtype=np.int64)
-            codes[_EXPONENT_COLUMN_ARRAY] = np.bincount(bits >> 23, minlength=EXPONENT_FIELDS)
-            return torch.from_numpy(codes), None, torch.tensor(nonzero)
-        patterns = bits >> 16
-    else:
-        arrays = [t.detach().reshape(-1).view(torch.int16).numpy() for t in tensors]
-        patterns = np.concatenate(arrays) & 0x7FFF
-        nonzero = np.count_nonzero(patterns)
-        if not keep_patterns:
-            codes = np.bincount(_host_tables()[table_name][patterns], minlength=CODES + 1)
-            return torch.from_numpy(codes), None, torch.tensor(nonzero)
-    counts = torch.from_numpy(np.bincount(patterns, minlength=PATTERNS))
-    table = _code_tables(torch.device("cpu"))[table_name]
-    return _map_patterns(counts, table, table_name), counts, torch.tensor(nonzero)
-
-
 def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     """Counts of one activation gradient, made in backward with a handful of operations.
 
@@ -550,9 +521,9 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
 
 @functools.cache
 def _host_tables() -> dict[str, npt.NDArray[np.int32]]:
-    """The 16-bit code tables as numpy arrays."""
+    """The 16-bit code tables as numpy arrays, times _LANES (see `_count_on_host`)."""
     tables = _code_tables(torch.device("cpu"))
-    return {name: tables[name].numpy().astype(np.int32) for name in _PATTERN_TABLES}
+    return {name: tables[name].numpy().astype(np.int32) * _LANES for name in _PATTERN_TABLES}
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -685,33 +656,48 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     npt.NDArray[np.int64], npt.NDArray[np.float32]
 ]:  # fmt: skip
     """([len(tensors), CODES + 1] code counts, max |x| of each) of small non-empty CPU
-    tensors of one kind (float16, bfloat16 or float32), counted together in numpy: one
-    concatenation of their bits, one count of (tensor, bin) pairs, one maximum per tensor
+    tensors of one kind (float16, bfloat16 or float32), counted together: one
+    concatenation of their bits (numpy, on zero-copy views), one count of (tensor, bin,
+    lane) triples (torch's bincount: faster than numpy's), one maximum per tensor
     (`reduceat`), whatever their number. 16-bit bins are codes (a table lookup); float32
-    bins are exponent fields (256 bins: numpy sums short axes slowly), whose zeros are
-    counted where field 0 is occupied, the rest left to the decoder as for any float32 row."""
+    bins are exponent fields, whose zeros are counted where field 0 is occupied, the rest
+    left to the decoder as for any float32 row. The lane, an element's position modulo
+    _LANES, spreads the increments of one bin (a ReLU's zeros, one binade) over several
+    counters: a run of increments of one counter waits on each."""
     sizes = tuple(t.numel() for t in tensors)
-    starts, slots = _host_slots(sizes, CODES + 1 if table in _PATTERN_TABLES else EXPONENT_FIELDS)
     count = len(tensors)
     if table in _PATTERN_TABLES:
+        starts, slots = _host_slots(sizes, CODES + 1)
         patterns = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
         patterns &= 0x7FFF
-        codes = _host_tables()[table][patterns]
-        codes += slots
-        rows = np.bincount(codes, minlength=count * (CODES + 1)).reshape(count, CODES + 1)
+        bins = _host_tables()[table][patterns]  # code * _LANES
+        bins += slots
+        rows = _lane_counts(bins, count, CODES + 1)
         peaks = pattern_values(torch.device("cpu"))[table].numpy()
         return rows, peaks[np.maximum.reduceat(patterns, starts)]
+    starts, slots = _host_slots(sizes, EXPONENT_FIELDS)
     bits = np.concatenate([t.numpy().view(np.int32).ravel() for t in tensors])
     bits &= 0x7FFFFFFF
-    fields = bits >> 23
-    fields += slots
-    counted = np.bincount(fields, minlength=count * EXPONENT_FIELDS).reshape(count, -1)
+    bins = bits >> (23 - _LANE_BITS)
+    bins &= -_LANES  # the exponent field times _LANES
+    bins += slots
     rows = np.zeros((count, CODES + 1), dtype=np.int64)
-    rows[:, _EXPONENT_COLUMN_ARRAY] = counted
-    for index in np.flatnonzero(counted[:, 0]):  # field 0 occupied: count the zeros
+    rows[:, _EXPONENT_COLUMN_ARRAY] = _lane_counts(bins, count, EXPONENT_FIELDS)
+    for index in np.flatnonzero(rows[:, CODES]):  # field 0 occupied: count the zeros
         start = starts[index]
         rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(bits[start : start + sizes[index]])
     return rows, np.maximum.reduceat(bits, starts).view(np.float32)
+
+
+_LANE_BITS = 3
+_LANES = 1 << _LANE_BITS
+
+
+def _lane_counts(bins: npt.NDArray[np.int32], count: int, width: int) -> npt.NDArray[np.int64]:
+    """[count, width] counts of (tensor, bin, lane) indices, the lanes summed."""
+    counted = torch.bincount(torch.from_numpy(bins), minlength=count * width * _LANES)
+    lanes: npt.NDArray[np.int64] = counted.view(count, width, _LANES).sum(dim=2).numpy()
+    return lanes
 
 
 _SLOTS: dict[tuple[tuple[int, ...], int], tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = {}
@@ -720,8 +706,9 @@ _SLOTS: dict[tuple[tuple[int, ...], int], tuple[npt.NDArray[np.int64], npt.NDArr
 def _host_slots(
     sizes: tuple[int, ...], width: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
-    """(where each tensor starts in the concatenation, the bin offset of each element: its
-    tensor's index times `width`), kept for the next steps (the same sizes come back)."""
+    """(where each tensor starts in the concatenation, the offset of each element's bin:
+    its tensor's index times `width` times _LANES, plus its lane), kept for the next steps
+    (the same sizes come back)."""
     key = (sizes, width)
     found = _SLOTS.get(key)
     if found is None:
@@ -729,8 +716,9 @@ def _host_slots(
             _SLOTS.clear()
         counts = np.array(sizes)
         starts = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
-        offsets = (np.arange(len(sizes)) * width).astype(np.int32)
-        found = _SLOTS[key] = (starts, np.repeat(offsets, counts))
+        offsets = np.repeat(np.arange(len(sizes)) * width * _LANES, counts)
+        offsets += np.arange(offsets.size) % _LANES
+        found = _SLOTS[key] = (starts, offsets.astype(np.int32))
     return found
 
 
