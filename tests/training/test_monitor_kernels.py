@@ -65,10 +65,12 @@ RowsOf = Callable[[Sequence[Segment]], tuple[torch.Tensor, torch.Tensor]]
 def rows_of(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> RowsOf:
     """The ways a step's segments become rows: on a CPU (small tensors counted together in
     numpy, rows placed in numpy), as on an accelerator (every tensor counted by torch in its
-    hook, rows placed by torch; run here on the CPU), and the two crossed."""
+    hook, by index_add as on CUDA, rows placed by torch; run here on the CPU), and the two
+    crossed."""
     if request.param == "cpu":
         return segment_rows
     monkeypatch.setattr(kernels, "_HOST_BELOW", 0)
+    monkeypatch.setattr(kernels, "_BINCOUNT_DEVICES", ())  # counts by index_add, as on CUDA
     return kernels._device_rows if request.param == "accelerator" else kernels._host_rows
 
 
@@ -201,14 +203,17 @@ def test_mixed_segments_keep_their_order(rows_of: RowsOf) -> None:
     assert_segments_exact(tensors, rows_of)
 
 
-@pytest.mark.parametrize("route", ["one_copy", "chunks", "alone"])
+@pytest.mark.parametrize("route", ["one_copy", "chunks", "alone", "index_add"])
 @pytest.mark.parametrize("keep_patterns", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_group_counts_equal_the_oracle(
     dtype: torch.dtype, keep_patterns: bool, route: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # one_copy: all flattened at once; chunks: several buffers full, tensors split across
-    # them; alone: one tensor (copied, never changed in place).
+    # them; alone: one tensor (copied, never changed in place); index_add: counted as on
+    # CUDA (whose bincount would sync).
+    if route == "index_add":
+        monkeypatch.setattr(kernels, "_BINCOUNT_DEVICES", ())
     if route == "chunks":
         monkeypatch.setattr(kernels, "_CHUNK", 1 << 14)
     generator = torch.Generator().manual_seed(6)

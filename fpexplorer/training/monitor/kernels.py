@@ -344,9 +344,26 @@ def code_counts(
     table = _code_tables(patterns.device)[table_name]
     if patterns.numel() < _LOOKUP_BELOW and not keep_patterns:
         index = patterns if patterns.dtype == torch.int32 else patterns.int()
-        return torch.bincount(table.index_select(0, index), minlength=CODES + 1), None
-    counts = torch.bincount(patterns, minlength=PATTERNS)
+        return _count_bins(table.index_select(0, index), CODES + 1), None
+    counts = _count_bins(patterns, PATTERNS)
     return _map_patterns(counts, table, table_name), counts if keep_patterns else None
+
+
+# Device types whose bincount counts without a host sync. CUDA's reads its input's maximum
+# on the host (to size its output), which in a backward hook would stall the queue: there
+# the counts are an index_add of ones, which sizes nothing.
+_BINCOUNT_DEVICES = ("cpu", "mps")
+
+
+def _count_bins(index: torch.Tensor, bins: int) -> torch.Tensor:
+    """The count of each value of `index` (integers in [0, bins)), int64, without a sync."""
+    if index.device.type in _BINCOUNT_DEVICES:
+        return torch.bincount(index, minlength=bins)
+    flat = index.reshape(-1)
+    if flat.dtype not in (torch.int32, torch.int64):  # index_add takes these only
+        flat = flat.int()
+    ones = torch.ones((), dtype=torch.int64, device=index.device).expand(flat.numel())
+    return torch.zeros(bins, dtype=torch.int64, device=index.device).index_add_(0, flat, ones)
 
 
 _COLUMNS: dict[tuple[str, torch.device], tuple[torch.Tensor, ...]] = {}
@@ -423,9 +440,9 @@ def group_code_counts(
         if lookup:
             found.append(code_counts(binned, table_name)[0])
         elif found:  # summed as they come: one vector of bins, whatever the model size
-            found[0].add_(torch.bincount(binned, minlength=bins))
+            found[0].add_(_count_bins(binned, bins))
         else:
-            found.append(torch.bincount(binned, minlength=bins))
+            found.append(_count_bins(binned, bins))
 
     flats = [t.detach() if t.dtype == dtype else t.detach().to(dtype) for t in tensors]
     if total <= _CHUNK:  # one copy of them all, made in one call
@@ -498,13 +515,11 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
         if numel < _ACT_LOOKUP_BELOW:  # int32 patterns: the lookup's index
             flat = torch.bitwise_and(bits, 0x7FFF, out=torch.empty(
                 data.shape, dtype=torch.int32, device=device)).reshape(-1)  # fmt: skip
-            codes = torch.bincount(
-                _code_tables(device)[name].index_select(0, flat), minlength=CODES + 1
-            )
+            codes = _count_bins(_code_tables(device)[name].index_select(0, flat), CODES + 1)
             return Segment(layer, name, numel, name, codes, None, flat.max() if numel else None,
                            None)  # fmt: skip
         flat = (bits & 0x7FFF).reshape(-1)
-        counts = torch.bincount(flat, minlength=PATTERNS)
+        counts = _count_bins(flat, PATTERNS)
         cols = _LAYOUTS[name]
         fields = counts.view(PATTERNS // cols, cols).sum(dim=1)
         edges = counts.index_select(0, _columns(name, device)[0])
@@ -513,7 +528,7 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     values = data if data.dtype == torch.float32 else data.float()
     bits = torch.abs(values.reshape(-1)).view(torch.int32)
     peak = bits.max() if numel else None
-    binned = torch.bincount(bits.bitwise_right_shift_(_FIELD_SHIFT), minlength=_FIELD_BINS)
+    binned = _count_bins(bits.bitwise_right_shift_(_FIELD_SHIFT), _FIELD_BINS)
     zeros = None if device.type == "cpu" else numel - torch.count_nonzero(values)
     return Segment(layer, name, numel, "float32", binned, zeros, peak, values,
                    layout="exponents")  # fmt: skip
