@@ -65,10 +65,12 @@ RowsOf = Callable[[Sequence[Segment]], tuple[torch.Tensor, torch.Tensor]]
 def rows_of(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> RowsOf:
     """The ways a step's segments become rows: on a CPU (small tensors counted together in
     numpy, rows placed in numpy), as on an accelerator (every tensor counted by torch in its
-    hook, rows placed by torch; run here on the CPU), and the two crossed."""
+    hook, by index_add as on CUDA, rows placed by torch; run here on the CPU), and the two
+    crossed."""
     if request.param == "cpu":
         return segment_rows
     monkeypatch.setattr(kernels, "_HOST_BELOW", 0)
+    monkeypatch.setattr(kernels, "_BINCOUNT_DEVICES", ())  # counts by index_add, as on CUDA
     return kernels._device_rows if request.param == "accelerator" else kernels._host_rows
 
 
@@ -201,23 +203,36 @@ def test_mixed_segments_keep_their_order(rows_of: RowsOf) -> None:
     assert_segments_exact(tensors, rows_of)
 
 
+@pytest.mark.parametrize("route", ["one_copy", "chunks", "alone", "index_add"])
 @pytest.mark.parametrize("keep_patterns", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_group_counts_equal_the_oracle(
-    dtype: torch.dtype, keep_patterns: bool, monkeypatch: pytest.MonkeyPatch
+    dtype: torch.dtype, keep_patterns: bool, route: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kernels, "_CHUNK", 1 << 14)  # several chunks, tensors split across them
+    # one_copy: all flattened at once; chunks: several buffers full, tensors split across
+    # them; alone: one tensor (copied, never changed in place); index_add: counted as on
+    # CUDA (whose bincount would sync).
+    if route == "index_add":
+        monkeypatch.setattr(kernels, "_BINCOUNT_DEVICES", ())
+    if route == "chunks":
+        monkeypatch.setattr(kernels, "_CHUNK", 1 << 14)
     generator = torch.Generator().manual_seed(6)
     exponents = torch.randint(-20, 10, (30_000,), generator=generator)
     base = torch.randn(30_000, generator=generator) * torch.pow(2.0, exponents.float())
     base[::11] = 0.0
+    base[1] = -0.0
     members = [base[:7].to(dtype), base[7:20_007].to(dtype).reshape(100, -1).t(),
                base[20_007:].to(dtype)]  # fmt: skip
     if dtype == torch.float32:
-        members.append(torch.tensor([2.0**-140, 2.0**-128, 0.0]))
+        members.append(torch.tensor([2.0**-140, -(2.0**-128), 0.0, -0.0]))
+        members.append(torch.randn(5, dtype=torch.float64))  # converted
+    if route == "alone":
+        members = [base.to(dtype)]
+    before = [m.clone() for m in members]
     table = "float32_high" if dtype == torch.float32 else kernels.dtype_name(dtype)
     codes, patterns, nonzero = group_code_counts(members, table, Scratch(),
                                                  keep_patterns=keep_patterns)  # fmt: skip
+    assert all(torch.equal(m, b) for m, b in zip(members, before, strict=True))
     expected = oracle_codes(torch.cat([m.reshape(-1).float() for m in members]))
     zeros = int(expected[ZERO_CODE])
     assert int(nonzero) == sum(m.numel() for m in members) - zeros
@@ -226,7 +241,8 @@ def test_group_counts_equal_the_oracle(
         # Column CODES: the elements the bits leave to the values (zeros included): below
         # 2**-126 (exponent field 0) or, with the top-half patterns, below 2**-133.
         tiny = 2.0**-133 if keep_patterns else 2.0**-126
-        low = int(np.sum(np.abs(np.concatenate([m.reshape(-1).numpy() for m in members])) < tiny))
+        magnitudes = np.abs(np.concatenate([m.reshape(-1).float().numpy() for m in members]))
+        low = int(np.sum(magnitudes < tiny))
         assert int(got[CODES]) == low
         placed = got[:NUM_BINADES] > 0
         assert np.array_equal(got[:NUM_BINADES][placed], expected[:NUM_BINADES][placed])

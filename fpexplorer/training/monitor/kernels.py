@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import torch
+from torch._C._nn import flatten_dense_tensors
 
 from fpexplorer.training.records import Histogram
 
@@ -266,7 +267,8 @@ class Segment:
     - "codes": CODES + 1 counts by histogram code; for float32 the last one holds the
       elements the bits could not place (zeros included), and ZERO_CODE is empty until
       `zeros` is added;
-    - "exponents": the EXPONENT_FIELDS counts of a float32's exponent field;
+    - "exponents": the counts of a float32's exponent field with its top two mantissa bits
+      (_FIELD_BINS), summed per field by `segment_rows` (one sum for all segments);
     - "blocks": the counts of each exponent-field value of the 16-bit format `table`; its
       first and last values (zero and subnormals; inf and NaN) are placed from `edges`, the
       counts of their patterns;
@@ -327,9 +329,8 @@ class Scratch:
 # mapped with the others of the step).
 _LOOKUP_BELOW = 16384
 _ACT_LOOKUP_BELOW = 4096
-# CPU tensors below this many elements are counted in numpy: activation gradients all at
-# once in `segment_rows` (they are kept until then: small ones only), parameter groups in
-# `_host_group_counts`.
+# CPU activation gradients below this many elements are counted all at once in
+# `segment_rows`, in numpy (they are kept until then: small ones only).
 _HOST_BELOW = 16384
 _SMALL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _PENDING = torch.zeros(0, dtype=torch.int64)  # the codes of a segment not counted yet
@@ -343,9 +344,26 @@ def code_counts(
     table = _code_tables(patterns.device)[table_name]
     if patterns.numel() < _LOOKUP_BELOW and not keep_patterns:
         index = patterns if patterns.dtype == torch.int32 else patterns.int()
-        return torch.bincount(table.index_select(0, index), minlength=CODES + 1), None
-    counts = torch.bincount(patterns, minlength=PATTERNS)
+        return _count_bins(table.index_select(0, index), CODES + 1), None
+    counts = _count_bins(patterns, PATTERNS)
     return _map_patterns(counts, table, table_name), counts if keep_patterns else None
+
+
+# Device types whose bincount counts without a host sync. CUDA's reads its input's maximum
+# on the host (to size its output), which in a backward hook would stall the queue: there
+# the counts are an index_add of ones, which sizes nothing.
+_BINCOUNT_DEVICES = ("cpu", "mps")
+
+
+def _count_bins(index: torch.Tensor, bins: int) -> torch.Tensor:
+    """The count of each value of `index` (integers in [0, bins)), int64, without a sync."""
+    if index.device.type in _BINCOUNT_DEVICES:
+        return torch.bincount(index, minlength=bins)
+    flat = index.reshape(-1)
+    if flat.dtype not in (torch.int32, torch.int64):  # index_add takes these only
+        flat = flat.int()
+    ones = torch.ones((), dtype=torch.int64, device=index.device).expand(flat.numel())
+    return torch.zeros(bins, dtype=torch.int64, device=index.device).index_add_(0, flat, ones)
 
 
 _COLUMNS: dict[tuple[str, torch.device], tuple[torch.Tensor, ...]] = {}
@@ -398,49 +416,61 @@ def group_code_counts(
     its top half (column CODES then holds |x| < 2**-133, zeros included; with the exponent
     field, |x| < 2**-126). Consecutive tensors are copied into one reused buffer of at most
     2**20 elements (one `cat` each time it fills), which is then counted: a handful of
-    operations per 2**20 elements however many tensors there are."""
+    operations per 2**20 elements however many tensors there are; up to 2**20 elements,
+    one flattening copy of them all (a single call) is counted."""
     float32 = table_name == "float32_high"
     dtype = torch.float32 if float32 else tensors[0].dtype
     total = sum(t.numel() for t in tensors)
     device = tensors[0].device
-    if device.type == "cpu" and total < _HOST_BELOW:
-        return _host_group_counts(tensors, table_name, keep_patterns=keep_patterns)
-    size = min(max(total, 1), _CHUNK)
-    values = scratch.get("chunk_values", size, dtype, device)
-    patterns = scratch.get("chunk_patterns", size, torch.int32, device)
     lookup = not float32 and total < _LOOKUP_BELOW and not keep_patterns
-    bins = EXPONENT_FIELDS if float32 and not keep_patterns else PATTERNS
-    pending: list[torch.Tensor] = []
+    bins = _FIELD_BINS if float32 and not keep_patterns else PATTERNS
     found: list[torch.Tensor] = []  # code counts (lookup: one chunk) or bin counts, summed
     nonzero: list[torch.Tensor] = []
-    filled = 0
 
-    def count_chunk() -> None:
-        nonlocal filled
-        if not filled:
-            return
-        chunk = values[:filled]
-        torch.cat(pending, out=chunk)
-        pending.clear()
-        nonzero.append(torch.count_nonzero(chunk))
-        if float32:  # |x| in place (the chunk is a copy), then its exponent field or top half
+    def count(chunk: torch.Tensor) -> None:
+        """Count a flat copy of some of the values (changed in place)."""
+        if float32:  # |x|, then its exponent field (with two lane bits) or its top half
             bits = chunk.abs_().view(torch.int32)
-            shift = 23 if bins == EXPONENT_FIELDS else 16
-            binned = torch.bitwise_right_shift(bits, shift, out=patterns[:filled])
+            nonzero.append(torch.count_nonzero(bits))  # of |x|: -0.0 is a zero too
+            binned = bits.bitwise_right_shift_(_FIELD_SHIFT if bins == _FIELD_BINS else 16)
         else:
-            binned = torch.bitwise_and(chunk.view(torch.int16), 0x7FFF, out=patterns[:filled])
+            out = scratch.get("chunk_patterns", chunk.numel(), torch.int16, device)
+            binned = torch.bitwise_and(chunk.view(torch.int16), 0x7FFF, out=out)
+            nonzero.append(torch.count_nonzero(binned))
         if lookup:
             found.append(code_counts(binned, table_name)[0])
         elif found:  # summed as they come: one vector of bins, whatever the model size
-            found[0].add_(torch.bincount(binned, minlength=bins))
+            found[0].add_(_count_bins(binned, bins))
         else:
-            found.append(torch.bincount(binned, minlength=bins))
-        filled = 0
+            found.append(_count_bins(binned, bins))
 
-    for tensor in tensors:
-        flat = tensor.detach().reshape(-1)
-        if flat.dtype != dtype:
-            flat = flat.to(dtype)
+    flats = [t.detach() if t.dtype == dtype else t.detach().to(dtype) for t in tensors]
+    if total <= _CHUNK:  # one copy of them all, made in one call
+        count(flatten_dense_tensors(flats) if len(flats) > 1 else flats[0].reshape(-1).clone())
+    else:
+        _count_in_chunks(flats, scratch.get("chunk_values", _CHUNK, dtype, device), count)
+    nonzero_count = torch.stack(nonzero).sum()
+    if lookup:
+        return found[0], None, nonzero_count
+    counts = found[0]
+    if bins == _FIELD_BINS:
+        codes = torch.zeros(CODES + 1, dtype=torch.int64, device=device)
+        fields = counts.view(EXPONENT_FIELDS, -1).sum(dim=1)
+        return codes.index_copy_(0, _columns("exponents", device)[0], fields), None, nonzero_count
+    codes = _map_patterns(counts, _code_tables(device)[table_name], table_name)
+    return codes, counts if keep_patterns else None, nonzero_count
+
+
+def _count_in_chunks(
+    flats: list[torch.Tensor], buffer: torch.Tensor, count: Callable[[torch.Tensor], None]
+) -> None:
+    """Hand `count` the tensors' elements through `buffer`: consecutive tensors are copied
+    into it (one `cat` each time it fills), so that no parameter-sized copy is ever made."""
+    size = buffer.numel()
+    pending: list[torch.Tensor] = []
+    filled = 0
+    for tensor in flats:
+        flat = tensor.reshape(-1)
         start = 0
         while start < flat.numel():
             take = min(flat.numel() - start, size - filled)
@@ -448,46 +478,11 @@ def group_code_counts(
             filled += take
             start += take
             if filled == size:
-                count_chunk()
-    count_chunk()
-    zero = torch.zeros((), dtype=torch.int64, device=device)
-    nonzero_count = torch.stack(nonzero).sum() if nonzero else zero
-    if lookup or not found:
-        codes = found[0] if found else torch.zeros(CODES + 1, dtype=torch.int64, device=device)
-        empty = None if lookup else torch.zeros(PATTERNS, dtype=torch.int64, device=device)
-        return codes, empty if keep_patterns else None, nonzero_count
-    counts = found[0]
-    if bins == EXPONENT_FIELDS:
-        codes = torch.zeros(CODES + 1, dtype=torch.int64, device=device)
-        return codes.index_copy_(0, _columns("exponents", device)[0], counts), None, nonzero_count
-    codes = _map_patterns(counts, _code_tables(device)[table_name], table_name)
-    return codes, counts if keep_patterns else None, nonzero_count
-
-
-def _host_group_counts(
-    tensors: Sequence[torch.Tensor], table_name: str, *, keep_patterns: bool
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """`group_code_counts` of a few small CPU tensors, in numpy on zero-copy views: one
-    concatenation, a mask, a count of non-zeros and one count of bins."""
-    if table_name == "float32_high":
-        arrays = [t.detach().reshape(-1).to(torch.float32).numpy().view(np.int32) for t in tensors]
-        bits = np.concatenate(arrays) & 0x7FFFFFFF
-        nonzero = np.count_nonzero(bits)
-        if not keep_patterns:  # 256 bins: numpy sums short axes slowly
-            codes = np.zeros(CODES + 1, dtype=np.int64)
-            codes[_EXPONENT_COLUMN_ARRAY] = np.bincount(bits >> 23, minlength=EXPONENT_FIELDS)
-            return torch.from_numpy(codes), None, torch.tensor(nonzero)
-        patterns = bits >> 16
-    else:
-        arrays = [t.detach().reshape(-1).view(torch.int16).numpy() for t in tensors]
-        patterns = np.concatenate(arrays) & 0x7FFF
-        nonzero = np.count_nonzero(patterns)
-        if not keep_patterns:
-            codes = np.bincount(_host_tables()[table_name][patterns], minlength=CODES + 1)
-            return torch.from_numpy(codes), None, torch.tensor(nonzero)
-    counts = torch.from_numpy(np.bincount(patterns, minlength=PATTERNS))
-    table = _code_tables(torch.device("cpu"))[table_name]
-    return _map_patterns(counts, table, table_name), counts, torch.tensor(nonzero)
+                count(torch.cat(pending, out=buffer))
+                pending.clear()
+                filled = 0
+    if filled:
+        count(torch.cat(pending, out=buffer[:filled]))
 
 
 def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
@@ -520,13 +515,11 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
         if numel < _ACT_LOOKUP_BELOW:  # int32 patterns: the lookup's index
             flat = torch.bitwise_and(bits, 0x7FFF, out=torch.empty(
                 data.shape, dtype=torch.int32, device=device)).reshape(-1)  # fmt: skip
-            codes = torch.bincount(
-                _code_tables(device)[name].index_select(0, flat), minlength=CODES + 1
-            )
+            codes = _count_bins(_code_tables(device)[name].index_select(0, flat), CODES + 1)
             return Segment(layer, name, numel, name, codes, None, flat.max() if numel else None,
                            None)  # fmt: skip
         flat = (bits & 0x7FFF).reshape(-1)
-        counts = torch.bincount(flat, minlength=PATTERNS)
+        counts = _count_bins(flat, PATTERNS)
         cols = _LAYOUTS[name]
         fields = counts.view(PATTERNS // cols, cols).sum(dim=1)
         edges = counts.index_select(0, _columns(name, device)[0])
@@ -535,18 +528,17 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     values = data if data.dtype == torch.float32 else data.float()
     bits = torch.abs(values.reshape(-1)).view(torch.int32)
     peak = bits.max() if numel else None
-    binned = torch.bincount(bits.bitwise_right_shift_(_FIELD_SHIFT), minlength=_FIELD_BINS)
-    fields = binned.view(EXPONENT_FIELDS, -1).sum(dim=1)
+    binned = _count_bins(bits.bitwise_right_shift_(_FIELD_SHIFT), _FIELD_BINS)
     zeros = None if device.type == "cpu" else numel - torch.count_nonzero(values)
-    return Segment(layer, name, numel, "float32", fields, zeros, peak, values,
+    return Segment(layer, name, numel, "float32", binned, zeros, peak, values,
                    layout="exponents")  # fmt: skip
 
 
 @functools.cache
 def _host_tables() -> dict[str, npt.NDArray[np.int32]]:
-    """The 16-bit code tables as numpy arrays."""
+    """The 16-bit code tables as numpy arrays, times _LANES (see `_count_on_host`)."""
     tables = _code_tables(torch.device("cpu"))
-    return {name: tables[name].numpy().astype(np.int32) for name in _PATTERN_TABLES}
+    return {name: tables[name].numpy().astype(np.int32) * _LANES for name in _PATTERN_TABLES}
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -573,7 +565,8 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
     Column CODES holds, for float32 segments, the elements the bits could not place
     *including* zeros (also counted in ZERO_CODE); INF_CODE holds their inf and NaN: when
     either is more than the zeros, `code_histogram` places them. On a CPU the float32 zeros
-    of activation gradients are counted here, only where those elements exist.
+    of activation gradients are counted here, only where those elements exist, and the
+    pending small tensors are counted (see `_host_rows`).
     """
     if segments[0].codes.device.type == "cpu":
         return _host_rows(segments)
@@ -581,115 +574,145 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _device_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """`segment_rows` on an accelerator: each layout stacked and placed at once (a host
-    read per element would be a sync)."""
+    """`segment_rows` by torch operations only (on an accelerator a host read per segment
+    would be a sync); zeros not yet counted are counted here."""
+    rows, amax = _placed_rows(segments)
+    known = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
+    deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
+    for index in deferred:  # only on a CPU: an accelerator counts them in the hook
+        tensor = segments[index].tensor
+        if tensor is not None:
+            known.append((index, (tensor == 0).sum()))
+    if known:
+        device = rows.device
+        where = torch.tensor([i for i, _ in known], device=device)
+        counts = torch.stack([torch.as_tensor(z, device=device) for _, z in known])
+        rows[:, ZERO_CODE].index_add_(0, where, counts)
+    return rows, amax
+
+
+def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """`segment_rows` on a CPU: the counted segments placed by torch, then, in numpy on
+    zero-copy views, the zeros (only where exponent field 0 is occupied) and the pending
+    small tensors, each kind counted at once (`_count_on_host`)."""
+    rows, amax = _placed_rows(segments)
+    host_rows, host_amax = rows.numpy(), amax.numpy()
+    pending: dict[str, list[int]] = {}
+    for index, segment in enumerate(segments):
+        if segment.layout == "pending":
+            pending.setdefault(segment.table, []).append(index)
+        elif segment.zeros is not None:
+            host_rows[index, ZERO_CODE] += int(segment.zeros)
+        elif segment.tensor is not None and host_rows[index, CODES]:
+            # Field 0 occupied: the zeros, compared with 0 (-0.0 included): numpy counts
+            # non-zero floats far slower.
+            host_rows[index, ZERO_CODE] += int(np.count_nonzero(segment.tensor.numpy() == 0))
+    for table, where in pending.items():
+        tensors = [tensor for i in where if (tensor := segments[i].tensor) is not None]
+        host_rows[where], host_amax[where] = _count_on_host(table, tensors)
+    return rows, amax
+
+
+def _placed_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, max |x|) of the counted segments, each layout stacked and placed at once;
+    zeros not added, pending segments left empty."""
     device = segments[0].codes.device
     count = len(segments)
     rows = torch.zeros(count, CODES + 1, dtype=torch.int64, device=device)
+    amax = torch.zeros(count, dtype=torch.float32, device=device)  # parameter rows: 0
     kinds: dict[tuple[str, str], list[int]] = {}
+    peaks: dict[str, tuple[list[int], list[torch.Tensor]]] = {}
     for index, segment in enumerate(segments):
         kinds.setdefault((segment.layout, segment.table), []).append(index)
+        if segment.peak is not None:
+            where, found = peaks.setdefault(segment.table, ([], []))
+            where.append(index)
+            found.append(torch.as_tensor(segment.peak, device=device))
     for (layout, table), where in kinds.items():
+        if layout == "pending":
+            continue
         counts = torch.stack([segments[i].codes for i in where])
-        at = torch.tensor(where, device=device)
+        at = _index(where, device)
         if layout == "codes":
             rows.index_copy_(0, at, counts)
         elif layout == "exponents":
-            rows.index_put_((at.unsqueeze(1), _columns("exponents", device)[0]), counts)
+            fields = counts.view(len(where), EXPONENT_FIELDS, -1).sum(dim=2)
+            rows.index_put_((at.unsqueeze(1), _columns("exponents", device)[0]), fields)
         else:
             _, edge_codes, field_columns = _columns(table, device)
             rows.index_put_((at.unsqueeze(1), field_columns), counts[:, 1:-1])
             edges = torch.stack([edge for i in where if (edge := segments[i].edges) is not None])
             rows.index_put_((at.unsqueeze(1), edge_codes), edges, accumulate=True)
-    _add_zeros(segments, rows)
-    amax = torch.zeros(count, dtype=torch.float32, device=device)  # parameter rows: 0
-    peaks: dict[str, tuple[list[int], list[torch.Tensor]]] = {}
-    for index, segment in enumerate(segments):
-        if segment.peak is not None:
-            where, found = peaks.setdefault(segment.table, ([], []))
-            where.append(index)
-            found.append(torch.as_tensor(segment.peak, device=device))
     for table, (where, found) in peaks.items():
         bits = torch.stack(found)
         if table in _PATTERN_TABLES:  # int16 or int32 patterns: stack() promotes
             values = pattern_values(device)[table].index_select(0, bits.int())
         else:
             values = bits.view(torch.float32)
-        amax.index_copy_(0, torch.tensor(where, device=device), values)
+        amax.index_copy_(0, _index(where, device), values)
     return rows, amax
 
 
-def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """`segment_rows` on a CPU: the same rows, placed in numpy on zero-copy views, one
-    segment at a time (a numpy call costs a fraction of a torch call on small arrays)."""
-    count = len(segments)
-    rows = np.zeros((count, CODES + 1), dtype=np.int64)
-    amax = np.zeros(count, dtype=np.float32)  # parameter rows: 0
-    cpu = torch.device("cpu")
-    pending: dict[str, list[int]] = {}
-    for row, peak_at, segment in zip(rows, range(count), segments, strict=True):
-        counts = segment.codes.numpy()
-        if segment.layout == "pending":
-            pending.setdefault(segment.table, []).append(peak_at)
-            continue
-        if segment.layout == "codes":
-            row[:] = counts
-        elif segment.layout == "exponents":
-            row[_EXPONENT_COLUMN_ARRAY] = counts
-        else:
-            _, edge_codes, field_columns = _columns(segment.table, cpu)
-            row[field_columns.numpy()] = counts[1:-1]
-            assert segment.edges is not None, "16-bit pattern counts keep their edges"
-            edges = np.bincount(edge_codes.numpy(), segment.edges.numpy(), minlength=CODES + 1)
-            row += edges.astype(np.int64)  # float64 weights: exact below 2**53
-        if segment.zeros is not None:
-            row[ZERO_CODE] += int(segment.zeros)
-        elif segment.tensor is not None and row[CODES]:  # field 0 occupied: count the zeros
-            values = segment.tensor
-            row[ZERO_CODE] += values.numel() - int(np.count_nonzero(values.numpy()))
-        if segment.peak is not None:
-            bits = int(segment.peak)
-            if segment.table in _PATTERN_TABLES:
-                amax[peak_at] = float(pattern_values(cpu)[segment.table][bits])
-            else:
-                amax[peak_at] = np.array(bits, dtype=np.int32).view(np.float32)
-    for table, where in pending.items():
-        tensors = [tensor for i in where if (tensor := segments[i].tensor) is not None]
-        rows[where], amax[where] = _count_on_host(table, tensors)
-    return torch.from_numpy(rows), torch.from_numpy(amax)
+_INDEXES: dict[tuple[tuple[int, ...], torch.device], torch.Tensor] = {}
+
+
+def _index(where: list[int], device: torch.device) -> torch.Tensor:
+    """`where` as an index tensor on `device`, kept for the next steps (the same come back)."""
+    key = (tuple(where), device)
+    index = _INDEXES.get(key)
+    if index is None:
+        if len(_INDEXES) > 256:  # layouts that vary from step to step: keep a few
+            _INDEXES.clear()
+        index = _INDEXES[key] = torch.tensor(where, device=device)
+    return index
 
 
 def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     npt.NDArray[np.int64], npt.NDArray[np.float32]
 ]:  # fmt: skip
     """([len(tensors), CODES + 1] code counts, max |x| of each) of small non-empty CPU
-    tensors of one kind (float16, bfloat16 or float32), counted together in numpy: one
-    concatenation of their bits, one count of (tensor, bin) pairs, one maximum per tensor
+    tensors of one kind (float16, bfloat16 or float32), counted together: one
+    concatenation of their bits (numpy, on zero-copy views), one count of (tensor, bin,
+    lane) triples (torch's bincount: faster than numpy's), one maximum per tensor
     (`reduceat`), whatever their number. 16-bit bins are codes (a table lookup); float32
-    bins are exponent fields (256 bins: numpy sums short axes slowly), whose zeros are
-    counted where field 0 is occupied, the rest left to the decoder as for any float32 row."""
+    bins are exponent fields, whose zeros are counted where field 0 is occupied, the rest
+    left to the decoder as for any float32 row. The lane, an element's position modulo
+    _LANES, spreads the increments of one bin (a ReLU's zeros, one binade) over several
+    counters: a run of increments of one counter waits on each."""
     sizes = tuple(t.numel() for t in tensors)
-    starts, slots = _host_slots(sizes, CODES + 1 if table in _PATTERN_TABLES else EXPONENT_FIELDS)
     count = len(tensors)
     if table in _PATTERN_TABLES:
+        starts, slots = _host_slots(sizes, CODES + 1)
         patterns = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
         patterns &= 0x7FFF
-        codes = _host_tables()[table][patterns]
-        codes += slots
-        rows = np.bincount(codes, minlength=count * (CODES + 1)).reshape(count, CODES + 1)
+        bins = _host_tables()[table][patterns]  # code * _LANES
+        bins += slots
+        rows = _lane_counts(bins, count, CODES + 1)
         peaks = pattern_values(torch.device("cpu"))[table].numpy()
         return rows, peaks[np.maximum.reduceat(patterns, starts)]
+    starts, slots = _host_slots(sizes, EXPONENT_FIELDS)
     bits = np.concatenate([t.numpy().view(np.int32).ravel() for t in tensors])
     bits &= 0x7FFFFFFF
-    fields = bits >> 23
-    fields += slots
-    counted = np.bincount(fields, minlength=count * EXPONENT_FIELDS).reshape(count, -1)
+    bins = bits >> (23 - _LANE_BITS)
+    bins &= -_LANES  # the exponent field times _LANES
+    bins += slots
     rows = np.zeros((count, CODES + 1), dtype=np.int64)
-    rows[:, _EXPONENT_COLUMN_ARRAY] = counted
-    for index in np.flatnonzero(counted[:, 0]):  # field 0 occupied: count the zeros
+    rows[:, _EXPONENT_COLUMN_ARRAY] = _lane_counts(bins, count, EXPONENT_FIELDS)
+    for index in np.flatnonzero(rows[:, CODES]):  # field 0 occupied: count the zeros
         start = starts[index]
         rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(bits[start : start + sizes[index]])
     return rows, np.maximum.reduceat(bits, starts).view(np.float32)
+
+
+_LANE_BITS = 3
+_LANES = 1 << _LANE_BITS
+
+
+def _lane_counts(bins: npt.NDArray[np.int32], count: int, width: int) -> npt.NDArray[np.int64]:
+    """[count, width] counts of (tensor, bin, lane) indices, the lanes summed."""
+    counted = torch.bincount(torch.from_numpy(bins), minlength=count * width * _LANES)
+    lanes: npt.NDArray[np.int64] = counted.view(count, width, _LANES).sum(dim=2).numpy()
+    return lanes
 
 
 _SLOTS: dict[tuple[tuple[int, ...], int], tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = {}
@@ -698,8 +721,9 @@ _SLOTS: dict[tuple[tuple[int, ...], int], tuple[npt.NDArray[np.int64], npt.NDArr
 def _host_slots(
     sizes: tuple[int, ...], width: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
-    """(where each tensor starts in the concatenation, the bin offset of each element: its
-    tensor's index times `width`), kept for the next steps (the same sizes come back)."""
+    """(where each tensor starts in the concatenation, the offset of each element's bin:
+    its tensor's index times `width` times _LANES, plus its lane), kept for the next steps
+    (the same sizes come back)."""
     key = (sizes, width)
     found = _SLOTS.get(key)
     if found is None:
@@ -707,27 +731,10 @@ def _host_slots(
             _SLOTS.clear()
         counts = np.array(sizes)
         starts = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
-        offsets = (np.arange(len(sizes)) * width).astype(np.int32)
-        found = _SLOTS[key] = (starts, np.repeat(offsets, counts))
+        offsets = np.repeat(np.arange(len(sizes)) * width * _LANES, counts)
+        offsets += np.arange(offsets.size) % _LANES
+        found = _SLOTS[key] = (starts, offsets.astype(np.int32))
     return found
-
-
-def _add_zeros(segments: Sequence[Segment], rows: torch.Tensor) -> None:
-    """Add each float32 segment's zeros to its ZERO_CODE column; those not yet counted (a
-    CPU's activation gradients) are counted where column CODES says there may be some."""
-    known = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
-    deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
-    if deferred:
-        occupied = rows[deferred, CODES].tolist()  # on a CPU: no sync to wait for
-        for index, held in zip(deferred, occupied, strict=True):
-            tensor = segments[index].tensor
-            if held and tensor is not None:
-                known.append((index, tensor.numel() - torch.count_nonzero(tensor)))
-    if known:
-        device = rows.device
-        where = torch.tensor([i for i, _ in known], device=device)
-        counts = torch.stack([torch.as_tensor(z, device=device) for _, z in known])
-        rows[:, ZERO_CODE].index_add_(0, where, counts)
 
 
 @functools.lru_cache(maxsize=256)
