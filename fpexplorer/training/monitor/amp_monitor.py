@@ -234,9 +234,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._collecting = False
         self._act_segments: list[Segment] = []
         self._scratch = Scratch()
+        # Whether each leaf module's output is finite: read at once on a CPU, from extremes
+        # kept on the device elsewhere.
+        self._forward_finite: list[tuple[int, bool]] = []
         self._forward_extremes: list[tuple[int, tuple[torch.Tensor, torch.Tensor]]] = []
-        self._saved_bytes: dict[str, int] = {}
-        self._saved_seen: set[tuple[int, torch.dtype]] = set()
+        self._saved: dict[tuple[int, torch.dtype], int] = {}  # bytes saved for backward
         self._param_ptrs: set[int] = set()
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._updates = LostUpdateCheck()
@@ -414,6 +416,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     # -- hooks ---------------------------------------------------------------------------
 
     def _activation_hook(self, layer_index: int) -> Any:
+        on_cpu = self.device.type == "cpu"
+
+        def on_backward(grad: torch.Tensor) -> None:
+            # Counted now, so the gradient can be freed as backward goes on.
+            self._act_segments.append(segment_of(layer_index, grad))
+
         def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
             if not self._collecting or not torch.is_grad_enabled():
                 return
@@ -422,15 +430,27 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 tensor = next((t for t in output if isinstance(t, torch.Tensor)), None)
             if tensor is None or not tensor.requires_grad or not tensor.is_floating_point():
                 return
-            # Where a forward overflow starts (FP16 activations above 65504 become inf): the
-            # extremes here, one operation; whether they are finite, for all layers at once.
-            self._forward_extremes.append((layer_index, torch.aminmax(tensor.detach().reshape(-1))))
+            # Where a forward overflow starts (FP16 activations above 65504 become inf).
+            if on_cpu:  # read at once: a CPU has nothing to synchronise with
+                self._forward_finite.append((layer_index, _all_finite(tensor.detach())))
+            else:  # the extremes, one operation; whether finite, for all layers at step()
+                extremes = torch.aminmax(tensor.detach().reshape(-1))
+                self._forward_extremes.append((layer_index, extremes))
+            node = tensor.grad_fn
+            if node is None:  # a leaf tensor that requires grad
+                tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
+                return
+            # The gradient of this output, as its node receives it: the same gradient a
+            # tensor hook gets (the node's, before any in-place change of the tensor), for
+            # half the Python work of `Tensor.register_hook`.
+            output_nr = tensor.output_nr
 
-            def on_backward(grad: torch.Tensor) -> None:
-                # Counted now, so the gradient can be freed as backward goes on.
-                self._act_segments.append(segment_of(layer_index, grad))
+            def on_node(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
+                grad = grad_outputs[output_nr]
+                if grad is not None:
+                    on_backward(grad)
 
-            tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
+            node.register_prehook(on_node)
 
         return on_forward
 
@@ -440,7 +460,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._autocast_dtype = torch.get_autocast_dtype(device_type)
         if not self._collecting or not torch.is_grad_enabled() or self._saved_hooks is not None:
             return
-        self._param_ptrs = {p.data_ptr() for p in self.model.parameters()}
+        self._param_ptrs = {p.data_ptr() for p in self._params}  # every parameter, once
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._on_pack, self._on_unpack)
         self._saved_hooks.__enter__()
 
@@ -451,14 +471,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
     def _on_pack(self, tensor: torch.Tensor) -> torch.Tensor:
         # Parameters saved for backward cost nothing extra; a tensor saved twice counts once.
+        # Bytes by dtype are summed at step().
         pointer = tensor.data_ptr()
-        key = (pointer, tensor.dtype)
-        if pointer not in self._param_ptrs and key not in self._saved_seen:
-            self._saved_seen.add(key)
-            name = dtype_name(tensor.dtype)
-            self._saved_bytes[name] = (
-                self._saved_bytes.get(name, 0) + tensor.numel() * tensor.element_size()
-            )
+        if pointer not in self._param_ptrs:
+            self._saved.setdefault((pointer, tensor.dtype), tensor.nbytes)
         return tensor
 
     @staticmethod
@@ -592,9 +608,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._scale_used = scale_after
         if self._collecting or stats is not None:
             self._act_segments = []
+            self._forward_finite = []
             self._forward_extremes = []
-            self._saved_bytes = {}
-            self._saved_seen = set()
+            self._saved = {}
             self._updates.forget()
         self._optimizer_stepped = False
         self._found_inf = None
@@ -701,8 +717,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),
-            forward_layers=tuple(layer for layer, _ in self._forward_extremes) if activations
-            else (),
+            forward_layers=tuple(layer for layer, _ in self._forward_finite)
+            + tuple(layer for layer, _ in self._forward_extremes) if activations else (),
             scale=self._scale_used,
             memory=self._memory(),
             formats=self.formats if self.format_shares else (),
@@ -713,7 +729,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )  # fmt: skip
         if norms is not None:
             pack.add("norms", norms.to(torch.float64))
-        if plan.forward_layers:
+        if plan.forward_layers and self._forward_finite:
+            pack.add_host("forward_finite", [float(finite) for _, finite in self._forward_finite])
+        elif plan.forward_layers:
             lows = torch.stack([low for _, (low, _) in self._forward_extremes])
             highs = torch.stack([high for _, (_, high) in self._forward_extremes])
             flags = lows.isfinite() & highs.isfinite()
@@ -809,13 +827,15 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if self.device.type == "cuda"
             else None
         )
+        grads = (p.grad for p in self._params if p.grad is not None)
+        activations: dict[torch.dtype, int] = {}
+        for (_, dtype), size in self._saved.items():
+            activations[dtype] = activations.get(dtype, 0) + size
         return Memory(
             params=params,
-            grads=bytes_by_dtype(
-                local_tensor(p.grad) for _, p in self._param_layer if p.grad is not None
-            ),
+            grads=bytes_by_dtype(map(local_tensor, grads) if self._sharded else grads),
             optimizer=optimizer,
-            activations=dict(self._saved_bytes),
+            activations={dtype_name(dtype): size for dtype, size in activations.items()},
             peak_device=peak,
         )
 
@@ -905,6 +925,20 @@ def _abs_max(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     except RuntimeError:  # tensors on several devices
         norms = [torch.linalg.vector_norm(g, math.inf).cpu() for g in grads]
     return torch.stack(norms).max()
+
+
+def _all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every element is finite (a CPU tensor): its sum is finite only then (an inf or
+    a NaN stays in every partial sum), and is not only when a NaN or inf is there or finite
+    values overflow the sum, which the exact check then settles (FP16 values are summed in
+    float32, where they cannot overflow). A sum costs a fifth to a half of min/max."""
+    if tensor.dtype == torch.float16:
+        total = float(torch.sum(tensor, dtype=torch.float32))
+    else:
+        total = float(torch.sum(tensor))
+    if math.isfinite(total):
+        return True
+    return bool(torch.isfinite(tensor).all())
 
 
 def _hysteresis(scaler: Any) -> int | None:

@@ -14,11 +14,10 @@ from fpexplorer.training.monitor.kernels import dtype_name
 
 
 def bytes_by_dtype(tensors: Iterable[torch.Tensor]) -> dict[str, int]:
-    totals: dict[str, int] = {}
+    totals: dict[torch.dtype, int] = {}
     for tensor in tensors:
-        name = dtype_name(tensor.dtype)
-        totals[name] = totals.get(name, 0) + tensor.numel() * tensor.element_size()
-    return totals
+        totals[tensor.dtype] = totals.get(tensor.dtype, 0) + tensor.nbytes
+    return {dtype_name(dtype): size for dtype, size in totals.items()}
 
 
 @functools.cache

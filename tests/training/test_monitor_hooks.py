@@ -1,0 +1,176 @@
+"""The monitor's module hooks against plain torch: the forward finiteness check (a sum, and
+the exact check when the sum is not finite) against `torch.isfinite`, and the activation
+gradients received through the output's autograd node against `Tensor.register_hook` (an
+in-place op after the module, a module returning its input, a tuple output, a leaf output)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from monitor_helpers import flat
+from torch import nn
+
+from fpexplorer.training.monitor import AmpMonitor
+from fpexplorer.training.monitor.amp_monitor import _all_finite
+
+INF, NAN = float("inf"), float("nan")
+
+
+def finiteness_cases(dtype: torch.dtype) -> list[torch.Tensor]:
+    big = torch.finfo(dtype).max
+    return [
+        torch.randn(1000, dtype=torch.float32).to(dtype),
+        torch.tensor([1.0, INF, 2.0]).to(dtype),
+        torch.tensor([-INF, 1.0]).to(dtype),
+        torch.tensor([INF, -INF]).to(dtype),
+        torch.tensor([0.0, NAN]).to(dtype),
+        torch.full((4096,), big, dtype=dtype),  # finite; a sum in the dtype overflows
+        torch.tensor([big, -big, big, big], dtype=dtype),
+        torch.tensor([big, big, NAN], dtype=dtype),
+        torch.empty(0, dtype=dtype),
+        torch.zeros(3, 5, dtype=dtype).t(),  # not contiguous
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_all_finite_equals_isfinite(dtype: torch.dtype) -> None:
+    for tensor in finiteness_cases(dtype):
+        assert _all_finite(tensor) == bool(torch.isfinite(tensor).all()), tensor
+
+
+class Pair(nn.Module):
+    """A module whose output is a tuple (the monitor follows its first tensor)."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x * 2, x + 1
+
+
+class First(nn.Module):
+    def forward(self, pair: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return pair[0] * 3 + pair[1]
+
+
+class Table(nn.Module):
+    """Returns its parameter itself: an output with no autograd node (a leaf)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(4, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.table
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = Table()
+        self.a = nn.Linear(6, 6)
+        self.relu = nn.ReLU(inplace=True)  # modifies module a's output in place
+        self.same = nn.Identity()  # returns its input: two modules, one tensor
+        self.pair = Pair()
+        self.first = First()
+        self.b = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(self.embed(x) * x)
+        h = self.same(self.relu(h))
+        return self.b(self.first(self.pair(h)))
+
+
+def test_activation_gradients_are_those_tensor_hooks_receive(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    captured: dict[str, list[torch.Tensor]] = {}
+
+    def capture(name: str) -> Any:
+        def hook(module: nn.Module, inputs: Any, output: Any) -> None:
+            tensor = output[0] if isinstance(output, tuple) else output
+            tensor.register_hook(lambda g: captured.setdefault(name, []).append(g.clone()))
+
+        return hook
+
+    for name, module in model.named_modules():
+        if name and next(module.children(), None) is None:
+            module.register_forward_hook(capture(name))
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        loss = model(torch.randn(4, 6)).square().mean() * 5
+        loss.backward()
+        optimizer.step()
+        record = flat(monitor.step(loss))
+    layers = {layer["name"]: layer for layer in record["layers"]}
+    assert set(captured) == {"embed", "a", "relu", "same", "pair", "first", "b"}
+    for name, grads in captured.items():
+        assert layers[name]["amax"] == max(float(g.abs().max()) for g in grads), name
+    total = sum(g.numel() for grads in captured.values() for g in grads)
+    hist = record["act_hist"]
+    assert sum(hist["counts"]) + hist["zero"] + hist["inf"] + hist["nan"] == total
+    assert record.get("first_nonfinite_forward") is None
+
+
+def test_a_finite_output_whose_sum_overflows_is_not_named(tmp_path: Path) -> None:
+    # Module "0" outputs values near float32's maximum (finite; their sum is not), module
+    # "1" multiplies them past it: "1" is where the forward pass overflowed.
+    model = nn.Sequential(nn.Linear(4, 64), nn.Linear(64, 2))
+    with torch.no_grad():
+        model[0].weight.fill_(0.0)
+        model[0].bias.fill_(3e38)
+        model[1].weight.fill_(1.0)
+        model[1].bias.fill_(0.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        loss = model(torch.ones(2, 4)).sum()
+        loss.backward()
+        optimizer.step()
+        record = flat(monitor.step(loss))
+    assert record.get("first_nonfinite_forward") == "1"
+
+
+def test_memory_figures_equal_those_counted_by_hand(tmp_path: Path) -> None:
+    # Activations: the distinct tensors autograd saves for backward inside the model's
+    # forward (not the parameters), counted here by a saved-tensor hook of the test's own on
+    # the same forward pass (under BF16 autocast: BF16 copies of inputs and weights).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 4))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    params = {p.data_ptr() for p in model.parameters()}
+    inputs = torch.randn(16, 8)
+    saved: dict[tuple[int, torch.dtype], int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.data_ptr() not in params:
+            size = tensor.numel() * tensor.element_size()
+            saved.setdefault((tensor.data_ptr(), tensor.dtype), size)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(inputs)
+    by_dtype: dict[str, int] = {}
+    for (_, dtype), size in saved.items():
+        name = str(dtype).removeprefix("torch.")
+        by_dtype[name] = by_dtype.get(name, 0) + size
+    records = []
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(inputs).float().square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            records.append(monitor.step(loss))
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    first = records[0].stats.memory if records[0].stats else None
+    last = records[-1].stats.memory if records[-1].stats else None
+    assert first is not None and last is not None
+    assert first.activations == last.activations == by_dtype
+    assert set(by_dtype) == {"bfloat16"} and by_dtype["bfloat16"] > 0
+    assert last.params == {"float32": weights} and last.grads == {"float32": weights}
+    # Adam's two moments per weight and a float32 step count per parameter (made by the
+    # first step, before the monitor reads them).
+    state = 2 * weights + 4 * len(list(model.parameters()))
+    assert first.optimizer == last.optimizer == {"float32": state}
