@@ -576,7 +576,7 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
 def _device_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
     """`segment_rows` by torch operations only (on an accelerator a host read per segment
     would be a sync); zeros not yet counted are counted here."""
-    rows, amax = _placed_rows(segments)
+    rows, amax = _placed_rows(segments, host=False)
     known = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
     deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
     for index in deferred:  # only on a CPU: an accelerator counts them in the hook
@@ -595,7 +595,7 @@ def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]
     """`segment_rows` on a CPU: the counted segments placed by torch, then, in numpy on
     zero-copy views, the zeros (only where exponent field 0 is occupied) and the pending
     small tensors, each kind counted at once (`_count_on_host`)."""
-    rows, amax = _placed_rows(segments)
+    rows, amax = _placed_rows(segments, host=True)
     host_rows, host_amax = rows.numpy(), amax.numpy()
     pending: dict[str, list[int]] = {}
     for index, segment in enumerate(segments):
@@ -613,9 +613,10 @@ def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]
     return rows, amax
 
 
-def _placed_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, max |x|) of the counted segments, each layout stacked and placed at once;
-    zeros not added, pending segments left empty."""
+def _placed_rows(segments: Sequence[Segment], *, host: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, max |x|) of the counted segments, each layout stacked and placed at once
+    (`host`: CPU tensors, whose rows of codes numpy copies faster); zeros not added,
+    pending segments left empty."""
     device = segments[0].codes.device
     count = len(segments)
     rows = torch.zeros(count, CODES + 1, dtype=torch.int64, device=device)
@@ -630,6 +631,11 @@ def _placed_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
             found.append(torch.as_tensor(segment.peak, device=device))
     for (layout, table), where in kinds.items():
         if layout == "pending":
+            continue
+        if layout == "codes" and host:  # a copy each, in numpy: no stacking
+            copies = rows.numpy()
+            for index in where:
+                copies[index] = segments[index].codes.numpy()
             continue
         counts = torch.stack([segments[i].codes for i in where])
         at = _index(where, device)
