@@ -150,21 +150,40 @@ def test_inf_and_nan_gradients_together_give_a_nan_norm(tmp_path: Path, stats_ev
 
 
 @pytest.mark.parametrize("stats_every", [0, 1])
-@pytest.mark.parametrize("fp32_has_grad", [True, False])
-def test_a_model_of_16_bit_and_float32_layers_sums_16_bit_gradients_in_float32(
-    tmp_path: Path, stats_every: int, fp32_has_grad: bool
+@pytest.mark.parametrize("wide", [torch.float32, torch.float64])
+@pytest.mark.parametrize("wide_has_grad", [True, False])
+def test_a_model_of_16_bit_and_wider_layers_sums_16_bit_gradients_in_float32(
+    tmp_path: Path, stats_every: int, wide: torch.dtype, wide_has_grad: bool
 ) -> None:
     # 4096 FP16 gradients of 2000: each fits FP16, their norm (128000) does not.
     model = nn.Sequential(nn.Linear(64, 64, bias=False).half(), nn.Linear(4, 4, bias=False))
+    model[1].to(wide)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl",
                     stats_every=stats_every) as monitor:  # fmt: skip
         model[0].weight.grad = torch.full((64, 64), 2000.0, dtype=torch.float16)
-        if fp32_has_grad:
-            model[1].weight.grad = torch.full((4, 4), 3.0)  # norm 12
+        if wide_has_grad:
+            model[1].weight.grad = torch.full((4, 4), 3.0, dtype=wide)  # norm 12
         optimizer.step()
         record = monitor.step(0.0)
-    assert record.grad_norm == (math.hypot(128000.0, 12.0) if fp32_has_grad else 128000.0)
+    assert record.grad_norm == (math.hypot(128000.0, 12.0) if wide_has_grad else 128000.0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_a_model_converted_after_the_monitor_was_made_gets_its_norm_in_the_right_dtype(
+    tmp_path: Path, dtype: torch.dtype
+) -> None:
+    model = nn.Linear(64, 64, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=0) as monitor:
+        model.weight.grad = torch.full((64, 64), 0.5)
+        optimizer.step()
+        assert monitor.step(0.0).grad_norm == 32.0
+        model.to(dtype)  # the parameters change dtype in place
+        model.weight.grad = torch.full((64, 64), 2000.0, dtype=dtype)
+        optimizer.step()
+        # Summed in float32 (in FP16 the norm overflows to inf), or float64's own.
+        assert monitor.step(0.0).grad_norm == 128000.0
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])

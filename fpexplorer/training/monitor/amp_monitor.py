@@ -118,7 +118,19 @@ class _CheapSignals(NamedTuple):
 
 
 _NARROW_DTYPES = (torch.float16, torch.bfloat16)
-_PER_STEP = "per step"  # the gradients' norm dtype depends on which of them are present
+_PER_TENSOR = "per tensor"  # float64 and 16-bit gradients: no one dtype suits them all
+
+
+def _grad_norm_dtype(dtypes: set[torch.dtype]) -> torch.dtype | str | None:
+    """The dtype one fused norm over gradients of these dtypes sums in: float32 where any is
+    16-bit (theirs would overflow at 65504; float32 gradients beside them are summed as
+    with None, bit for bit on a CPU), else their own; `_PER_TENSOR` where float64 and
+    16-bit gradients mix."""
+    if not dtypes & set(_NARROW_DTYPES):
+        return None
+    if dtypes <= {torch.float16, torch.bfloat16, torch.float32}:
+        return torch.float32
+    return _PER_TENSOR
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,12 +235,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         self._has_hysteresis = hasattr(scaler, "hysteresis_tracker")
         self._on_cpu = self.device.type == "cpu"
-        # A gradient has its parameter's dtype (torch refuses any other): when the
-        # parameters are all 16-bit or none are, so are the gradients of any step.
-        narrow = [param.dtype in _NARROW_DTYPES for param in self._params]
-        self._grad_norm_dtype: torch.dtype | str | None = (
-            torch.float32 if all(narrow) else None if not any(narrow) else _PER_STEP
-        )
+        # The dtype the plain step's norm sums in, from the parameters' dtypes (a gradient
+        # has its parameter's dtype: torch refuses any other), found again when the first
+        # gradient's dtype is not the one it was found for (model.half() after this).
+        self._norm_key: torch.dtype | None = None
+        self._grad_norm_dtype: torch.dtype | str | None = None
         self._scale_used = self._current_scale_host()
         self._autocast_dtype: torch.dtype | None = None
         # Per statistics step:
@@ -636,8 +647,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         which cost less than stacking the scalars first)."""
         norms: Sequence[torch.Tensor] = ()
         if grads:
+            if grads[0].dtype is not self._norm_key:
+                self._norm_key = grads[0].dtype
+                self._grad_norm_dtype = _grad_norm_dtype({p.dtype for p in self._params})
             dtype = self._grad_norm_dtype
-            if isinstance(dtype, str):  # some parameters 16-bit, some not: each its own
+            if isinstance(dtype, str):  # float64 beside 16-bit gradients: each its own
                 norms = list(_tensor_norms(grads).unbind())
             else:
                 try:
