@@ -23,7 +23,8 @@ steps, since any forward hook sends every module call through PyTorch's slower p
 - a forward hook on every leaf module registers a tensor hook on the module's output: it
   receives the activation gradient during backward, in its actual dtype and still
   multiplied by the loss scale (the paper's figure). Each is counted there and then (from
-  its bit patterns), so backward can free it as usual.
+  its bit patterns), so backward can free it as usual; on a CPU, small ones (below 2**14
+  elements) are kept and counted together at the step.
 - forward pre/post hooks on the model enter saved-tensor hooks that count the bytes autograd
   saves for backward (activations, and autocast's low-precision copies of the weights), and
   note the autocast dtype in use (the header's precision label when none is given).

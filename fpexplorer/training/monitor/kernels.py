@@ -2,10 +2,17 @@
 
 Every figure the monitor reports about a tensor's values (binade histograms, zeros, max |x|,
 how many magnitudes lie at or below a bound) is read from counts of bit patterns: a bincount
-of the 15 magnitude bits of a 16-bit value, or of the top half of a float32. That is exact
-and far cheaper than logarithms. Where a pattern alone cannot decide (float32 values below
-2**-133, a bound that splits an occupied pattern, the inf pattern that may hide NaNs whose
-payload lies in the low 16 bits), the values are looked at again, exactly, and only then.
+of the 15 magnitude bits of a 16-bit value, of the exponent field of a float32 (or, for the
+format shares, of its top half), and the largest magnitude's bits. That is exact and far
+cheaper than logarithms. Where the bits alone cannot decide (float32 subnormals, a bound
+that splits an occupied pattern, exponent field 255, which holds NaNs as well as
+infinities), the values are looked at again, exactly, and only then.
+
+Activation gradients are counted in their backward hook (`segment_of`: four to five tensor
+operations, none of which reads a value back on the host), except small ones on a CPU, which
+are counted together at the step's end in numpy (a call on a small array costs a fraction of
+a torch call); `segment_rows` turns all of a step's counts into rows of histogram codes at
+once.
 """
 
 from __future__ import annotations
