@@ -78,8 +78,9 @@ class HostPack:
         elif self._on_host and values.device.type == "cpu":
             if values.numel() == 1:  # the cheap signals: item() is the fastest read
                 self._host[name] = np.array([values.item()], dtype=np.float64)
-            else:
-                self._host[name] = values.detach().reshape(-1).double().numpy()
+            else:  # a zero-copy view, converted by numpy (cheaper than a torch operation)
+                host = values.detach().numpy().reshape(-1)
+                self._host[name] = host.astype(np.float64, copy=host.dtype != np.float64)
         else:
             tensor = values.detach().to(device=self.device, dtype=torch.float64).reshape(-1)
             self._parts.append(tensor)
