@@ -175,6 +175,17 @@ def code_histogram(tensor: torch.Tensor) -> torch.Tensor:
     return merged[:CODES]
 
 
+def group_code_histogram(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """`code_histogram` of several tensors together (the exact fallback of a parameter
+    group): up to 2**20 elements from one flattened copy (one call each step, where the
+    per-tensor calls cost a few dozen operations per gradient), beyond that one tensor at a
+    time (no parameter-sized copy)."""
+    values = [t.detach() if t.dtype == torch.float32 else t.detach().float() for t in tensors]
+    if len(values) > 1 and sum(t.numel() for t in values) <= _CHUNK:
+        return code_histogram(flatten_dense_tensors(values))
+    return torch.stack([code_histogram(t) for t in values]).sum(dim=0)
+
+
 def bits_view(tensor: torch.Tensor) -> torch.Tensor:
     """`tensor` (detached) in a layout whose int16 view is allowed: last stride 1."""
     data = tensor.detach()

@@ -33,6 +33,7 @@ from fpexplorer.training.monitor.kernels import (
     count_abs_at_most,
     count_at_most,
     count_low_bits_set,
+    group_code_histogram,
     histogram_record,
     magnitude_limits,
     pattern_values,
@@ -259,9 +260,8 @@ class StatsPlan:
         for index in np.flatnonzero(unresolved):
             if segments[int(index)].exact:  # 16-bit patterns place every element
                 continue
-            if index < len(self.param_groups):  # one member at a time: no concatenated copy
-                members = self.param_groups[int(index)].members
-                exact = torch.stack([code_histogram(g) for g in members]).sum(dim=0)
+            if index < len(self.param_groups):
+                exact = group_code_histogram(self.param_groups[int(index)].members)
             else:
                 exact = code_histogram(self._segment_tensor(int(index)))
             rows[index, :CODES] = exact.cpu().numpy()
