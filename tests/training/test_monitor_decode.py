@@ -99,13 +99,40 @@ def previous_decode(plan: StatsPlan, host: HostValues, *, skipped: bool) -> Step
             else None
         ),
         layers=tuple(layers),
-        first_nonfinite=plan._first_nonfinite(
-            act_layers, segment_nonfinite[is_act], layer_nonfinite
+        first_nonfinite=previous_first_nonfinite(
+            plan, act_layers, segment_nonfinite[is_act], layer_nonfinite
         ),
         first_nonfinite_forward=first_forward,
         lost_updates=lost_updates,
         memory=plan.memory,
     )
+
+
+def previous_first_nonfinite(
+    plan: StatsPlan,
+    act_layers: np.ndarray,
+    act_nonfinite: np.ndarray,
+    layer_nonfinite: np.ndarray,
+) -> str | None:
+    for layer_at in act_layers[act_nonfinite][:1]:
+        return plan.layer_names[int(layer_at)]
+    for index in reversed(range(len(plan.layer_names))):
+        if layer_nonfinite[index]:
+            return plan.layer_names[index]
+    return None
+
+
+def test_maximum_is_numpys() -> None:
+    values = [0.0, -0.0, 1.0, -1.0, 2.5, math.inf, -math.inf, math.nan, 5e-324]
+    for first in values:
+        for second in values:
+            with np.errstate(invalid="ignore"):  # NaN in, NaN out
+                expected = float(np.maximum(np.float64(first), np.float64(second)))
+                accumulated = np.array([first])
+                np.maximum.at(accumulated, [0], [second])  # the reduction decode replaced
+            got = plan_module._maximum(first, second)
+            assert repr(got) == repr(expected), (first, second)
+            assert repr(got) == repr(float(accumulated[0])), (first, second)
 
 
 class Shared(nn.Module):
@@ -119,9 +146,12 @@ class Shared(nn.Module):
         self.act = nn.ReLU()  # zero gradients: underflow shares above 0
         self.head = nn.Linear(16, 3)
 
+        # Zero gradients for some outputs of the second call too (both calls underflow).
+        self.register_buffer("mask", (torch.arange(16) % 3 != 0).float())
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.act(self.inner(x * self.scale))
-        return self.head(self.inner(h))
+        return self.head(self.inner(h) * self.mask)
 
 
 def recorded_steps(tmp_path: Path, autocast: bool) -> list[tuple[Any, HostValues, bool]]:

@@ -163,22 +163,18 @@ class StatsPlan:
     def decode(self, host: HostValues, *, skipped: bool) -> StepStats:
         """The statistics of the step record.
 
-        Per-layer figures are gathered with `np.bincount(weights=...)` (the sums of
-        `np.add.at` in the same order, at a fraction of its cost); the per-layer activation
-        rows are reduced to the two sums the record uses before they are gathered."""
+        The histogram rows are reduced by one product to what the per-layer figures use
+        (per activation gradient: elements, elements below FP16's range, non-finite ones);
+        the per-layer sums are then made in Python, in the order `np.add.at` made them:
+        a few dozen additions cost less than the numpy calls that would gather them."""
         layer_count = len(self.layer_names)
+        layer_sumsq = [0.0] * layer_count
+        layer_nonfinite = [False] * layer_count
         if self.param_layers:
-            norms = host["norms"]
-            param_layers = np.asarray(self.param_layers, dtype=np.intp)
-            layer_sumsq = _sum_by(param_layers, norms**2, layer_count)
-            finite = np.isfinite(norms)
-            if finite.all():
-                layer_nonfinite = np.zeros(layer_count, dtype=bool)
-            else:
-                layer_nonfinite = _sum_by(param_layers, ~finite, layer_count) > 0
-        else:
-            layer_sumsq = np.zeros(layer_count)
-            layer_nonfinite = np.zeros(layer_count, dtype=bool)
+            for layer, norm in zip(self.param_layers, host["norms"].tolist(), strict=True):
+                layer_sumsq[layer] += norm * norm
+                if not math.isfinite(norm):
+                    layer_nonfinite[layer] = True
         first_forward: str | None = None
         if self.forward_layers:
             flags = host["forward_finite"].tolist()  # 1.0: finite; a few dozen at most
@@ -192,25 +188,22 @@ class StatsPlan:
         grad_counts = histograms[:n_groups].sum(axis=0)
         act_histograms = histograms[n_groups:]
         act_counts = act_histograms.sum(axis=0)
-        act_layer_list = [segment.layer for segment in act_segments]
-        act_layers = np.array(act_layer_list, dtype=np.intp)
-        # Per activation gradient: its elements, and those below FP16's smallest subnormal
-        # (|x| < 2**-24) or zero; summed per layer.
-        below_fp16 = _FP16_MIN_SUBNORMAL_LOG2 - BINADE_LO  # codes < this: |x| < 2**-24
-        act_total = act_histograms.sum(axis=1)
-        act_underflow = act_histograms[:, :below_fp16].sum(axis=1) + act_histograms[:, ZERO_CODE]
-        layer_total = _sum_by(act_layers, act_total, layer_count)
-        layer_underflow = _sum_by(act_layers, act_underflow, layer_count)
-        layer_amax = np.zeros(layer_count)
-        act_nonfinite = (act_histograms[:, INF_CODE] + act_histograms[:, NAN_CODE]) > 0
+        act_layers = [segment.layer for segment in act_segments]
+        layer_total = [0.0] * layer_count
+        layer_underflow = [0.0] * layer_count
+        layer_amax = [0.0] * layer_count
+        act_nonfinite = [False] * len(act_segments)
         if act_segments:
-            act_amax = host["act_amax"]
-            if len(set(act_layer_list)) == len(act_layer_list):  # one per layer: no reduction
-                layer_amax[act_layers] = np.maximum(0.0, act_amax)  # as maximum.at from 0
-            else:
-                with np.errstate(invalid="ignore"):  # a NaN amax stays NaN: non-finite layer
-                    np.maximum.at(layer_amax, act_layers, act_amax)
-            layer_nonfinite[act_layers[act_nonfinite]] = True
+            # Sums of integer counts by 0/1 weights: exact in float64 in any order.
+            features = (act_histograms @ _SEGMENT_FEATURES).tolist()
+            peaks = host["act_amax"].tolist()
+            for index, layer in enumerate(act_layers):
+                total, underflow, nonfinite = features[index]
+                layer_total[layer] += total
+                layer_underflow[layer] += underflow
+                layer_amax[layer] = _maximum(layer_amax[layer], peaks[index])
+                if nonfinite:
+                    act_nonfinite[index] = layer_nonfinite[layer] = True
         format_shares: dict[str, FormatShares] = {}
         if self.formats and groups:
             group_zeros = [int(histograms[i, ZERO_CODE]) for i in range(n_groups)]
@@ -282,15 +275,12 @@ class StatsPlan:
         return max(by_dtype.items(), key=lambda item: item[1])[0] if by_dtype else "float32"
 
     def _first_nonfinite(
-        self,
-        act_layers: npt.NDArray[np.int64],
-        act_nonfinite: npt.NDArray[np.bool_],
-        layer_nonfinite: npt.NDArray[np.bool_],
+        self, act_layers: list[int], act_nonfinite: list[bool], layer_nonfinite: list[bool]
     ) -> str | None:
         # Activation gradients arrive in backward order: the first non-finite one is where
         # the overflow started.
-        for layer_at in act_layers[act_nonfinite][:1]:
-            return self.layer_names[int(layer_at)]
+        if True in act_nonfinite:
+            return self.layer_names[act_layers[act_nonfinite.index(True)]]
         # No activation gradient went non-finite: the last layer (in forward order) whose
         # parameter gradient did is the first one backward reached.
         for index in reversed(range(len(self.layer_names))):
@@ -300,13 +290,13 @@ class StatsPlan:
 
     def _layer_records(
         self,
-        layer_underflow: npt.NDArray[np.float64],
-        layer_total: npt.NDArray[np.float64],
-        layer_amax: npt.NDArray[np.float64],
-        layer_sumsq: npt.NDArray[np.float64],
-        layer_nonfinite: npt.NDArray[np.bool_],
+        layer_underflow: list[float],
+        layer_total: list[float],
+        layer_amax: list[float],
+        layer_sumsq: list[float],
+        layer_nonfinite: list[bool],
     ) -> tuple[LayerStats, ...]:
-        """One record per layer, from the per-layer sums (read as Python numbers at once)."""
+        """One record per layer, from the per-layer sums."""
         return tuple(
             LayerStats(
                 name=name,
@@ -321,11 +311,11 @@ class StatsPlan:
             for name, has_params, sumsq, peak, underflow, total, nonfinite in zip(
                 self.layer_names,
                 self.layer_has_params,
-                layer_sumsq.tolist(),
-                layer_amax.tolist(),
-                layer_underflow.tolist(),
-                layer_total.tolist(),
-                layer_nonfinite.tolist(),
+                layer_sumsq,
+                layer_amax,
+                layer_underflow,
+                layer_total,
+                layer_nonfinite,
                 strict=True,
             )
         )
@@ -399,13 +389,24 @@ class StatsPlan:
         }
 
 
-def _sum_by(
-    index: npt.NDArray[np.intp], weights: npt.NDArray[np.generic], count: int
-) -> npt.NDArray[np.float64]:
-    """Sums of `weights` by `index` into `count` bins (float64), added in order as
-    `np.add.at` adds them."""
-    sums = np.bincount(index, weights, count)
-    return sums.astype(np.float64, copy=False)
+def _maximum(current: float, value: float) -> float:
+    """np.maximum of two floats: NaN if either is NaN; of equal values (0.0 and -0.0), the
+    second, as numpy gives it."""
+    return current if current > value or current != current else value
+
+
+def _segment_features() -> npt.NDArray[np.float64]:
+    """[CODES, 3] weights: a histogram row times this is (elements, elements below FP16's
+    smallest subnormal 2**-24 or zero, infinities and NaNs)."""
+    weights = np.zeros((CODES, 3))
+    weights[:, 0] = 1.0
+    weights[: _FP16_MIN_SUBNORMAL_LOG2 - BINADE_LO, 1] = 1.0  # codes below: |x| < 2**-24
+    weights[ZERO_CODE, 1] = 1.0
+    weights[[INF_CODE, NAN_CODE], 2] = 1.0
+    return weights
+
+
+_SEGMENT_FEATURES = _segment_features()
 
 
 def _share(part: float, total: float) -> float:
