@@ -171,15 +171,19 @@ class StatsPlan:
             norms = host["norms"]
             param_layers = np.asarray(self.param_layers, dtype=np.intp)
             layer_sumsq = _sum_by(param_layers, norms**2, layer_count)
-            layer_nonfinite = _sum_by(param_layers, ~np.isfinite(norms), layer_count) > 0
+            finite = np.isfinite(norms)
+            if finite.all():
+                layer_nonfinite = np.zeros(layer_count, dtype=bool)
+            else:
+                layer_nonfinite = _sum_by(param_layers, ~finite, layer_count) > 0
         else:
             layer_sumsq = np.zeros(layer_count)
             layer_nonfinite = np.zeros(layer_count, dtype=bool)
         first_forward: str | None = None
         if self.forward_layers:
-            not_finite = np.flatnonzero(host["forward_finite"] == 0)
-            if not_finite.size:
-                first_forward = self.layer_names[self.forward_layers[int(not_finite[0])]]
+            flags = host["forward_finite"].tolist()  # 1.0: finite; a few dozen at most
+            if 0.0 in flags:
+                first_forward = self.layer_names[self.forward_layers[flags.index(0.0)]]
         groups = self.param_groups
         act_segments = self.act_segments
         segments = tuple(group.segment for group in groups) + act_segments
