@@ -197,3 +197,41 @@ def test_a_layer_without_gradients_is_counted_as_absent(tmp_path: Path) -> None:
     assert sum(record["grad_hist"]["counts"]) + record["grad_hist"]["zero"] == 10
     assert record["lost_updates"]["intended"] == 10
     assert [layer["name"] for layer in record["layers"]] == ["used", "unused"]
+
+
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16])
+def test_recorded_activation_figures_equal_numpy_for_large_and_small_tensors(
+    tmp_path: Path, autocast: torch.dtype | None
+) -> None:
+    # A batch of 600: the 32-wide outputs (19200 elements) are counted in their backward
+    # hook, the 3-wide one (1800) with the step's other small ones; ReLU makes zeros.
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(),
+                          nn.Linear(32, 3))  # fmt: skip
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    captured: list[torch.Tensor] = []
+
+    def capture(module: nn.Module, inputs: object, output: torch.Tensor) -> None:
+        output.register_hook(lambda grad: captured.append(grad.detach().clone()))
+
+    for module in model:
+        module.register_forward_hook(capture)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for _ in range(2):
+            captured.clear()
+            x = torch.randn(600, 8) * torch.logspace(0, -30, 8)
+            with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=bool(autocast)):
+                loss = model(x).float().square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            record = flat(monitor.step(loss))
+            assert {t.numel() for t in captured} == {19200, 1800}
+            act_oracle = numpy_histogram([g.float().numpy() for g in captured])
+            assert {k: record["act_hist"][k] for k in act_oracle} == act_oracle
+            total = sum(g.numel() for g in captured)
+            zeros = sum(int((g == 0).sum()) for g in captured)
+            assert zeros > 0 and record["act_zero_share"] == zeros / total
+            # Backward reaches the layers in reverse: the captures are in backward order.
+            peaks = [float(g.float().abs().max()) for g in reversed(captured)]
+            assert [layer["amax"] for layer in record["layers"]] == peaks

@@ -286,3 +286,21 @@ def test_code_histogram_equals_the_oracle(dtype: torch.dtype) -> None:
     for tensor in float32_cases():
         values = tensor.to(dtype)
         assert np.array_equal(code_histogram(values).numpy(), oracle_codes(values))
+
+
+@pytest.mark.parametrize("chunk", [1 << 20, 1 << 10])
+def test_group_code_histogram_equals_the_oracle(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The exact fallback of a parameter group: one flattened copy, or one tensor at a time
+    # beyond the chunk size; a lone tensor; float64 members converted.
+    monkeypatch.setattr(kernels, "_CHUNK", chunk)
+    cases = float32_cases()
+    members = [cases[0][:3000], cases[5], cases[6], cases[2], cases[-1]]
+    before = [m.clone() for m in members]
+    expected = oracle_codes(torch.cat([m.reshape(-1).float() for m in members]))
+    assert np.array_equal(kernels.group_code_histogram(members).numpy(), expected)
+    assert all(
+        m.numpy().tobytes() == b.numpy().tobytes() for m, b in zip(members, before, strict=True)
+    )
+    assert np.array_equal(kernels.group_code_histogram([cases[5]]).numpy(), oracle_codes(cases[5]))

@@ -34,6 +34,15 @@ def all_fp16_values() -> np.ndarray:
     return np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
+def assert_shows(
+    old: np.ndarray, new: np.ndarray, expected: np.ndarray, *, fp16_weights: bool
+) -> None:
+    got = update_shows(torch.from_numpy(old.copy()), torch.from_numpy(new.copy()),
+                       fp16_weights=fp16_weights).numpy()  # fmt: skip
+    mismatch = np.flatnonzero(got != expected)
+    assert mismatch.size == 0, (old[mismatch[:5]], new[mismatch[:5]])
+
+
 def test_fp32_master_updates_for_every_fp16_pattern() -> None:
     fp16 = all_fp16_values()
     with np.errstate(over="ignore", invalid="ignore"):
@@ -61,13 +70,21 @@ def test_fp32_master_updates_for_every_fp16_pattern() -> None:
                 cases_old += [old, old, old]
                 cases_new += [new, np.nextafter(new, np.float32(np.inf)),
                               np.nextafter(new, np.float32(-np.inf))]  # fmt: skip
+    # Finite weights whose FP16 value is inf (FP16(inf + d) is inf again for finite d), the
+    # largest that is not, and steps of every kind from them.
+    big = np.float32([65519.996, 65520.0, 65536.0, 1e5, 1e30, 3.4e38])
+    big = np.concatenate([big, -big])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for step in [*steps, -65536.0, -1e5, -3.4e38, 3.4e38, -1.0, 16.0]:
+            cases_old.append(big)
+            cases_new.append(big + np.float32(step))
     old = np.concatenate(cases_old).astype(np.float32)
     new = np.concatenate(cases_new).astype(np.float32)
     expected = oracle_shows(old, new, fp16_weights=False)
-    got = update_shows(torch.from_numpy(old.copy()), torch.from_numpy(new.copy()),
-                       fp16_weights=False).numpy()  # fmt: skip
-    mismatch = np.flatnonzero(got != expected)
-    assert mismatch.size == 0, (old[mismatch[:5]], new[mismatch[:5]])
+    with np.errstate(over="ignore"):
+        lost_at_inf = np.isinf(old.astype(np.float16)) & np.isfinite(old) & ~expected
+    assert lost_at_inf.sum() > 20  # inf == inf: the update is lost
+    assert_shows(old, new, expected, fp16_weights=False)
     # Both outcomes occur often: the cases straddle the rounding boundaries.
     assert 0.2 < expected.mean() < 0.8
 
@@ -89,10 +106,7 @@ def test_fp16_weight_updates_for_every_pattern() -> None:
     old = np.tile(patterns, len(partners)).view(np.float16).astype(np.float32)
     new = np.concatenate(partners).view(np.float16).astype(np.float32)
     expected = oracle_shows(old, new, fp16_weights=True)
-    got = update_shows(torch.from_numpy(old.copy()), torch.from_numpy(new.copy()),
-                       fp16_weights=True).numpy()  # fmt: skip
-    mismatch = np.flatnonzero(got != expected)
-    assert mismatch.size == 0, (old[mismatch[:5]], new[mismatch[:5]])
+    assert_shows(old, new, expected, fp16_weights=True)
 
 
 def oracle_counts(

@@ -23,7 +23,8 @@ steps, since any forward hook sends every module call through PyTorch's slower p
 - a forward hook on every leaf module registers a tensor hook on the module's output: it
   receives the activation gradient during backward, in its actual dtype and still
   multiplied by the loss scale (the paper's figure). Each is counted there and then (from
-  its bit patterns), so backward can free it as usual.
+  its bit patterns), so backward can free it as usual; on a CPU, small ones (below 2**14
+  elements) are kept and counted together at the step.
 - forward pre/post hooks on the model enter saved-tensor hooks that count the bytes autograd
   saves for backward (activations, and autocast's low-precision copies of the weights), and
   note the autocast dtype in use (the header's precision label when none is given).
@@ -226,6 +227,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             (index, param) for index, layer in enumerate(self._layers) for param in layer.params
         ]
         self._params = [param for _, param in self._param_layer]
+        self._layer_names = tuple(layer.name for layer in self._layers)
+        self._layer_has_params = tuple(bool(layer.params) for layer in self._layers)
         self._sharded = is_sharded(model)
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
         # of a small model has few microseconds to spare): the scaler's kind, the device.
@@ -727,8 +730,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                     "fp16_would_lose"
                 )  # fmt: skip
         plan = StatsPlan(
-            layer_names=tuple(layer.name for layer in self._layers),
-            layer_has_params=tuple(bool(layer.params) for layer in self._layers),
+            layer_names=self._layer_names,
+            layer_has_params=self._layer_has_params,
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),
@@ -743,7 +746,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             activations=activations,
         )  # fmt: skip
         if norms is not None:
-            pack.add("norms", norms.to(torch.float64))
+            pack.add("norms", norms)
         if plan.forward_layers and self._forward_finite:
             pack.add_host("forward_finite", [float(finite) for _, finite in self._forward_finite])
         elif plan.forward_layers:
@@ -754,9 +757,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         segments = plan.segments
         if segments:
             rows, amax = segment_rows(segments)
-            pack.add("rows", rows.reshape(-1).to(torch.float64))
+            pack.add("rows", rows)
             if act_segments:
-                pack.add("act_amax", amax[len(groups) :].to(torch.float64))
+                pack.add("act_amax", amax[len(groups) :])
         if groups and plan.formats:
             # The raw pattern counts of the parameter gradients: the format shares are read
             # from them on the host.

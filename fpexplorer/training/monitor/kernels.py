@@ -2,10 +2,17 @@
 
 Every figure the monitor reports about a tensor's values (binade histograms, zeros, max |x|,
 how many magnitudes lie at or below a bound) is read from counts of bit patterns: a bincount
-of the 15 magnitude bits of a 16-bit value, or of the top half of a float32. That is exact
-and far cheaper than logarithms. Where a pattern alone cannot decide (float32 values below
-2**-133, a bound that splits an occupied pattern, the inf pattern that may hide NaNs whose
-payload lies in the low 16 bits), the values are looked at again, exactly, and only then.
+of the 15 magnitude bits of a 16-bit value, of the exponent field of a float32 (or, for the
+format shares, of its top half), and the largest magnitude's bits. That is exact and far
+cheaper than logarithms. Where the bits alone cannot decide (float32 subnormals, a bound
+that splits an occupied pattern, exponent field 255, which holds NaNs as well as
+infinities), the values are looked at again, exactly, and only then.
+
+Activation gradients are counted in their backward hook (`segment_of`: four to five tensor
+operations, none of which reads a value back on the host), except small ones on a CPU, which
+are counted together at the step's end in numpy (a call on a small array costs a fraction of
+a torch call); `segment_rows` turns all of a step's counts into rows of histogram codes at
+once.
 """
 
 from __future__ import annotations
@@ -166,6 +173,17 @@ def code_histogram(tensor: torch.Tensor) -> torch.Tensor:
     merged[INF_CODE] -= hidden_nans
     merged[NAN_CODE] += hidden_nans
     return merged[:CODES]
+
+
+def group_code_histogram(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """`code_histogram` of several tensors together (the exact fallback of a parameter
+    group): up to 2**20 elements from one flattened copy (one call each step, where the
+    per-tensor calls cost a few dozen operations per gradient), beyond that one tensor at a
+    time (no parameter-sized copy)."""
+    values = [t.detach() if t.dtype == torch.float32 else t.detach().float() for t in tensors]
+    if len(values) > 1 and sum(t.numel() for t in values) <= _CHUNK:
+        return code_histogram(flatten_dense_tensors(values))
+    return torch.stack([code_histogram(t) for t in values]).sum(dim=0)
 
 
 def bits_view(tensor: torch.Tensor) -> torch.Tensor:
@@ -535,10 +553,10 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
 
 
 @functools.cache
-def _host_tables() -> dict[str, npt.NDArray[np.int32]]:
-    """The 16-bit code tables as numpy arrays, times _LANES (see `_count_on_host`)."""
+def _host_tables() -> dict[str, torch.Tensor]:
+    """The 16-bit code tables on the CPU, int32, times _LANES (see `_count_on_host`)."""
     tables = _code_tables(torch.device("cpu"))
-    return {name: tables[name].numpy().astype(np.int32) * _LANES for name in _PATTERN_TABLES}
+    return {name: tables[name].int() * _LANES for name in _PATTERN_TABLES}
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -689,21 +707,22 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     count = len(tensors)
     if table in _PATTERN_TABLES:
         starts, slots = _host_slots(sizes, CODES + 1)
-        patterns = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
-        patterns &= 0x7FFF
-        bins = _host_tables()[table][patterns]  # code * _LANES
-        bins += slots
+        bits = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
+        patterns = np.bitwise_and(bits, 0x7FFF, dtype=np.int32)
+        # The lookup by torch: numpy's fancy indexing is 3-4x slower here.
+        bins = _host_tables()[table].index_select(0, torch.from_numpy(patterns))
+        bins += torch.from_numpy(slots)  # bins: code * _LANES + lane + the tensor's offset
         rows = _lane_counts(bins, count, CODES + 1)
         peaks = pattern_values(torch.device("cpu"))[table].numpy()
         return rows, peaks[np.maximum.reduceat(patterns, starts)]
     starts, slots = _host_slots(sizes, EXPONENT_FIELDS)
     bits = np.concatenate([t.numpy().view(np.int32).ravel() for t in tensors])
     bits &= 0x7FFFFFFF
-    bins = bits >> (23 - _LANE_BITS)
-    bins &= -_LANES  # the exponent field times _LANES
-    bins += slots
+    fields = bits >> (23 - _LANE_BITS)
+    fields &= -_LANES  # the exponent field times _LANES
+    fields += slots
     rows = np.zeros((count, CODES + 1), dtype=np.int64)
-    rows[:, _EXPONENT_COLUMN_ARRAY] = _lane_counts(bins, count, EXPONENT_FIELDS)
+    rows[:, _EXPONENT_COLUMN_ARRAY] = _lane_counts(torch.from_numpy(fields), count, EXPONENT_FIELDS)
     for index in np.flatnonzero(rows[:, CODES]):  # field 0 occupied: count the zeros
         start = starts[index]
         rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(bits[start : start + sizes[index]])
@@ -714,9 +733,9 @@ _LANE_BITS = 3
 _LANES = 1 << _LANE_BITS
 
 
-def _lane_counts(bins: npt.NDArray[np.int32], count: int, width: int) -> npt.NDArray[np.int64]:
+def _lane_counts(bins: torch.Tensor, count: int, width: int) -> npt.NDArray[np.int64]:
     """[count, width] counts of (tensor, bin, lane) indices, the lanes summed."""
-    counted = torch.bincount(torch.from_numpy(bins), minlength=count * width * _LANES)
+    counted = torch.bincount(bins, minlength=count * width * _LANES)
     lanes: npt.NDArray[np.int64] = counted.view(count, width, _LANES).sum(dim=2).numpy()
     return lanes
 

@@ -33,6 +33,7 @@ from fpexplorer.training.monitor.kernels import (
     count_abs_at_most,
     count_at_most,
     count_low_bits_set,
+    group_code_histogram,
     histogram_record,
     magnitude_limits,
     pattern_values,
@@ -78,8 +79,9 @@ class HostPack:
         elif self._on_host and values.device.type == "cpu":
             if values.numel() == 1:  # the cheap signals: item() is the fastest read
                 self._host[name] = np.array([values.item()], dtype=np.float64)
-            else:
-                self._host[name] = values.detach().reshape(-1).double().numpy()
+            else:  # a zero-copy view, converted by numpy (cheaper than a torch operation)
+                host = values.detach().numpy().reshape(-1)
+                self._host[name] = host.astype(np.float64, copy=host.dtype != np.float64)
         else:
             tensor = values.detach().to(device=self.device, dtype=torch.float64).reshape(-1)
             self._parts.append(tensor)
@@ -169,15 +171,19 @@ class StatsPlan:
             norms = host["norms"]
             param_layers = np.asarray(self.param_layers, dtype=np.intp)
             layer_sumsq = _sum_by(param_layers, norms**2, layer_count)
-            layer_nonfinite = _sum_by(param_layers, ~np.isfinite(norms), layer_count) > 0
+            finite = np.isfinite(norms)
+            if finite.all():
+                layer_nonfinite = np.zeros(layer_count, dtype=bool)
+            else:
+                layer_nonfinite = _sum_by(param_layers, ~finite, layer_count) > 0
         else:
             layer_sumsq = np.zeros(layer_count)
             layer_nonfinite = np.zeros(layer_count, dtype=bool)
         first_forward: str | None = None
         if self.forward_layers:
-            not_finite = np.flatnonzero(host["forward_finite"] == 0)
-            if not_finite.size:
-                first_forward = self.layer_names[self.forward_layers[int(not_finite[0])]]
+            flags = host["forward_finite"].tolist()  # 1.0: finite; a few dozen at most
+            if 0.0 in flags:
+                first_forward = self.layer_names[self.forward_layers[flags.index(0.0)]]
         groups = self.param_groups
         act_segments = self.act_segments
         segments = tuple(group.segment for group in groups) + act_segments
@@ -254,9 +260,8 @@ class StatsPlan:
         for index in np.flatnonzero(unresolved):
             if segments[int(index)].exact:  # 16-bit patterns place every element
                 continue
-            if index < len(self.param_groups):  # one member at a time: no concatenated copy
-                members = self.param_groups[int(index)].members
-                exact = torch.stack([code_histogram(g) for g in members]).sum(dim=0)
+            if index < len(self.param_groups):
+                exact = group_code_histogram(self.param_groups[int(index)].members)
             else:
                 exact = code_histogram(self._segment_tensor(int(index)))
             rows[index, :CODES] = exact.cpu().numpy()
