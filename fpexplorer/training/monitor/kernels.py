@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -275,11 +275,12 @@ _FIELD_SHIFT = 21  # bits >> 21: the exponent field and the top two mantissa bit
 _FIELD_BINS = EXPONENT_FIELDS << (23 - _FIELD_SHIFT)
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+class Segment(NamedTuple):
     """Histogram counts of one tensor (or one group of parameter gradients), made as soon as
     the tensor exists so that large activation gradients need not be kept until `step()`;
-    turned into rows of code counts, all segments at once, by `segment_rows`.
+    turned into rows of code counts, all segments at once, by `segment_rows`. (A named
+    tuple, not a frozen dataclass: one is built in every backward hook, and it costs a
+    third.)
 
     `layout` says what `codes` holds:
     - "codes": CODES + 1 counts by histogram code; for float32 the last one holds the
