@@ -16,7 +16,12 @@ Variants:
     python benchmarks/bench_monitor.py                    # transformer and mlp, fp32 and bf16
     python benchmarks/bench_monitor.py --tasks mlp --precisions bf16 --repeats 5
     python benchmarks/bench_monitor.py --tasks transformer --precisions fp8,mxfp8
-    python benchmarks/bench_monitor.py --in-process      # bare/cheap/statistics steps, one process
+    python benchmarks/bench_monitor.py --in-process      # the same, in one process (see below)
+
+--in-process measures in one process, without the spread between processes (steadier on a
+shared machine): bare, cheap-signal and statistics steps in rotating blocks (median step),
+then whole runs of bare, cheap and defaults in rotating order (median run; the defaults'
+statistics steps and the cadence's own measure of its share).
 
 Targets: cheap <= 1.02, defaults <= 1.05, every <= 1.5 (transformer) and <= 2 (mlp).
 """
@@ -161,6 +166,68 @@ def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> N
               f" {median['every'] / median['bare']:.3f})")  # fmt: skip
 
 
+def in_process_runs(task_name: str, precision: str, steps: int, rounds: int) -> None:
+    """Whole runs of `steps` steps, bare, cheap (stats_every=0) and defaults (AmpMonitor()
+    as it comes: the 5% budget), in rotating order in one process, `rounds` of each: what a
+    run with the defaults costs, statistics on step 0 and the budget's cadence included,
+    without the spread between processes. Each watched run has its own monitor, made before
+    its clock starts (as in the process-per-run rows), with no precision given (its header
+    waits for the first step). Each figure is the median over the rounds; the defaults' line
+    gives its statistics steps and the cadence's own measure of its share (`spent_share`)."""
+    import torch
+
+    from fpexplorer.training.job import PLANS, amp_step, make_optimizer
+    from fpexplorer.training.monitor import AmpMonitor
+    from fpexplorer.training.tasks import make_task
+
+    torch.set_num_threads(1)
+    device = torch.device("cpu")
+    plan = PLANS[precision]
+    torch.manual_seed(0)
+    task = make_task(task_name, 0, None, device)
+    model = task.model.to(device=device, dtype=plan.params_dtype)
+    optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
+    scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
+    batches = [next(task.batches) for _ in range(steps)]
+    kinds = ("bare", "cheap", "defaults")
+    times: dict[tuple[str, str], list[float]] = {}
+    statistics_steps: list[int] = []
+    shares: list[float] = []
+    with tempfile.TemporaryDirectory() as folder:
+        for number in range(rounds):
+            for kind in kinds[number % 3 :] + kinds[: number % 3]:
+                monitor = None
+                if kind != "bare":
+                    settings = {"stats_every": 0} if kind == "cheap" else {}
+                    monitor = AmpMonitor(model, optimizer, scaler,
+                                         out=Path(folder) / f"{kind}-{number}.jsonl",
+                                         **settings)  # type: ignore[arg-type]  # fmt: skip
+                start, cpu_start = time.perf_counter(), time.thread_time()
+                for inputs, target in batches:
+                    loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan,
+                                    device)  # fmt: skip
+                    if monitor is not None:
+                        monitor.step(loss)
+                    else:
+                        loss.item()
+                times.setdefault((kind, "wall"), []).append(time.perf_counter() - start)
+                times.setdefault((kind, "cpu"), []).append(time.thread_time() - cpu_start)
+                if monitor is not None:
+                    if kind == "defaults":
+                        shares.append(monitor.cadence.spent_share)
+                        log = (Path(folder) / f"{kind}-{number}.jsonl").read_text()
+                        statistics_steps.append(log.count('"grad_hist"'))
+                    monitor.close()
+    for clock in ("wall", "cpu"):
+        median = {kind: statistics.median(times[(kind, clock)]) for kind in kinds}
+        print(f"{task_name} {precision}, one process, whole runs of {steps} steps, median of"
+              f" {rounds}, {clock}: bare {median['bare']:.3f} s, cheap signals ratio"
+              f" {median['cheap'] / median['bare']:.3f}, defaults ratio"
+              f" {median['defaults'] / median['bare']:.3f} (statistics steps"
+              f" {statistics.median(statistics_steps):g}, the cadence's own share"
+              f" {statistics.median(shares):.3f})")  # fmt: skip
+
+
 def run_child(task: str, precision: str, variant: str, steps: int) -> dict[str, float]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, __file__, "--child", task, precision, variant, str(steps)]
@@ -182,13 +249,18 @@ def main() -> int:
     parser.add_argument(
         "--in-process",
         action="store_true",
-        help="bare, cheap-signal and statistics steps in blocks in one process",
+        help="bare, cheap-signal and statistics steps in blocks in one process, then whole"
+        " runs of bare, cheap and defaults in one process",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=6, help="with --in-process: whole runs of each kind"
     )
     args = parser.parse_args()
     if args.in_process:
         for task in args.tasks.split(","):
             for precision in args.precisions.split(","):
                 in_process(task, precision, 8 * STEPS[task])
+                in_process_runs(task, precision, STEPS[task], args.runs)
         return 0
     if args.child:
         task, precision, variant, steps = args.child

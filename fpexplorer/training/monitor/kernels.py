@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +40,7 @@ NAN_CODE = NUM_BINADES + 2
 CODES = NUM_BINADES + 3
 PATTERNS = 32768  # 15-bit magnitude patterns
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
-_FLOAT32_INF_PATTERN = 0x7F80  # top half of a float32 inf (and of NaNs with a low payload)
+_SUBNORMAL_BINADES = 23  # float32 subnormals lie in binades -149..-127
 
 
 def binade_codes(values: torch.Tensor) -> torch.Tensor:
@@ -85,24 +85,18 @@ def _code_tables(device: torch.device) -> dict[str, torch.Tensor]:
 
     A float16/bfloat16 magnitude has 15 bits, so its pattern is its value. For float32 the
     top 15 magnitude bits fix floor(log2|x|) whenever |x| >= 2**-133; smaller values (zero
-    and the deepest subnormals) are read a second time from x * 2**24, which is exact for
-    them and lifts them into the normal range.
+    and the deepest subnormals) go to the extra bin, to be placed from the values.
     """
     tables = _TABLES.get(device)
     if tables is None:
         patterns = torch.arange(PATTERNS, dtype=torch.int32).to(torch.int16)
         high = (patterns.to(torch.int32) << 16).view(torch.float32)
         fp32_high = binade_codes(high)
-        fp32_high[0] = _DISCARD  # zero and |x| < 2**-133: counted from the scaled copy
-        # x * 2**24 of a float32 below 2**-133 lies in [2**-125, 2**-109).
-        lifted_range = (high >= 2.0**-125) & (high < 2.0**-109)
-        tiny = torch.where(lifted_range, binade_codes(high) - 24, _DISCARD)
-        tiny[0] = ZERO_CODE
+        fp32_high[0] = _DISCARD  # zero and |x| < 2**-133: placed from the values
         tables = {
             "float16": binade_codes(patterns.view(torch.float16).float()),
             "bfloat16": binade_codes(patterns.view(torch.bfloat16).float()),
             "float32_high": fp32_high,
-            "float32_tiny": tiny,
         }
         tables = {name: table.to(device) for name, table in tables.items()}
         _TABLES[device] = tables
@@ -151,28 +145,33 @@ def _map_patterns(
 def code_histogram(tensor: torch.Tensor) -> torch.Tensor:
     """Counts by histogram code (CODES int64 counts) of every element of `tensor`.
 
-    Two passes over the data for 16-bit tensors, four for float32: the bits are binned as
-    they are (a bincount of 32768 patterns), which is exact and far cheaper than taking
-    logarithms. A float32 NaN whose payload lies only in the low 16 bits has the top half
-    of an inf: one more pass tells the infinities apart.
+    16-bit tensors: their 32768 magnitude patterns counted and mapped to codes. float32
+    (wider dtypes converted): the exponent field of |x| (normal values), that of |x| * 2**24
+    (subnormals, lifted exactly into the normal range, and zeros, which stay zero), and a
+    count of the infinities, which field 255 shares with the NaNs (whatever their payload).
+    Exact, and far cheaper than taking logarithms.
     """
-    flat = tensor.detach().reshape(-1).contiguous()  # viewing the bits needs stride 1
+    flat = tensor.detach().reshape(-1)
     tables = _code_tables(flat.device)
     if flat.dtype in (torch.float16, torch.bfloat16):
         counts = torch.bincount(flat.view(torch.int16) & 0x7FFF, minlength=PATTERNS)
         name = dtype_name(flat.dtype)
         return _map_patterns(counts, tables[name], name)[:CODES]
-    values = flat if flat.dtype == torch.float32 else flat.float()
-    high = torch.bincount(values.view(torch.int16)[HIGH_HALF::2] & 0x7FFF, minlength=PATTERNS)
-    lifted = (values * 2.0**24).view(torch.int16)[HIGH_HALF::2] & 0x7FFF
-    tiny = torch.bincount(lifted, minlength=PATTERNS)
-    merged = _map_patterns(high, tables["float32_high"], "float32_high")
-    merged += _map_patterns(tiny, tables["float32_tiny"])
-    # The inf pattern holds the infinities and the NaNs with a payload in the low bits only.
-    hidden_nans = high[_FLOAT32_INF_PATTERN] - torch.count_nonzero(values.isinf())
-    merged[INF_CODE] -= hidden_nans
-    merged[NAN_CODE] += hidden_nans
-    return merged[:CODES]
+    magnitudes = (flat if flat.dtype == torch.float32 else flat.float()).abs()
+    bits = magnitudes.view(torch.int32)
+    codes = torch.zeros(CODES + 1, dtype=torch.int64, device=flat.device)
+    fields = torch.bincount(bits >> 23, minlength=EXPONENT_FIELDS)
+    codes.index_copy_(0, _columns("exponents", flat.device)[0], fields)
+    # |x| * 2**24 lifts every subnormal into the normal range, exactly, and leaves a zero
+    # zero: its exponent field (2..24 for a subnormal, 0 for a zero) is 24 above the binade.
+    lifted = torch.bincount((magnitudes * 2.0**24).view(torch.int32) >> 23, minlength=256)
+    codes[:_SUBNORMAL_BINADES] += lifted[2 : 2 + _SUBNORMAL_BINADES]
+    codes[ZERO_CODE] = lifted[0]
+    # Exponent field 255 holds the infinities and the NaNs.
+    infinities = torch.count_nonzero(bits == 0x7F800000)
+    codes[NAN_CODE] = codes[INF_CODE] - infinities
+    codes[INF_CODE] = infinities
+    return codes[:CODES]
 
 
 def group_code_histogram(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -275,11 +274,12 @@ _FIELD_SHIFT = 21  # bits >> 21: the exponent field and the top two mantissa bit
 _FIELD_BINS = EXPONENT_FIELDS << (23 - _FIELD_SHIFT)
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+class Segment(NamedTuple):
     """Histogram counts of one tensor (or one group of parameter gradients), made as soon as
     the tensor exists so that large activation gradients need not be kept until `step()`;
-    turned into rows of code counts, all segments at once, by `segment_rows`.
+    turned into rows of code counts, all segments at once, by `segment_rows`. (A named
+    tuple, not a frozen dataclass: one is built in every backward hook, and it costs a
+    third.)
 
     `layout` says what `codes` holds:
     - "codes": CODES + 1 counts by histogram code; for float32 the last one holds the
@@ -553,10 +553,10 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
 
 
 @functools.cache
-def _host_tables() -> dict[str, npt.NDArray[np.int32]]:
-    """The 16-bit code tables as numpy arrays, times _LANES (see `_count_on_host`)."""
+def _host_tables() -> dict[str, torch.Tensor]:
+    """The 16-bit code tables on the CPU, int32, times _LANES (see `_count_on_host`)."""
     tables = _code_tables(torch.device("cpu"))
-    return {name: tables[name].numpy().astype(np.int32) * _LANES for name in _PATTERN_TABLES}
+    return {name: tables[name].int() * _LANES for name in _PATTERN_TABLES}
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -707,21 +707,22 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     count = len(tensors)
     if table in _PATTERN_TABLES:
         starts, slots = _host_slots(sizes, CODES + 1)
-        patterns = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
-        patterns &= 0x7FFF
-        bins = _host_tables()[table][patterns]  # code * _LANES
-        bins += slots
+        bits = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
+        patterns = np.bitwise_and(bits, 0x7FFF, dtype=np.int32)
+        # The lookup by torch: numpy's fancy indexing is 3-4x slower here.
+        bins = _host_tables()[table].index_select(0, torch.from_numpy(patterns))
+        bins += torch.from_numpy(slots)  # bins: code * _LANES + lane + the tensor's offset
         rows = _lane_counts(bins, count, CODES + 1)
         peaks = pattern_values(torch.device("cpu"))[table].numpy()
         return rows, peaks[np.maximum.reduceat(patterns, starts)]
     starts, slots = _host_slots(sizes, EXPONENT_FIELDS)
     bits = np.concatenate([t.numpy().view(np.int32).ravel() for t in tensors])
     bits &= 0x7FFFFFFF
-    bins = bits >> (23 - _LANE_BITS)
-    bins &= -_LANES  # the exponent field times _LANES
-    bins += slots
+    fields = bits >> (23 - _LANE_BITS)
+    fields &= -_LANES  # the exponent field times _LANES
+    fields += slots
     rows = np.zeros((count, CODES + 1), dtype=np.int64)
-    rows[:, _EXPONENT_COLUMN_ARRAY] = _lane_counts(bins, count, EXPONENT_FIELDS)
+    rows[:, _EXPONENT_COLUMN_ARRAY] = _lane_counts(torch.from_numpy(fields), count, EXPONENT_FIELDS)
     for index in np.flatnonzero(rows[:, CODES]):  # field 0 occupied: count the zeros
         start = starts[index]
         rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(bits[start : start + sizes[index]])
@@ -732,9 +733,9 @@ _LANE_BITS = 3
 _LANES = 1 << _LANE_BITS
 
 
-def _lane_counts(bins: npt.NDArray[np.int32], count: int, width: int) -> npt.NDArray[np.int64]:
+def _lane_counts(bins: torch.Tensor, count: int, width: int) -> npt.NDArray[np.int64]:
     """[count, width] counts of (tensor, bin, lane) indices, the lanes summed."""
-    counted = torch.bincount(torch.from_numpy(bins), minlength=count * width * _LANES)
+    counted = torch.bincount(bins, minlength=count * width * _LANES)
     lanes: npt.NDArray[np.int64] = counted.view(count, width, _LANES).sum(dim=2).numpy()
     return lanes
 
