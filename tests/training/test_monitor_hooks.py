@@ -15,6 +15,7 @@ from torch import nn
 
 from fpexplorer.training.monitor import AmpMonitor
 from fpexplorer.training.monitor.amp_monitor import _all_finite
+from fpexplorer.training.monitor.plan import HostPack
 
 INF, NAN = float("inf"), float("nan")
 
@@ -174,3 +175,30 @@ def test_memory_figures_equal_those_counted_by_hand(tmp_path: Path) -> None:
     # first step, before the monitor reads them).
     state = 2 * weights + 4 * len(list(model.parameters()))
     assert first.optimizer == last.optimizer == {"float32": state}
+
+
+def test_forward_checks_read_on_the_host_and_on_the_device_keep_their_order(
+    tmp_path: Path,
+) -> None:
+    # A flag read at once (a CPU output) and extremes kept on the device (any other output)
+    # may mix in one forward pass (a model across devices): the first non-finite output in
+    # forward order is still the one named. Extremes are CPU tensors here: the same code.
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2), nn.Linear(2, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1)
+    finite_pair = torch.aminmax(torch.tensor([1.0, -2.0], dtype=torch.bfloat16))
+    nan_pair = torch.aminmax(torch.tensor([1.0, NAN]))
+    inf_pair = torch.aminmax(torch.tensor([INF, 0.0]))
+    cases = {
+        "host only": ([True, True, False, False], [1.0, 1.0, 0.0, 0.0]),
+        "device only": ([finite_pair, inf_pair, nan_pair, finite_pair], [1.0, 0.0, 0.0, 1.0]),
+        "mixed": ([finite_pair, True, nan_pair, False], [1.0, 1.0, 0.0, 0.0]),
+        "mixed, finite": ([True, finite_pair, True, finite_pair], [1.0, 1.0, 1.0, 1.0]),
+    }
+    for name, (checks, expected) in cases.items():
+        monitor._forward_checks = list(enumerate(checks))
+        pack = HostPack(torch.device("cpu"))
+        monitor._queue_forward_checks(pack)
+        assert pack.fetch()["forward_finite"].tolist() == expected, name
+    monitor._forward_checks = []
+    monitor.close()

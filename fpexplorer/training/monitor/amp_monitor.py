@@ -249,10 +249,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._collecting = False
         self._act_segments: list[Segment] = []
         self._scratch = Scratch()
-        # Whether each leaf module's output is finite: read at once on a CPU, from extremes
-        # kept on the device elsewhere.
-        self._forward_finite: list[tuple[int, bool]] = []
-        self._forward_extremes: list[tuple[int, tuple[torch.Tensor, torch.Tensor]]] = []
+        # Whether each leaf module's output is finite, in forward order: read at once for a
+        # CPU tensor, else its extremes, kept on the device until step().
+        self._forward_checks: list[tuple[int, bool | tuple[torch.Tensor, torch.Tensor]]] = []
         self._saved: dict[tuple[int, torch.dtype], int] = {}  # bytes saved for backward
         self._param_ptrs: set[int] = set()
         self._saved_hooks: AbstractContextManager[None] | None = None
@@ -431,7 +430,6 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     # -- hooks ---------------------------------------------------------------------------
 
     def _activation_hook(self, layer_index: int) -> Any:
-        on_cpu = self.device.type == "cpu"
 
         def on_backward(grad: torch.Tensor) -> None:
             # Counted now, so the gradient can be freed as backward goes on.
@@ -446,11 +444,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if tensor is None or not tensor.requires_grad or not tensor.is_floating_point():
                 return
             # Where a forward overflow starts (FP16 activations above 65504 become inf).
-            if on_cpu:  # read at once: a CPU has nothing to synchronise with
-                self._forward_finite.append((layer_index, _all_finite(tensor.detach())))
+            data = tensor.detach()
+            if data.device.type == "cpu":  # read at once: a CPU has nothing to wait for
+                self._forward_checks.append((layer_index, _all_finite(data)))
             else:  # the extremes, one operation; whether finite, for all layers at step()
-                extremes = torch.aminmax(tensor.detach().reshape(-1))
-                self._forward_extremes.append((layer_index, extremes))
+                self._forward_checks.append((layer_index, torch.aminmax(data.reshape(-1))))
             node = tensor.grad_fn
             if node is None:  # a leaf tensor that requires grad
                 tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
@@ -623,8 +621,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._scale_used = scale_after
         if self._collecting or stats is not None:
             self._act_segments = []
-            self._forward_finite = []
-            self._forward_extremes = []
+            self._forward_checks = []
             self._saved = {}
             self._updates.forget()
         self._optimizer_stepped = False
@@ -735,8 +732,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),
-            forward_layers=tuple(layer for layer, _ in self._forward_finite)
-            + tuple(layer for layer, _ in self._forward_extremes) if activations else (),
+            forward_layers=tuple(layer for layer, _ in self._forward_checks) if activations
+            else (),
             scale=self._scale_used,
             memory=self._memory(),
             formats=self.formats if self.format_shares else (),
@@ -747,13 +744,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )  # fmt: skip
         if norms is not None:
             pack.add("norms", norms)
-        if plan.forward_layers and self._forward_finite:
-            pack.add_host("forward_finite", [float(finite) for _, finite in self._forward_finite])
-        elif plan.forward_layers:
-            lows = torch.stack([low for _, (low, _) in self._forward_extremes])
-            highs = torch.stack([high for _, (_, high) in self._forward_extremes])
-            flags = lows.isfinite() & highs.isfinite()
-            pack.add("forward_finite", flags.to(device=self.device, dtype=torch.float64))
+        if plan.forward_layers:
+            self._queue_forward_checks(pack)
         segments = plan.segments
         if segments:
             rows, amax = segment_rows(segments)
@@ -766,6 +758,27 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             counts = [group.segment.patterns for group in groups]
             pack.add("pattern_counts", torch.cat([c for c in counts if c is not None]).double())
         return plan
+
+    def _queue_forward_checks(self, pack: HostPack) -> None:
+        """Whether each leaf output was finite, in forward order: as they are when all were
+        read on the host; else from the extremes, tested on the device at once (a flag read
+        on the host becomes extremes that test the same)."""
+        checks = [check for _, check in self._forward_checks]
+        flags = [check for check in checks if isinstance(check, bool)]
+        if len(flags) == len(checks):
+            pack.add_host("forward_finite", [1.0 if finite else 0.0 for finite in flags])
+            return
+        device = self.device
+        finite, nonfinite = torch.zeros((), device=device), torch.full((), math.nan, device=device)
+        pairs = [
+            check if not isinstance(check, bool) else (finite, finite) if check else (
+                nonfinite, nonfinite
+            )
+            for check in checks
+        ]  # fmt: skip
+        lows = torch.stack([low.to(device) for low, _ in pairs])
+        highs = torch.stack([high.to(device) for _, high in pairs])
+        pack.add("forward_finite", (lows.isfinite() & highs.isfinite()).to(torch.float64))
 
     def _params_dtype(self) -> torch.dtype:
         # The model's first parameter (the layers list them in the model's own order).
