@@ -5,6 +5,7 @@ in-place op after the module, a module returning its input, a tuple output, a le
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +214,21 @@ def test_bytes_by_dtype_counts_sparse_tensors_as_dense() -> None:
     assert grad is not None and grad.layout == torch.sparse_coo
     half = torch.zeros(3, 5, dtype=torch.float16).t()
     assert bytes_by_dtype([grad, half, torch.zeros(2)]) == {"float32": 168, "float16": 30}
+
+
+def test_a_statistics_step_leaves_the_gradients_as_they_are(tmp_path: Path) -> None:
+    # The monitor's saved-tensor hooks hand every saved tensor back unchanged in backward.
+    torch.manual_seed(1)
+    model = Net()
+    twin = copy.deepcopy(model)
+    inputs = torch.randn(4, 6)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        loss = model(inputs).square().mean()
+        loss.backward()
+        optimizer.step()
+        monitor.step(loss)
+    twin(inputs).square().mean().backward()
+    for watched, plain in zip(model.parameters(), twin.parameters(), strict=True):
+        assert watched.grad is not None and plain.grad is not None
+        assert torch.equal(watched.grad, plain.grad)

@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import operator
 import os
 import time
 import warnings
@@ -482,18 +483,17 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             hooks, self._saved_hooks = self._saved_hooks, None
             hooks.__exit__(None, None, None)
 
-    def _on_pack(self, tensor: torch.Tensor) -> torch.Tensor:
+    def _on_pack(self, tensor: torch.Tensor) -> tuple[torch.Tensor]:
         # Parameters saved for backward cost nothing extra; a tensor saved twice counts once.
         # Bytes by dtype are summed at step().
         pointer = tensor.data_ptr()
         if pointer not in self._param_ptrs:
             size = tensor.numel() * tensor.element_size()  # nbytes fails on sparse tensors
             self._saved.setdefault((pointer, tensor.dtype), size)
-        return tensor
+        return (tensor,)  # unpacked by a C function: no Python frame per tensor in backward
 
-    @staticmethod
-    def _on_unpack(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
+    # The tensor back from `_on_pack`'s tuple (called for every saved tensor in backward).
+    _on_unpack = staticmethod(operator.itemgetter(0))
 
     def _on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
