@@ -15,6 +15,7 @@ from torch import nn
 
 from fpexplorer.training.monitor import AmpMonitor
 from fpexplorer.training.monitor.amp_monitor import _all_finite
+from fpexplorer.training.monitor.device import bytes_by_dtype
 from fpexplorer.training.monitor.plan import HostPack
 
 INF, NAN = float("inf"), float("nan")
@@ -202,3 +203,13 @@ def test_forward_checks_read_on_the_host_and_on_the_device_keep_their_order(
         assert pack.fetch()["forward_finite"].tolist() == expected, name
     monitor._forward_checks = []
     monitor.close()
+
+
+def test_bytes_by_dtype_counts_sparse_tensors_as_dense() -> None:
+    # A sparse gradient (nn.Embedding(sparse=True)) has no nbytes: numel * element_size.
+    embedding = nn.Embedding(10, 4, sparse=True)
+    embedding(torch.tensor([1, 2])).sum().backward()
+    grad = embedding.weight.grad
+    assert grad is not None and grad.layout == torch.sparse_coo
+    half = torch.zeros(3, 5, dtype=torch.float16).t()
+    assert bytes_by_dtype([grad, half, torch.zeros(2)]) == {"float32": 168, "float16": 30}

@@ -487,7 +487,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # Bytes by dtype are summed at step().
         pointer = tensor.data_ptr()
         if pointer not in self._param_ptrs:
-            self._saved.setdefault((pointer, tensor.dtype), tensor.nbytes)
+            size = tensor.numel() * tensor.element_size()  # nbytes fails on sparse tensors
+            self._saved.setdefault((pointer, tensor.dtype), size)
         return tensor
 
     @staticmethod

@@ -16,7 +16,9 @@ from fpexplorer.training.monitor.kernels import dtype_name
 def bytes_by_dtype(tensors: Iterable[torch.Tensor]) -> dict[str, int]:
     totals: dict[torch.dtype, int] = {}
     for tensor in tensors:
-        totals[tensor.dtype] = totals.get(tensor.dtype, 0) + tensor.nbytes
+        # numel * element_size: nbytes is not defined for sparse tensors.
+        size = tensor.numel() * tensor.element_size()
+        totals[tensor.dtype] = totals.get(tensor.dtype, 0) + size
     return {dtype_name(dtype): size for dtype, size in totals.items()}
 
 
