@@ -304,3 +304,39 @@ def test_group_code_histogram_equals_the_oracle(
         m.numpy().tobytes() == b.numpy().tobytes() for m, b in zip(members, before, strict=True)
     )
     assert np.array_equal(kernels.group_code_histogram([cases[5]]).numpy(), oracle_codes(cases[5]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_a_small_cpu_group_waits_and_gives_the_same_row(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A small CPU parameter group is counted with the activation gradients at the step; its
+    # row must be the one counting it at once gives, and its non-zeros the same.
+    generator = torch.Generator().manual_seed(7)
+    members = [torch.randn(64, 30, generator=generator).t(), torch.randn(30, generator=generator)]
+    members[0][3, :5] = 0.0
+    members[1][2] = -0.0
+    members = [m.to(dtype) for m in members]
+    if dtype == torch.float32:
+        members.append(torch.tensor([2.0**-140, math.inf, -3.0], dtype=torch.float64))
+    act = torch.randn(100, generator=generator).to(dtype)  # a small activation gradient too
+    rows = []
+    for host_below in (kernels._HOST_BELOW, 0):
+        monkeypatch.setattr(kernels, "_HOST_BELOW", host_below)
+        group, nonzero = kernels.group_segment(members, dtype, Scratch())
+        assert (group.layout == "pending") == (host_below > 0)
+        values = torch.cat([m.reshape(-1).to(dtype).float() for m in members])
+        assert int(nonzero) == int(torch.count_nonzero(values))
+        found, _ = segment_rows([group, segment_of(0, act)])
+        rows.append(found)
+        assert np.array_equal(found[1, :CODES].numpy(), oracle_codes(act))
+    assert torch.equal(rows[0], rows[1])
+    expected = oracle_codes(torch.cat([m.reshape(-1).to(dtype).float() for m in members]))
+    placed = rows[0][0, :CODES].numpy()
+    if dtype == torch.float32:  # the subnormal and the inf are left to the exact fallback
+        assert int(rows[0][0, CODES]) == int(expected[ZERO_CODE]) + 1
+        assert int(rows[0][0, INF_CODE]) == 1 and int(placed[ZERO_CODE]) == int(expected[ZERO_CODE])
+        assert np.array_equal(placed[:NUM_BINADES][placed[:NUM_BINADES] > 0],
+                              expected[:NUM_BINADES][expected[:NUM_BINADES] > 0][1:])  # fmt: skip
+    else:
+        assert np.array_equal(placed, expected)

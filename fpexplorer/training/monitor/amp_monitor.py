@@ -80,7 +80,7 @@ from fpexplorer.training.monitor.kernels import (
     Segment,
     count_low_bits_set,
     dtype_name,
-    group_code_counts,
+    group_segment,
     segment_of,
     segment_rows,
 )
@@ -816,15 +816,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def _param_group(
         self, dtype: torch.dtype, members: list[torch.Tensor], top_exact: bool | None
     ) -> ParamGroup:
-        total = sum(g.numel() for g in members)
-        table = "float32_high" if dtype == torch.float32 else dtype_name(dtype)
-        codes, counts, nonzero = group_code_counts(members, table, self._scratch,
-                                                   keep_patterns=self.format_shares)  # fmt: skip
-        if dtype == torch.float32:
-            segment = Segment(-1, "float32", total, table, codes, total - nonzero, None, None,
-                              counts, top_exact)  # fmt: skip
-        else:
-            segment = Segment(-1, table, total, table, codes, None, None, None, counts, True)
+        segment, nonzero = group_segment(
+            members, dtype, self._scratch, keep_patterns=self.format_shares, top_exact=top_exact
+        )
         return ParamGroup(segment, tuple(members), nonzero)
 
     def _lost_updates(self, grads: list[torch.Tensor]) -> torch.Tensor | None:

@@ -479,6 +479,38 @@ def group_code_counts(
     return codes, counts if keep_patterns else None, nonzero_count
 
 
+def group_segment(
+    members: Sequence[torch.Tensor],
+    dtype: torch.dtype,
+    scratch: Scratch,
+    *,
+    keep_patterns: bool = False,
+    top_exact: bool | None = None,
+) -> tuple[Segment, torch.Tensor]:
+    """(the segment, the count of non-zero elements) of a parameter group: gradients of one
+    dtype class (`dtype`: float16, bfloat16, or float32 for any other). A small group on a
+    CPU, without the format shares' pattern counts, is only flattened and its non-zeros
+    counted here; its histogram is counted with the step's small activation gradients (a
+    pending segment, see `segment_rows`). Others: `group_code_counts`."""
+    total = sum(g.numel() for g in members)
+    float32 = dtype == torch.float32
+    name = "float32" if float32 else dtype_name(dtype)
+    if members[0].device.type == "cpu" and 0 < total < _HOST_BELOW and not keep_patterns:
+        values = [g.detach() if g.dtype == dtype else g.detach().to(dtype) for g in members]
+        flat = flatten_dense_tensors(values) if len(values) > 1 else values[0].reshape(-1)
+        nonzero = torch.count_nonzero(flat)
+        segment = Segment(-1, name, total, name, _PENDING, total - nonzero if float32 else None,
+                          None, flat, None, top_exact, layout="pending")  # fmt: skip
+        return segment, nonzero
+    table = "float32_high" if float32 else name
+    codes, counts, nonzero = group_code_counts(members, table, scratch,
+                                               keep_patterns=keep_patterns)  # fmt: skip
+    if float32:
+        return Segment(-1, name, total, table, codes, total - nonzero, None, None, counts,
+                       top_exact), nonzero  # fmt: skip
+    return Segment(-1, name, total, table, codes, None, None, None, counts, True), nonzero
+
+
 def _count_in_chunks(
     flats: list[torch.Tensor], buffer: torch.Tensor, count: Callable[[torch.Tensor], None]
 ) -> None:
