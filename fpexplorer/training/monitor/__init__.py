@@ -6,6 +6,8 @@
 - `cadence`: when a step takes statistics (torch-free);
 - `plan`: what a statistics step queued, brought to the host in one named copy, and its
   decoding into the step record;
+- `updates`: the lost-update statistic (the weights kept before the optimizer step, the
+  updates that do not show in FP16);
 - `device`: what the run ran on, tensor bytes;
 - `ranks`: several ranks: one log per rank, the merged log, the exchange;
 - `reduction`: each rank's own gradients checked before they are communicated (DDP, FSDP2);
