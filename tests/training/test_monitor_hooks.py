@@ -9,6 +9,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from monitor_helpers import flat
@@ -232,3 +233,86 @@ def test_a_statistics_step_leaves_the_gradients_as_they_are(tmp_path: Path) -> N
     for watched, plain in zip(model.parameters(), twin.parameters(), strict=True):
         assert watched.grad is not None and plain.grad is not None
         assert torch.equal(watched.grad, plain.grad)
+
+
+class Shift(nn.Module):
+    """x + a parameter of x's shape: where x needs no gradient, autograd hands the output's
+    gradient itself on to the parameter, as its `.grad` (no copy)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.shift = nn.Parameter(torch.zeros(4, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.shift
+
+
+class Weights(nn.Module):
+    """Returns its parameter itself (a leaf output): its gradient becomes the `.grad`."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.weights = nn.Parameter(torch.ones(4, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weights
+
+
+class Shifted(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.add = Shift(width)
+        self.scale = Weights(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.add(x) * self.scale(x)
+
+
+def numpy_binades(values: list[torch.Tensor]) -> tuple[dict[int, int], int]:
+    """(count by floor(log2 |x|) of the non-zero values, count of zeros), by numpy."""
+    flat_values = np.concatenate([v.detach().double().numpy().ravel() for v in values])
+    nonzero = flat_values[flat_values != 0]
+    _, exponents = np.frexp(nonzero)
+    found, counts = np.unique(exponents - 1, return_counts=True)
+    zeros = int(flat_values.size - nonzero.size)
+    return dict(zip(found.tolist(), counts.tolist(), strict=True)), zeros
+
+
+# 6: counted in numpy at step(); 4096 (4 x 4096 = 2**14 elements): counted in the hook.
+@pytest.mark.parametrize("width", [6, 4096])
+def test_activation_gradients_are_counted_as_backward_made_them(tmp_path: Path, width: int) -> None:
+    # A gradient that becomes a parameter's `.grad` is changed in place after backward (a
+    # second backward adds to it, unscale_ and clipping multiply it): the activation
+    # gradients recorded are those backward made, not what became of them by step().
+    torch.manual_seed(2)
+    model = Shifted(width)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    captured: dict[str, list[torch.Tensor]] = {}
+
+    def capture(name: str) -> Any:
+        def hook(module: nn.Module, inputs: Any, output: Any) -> None:
+            output.register_hook(lambda g: captured.setdefault(name, []).append(g.clone()))
+
+        return hook
+
+    for name in ("add", "scale"):
+        model.get_submodule(name).register_forward_hook(capture(name))
+    # The gradient of module "add" is `factors` (float32 subnormals, placed from the values,
+    # and zeros among them).
+    factors = torch.tensor([1e-40, 0.0, 1.0, 3.0] * width).reshape(4, width)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for _ in range(2):  # gradient accumulation: the second backward adds to the first
+            loss = (model(torch.randn(4, width)) * factors).sum()
+            loss.backward()
+        for param in model.parameters():
+            assert param.grad is not None
+            param.grad.mul_(2.0**-20)  # as unscale_ or clipping would
+        optimizer.step()
+        record = flat(monitor.step(loss))
+    layers = {layer["name"]: layer for layer in record["layers"]}
+    for name, grads in captured.items():
+        assert layers[name]["amax"] == max(float(g.abs().max()) for g in grads), name
+    hist = record["act_hist"]
+    binades, zeros = numpy_binades([g for grads in captured.values() for g in grads])
+    recorded = {hist["lo"] + i: c for i, c in enumerate(hist["counts"]) if c}
+    assert (recorded, hist["zero"], hist["inf"], hist["nan"]) == (binades, zeros, 0, 0)

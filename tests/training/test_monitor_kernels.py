@@ -71,6 +71,7 @@ def rows_of(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
         return segment_rows
     monkeypatch.setattr(kernels, "_HOST_BELOW", 0)
     monkeypatch.setattr(kernels, "_BINCOUNT_DEVICES", ())  # counts by index_add, as on CUDA
+    monkeypatch.setattr(kernels, "_READ_IN_HOOK_DEVICES", ())  # no host reads in hooks
     return kernels._device_rows if request.param == "accelerator" else kernels._host_rows
 
 
@@ -158,6 +159,8 @@ def float32_cases() -> list[torch.Tensor]:
         with_nan,  # NaN payloads only in the low 16 bits have an inf's top half
         deep,
         torch.zeros(5000),
+        torch.relu(torch.randn(40_000, generator=generator)),  # zeros, counted in the hook
+        torch.randn(40_000, generator=generator).abs() + 1e-3,  # no zeros
         -torch.zeros(7, 3),
         torch.zeros(0),
         torch.zeros(0, 4),

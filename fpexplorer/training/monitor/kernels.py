@@ -292,7 +292,7 @@ class Segment(NamedTuple):
       counts of their patterns;
     - "pending": nothing counted yet (`codes` empty): `tensor` (a small CPU tensor, 16-bit
       or float32) is counted with the others by `segment_rows`.
-    `zeros`: exact zeros (float32 only; None on a CPU until `segment_rows` counts them).
+    `zeros`: exact zeros (float32 only; None where `segment_rows` counts them).
     `peak`: the largest magnitude as bits (an int32 tensor, or an int counted on the host):
     a float32's bits with the sign cleared, or the 15-bit pattern of a 16-bit `table`; it
     gives max |x| exactly, NaN when any element is NaN (NaN patterns lie above inf's).
@@ -300,7 +300,8 @@ class Segment(NamedTuple):
     counts of the 32768 magnitude patterns (the 15 bits below the sign of a 16-bit value, or
     of a float32's top half), kept only where the format shares need them. `tensor`: the
     float32 values, kept for the exact fallback of `code_histogram` (subnormals, inf/NaN)
-    and the deferred zero count; a pending segment's values; None for other 16-bit ones.
+    and the deferred zero count (an accelerator's activation gradients, parameter groups);
+    a pending segment's values (a copy); None for others.
     """
 
     layer: int
@@ -308,7 +309,7 @@ class Segment(NamedTuple):
     numel: int
     table: str
     codes: torch.Tensor
-    zeros: torch.Tensor | None
+    zeros: torch.Tensor | int | None
     peak: torch.Tensor | int | None
     tensor: torch.Tensor | None
     patterns: torch.Tensor | None = None
@@ -320,9 +321,12 @@ class Segment(NamedTuple):
 
     @property
     def exact(self) -> bool:
-        """Whether the counts place every element (16-bit patterns do); a float32 row may
-        leave some for the values to place (see `StatsPlan._histograms`)."""
-        return self.table in _PATTERN_TABLES
+        """Whether the counts place every element (16-bit patterns do, and a float32
+        activation gradient's codes counted exactly in its hook, see `_placed_now`); other
+        float32 rows may leave some for the values to place (see `StatsPlan._histograms`)."""
+        return self.table in _PATTERN_TABLES or (
+            self.layout == "codes" and self.table == "float32" and self.layer >= 0
+        )
 
 
 class Scratch:
@@ -543,10 +547,11 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     summed per exponent field. float32 (wider dtypes converted): |x| (one pass), its largest
     bits (max |x| exactly), and the counts of its exponent field with the top two mantissa
     bits (a shift in place; 1024 bins, summed to 256, count faster than 256: fewer
-    increments of one counter in a row). On a CPU the float32 zeros are counted later, only
-    where exponent field 0 is occupied (reading that count costs nothing there); on an
-    accelerator that would be a host sync: they are counted here. Any strides: a view as
-    integers of the same width needs none.
+    increments of one counter in a row). On a CPU the float32 zeros are counted only where
+    exponent field 0 is occupied, and a gradient the fields cannot place is counted exactly,
+    both here (reading the counts costs nothing there, see `_placed_now`); on an
+    accelerator that would be a host sync: the zeros are counted by torch, the values kept
+    for the decoder. Any strides: a view as integers of the same width needs none.
     """
     data = tensor.detach()
     name = dtype_name(data.dtype)
@@ -557,7 +562,10 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
         if not numel:
             codes = torch.zeros(CODES + 1, dtype=torch.int64)
             return Segment(layer, name, 0, name, codes, None, None, None)
-        values = data if data.dtype in _SMALL_DTYPES else data.float()
+        # A copy: the gradient itself may become a parameter's `.grad` (autograd hands it
+        # on uncopied where it is the parameter's only gradient), which a second backward,
+        # unscale_ or clipping then change in place before step().
+        values = data.clone() if data.dtype in _SMALL_DTYPES else data.float()
         table = name if name in _PATTERN_TABLES else "float32"
         return Segment(layer, name, numel, table, _PENDING, None, None, values, layout="pending")
     if data.dtype in (torch.float16, torch.bfloat16):
@@ -579,9 +587,37 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     bits = torch.abs(values.reshape(-1)).view(torch.int32)
     peak = bits.max() if numel else None
     binned = _count_bins(bits.bitwise_right_shift_(_FIELD_SHIFT), _FIELD_BINS)
-    zeros = None if device.type == "cpu" else numel - torch.count_nonzero(values)
+    if device.type in _READ_IN_HOOK_DEVICES:
+        return _placed_now(layer, name, numel, values, binned, peak)
+    zeros = numel - torch.count_nonzero(values)
     return Segment(layer, name, numel, "float32", binned, zeros, peak, values,
                    layout="exponents")  # fmt: skip
+
+
+_FIELD_LANES = 1 << (23 - _FIELD_SHIFT)  # bins per exponent field
+# Device types whose counts a backward hook reads at no cost (no queue to wait for).
+_READ_IN_HOOK_DEVICES = ("cpu",)
+
+
+def _placed_now(
+    layer: int, name: str, numel: int, values: torch.Tensor, binned: torch.Tensor,
+    peak: torch.Tensor | None,
+) -> Segment:  # fmt: skip
+    """A CPU float32 activation gradient's segment, complete in its hook (a CPU reads its
+    counts at no cost): the zeros where exponent field 0 is occupied, and the exact
+    histogram (`code_histogram`) where the fields cannot place every element (subnormals;
+    field 255, which holds NaNs as well as infinities). The values are not kept: the
+    gradient may become a parameter's `.grad`, changed in place before step() (a second
+    backward, unscale_, clipping), and backward frees it as usual."""
+    fields = binned.numpy()
+    low = int(fields[:_FIELD_LANES].sum())
+    # Compared with 0 (-0.0 included): numpy counts non-zero floats far slower.
+    zeros = int(np.count_nonzero(values.numpy() == 0)) if low else 0
+    if low > zeros or fields[-_FIELD_LANES:].any():
+        codes = torch.zeros(CODES + 1, dtype=torch.int64)
+        codes[:CODES] = code_histogram(values)
+        return Segment(layer, name, numel, "float32", codes, None, peak, None)
+    return Segment(layer, name, numel, "float32", binned, zeros, peak, None, layout="exponents")
 
 
 @functools.cache
