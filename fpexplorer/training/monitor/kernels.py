@@ -609,11 +609,14 @@ def _placed_now(
     field 255, which holds NaNs as well as infinities). The values are not kept: the
     gradient may become a parameter's `.grad`, changed in place before step() (a second
     backward, unscale_, clipping), and backward frees it as usual."""
+    # The edge fields' few counts as Python ints: a numpy reduction of a 4-element slice
+    # costs several times as much in a backward hook (~17 us a hook, measured in a
+    # training step, against ~7 us read this way).
     fields = binned.numpy()
-    low = int(fields[:_FIELD_LANES].sum())
+    low = sum(fields[:_FIELD_LANES].tolist())
     # Compared with 0 (-0.0 included): numpy counts non-zero floats far slower.
     zeros = int(np.count_nonzero(values.numpy() == 0)) if low else 0
-    if low > zeros or fields[-_FIELD_LANES:].any():
+    if low > zeros or any(fields[-_FIELD_LANES:].tolist()):
         codes = torch.zeros(CODES + 1, dtype=torch.int64)
         codes[:CODES] = code_histogram(values)
         return Segment(layer, name, numel, "float32", codes, None, peak, None)
