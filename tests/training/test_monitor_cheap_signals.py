@@ -186,6 +186,32 @@ def test_a_model_converted_after_the_monitor_was_made_gets_its_norm_in_the_right
         assert monitor.step(0.0).grad_norm == 128000.0
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("converted", [0, 1])
+def test_a_layer_converted_after_the_monitor_was_made_gets_its_norm_in_the_right_dtype(
+    tmp_path: Path, dtype: torch.dtype, converted: int
+) -> None:
+    # One layer of a float32 model (the first or the last) changes dtype after the monitor
+    # was made: its gradients are summed in float32 (FP16's sum overflows, BF16's rounds
+    # to 8 bits) or float64, beside the other layer's float32.
+    model = nn.Sequential(nn.Linear(64, 64, bias=False), nn.Linear(64, 64, bias=False))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=0) as monitor:
+        for layer in model:
+            layer.weight.grad = torch.full((64, 64), 0.5)
+        optimizer.step()
+        assert monitor.step(0.0).grad_norm == math.hypot(32.0, 32.0)
+        model[converted].to(dtype)
+        # 1000..1250: each fits FP16, their norm (~72000) does not.
+        grad = (torch.arange(64 * 64).reshape(64, 64) % 251 + 1000).to(dtype)
+        model[converted].weight.grad = grad
+        model[1 - converted].weight.grad = torch.full((64, 64), 0.5)
+        optimizer.step()
+        oracle = numpy_norm([grad, torch.full((64, 64), 0.5)])
+        # float32's rounding of the sum of squares, far below FP16's or BF16's.
+        assert monitor.step(0.0).grad_norm == pytest.approx(oracle, rel=1e-6)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float64])
 def test_the_plain_norm_of_bf16_and_float64_gradients_equals_numpy(
     tmp_path: Path, dtype: torch.dtype

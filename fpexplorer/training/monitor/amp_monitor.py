@@ -239,10 +239,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         self._has_hysteresis = hasattr(scaler, "hysteresis_tracker")
         self._on_cpu = self.device.type == "cpu"
-        # The dtype the plain step's norm sums in, from the parameters' dtypes (a gradient
-        # has its parameter's dtype: torch refuses any other), found again when the first
-        # gradient's dtype is not the one it was found for (model.half() after this).
-        self._norm_key: torch.dtype | None = None
+        # The dtype the plain step's norm sums in, from the gradients' dtypes, found again
+        # when they change (model.half() after this, or one layer's .to(torch.bfloat16)).
+        self._norm_key: set[torch.dtype] | None = None
         self._grad_norm_dtype: torch.dtype | str | None = None
         self._scale_used = self._current_scale_host()
         self._autocast_dtype: torch.dtype | None = None
@@ -648,9 +647,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         which cost less than stacking the scalars first)."""
         norms: Sequence[torch.Tensor] = ()
         if grads:
-            if grads[0].dtype is not self._norm_key:
-                self._norm_key = grads[0].dtype
-                self._grad_norm_dtype = _grad_norm_dtype({p.dtype for p in self._params})
+            # Every gradient's dtype, not the first one's: ~0.5 us for 6 gradients, 1.7 us
+            # for 30 (a layer converted alone has its FP16 norm overflow, its BF16 rounded).
+            dtypes = {grad.dtype for grad in grads}
+            if dtypes != self._norm_key:
+                self._norm_key = dtypes
+                self._grad_norm_dtype = _grad_norm_dtype(dtypes)
             dtype = self._grad_norm_dtype
             if isinstance(dtype, str):  # float64 beside 16-bit gradients: each its own
                 norms = list(_tensor_norms(grads).unbind())
