@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from monitor_helpers import flat
@@ -111,6 +112,33 @@ def test_a_float64_model_gets_statistics(tmp_path: Path) -> None:
     assert record["grad_norm"] == pytest.approx(float(grads.norm()), rel=1e-12)
     assert sum(record["grad_hist"]["counts"]) + record["grad_hist"]["zero"] == grads.numel()
     assert read_records(path)[0]["config"]["precision"] == "fp64"
+
+
+@pytest.mark.parametrize("stats_every", [0, 1])
+def test_sparse_embedding_gradients_are_recorded_not_fatal(
+    tmp_path: Path, stats_every: int
+) -> None:
+    # nn.Embedding(sparse=True) gives a sparse gradient: the norms and counts once raised
+    # NotImplementedError out of step() and stopped the training.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(50, 8, sparse=True), nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with AmpMonitor(model, optimizer, out=tmp_path / "run.jsonl", stats_every=stats_every,
+                    precision="fp32") as monitor:  # fmt: skip
+        for _ in range(2):
+            loss = model(torch.randint(0, 50, (16,))).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            assert model[0].weight.grad is not None and model[0].weight.grad.is_sparse
+            optimizer.step()
+            record = flat(monitor.step(loss))
+            dense = [p.grad.to_dense().double().reshape(-1).numpy() for p in model.parameters()]
+            values = np.concatenate(dense)
+            assert record["grad_norm"] == pytest.approx(float(np.linalg.norm(values)), rel=1e-6)
+            if stats_every:
+                histogram = record["grad_hist"]
+                assert histogram["zero"] == int(np.count_nonzero(values == 0))
+                assert sum(histogram["counts"]) + histogram["zero"] == values.size
 
 
 @pytest.mark.parametrize(

@@ -557,6 +557,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         grads = [grad for p in self._params if (grad := p.grad) is not None]
         if self._sharded:  # looked up once: a getattr per tensor per step adds up
             grads = [local_tensor(g) for g in grads]
+        if any(g.layout is not torch.strided for g in grads):
+            grads = _strided(grads)
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
         # under another loss scale needs (one fused pass, read with the other signals).
         scaled = self._scaling and bool(grads)
@@ -717,7 +719,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     ) -> StatsPlan:
         """Queue every statistic as device tensors in `pack`; returns how to read them."""
         param_grads = [
-            (layer, local_tensor(p.grad)) for layer, p in self._param_layer if p.grad is not None
+            (layer, _strided([local_tensor(p.grad)])[0])
+            for layer, p in self._param_layer
+            if p.grad is not None
         ]
         act_segments = self._act_segments if activations else []
         groups = self._param_groups([g for _, g in param_grads])
@@ -898,6 +902,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self.close("stopped")
         else:
             self.close("failed", one_line_error(exc))
+
+
+def _strided(grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Sparse gradients (`nn.Embedding(sparse=True)`) as dense tensors, others as they are:
+    the norms and the counts read strided tensors only. A sparse gradient costs a dense copy
+    while its step is recorded (the values it leaves out are zeros, and are counted so)."""
+    return [g if g.layout is torch.strided else g.to_dense() for g in grads]
 
 
 def _tensor_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
