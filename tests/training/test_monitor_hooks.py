@@ -278,12 +278,23 @@ def numpy_binades(values: list[torch.Tensor]) -> tuple[dict[int, int], int]:
     return dict(zip(found.tolist(), counts.tolist(), strict=True)), zeros
 
 
-# 6: counted in numpy at step(); 4096 (4 x 4096 = 2**14 elements): counted in the hook.
-@pytest.mark.parametrize("width", [6, 4096])
-def test_activation_gradients_are_counted_as_backward_made_them(tmp_path: Path, width: int) -> None:
+# 6: counted in numpy at step(); 4096 (4 x 4096 = 2**14 elements): counted in the hook;
+# "accelerator": counted in the hook by device operations only, as on CUDA.
+@pytest.mark.parametrize("width", [6, 4096, "accelerator"])
+def test_activation_gradients_are_counted_as_backward_made_them(
+    tmp_path: Path, width: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A gradient that becomes a parameter's `.grad` is changed in place after backward (a
     # second backward adds to it, unscale_ and clipping multiply it): the activation
     # gradients recorded are those backward made, not what became of them by step().
+    if width == "accelerator":
+        from fpexplorer.training.monitor import kernels
+
+        monkeypatch.setattr(kernels, "_HOST_BELOW", 0)
+        monkeypatch.setattr(kernels, "_BINCOUNT_DEVICES", ())  # counts by index_add
+        monkeypatch.setattr(kernels, "_READ_IN_HOOK_DEVICES", ())  # no host reads in hooks
+        width = 6
+    assert isinstance(width, int)
     torch.manual_seed(2)
     model = Shifted(width)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -157,21 +157,27 @@ def code_histogram(tensor: torch.Tensor) -> torch.Tensor:
         counts = torch.bincount(flat.view(torch.int16) & 0x7FFF, minlength=PATTERNS)
         name = dtype_name(flat.dtype)
         return _map_patterns(counts, tables[name], name)[:CODES]
-    magnitudes = (flat if flat.dtype == torch.float32 else flat.float()).abs()
+    return _magnitude_codes((flat if flat.dtype == torch.float32 else flat.float()).abs())[:CODES]
+
+
+def _magnitude_codes(magnitudes: torch.Tensor) -> torch.Tensor:
+    """CODES + 1 counts by code (the last one 0) of float32 magnitudes (|x|, flat), by
+    device operations alone (no host sync: an accelerator's backward hook calls it)."""
     bits = magnitudes.view(torch.int32)
-    codes = torch.zeros(CODES + 1, dtype=torch.int64, device=flat.device)
-    fields = torch.bincount(bits >> 23, minlength=EXPONENT_FIELDS)
-    codes.index_copy_(0, _columns("exponents", flat.device)[0], fields)
+    codes = torch.zeros(CODES + 1, dtype=torch.int64, device=magnitudes.device)
+    fields = _count_bins(bits >> 23, EXPONENT_FIELDS)
+    codes.index_copy_(0, _columns("exponents", magnitudes.device)[0], fields)
     # |x| * 2**24 lifts every subnormal into the normal range, exactly, and leaves a zero
     # zero: its exponent field (2..24 for a subnormal, 0 for a zero) is 24 above the binade.
-    lifted = torch.bincount((magnitudes * 2.0**24).view(torch.int32) >> 23, minlength=256)
+    lifted = _count_bins((magnitudes * 2.0**24).view(torch.int32) >> 23, 256)
     codes[:_SUBNORMAL_BINADES] += lifted[2 : 2 + _SUBNORMAL_BINADES]
     codes[ZERO_CODE] = lifted[0]
     # Exponent field 255 holds the infinities and the NaNs.
     infinities = torch.count_nonzero(bits == 0x7F800000)
     codes[NAN_CODE] = codes[INF_CODE] - infinities
     codes[INF_CODE] = infinities
-    return codes[:CODES]
+    codes[CODES] = 0  # field 0 (zeros, subnormals): placed above
+    return codes
 
 
 def group_code_histogram(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -550,8 +556,9 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     increments of one counter in a row). On a CPU the float32 zeros are counted only where
     exponent field 0 is occupied, and a gradient the fields cannot place is counted exactly,
     both here (reading the counts costs nothing there, see `_placed_now`); on an
-    accelerator that would be a host sync: the zeros are counted by torch, the values kept
-    for the decoder. Any strides: a view as integers of the same width needs none.
+    accelerator, where reading them would be a host sync, every float32 gradient is counted
+    exactly by device operations (`_magnitude_codes`). Any strides: a view as integers of
+    the same width needs none.
     """
     data = tensor.detach()
     name = dtype_name(data.dtype)
@@ -584,14 +591,18 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
         return Segment(layer, name, numel, name, fields, None, flat.max(), None,
                        layout="blocks", edges=edges)  # fmt: skip
     values = data if data.dtype == torch.float32 else data.float()
-    bits = torch.abs(values.reshape(-1)).view(torch.int32)
+    magnitudes = torch.abs(values.reshape(-1))
+    bits = magnitudes.view(torch.int32)
     peak = bits.max() if numel else None
+    if device.type not in _READ_IN_HOOK_DEVICES:
+        # Counted exactly here by device operations alone (a host read would be a sync):
+        # two passes more than the fields, but nothing is kept until step(), neither the
+        # memory nor values that unscale_ or clipping may change in place before it (see
+        # `_placed_now`).
+        codes = _magnitude_codes(magnitudes)
+        return Segment(layer, name, numel, "float32", codes, None, peak, None)
     binned = _count_bins(bits.bitwise_right_shift_(_FIELD_SHIFT), _FIELD_BINS)
-    if device.type in _READ_IN_HOOK_DEVICES:
-        return _placed_now(layer, name, numel, values, binned, peak)
-    zeros = numel - torch.count_nonzero(values)
-    return Segment(layer, name, numel, "float32", binned, zeros, peak, values,
-                   layout="exponents")  # fmt: skip
+    return _placed_now(layer, name, numel, values, binned, peak)
 
 
 _FIELD_LANES = 1 << (23 - _FIELD_SHIFT)  # bins per exponent field
