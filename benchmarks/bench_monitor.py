@@ -36,7 +36,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 VARIANTS = ("bare", "cheap", "defaults", "every")
 CLOCKS = ("wall", "cpu", "wall_steady", "cpu_steady")
@@ -48,21 +50,37 @@ TARGETS = {"cheap": 1.02, "defaults": 1.05}
 EVERY_TARGETS = {"transformer": 1.5, "mlp": 2.0}
 
 
-def _apply_recipe(model: object, precision: str, device: object) -> None:
-    """The fp8/MX/NVFP4 modes quantize the linears, as the job does (the statistics steps
-    then measure every quantized layer's casts too)."""
-    from fpexplorer.training.config import TrainConfig
-    from fpexplorer.training.lowprec.recipes import apply_recipe
-    from fpexplorer.training.precision import precision_mode
+@dataclass(frozen=True)
+class Loop:
+    """A built-in task ready to time (one torch thread, seed 0, on the CPU): the model (the
+    fp8/MX/NVFP4 modes quantize its linears, as the job does, so statistics steps measure
+    every quantized layer's casts too), its optimizer and scaler, and `steps` batches made
+    before any clock starts."""
 
-    apply_recipe(model, precision_mode(precision), TrainConfig(precision=precision), device)  # type: ignore[arg-type]
+    task: Any
+    model: Any
+    optimizer: Any
+    scaler: Any
+    plan: Any
+    device: Any
+    batches: list[Any]
+    amp_step: Any  # the job's own step function (looked up once: the loop is timed)
+
+    def step(self, inputs: Any, target: Any) -> Any:
+        """One training step of the job's `amp_step`; returns the loss tensor."""
+        return self.amp_step(
+            self.model, self.optimizer, self.scaler, self.task.loss_fn, inputs, target,
+            self.plan, self.device,
+        )  # fmt: skip
 
 
-def child(task_name: str, precision: str, variant: str, steps: int) -> None:
+def prepared(task_name: str, precision: str, steps: int) -> Loop:
     import torch
 
+    from fpexplorer.training.config import TrainConfig
     from fpexplorer.training.job import PLANS, amp_step, make_optimizer
-    from fpexplorer.training.monitor import AmpMonitor
+    from fpexplorer.training.lowprec.recipes import apply_recipe
+    from fpexplorer.training.precision import precision_mode
     from fpexplorer.training.tasks import make_task
 
     torch.set_num_threads(1)
@@ -71,22 +89,29 @@ def child(task_name: str, precision: str, variant: str, steps: int) -> None:
     torch.manual_seed(0)
     task = make_task(task_name, 0, None, device)
     model = task.model.to(device=device, dtype=plan.params_dtype)
-    _apply_recipe(model, precision, device)
+    apply_recipe(model, precision_mode(precision), TrainConfig(precision=precision), device)
     optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
     scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
-    batches = [next(task.batches) for _ in range(steps)]  # data made before the clock starts
+    batches = [next(task.batches) for _ in range(steps)]
+    return Loop(task, model, optimizer, scaler, plan, device, batches, amp_step)
+
+
+def child(task_name: str, precision: str, variant: str, steps: int) -> None:
+    from fpexplorer.training.monitor import AmpMonitor
+
+    loop = prepared(task_name, precision, steps)
     with tempfile.TemporaryDirectory() as folder:
         monitor = None
         if variant != "bare":
             settings = {"cheap": {"stats_every": 0}, "every": {"stats_every": 1}}.get(variant, {})
-            monitor = AmpMonitor(model, optimizer, scaler, out=Path(folder) / "run.jsonl",
-                                 **settings)  # type: ignore[arg-type]  # fmt: skip
+            monitor = AmpMonitor(loop.model, loop.optimizer, loop.scaler,
+                                 out=Path(folder) / "run.jsonl", **settings)  # type: ignore[arg-type]  # fmt: skip
         start, cpu_start = time.perf_counter(), time.thread_time()
         steady = (start, cpu_start)
-        for index, (inputs, target) in enumerate(batches):
+        for index, (inputs, target) in enumerate(loop.batches):
             if index == WARM_UP[task_name]:
                 steady = (time.perf_counter(), time.thread_time())
-            loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan, device)
+            loss = loop.step(inputs, target)
             if monitor is not None:
                 monitor.step(loss)  # ends with the monitor's one host copy
             else:
@@ -112,36 +137,27 @@ def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> N
     under any monitor that records the norm on every step."""
     import torch
 
-    from fpexplorer.training.job import PLANS, amp_step, make_optimizer
     from fpexplorer.training.monitor import AmpMonitor
-    from fpexplorer.training.tasks import make_task
 
-    torch.set_num_threads(1)
-    device = torch.device("cpu")
-    plan = PLANS[precision]
-    torch.manual_seed(0)
-    task = make_task(task_name, 0, None, device)
-    model = task.model.to(device=device, dtype=plan.params_dtype)
-    optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
-    scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
-    batches = [next(task.batches) for _ in range(steps)]
+    loop = prepared(task_name, precision, steps)
     kinds = ("bare", "norm", "cheap", "every")
-    params = list(model.parameters())
+    params = list(loop.model.parameters())
     times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as folder:
         monitor = None
-        for index, (inputs, target) in enumerate(batches):
+        for index, (inputs, target) in enumerate(loop.batches):
             kind = kinds[(index // block) % len(kinds)]
             if index % block == 0:
                 if monitor is not None:
                     monitor.close()
                     monitor = None
                 if kind in ("cheap", "every"):
-                    monitor = AmpMonitor(model, optimizer, scaler, precision=precision,
+                    monitor = AmpMonitor(loop.model, loop.optimizer, loop.scaler,
+                                         precision=precision,
                                          stats_every=0 if kind == "cheap" else 1,
                                          out=Path(folder) / f"run-{index}.jsonl")  # fmt: skip
             start, cpu_start = time.perf_counter(), time.thread_time()
-            loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan, device)
+            loss = loop.step(inputs, target)
             if monitor is not None:
                 monitor.step(loss)
             elif kind == "norm":  # the least any monitor of the gradient norm does
@@ -174,21 +190,9 @@ def in_process_runs(task_name: str, precision: str, steps: int, rounds: int) -> 
     its clock starts (as in the process-per-run rows), with no precision given (its header
     waits for the first step). Each figure is the median over the rounds; the defaults' line
     gives its statistics steps and the cadence's own measure of its share (`spent_share`)."""
-    import torch
-
-    from fpexplorer.training.job import PLANS, amp_step, make_optimizer
     from fpexplorer.training.monitor import AmpMonitor
-    from fpexplorer.training.tasks import make_task
 
-    torch.set_num_threads(1)
-    device = torch.device("cpu")
-    plan = PLANS[precision]
-    torch.manual_seed(0)
-    task = make_task(task_name, 0, None, device)
-    model = task.model.to(device=device, dtype=plan.params_dtype)
-    optimizer = make_optimizer(task.optimizer, model.parameters(), task.lr, False)
-    scaler = torch.amp.GradScaler("cpu") if plan.scaler == "dynamic" else None
-    batches = [next(task.batches) for _ in range(steps)]
+    loop = prepared(task_name, precision, steps)
     kinds = ("bare", "cheap", "defaults")
     times: dict[tuple[str, str], list[float]] = {}
     statistics_steps: list[int] = []
@@ -199,13 +203,12 @@ def in_process_runs(task_name: str, precision: str, steps: int, rounds: int) -> 
                 monitor = None
                 if kind != "bare":
                     settings = {"stats_every": 0} if kind == "cheap" else {}
-                    monitor = AmpMonitor(model, optimizer, scaler,
+                    monitor = AmpMonitor(loop.model, loop.optimizer, loop.scaler,
                                          out=Path(folder) / f"{kind}-{number}.jsonl",
                                          **settings)  # type: ignore[arg-type]  # fmt: skip
                 start, cpu_start = time.perf_counter(), time.thread_time()
-                for inputs, target in batches:
-                    loss = amp_step(model, optimizer, scaler, task.loss_fn, inputs, target, plan,
-                                    device)  # fmt: skip
+                for inputs, target in loop.batches:
+                    loss = loop.step(inputs, target)
                     if monitor is not None:
                         monitor.step(loss)
                     else:
