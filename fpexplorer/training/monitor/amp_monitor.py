@@ -20,11 +20,12 @@ once (its activation gradients are gone by then) and full statistics on the next
 
 What it hooks (all removed on close; the module hooks are in place only for statistics
 steps, since any forward hook sends every module call through PyTorch's slower path):
-- a forward hook on every leaf module registers a tensor hook on the module's output: it
-  receives the activation gradient during backward, in its actual dtype and still
-  multiplied by the loss scale (the paper's figure). Each is counted there and then (from
-  its bit patterns), so backward can free it as usual; on a CPU, small ones (below 2**14
-  elements) are kept and counted together at the step.
+- a forward hook on every leaf module checks that its output is finite and hooks the
+  output's autograd node (a tensor hook for a leaf output): it receives the activation
+  gradient during backward, in its actual dtype and still multiplied by the loss scale (the
+  paper's figure). Each is counted there and then (from its bit patterns), so backward can
+  free it as usual; on a CPU, small ones (below 2**14 elements) are copied and counted
+  together at the step.
 - forward pre/post hooks on the model enter saved-tensor hooks that count the bytes autograd
   saves for backward (activations, and autocast's low-precision copies of the weights), and
   note the autocast dtype in use (the header's precision label when none is given).

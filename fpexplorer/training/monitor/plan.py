@@ -264,7 +264,7 @@ class StatsPlan:
     def _segment_tensor(self, index: int) -> torch.Tensor:
         """The values behind a float32 segment, for the exact (slow) histogram."""
         tensor = self.act_segments[index - len(self.param_groups)].tensor
-        assert tensor is not None, "float32 activation segments keep their tensor"
+        assert tensor is not None, "a float32 segment not counted exactly keeps its values"
         return tensor
 
     def _act_dtype(self) -> str:
