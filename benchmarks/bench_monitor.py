@@ -259,6 +259,12 @@ def main() -> int:
         "--runs", type=int, default=6, help="with --in-process: whole runs of each kind"
     )
     args = parser.parse_args()
+    from fpexplorer.training.job import PLANS
+
+    for given, known, what in ((args.tasks, STEPS, "task"), (args.precisions, PLANS, "precision")):
+        unknown = [name for name in given.split(",") if name not in known]
+        if unknown:
+            parser.error(f"unknown {what} {', '.join(unknown)} (one of {', '.join(known)})")
     if args.in_process:
         for task in args.tasks.split(","):
             for precision in args.precisions.split(","):
