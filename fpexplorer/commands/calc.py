@@ -20,6 +20,7 @@ HELP = "compute a + b, a - b, a * b, a / b, fma(a, b, c) or sqrt(a) in a float f
 # the engine brackets it to 2**-128 of its value).
 ROOT_DIGITS = 36
 TEXT_DIGITS = 60
+VALUE_DIGITS = 28  # a result value with more significant digits is shown rounded, "≈"
 
 EPILOG = """\
 EXPRESSION: a + b, a - b, a * b, a / b (also × ÷ −), fma(a, b, c) or sqrt(a). Each operand is
@@ -181,6 +182,11 @@ def _document(expression: str, texts: list[str], calculation: Calculation) -> di
                 ),
                 "error_abs": _float(result.error_abs),
                 "error_ulps": _float(result.error_ulps),
+                "error_ulps_exact": (
+                    None
+                    if result.error_ulps is None or result.error_is_approximate
+                    else _exact_fraction(result.error_ulps)
+                ),
                 "error_is_approximate": result.error_is_approximate,
                 "flags": list(result.flags.raised()),
             }
@@ -241,6 +247,8 @@ def _cut(text: str | None, digits: int = TEXT_DIGITS) -> str:
 
 def render_text(document: dict[str, Any]) -> str:
     """The document as lines for a terminal."""
+    from fpexplorer.commands.output import exact_or_rounded
+
     lines = [
         f"{document['expression'].strip()}  in {document['format']}  "
         f"(overflow {document['overflow_policy']})",
@@ -259,19 +267,32 @@ def render_text(document: dict[str, Any]) -> str:
     else:
         lines.append(f"  {'exact':<9} {exact['value_approx']} (irrational)")
     lines.append("")
-    width = max(len(r["value_exact"]) for r in document["results"])
-    width = min(max(width, 5), 28)
-    lines.append(f"  {'rounding':<16} {'code':<8} {'value':<{width}}  {'error':<22} flags")
+    # Errors are exact when short, else rounded and marked "≈" (2**-27 is not 7.45e-09).
+    rows = []
     for result in document["results"]:
         error = "-"
         if result["error_abs"] is not None:
-            approx = "≈" if result["error_is_approximate"] else ""
-            error = f"{approx}{result['error_abs']:.3g}"
-            if result["error_ulps"] is not None:
-                error += f" ({result['error_ulps']:.3g} ulp)"
+            if result["error_is_approximate"]:  # an irrational root: no exact error to show
+                error = f"≈{result['error_abs']:.3g}"
+                ulps = None if result["error_ulps"] is None else f"≈{result['error_ulps']:.3g}"
+            else:
+                error = exact_or_rounded(result["error_abs_exact"], keep=12, shown=3)
+                ulps = exact_or_rounded(result["error_ulps_exact"], keep=6, shown=3)
+            if ulps is not None and result["error_ulps"] is not None:
+                error += f" ({ulps} ulp)"
+        value = _cut(result["value_exact"], VALUE_DIGITS)
+        rows.append((result["rounding"], result["code_hex"], value, error, result["flags"]))
+    # Columns as wide as their widest cell (an FP64 code is 18 characters, not 8).
+    code_width = max(8, *(len(row[1]) for row in rows))
+    value_width = max(len("value"), *(len(row[2]) for row in rows))
+    error_width = max(22, *(len(row[3]) for row in rows))
+    lines.append(
+        f"  {'rounding':<16} {'code':<{code_width}} {'value':<{value_width}}  "
+        f"{'error':<{error_width}} flags"
+    )
+    for rounding, code, value, error, flags in rows:
         lines.append(
-            f"  {result['rounding']:<16} {result['code_hex']:<8} "
-            f"{_cut(result['value_exact'], width):<{width}}  {error:<22} "
-            f"{', '.join(result['flags']) or '-'}"
+            f"  {rounding:<16} {code:<{code_width}} {value:<{value_width}}  "
+            f"{error:<{error_width}} {', '.join(flags) or '-'}"
         )
     return "\n".join(lines)

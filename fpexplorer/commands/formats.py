@@ -64,7 +64,7 @@ def _describe(fmt: Any) -> dict[str, Any]:
         "min_subnormal_exact": subnormal_exact,
         "eps": eps_float,
         "eps_exact": eps_exact,
-        "decimal_digits": round(fmt.decimal_digits, 3),
+        "decimal_digits": fmt.decimal_digits,
         "finite_count": fmt.finite_count,
         "default_overflow": fmt.default_overflow,
     }
@@ -72,15 +72,17 @@ def _describe(fmt: Any) -> dict[str, Any]:
 
 def _render_text(rows: list[dict[str, Any]]) -> str:
     def number(row: dict[str, Any], key: str, width: int) -> str:
-        # Exact when it fits (FP16's max is 65504, not 6.55e+04), else 4 digits.
+        # Exact when it fits (FP16's max is 65504, not 6.55e+04), else 4 digits marked "≈":
+        # FP16's eps 0.0009765625 is not 0.0009766.
         value, exact = row[key], row[f"{key}_exact"]
         if value is None:
             return "-"
-        return exact if len(exact) <= width else f"{value:.4g}"
+        return exact if len(exact) <= width else f"≈{value:.4g}"
 
     header = (
-        f"{'format':<19}{'bits':>4} {'E':>2} {'M':>2} {'bias':>5}  {'max':>10} "
-        f"{'min normal':>10} {'min subn.':>10} {'eps':>9} {'digits':>6}  {'specials':<22} aliases"
+        f"{'format':<19}{'bits':>4} {'E':>2} {'M':>2} {'bias':>5}  {'max':>11} "
+        f"{'min normal':>11} {'min subn.':>11} {'eps':>10} {'digits':>6}  {'specials':<22} "
+        "aliases"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -95,9 +97,11 @@ def _render_text(rows: list[dict[str, Any]]) -> str:
             specials.append("unsigned")
         lines.append(
             f"{row['format']:<19}{row['width']:>4} {row['exponent_bits']:>2} "
-            f"{row['mantissa_bits']:>2} {row['bias']:>5}  {number(row, 'max', 10):>10} "
-            f"{number(row, 'min_normal', 10):>10} {number(row, 'min_subnormal', 10):>10} "
-            f"{number(row, 'eps', 9):>9} {row['decimal_digits']:>6.2f}  "
+            f"{row['mantissa_bits']:>2} {row['bias']:>5}  {number(row, 'max', 11):>11} "
+            f"{number(row, 'min_normal', 11):>11} {number(row, 'min_subnormal', 11):>11} "
+            # (m + 1) log10 2 is irrational: rounded once, from the full value (15.95 for
+            # float64, where rounding 15.9546 to 15.955 first gave 15.96).
+            f"{number(row, 'eps', 10):>10} {'≈' + format(row['decimal_digits'], '.2f'):>6}  "
             f"{', '.join(specials) or 'none':<22} {', '.join(row['aliases'])}"
         )
     lines.append("")

@@ -255,6 +255,8 @@ def _describe_rounding(rounded: Rounded) -> dict[str, Any]:
             "error_rel": _number(rounded.error_rel),
             "error_ulps": _number(rounded.error_ulps),
             "error_abs_exact": _fraction_text(rounded.error_abs),
+            "error_rel_exact": _fraction_text(rounded.error_rel),
+            "error_ulps_exact": _fraction_text(rounded.error_ulps),
             "overflow": rounded.overflow,
             "underflow": rounded.underflow,
             "inexact": rounded.inexact,
@@ -281,6 +283,8 @@ def _cut(text: str | None, digits: int = TEXT_DIGITS, note: bool = True) -> str:
 
 
 def _render_text(document: dict[str, Any]) -> str:
+    from fpexplorer.commands.output import exact_or_rounded
+
     lines: list[str] = []
     if "input" in document:
         lines.append(
@@ -312,7 +316,7 @@ def _render_text(document: dict[str, Any]) -> str:
             gap = neighbour["gap"]
             gap_text = "no gap"
             if gap is not None:
-                shown = _cut(gap, 12, note=False)
+                shown = exact_or_rounded(gap, keep=12, shown=12)
                 gap_text = (
                     f"gap ≈{sign}{shown[1:]}" if shown.startswith("≈") else f"gap {sign}{shown}"
                 )
@@ -327,11 +331,13 @@ def _render_text(document: dict[str, Any]) -> str:
             if result["error_abs_exact"] is None:
                 error = "- (not finite)"
             else:
-                error = f"abs {_cut(result['error_abs_exact'], 12, note=False)}"
-                if result["error_rel"] is not None:
-                    error += f", rel {result['error_rel']:.3g}"
-                if result["error_ulps"] is not None:
-                    error += f", {result['error_ulps']:.4g} ulp"
+                # Exact when short, else rounded and marked "≈" (1/3 ulp is not 0.3333 ulp).
+                error = f"abs {exact_or_rounded(result['error_abs_exact'], keep=12, shown=12)}"
+                relative, ulps = result["error_rel_exact"], result["error_ulps_exact"]
+                if relative is not None:
+                    error += f", rel {exact_or_rounded(relative, keep=12, shown=3)}"
+                if ulps is not None:
+                    error += f", {exact_or_rounded(ulps, keep=12, shown=4)} ulp"
             rows.append(("error", error))
             flags = [
                 name for name in ("overflow", "underflow", "inexact", "invalid") if result[name]

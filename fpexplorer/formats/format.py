@@ -114,7 +114,7 @@ class Rounded:
     overflow: bool
     underflow: bool
     inexact: bool
-    invalid: bool = False  # the input has no encoding at all (NaN into FP4, -1 into E8M0)
+    invalid: bool = False  # the input has no encoding at all (NaN or inf into FP4, -1 into E8M0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,7 +589,13 @@ class FloatFormat:
             return self._invalid(x)
         if x.is_inf:
             code = self._too_large(x.negative, policy, from_infinity=True)
-            return _Outcome(code, False, False, False, False)
+            if not d.has_inf:
+                # No code for ±inf (as NaN into FP4): what the policy gives (NaN, or ±max)
+                # stands in for it, and the flags say so rather than "exact".
+                return _Outcome(code, False, False, False, True)
+            # Kept infinite: exact. Saturated to ±max by the policy: an overflow, inexact.
+            saturated = code != self._signed_code(x.negative, d.infinity_magnitude_code)
+            return _Outcome(code, saturated, False, saturated, False)
         if x.magnitude == 0:
             if not d.has_zero:
                 return self._invalid(x)

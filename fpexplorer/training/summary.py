@@ -133,6 +133,9 @@ class RunSummarizer:
         self.origins: Counter[str] = Counter()
         self.forward_origins: Counter[str] = Counter()
         self.last_memory: Memory | None = None
+        # Saved activations are measured on full statistics steps only (the parameter-gradient
+        # statistics of an alarm step between them record none): the last measured ones.
+        self.last_activations: dict[str, int] | None = None
         self.first_time = math.nan
         self.last_time = math.nan
         # Checkpoints: (step index, byte offset) of every `stride`-th step.
@@ -205,6 +208,8 @@ class RunSummarizer:
             self.forward_origins[stats.first_nonfinite_forward] += 1
         if stats.memory is not None:
             self.last_memory = stats.memory
+            if stats.act_hist is not None:
+                self.last_activations = stats.memory.activations
         for quant in stats.quant:
             # Strictly larger: the first step to reach a share names it.
             if quant.saturated > (self.worst_saturated.share if self.worst_saturated else 0.0):
@@ -238,8 +243,10 @@ class RunSummarizer:
             problems.append("the file holds no records")
         memory: dict[str, int] = {}
         if self.last_memory is not None:
-            for part in ("params", "grads", "optimizer", "activations"):
+            for part in ("params", "grads", "optimizer"):
                 memory[part] = sum(getattr(self.last_memory, part).values())
+            if self.last_activations is not None:
+                memory["activations"] = sum(self.last_activations.values())
             if self.last_memory.peak_device is not None:
                 memory["device peak"] = self.last_memory.peak_device
         header = self.header
@@ -348,6 +355,13 @@ def _bytes(count: int) -> str:
     return str(count)
 
 
+def _act_zeros(summary: RunSummary) -> str:
+    """'zero 86.5% (float16)'; 'not recorded' when no statistics step saw them."""
+    if summary.act_zero_share is None:
+        return "not recorded"
+    return f"zero {_share(summary.act_zero_share)} ({summary.act_dtype or '?'})"
+
+
 def _finite_or(value: float, text: str) -> str:
     return f"{value:.4g}" if math.isfinite(value) else text
 
@@ -414,8 +428,7 @@ def format_summary(summary: RunSummary) -> str:
         f"   min {_finite_or(summary.min_loss, 'none finite')}"
         f"   non-finite {summary.nonfinite_losses}",
         f"scale      {_scale_range(summary)}   skipped steps {summary.skipped_steps}",
-        f"act grads  zero {_share(summary.act_zero_share)} ({summary.act_dtype or '-'})"
-        f"   param grads zero {_share(summary.grad_zero_share)}",
+        f"act grads  {_act_zeros(summary)}   param grads zero {_share(summary.grad_zero_share)}",
     ]
     if summary.lost_update_share is not None:
         kind = "lost" if summary.lost_update_kind == "actual" else "FP16 weights would lose"

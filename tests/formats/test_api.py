@@ -396,3 +396,29 @@ def test_parse_value_errors_say_what_is_wrong(text: str, message: str) -> None:
         parse_value(text)
     with pytest.raises(ValueError, match="no min subnormal"):
         parse_value("min_subnormal", get_format("e8m0"))
+
+
+@pytest.mark.parametrize("policy", [None, *OVERFLOW_POLICIES])
+def test_an_infinity_that_changes_is_never_called_exact(policy: str | None) -> None:
+    # -inf into FP4 gave -6 and inf into E4M3FN NaN with no flag at all: the CLI and the
+    # bit editor then said "exact". A result that is not the input must raise a flag.
+    for fmt in list_formats():
+        for negative in (False, True):
+            infinity = ExactValue.infinity(negative)
+            rounded = fmt.round(infinity, overflow=policy)
+            flagged = rounded.inexact or rounded.invalid or rounded.overflow
+            assert flagged == (rounded.value != infinity), (fmt.name, policy, negative)
+
+
+def test_infinity_flags_per_format() -> None:
+    fp4, e4m3, fp16 = get_format("fp4"), get_format("e4m3"), get_format("fp16")
+    # No code for inf (as NaN into FP4): invalid, whatever stands in for it.
+    assert fp4.round("-inf").invalid and fp4.round("-inf").code == 0xF
+    assert e4m3.round("inf").invalid and e4m3.round("inf").value.is_nan
+    assert e4m3.round("inf", overflow="saturate").invalid
+    # A format with inf keeps it (exact), or saturates it to max by the policy.
+    kept = fp16.round("-inf")
+    assert kept.code == 0xFC00 and not (kept.inexact or kept.overflow or kept.invalid)
+    saturated = fp16.round("-inf", overflow="saturate")
+    assert saturated.code == 0xFBFF and saturated.overflow and saturated.inexact
+    assert not saturated.invalid

@@ -111,3 +111,38 @@ def test_bad_input_is_one_line_and_status_2(
     assert status == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_calc_text_errors_exact_or_marked_and_columns_aligned(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # fp32 0.1 + 0.2 printed "7.45e-09 (0.25 ulp)" for an error of exactly 2**-27, and the
+    # fp32/fp64 codes pushed the value column out of line with its header.
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from fpexplorer.formats import calculate
+
+    for expression, operation, operands, name in (
+        ("0.1 + 0.2", "add", ["0.1", "0.2"], "fp32"),
+        ("1 / 3", "div", ["1", "3"], "fp64"),
+        ("0.1 + 0.2", "add", ["0.1", "0.2"], "fp16"),
+    ):
+        assert main(["calc", expression, "-f", name]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("rounding"))
+        rows = lines[header + 1 :]
+        expected = calculate(operation, operands, name).results
+        assert len(rows) == len(expected)
+        for line, result in zip(rows, expected, strict=True):
+            # Each column starts under its header.
+            for column in ("code", "value", "error", "flags"):
+                start = lines[header].index(column)
+                assert line[start - 1] == " " and line[start] != " ", (column, line)
+            error = line[lines[header].index("error") :].split()
+            shown_abs, shown_ulps = error[0], error[1].lstrip("(")
+            for shown, exact in ((shown_abs, result.error_abs), (shown_ulps, result.error_ulps)):
+                if shown.startswith("≈"):
+                    assert Fraction(Decimal(shown[1:])) != exact, (line, shown)
+                else:
+                    assert Fraction(Decimal(shown)) == exact, (line, shown)

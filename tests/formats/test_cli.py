@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
+from decimal import Decimal
 from fractions import Fraction
 
 import pytest
@@ -95,7 +98,7 @@ def test_inspect_text_output(capsys: pytest.CaptureFixture[str]) -> None:
         "shortest   0.1",
         "next up    0x2e67  0.10003662109375  gap +0.00006103515625",
         "next down  0x2e65  0.09991455078125  gap -0.00006103515625",
-        "error      abs 0.0000244140625, rel 0.000244, 0.4 ulp",
+        "error      abs 0.0000244140625, rel 0.000244140625, 0.4 ulp",
         "flags      inexact",
     ):
         assert expected in out
@@ -159,8 +162,22 @@ def test_formats_table(capsys: pytest.CaptureFixture[str]) -> None:
     for fmt in list_formats():
         assert fmt.name in out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
-    assert lines["float16"][5:9] == ["65504", "6.104e-05", "5.96e-08", "0.0009766"]
+    assert lines["float16"][5:9] == ["65504", "≈6.104e-05", "≈5.96e-08", "≈0.0009766"]
     assert lines["float8_e5m2"][5] == "57344" and lines["float8_e4m3fn"][5:7] == ["448", "0.015625"]
+    # A number not marked "≈" is the exact value (0.0009766 beside 0.0078125 read as exact).
+    for fmt in list_formats():
+        values = (fmt.max, fmt.min_normal, fmt.min_subnormal, fmt.eps)
+        for shown, value in zip(lines[fmt.name][5:9], values, strict=True):
+            if shown == "-":
+                assert value is None
+            elif shown.startswith("≈"):
+                assert value is not None and abs(Fraction(Decimal(shown[1:])) / value - 1) < 1e-3
+            else:
+                assert Fraction(Decimal(shown)) == value, (fmt.name, shown)
+        # Rounded once from (m + 1) log10 2: float64 has 15.95 digits (15.9546), not 15.96.
+        digits = (fmt.mantissa_bits + 1) * math.log10(2)
+        assert lines[fmt.name][9] == f"≈{digits:.2f}", fmt.name
+    assert lines["float64"][9] == "≈15.95" and lines["float8_e3m4"][9] == "≈1.51"
     document = _json(capsys, ["formats", "--json"])
     rows = {row["format"]: row for row in document["formats"]}
     assert len(rows) == len(list_formats())
@@ -208,3 +225,36 @@ def test_real_process_exit_status_and_one_line_error() -> None:
     assert bad.returncode == 2
     assert bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
     assert "Traceback" not in bad.stderr
+
+
+ERROR_LINE = re.compile(r"error +abs (?P<abs>\S+), rel (?P<rel>\S+), (?P<ulps>\S+) ulp")
+
+
+@pytest.mark.parametrize("value", ["1/3", "0.1", "3e-8", "65519", "1e-400", "1e400", "-2.5"])
+def test_inspect_error_numbers_are_exact_or_marked(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # "rel 2.98e-08, 0.3333 ulp" read as exact numbers; 1e-400 printed 400 zeros.
+    formats = ["fp32", "fp16", "e4m3", "e8m0", "bf16", "fp4"]
+    assert main(["inspect", value, "-f", *formats]) == 0
+    blocks = capsys.readouterr().out.split("\n\n")[1:]
+    assert len(blocks) == len(formats)
+    for block, name in zip(blocks, formats, strict=True):
+        (line,) = [line for line in block.splitlines() if line.startswith("  error ")]
+        assert len(line) < 80, line
+        rounded = get_format(name).round(value)
+        found = ERROR_LINE.search(line)
+        if rounded.error_abs is None:
+            assert found is None, line
+            continue
+        assert found is not None, line
+        for key, exact in (
+            ("abs", rounded.error_abs),
+            ("rel", rounded.error_rel),
+            ("ulps", rounded.error_ulps),
+        ):
+            shown = found.group(key)
+            if shown.startswith("≈"):
+                assert Fraction(Decimal(shown[1:])) != exact, (name, key, shown)
+            else:
+                assert Fraction(Decimal(shown)) == exact, (name, key, shown)

@@ -79,7 +79,7 @@ def previous_decode(plan: StatsPlan, host: HostValues, *, skipped: bool) -> Step
             LayerStats(
                 name=name,
                 grad_norm=(
-                    math.sqrt(float(layer_sumsq[index])) if plan.layer_has_params[index] else None
+                    math.sqrt(float(layer_sumsq[index])) if index in plan.param_layers else None
                 ),
                 amax=peak,
                 headroom_log2=(

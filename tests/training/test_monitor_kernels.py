@@ -81,7 +81,6 @@ def decoded(segments: list[Segment], rows_of: RowsOf) -> tuple[np.ndarray, np.nd
     decide counted again from the values."""
     plan = StatsPlan(
         layer_names=("layer",),
-        layer_has_params=(False,),
         param_groups=(),
         act_segments=tuple(segments),
         param_layers=(),

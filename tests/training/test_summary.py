@@ -265,3 +265,33 @@ def test_summarize_and_compare_name_the_nvfp4_recipe_a_run_used(tmp_path: Path) 
     )
     rows = format_table(summaries).splitlines()[2:]
     assert [row.split("|")[3].strip() for row in rows] == labels
+
+
+def test_activations_not_measured_are_not_summarized_as_zero(tmp_path: Path) -> None:
+    """With statistics off, a skipped step still records its parameter gradients (and their
+    memory), but no activation gradient or saved activation was measured: the summary said
+    "act grads  zero - (-)" and "activations 0 B"."""
+    import torch
+    from torch import nn
+
+    from fpexplorer.training.monitor import AmpMonitor
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    path = tmp_path / "run.jsonl"
+    with AmpMonitor(model, optimizer, scaler, out=path, stats_every=0) as monitor:
+        for index in range(3):
+            loss = model(torch.randn(2, 4)).square().mean()
+            optimizer.zero_grad()
+            scaler.scale(loss * (math.inf if index == 1 else 1.0)).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            monitor.step(loss)
+    run = load_run(path)
+    assert [step.stats is not None for step in run.steps] == [False, True, False]
+    text = format_summary(summarize(run))
+    assert "act grads  not recorded   param grads zero" in text
+    memory = next(line for line in text.splitlines() if line.startswith("memory"))
+    assert "params 196 B" in memory and "activations" not in memory

@@ -62,6 +62,7 @@ import operator
 import os
 import time
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -230,7 +231,6 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         ]
         self._params = [param for _, param in self._param_layer]
         self._layer_names = tuple(layer.name for layer in self._layers)
-        self._layer_has_params = tuple(bool(layer.params) for layer in self._layers)
         self._sharded = is_sharded(model)
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
         # of a small model has few microseconds to spare): the scaler's kind, the device.
@@ -258,6 +258,16 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
+        self._optimizer_calls = 0  # optimizer steps since the last step(): one, or a warning
+        # The lr the optimizer stepped with (read as it steps: a scheduler stepped before
+        # step() has already moved it on); the current one when it did not step.
+        self._lr_used: Any = None
+        self._lr_next: Any = optimizer.param_groups[0]["lr"]
+        # The first gradient and its version at the last step(): unchanged, with no optimizer
+        # step in between, means step() was called again for the same training step.
+        self._last_grad: tuple[weakref.ref[torch.Tensor], int] | None = None
+        self._last_record: StepRecord | None = None
+        self._warned: set[str] = set()
         self._found_inf: torch.Tensor | None = None
         self._handles: list[RemovableHandle] = []
         self._module_handles: list[RemovableHandle] = []
@@ -497,6 +507,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
     def _on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
+        self._optimizer_calls += 1
+        self._lr_used = optimizer.param_groups[0]["lr"]
         self._found_inf = self._scaler_found_inf(optimizer, kwargs)
         if not self._collecting:
             return
@@ -558,6 +570,16 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         grads = [grad for p in self._params if (grad := p.grad) is not None]
         if self._sharded:  # looked up once: a getattr per tensor per step adds up
             grads = [local_tensor(g) for g in grads]
+        repeated = self._repeated_call(grads)
+        if repeated is not None:
+            return repeated
+        if self._optimizer_calls > 1:
+            self._warn_once(
+                "sparse",
+                f"AmpMonitor.step() saw {self._optimizer_calls} optimizer steps since its "
+                "last call: call it after every optimizer step (its record describes them "
+                "together: activation statistics summed, a skip before the last one missed)",
+            )
         if any(g.layout is not torch.strided for g in grads):
             grads = _strided(grads)
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
@@ -609,7 +631,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             scale=self._scale_used,
             skipped=skipped,
             growth_tracker=int(growth_tracker),
-            lr=float(self.optimizer.param_groups[0]["lr"]),
+            lr=float(self._lr_used if self._optimizer_stepped else self._lr_next),
             grad_norm=grad_norm,
             steps_per_s=len(durations) / max(sum(durations), 1e-9),
             time=now - self._started,
@@ -628,6 +650,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._saved = {}
             self._updates.forget()
         self._optimizer_stepped = False
+        self._optimizer_calls = 0
+        self._lr_next = self.optimizer.param_groups[0]["lr"]
+        self._last_grad = (weakref.ref(grads[0]), grads[0]._version) if grads else None
+        self._last_record = record
         self._found_inf = None
         # The cadence is charged from the end of one step() to the end of the next: this
         # step's own decoding and writing belong to it.
@@ -641,6 +667,28 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if collecting or self._collecting or self._module_handles:  # else nothing to change
             self._arm(collecting)
         return record
+
+    def _repeated_call(self, grads: list[torch.Tensor]) -> StepRecord | None:
+        """The last record, when this call repeats the last one: no optimizer step and the
+        same gradients, untouched (a backward, `zero_grad` or the scaler's unscaling would
+        have changed their version). Such a call would be recorded as a skipped step that
+        never happened: it is left out, with one warning."""
+        last = self._last_grad
+        if self._optimizer_stepped or last is None or not grads or self._last_record is None:
+            return None
+        if last[0]() is not grads[0] or grads[0]._version != last[1]:
+            return None
+        self._warn_once(
+            "repeated",
+            "AmpMonitor.step() called again with no backward or optimizer step since its "
+            "last call: call it once per training step (this call is not recorded)",
+        )
+        return self._last_record
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
 
     def _cheap_signals(
         self, loss: torch.Tensor | float, grads: list[torch.Tensor], *, amax: bool
@@ -736,7 +784,6 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 )  # fmt: skip
         plan = StatsPlan(
             layer_names=self._layer_names,
-            layer_has_params=self._layer_has_params,
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),

@@ -138,7 +138,6 @@ class StatsPlan:
     """
 
     layer_names: tuple[str, ...]
-    layer_has_params: tuple[bool, ...]
     param_groups: tuple[ParamGroup, ...]
     act_segments: tuple[Segment, ...]
     param_layers: tuple[int, ...]  # the layer of each parameter gradient (for the norms)
@@ -297,10 +296,13 @@ class StatsPlan:
         layer_nonfinite: list[bool],
     ) -> tuple[LayerStats, ...]:
         """One record per layer, from the per-layer sums."""
+        # A layer whose parameters got no gradient (frozen, or unused this step) has no
+        # norm: 0 would read as a vanishing gradient.
+        graded = set(self.param_layers)
         return tuple(
             LayerStats(
                 name=name,
-                grad_norm=math.sqrt(sumsq) if has_params else None,
+                grad_norm=math.sqrt(sumsq) if index in graded else None,
                 amax=peak,
                 headroom_log2=(
                     math.log2(_FP16_MAX / peak) if peak > 0 and math.isfinite(peak) else None
@@ -308,15 +310,16 @@ class StatsPlan:
                 underflow_share=underflow / total if total else 0.0,
                 nonfinite=nonfinite,
             )
-            for name, has_params, sumsq, peak, underflow, total, nonfinite in zip(
-                self.layer_names,
-                self.layer_has_params,
-                layer_sumsq,
-                layer_amax,
-                layer_underflow,
-                layer_total,
-                layer_nonfinite,
-                strict=True,
+            for index, (name, sumsq, peak, underflow, total, nonfinite) in enumerate(
+                zip(
+                    self.layer_names,
+                    layer_sumsq,
+                    layer_amax,
+                    layer_underflow,
+                    layer_total,
+                    layer_nonfinite,
+                    strict=True,
+                )
             )
         )
 
