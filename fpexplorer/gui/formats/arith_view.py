@@ -69,6 +69,8 @@ class ArithmeticView(LazyView):
         self.compute_button = QPushButton("Compute")
         self.compute_button.setToolTip("Compute with the typed operands (Enter in a field)")
         self.format_label = QLabel()
+        # Wrapped: one line of it is ~1070 px, wider than a 1024-pixel window.
+        self.format_label.setWordWrap(True)
         self.message = QLabel()
         self.message.setObjectName("arithmeticProblem")
         self.message.setWordWrap(True)

@@ -778,7 +778,7 @@ class BlockEditorState:
             tensor_scale_code=tensor_code,
             tensor_scale_text=tensor_text,
             tensor_scale_source=tensor_source,
-            amax_text=display_decimal(amax),
+            amax_text=_amax_text(block.inputs, amax),
             limit_text="—" if limit is None else f"±{display_decimal(limit)}",
             limit=limit,
             max_abs_error_text=max_error_text,
@@ -796,3 +796,14 @@ class BlockEditorState:
             exponent = value.numerator.bit_length() - value.denominator.bit_length()
             return f"{power_of_two(exponent)} = {display_decimal(value)}"
         return display_decimal(value)
+
+
+def _amax_text(inputs: Sequence[ExactValue], finite_amax: Fraction) -> str:
+    """The block's largest magnitude as its scale rule sees it: NaN with a NaN in the block,
+    inf with an infinity (the cause of a NaN MX scale, or of NVFP4's clamped one), not the
+    largest finite input."""
+    if any(x.is_nan for x in inputs):
+        return "NaN"
+    if any(x.is_inf for x in inputs):
+        return "inf"
+    return display_decimal(finite_amax)

@@ -71,6 +71,9 @@ VALUE_BAR_WIDTH = 0.36
 EDGE_SHARE = 0.05  # a drag this close to the plot's top or bottom grows the range
 DRAG_REACH = 0.45  # a press this close to a bar's centre (in elements) grabs it
 
+# The class whose colour marks an input bar that saturates, is not finite or has a NaN scale.
+SPECIAL_INPUT_CLASS = "nan"
+
 
 class BarDragViewBox(pg.ViewBox):  # type: ignore[misc]  # pyqtgraph is untyped
     """A ViewBox whose left-button drags move the bar under the cursor (no panning).
@@ -444,6 +447,8 @@ class BlockEditorView(LazyView):
         self.histogram_bars.setOpts(brush=class_color("normal"), pen=None)
         self.legend.setText(
             f"<span style='color:{_hex(class_color('normal'))}'>■</span> input &nbsp; "
+            f"<span style='color:{_hex(class_color(SPECIAL_INPUT_CLASS))}'>■</span> input "
+            "saturated, non-finite or under a NaN scale &nbsp; "
             f"<span style='color:{_hex(colors.accent)}'>■</span> quantized &nbsp; "
             f"<span style='color:{_hex(colors.accent)}'>- -</span> ±max element × scale "
             "&nbsp; <i>drag a bar to change its input</i>"
@@ -532,7 +537,8 @@ class BlockEditorView(LazyView):
         values = np.array([_bar_height(row.value, limit) for row in readout.rows])
         colors = plot_colors()
         normal = class_color("normal")
-        special = class_color("inf")
+        # Not the quantized bars' red: a saturated input drawn in it read as its own result.
+        special = class_color(SPECIAL_INPUT_CLASS)
         brushes = [
             special
             if row.status in ("saturated", "NaN scale") or not row.input.is_finite

@@ -310,3 +310,32 @@ def test_up_and_down_keys_in_the_scale_bits_double_and_halve_it(
     qtbot.keyClick(view.scale_bits, Qt.Key.Key_Down)
     assert view.state.problem == "the scale has no next value down"
     assert view.message.text() == "the scale has no next value down"
+
+
+def test_saturated_and_non_finite_inputs_are_not_drawn_as_results(view: BlockEditorView) -> None:
+    # A saturated input (and every input of a NaN-scale block) was drawn in the quantized
+    # bars' red: one big red bar at 3e38 read as the result, and a block holding inf showed
+    # "amax 3" beside its NaN scale.
+    quantized = view.value_bars.opts["brush"]
+    view.state.set_format("mxfp8_e5m2")
+    assert view.state.load_text("1e38 3e38 -2e38 1")
+    view.render_view()
+    assert view.state.readout().rows[1].status == "saturated"
+    brushes = view.input_bars.opts["brushes"]
+    assert pg_color(brushes[1]) != pg_color(quantized)
+    assert pg_color(brushes[0]) != pg_color(brushes[1])
+    view.state.set_format("mxfp8_e4m3")
+    assert view.state.load_text("1 2 inf 3 -0.5")
+    view.render_view()
+    assert view.state.readout().amax_text == "inf"
+    assert all(pg_color(b) != pg_color(quantized) for b in view.input_bars.opts["brushes"])
+    assert view.state.load_text("1 nan 3")
+    assert view.state.readout().amax_text == "NaN"
+    assert view.state.load_text("1 -3 2")
+    assert view.state.readout().amax_text == "3"
+
+
+def pg_color(brush: object) -> str:
+    import pyqtgraph as pg
+
+    return str(pg.mkBrush(brush).color().name())

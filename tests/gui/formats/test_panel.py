@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 from fpexplorer.formats import ROUNDING_MODES, get_format, make_format
 from fpexplorer.gui.formats.custom_format import CustomFormatDialog
 from fpexplorer.gui.formats.number_line_model import OFF_SCALE_MARGIN
-from fpexplorer.gui.formats.panel import FormatsPanel
+from fpexplorer.gui.formats.panel import VIEWS, FormatsPanel
 from fpexplorer.gui.formats.state import FormatsSession
 
 
@@ -497,3 +497,14 @@ def test_pickers_list_what_the_engine_has_each_explained(panel: FormatsPanel) ->
     for combo in (rounding, overflow):
         for index in range(combo.count()):
             assert combo.itemData(index, Qt.ItemDataRole.ToolTipRole), combo.itemText(index)
+
+
+@pytest.mark.parametrize("view", [view.name for view in VIEWS])
+def test_every_view_fits_a_1024_pixel_window(qtbot: QtBot, panel: FormatsPanel, view: str) -> None:
+    # The Arithmetic view's one-line format note (not word-wrapped) made the panel at
+    # least 1080 px wide: at 1024x640 the window was wider than the screen.
+    panel.show_view(view)
+    panel.session.enter_text("1/3")
+    panel.resize(1024, 600)
+    qtbot.waitUntil(lambda: panel.width() == 1024)
+    assert panel.minimumSizeHint().width() <= 1024, view
