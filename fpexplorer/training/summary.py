@@ -388,10 +388,11 @@ def _scale_text(value: float) -> str:
 
 
 def _loss_scaled(summary: RunSummary) -> bool:
-    """Whether the run scaled its loss: its precision mode says so; a loop of the user's
-    own (precision not one of ours) did when its scale ever differed from 1."""
-    if summary.precision in PRECISION_NAMES:
-        return precision_mode(summary.precision).scaled
+    """Whether the run scaled its loss: its precision mode says so, or its scale ever
+    differed from 1 (a loop of the user's own: its precision, labelled from the autocast
+    dtype, is "bf16" under an enabled GradScaler too)."""
+    if summary.precision in PRECISION_NAMES and precision_mode(summary.precision).scaled:
+        return True
     return not summary.scale_min == summary.scale_max == 1.0
 
 

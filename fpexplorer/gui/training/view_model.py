@@ -205,9 +205,11 @@ def gradient_format(model: RunModel) -> str:
 
 
 def is_scaled(model: RunModel) -> bool:
-    """Backward ran on a scaled loss (the precision table says which modes do)."""
+    """Backward ran on a scaled loss: the precision table says which modes do, and a run
+    whose scale was ever not 1 did (a user's loop labelled by its autocast dtype, "bf16",
+    under a GradScaler)."""
     mode = find_precision_mode(model.precision)
-    return mode is not None and mode.scaled
+    return (mode is not None and mode.scaled) or model.scale_other_than_one
 
 
 def has_dynamic_scaling(model: RunModel) -> bool:

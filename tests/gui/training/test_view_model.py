@@ -155,6 +155,16 @@ def test_layer_activation_columns_of_a_step_that_measured_none_are_blank_not_zer
     assert row.cells[1] == "NaN" and row.cells[5] == "yes"
 
 
+def test_a_bf16_loop_under_a_grad_scaler_reads_as_scaled() -> None:
+    # A user's loop is labelled by its autocast dtype: "bf16" with an enabled GradScaler
+    # too, whose activation gradients backward held times 65536.
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 65536.0, "skipped": False,
+            "layers": [_layer("fc")]}  # fmt: skip
+    assert layer_table_view(_model([_header("bf16"), step])).columns[2] == "max |g| scaled"
+    unscaled = {**step, "scale": 1.0}
+    assert layer_table_view(_model([_header("bf16"), unscaled])).columns[2] == "max |g| as held"
+
+
 @pytest.mark.parametrize(
     ("name", "dtype"),
     [("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16),
