@@ -126,3 +126,29 @@ def test_a_frozen_layer_has_no_gradient_norm_not_zero(tmp_path: Path) -> None:
         assert norms["0"] is None  # frozen: no gradient at all
         assert norms["1"] is None  # ReLU: no parameters
         assert norms["2"] > 0
+
+
+def test_saved_activations_under_gradient_accumulation_are_one_forwards_not_the_sum(
+    tmp_path: Path,
+) -> None:
+    # Each micro-batch's backward frees what its forward saved: autograd never holds more
+    # than one micro-batch's. The record summed all four (or, where freed memory was reused
+    # at the same address, some of them).
+    saved = {}
+    for micro_batches in (1, 4):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        path = tmp_path / f"accumulate-{micro_batches}.jsonl"
+        with AmpMonitor(model, optimizer, None, out=path, stats_every=1) as monitor:
+            for _ in range(2):
+                optimizer.zero_grad()
+                for inputs, target in batches(micro_batches):
+                    loss = nn.functional.cross_entropy(model(inputs), target) / micro_batches
+                    loss.backward()
+                optimizer.step()
+                monitor.step(loss)
+        saved[micro_batches] = [
+            record["stats"]["memory"]["activations"] for record in step_records(path)
+        ]
+    assert saved[1][0]["float32"] > 0
+    assert saved[4] == saved[1]

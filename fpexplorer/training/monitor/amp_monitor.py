@@ -254,6 +254,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # CPU tensor, else its extremes, kept on the device until step().
         self._forward_checks: list[tuple[int, bool | tuple[torch.Tensor, torch.Tensor]]] = []
         self._saved: dict[tuple[int, torch.dtype], int] = {}  # bytes saved for backward
+        # Gradient accumulation runs several forward/backward pairs per step; each backward
+        # frees its forward's saved tensors, so what autograd holds at once is the largest
+        # forward's, not their sum: the largest finished one, and whether a backward ran.
+        self._saved_largest: dict[tuple[int, torch.dtype], int] = {}
+        self._backward_ran = False
         self._param_ptrs: set[int] = set()
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._updates = LostUpdateCheck()
@@ -445,6 +450,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         def on_backward(grad: torch.Tensor) -> None:
             # Counted now, so the gradient can be freed as backward goes on.
             self._act_segments.append(segment_of(layer_index, grad))
+            self._backward_ran = True
 
         def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
             if not self._collecting or not torch.is_grad_enabled():
@@ -484,6 +490,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._autocast_dtype = torch.get_autocast_dtype(device_type)
         if not self._collecting or not torch.is_grad_enabled() or self._saved_hooks is not None:
             return
+        if self._backward_ran:  # the forwards before this one have been freed by backward
+            self._backward_ran = False
+            if sum(self._saved.values()) > sum(self._saved_largest.values()):
+                self._saved_largest = self._saved
+            self._saved = {}
         self._param_ptrs = {p.data_ptr() for p in self._params}  # every parameter, once
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._on_pack, self._on_unpack)
         self._saved_hooks.__enter__()
@@ -648,6 +659,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._act_segments = []
             self._forward_checks = []
             self._saved = {}
+            self._saved_largest = {}
+            self._backward_ran = False
             self._updates.forget()
         self._optimizer_stepped = False
         self._optimizer_calls = 0
@@ -909,7 +922,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         grads = (p.grad for p in self._params if p.grad is not None)
         activations: dict[torch.dtype, int] = {}
-        for (_, dtype), size in self._saved.items():
+        saved = self._saved
+        if sum(self._saved_largest.values()) > sum(saved.values()):
+            saved = self._saved_largest
+        for (_, dtype), size in saved.items():
             activations[dtype] = activations.get(dtype, 0) + size
         return Memory(
             params=params,
