@@ -152,3 +152,26 @@ def test_saved_activations_under_gradient_accumulation_are_one_forwards_not_the_
         ]
     assert saved[1][0]["float32"] > 0
     assert saved[4] == saved[1]
+
+
+@pytest.mark.slow  # dynamo traces the model (the eager backend: no compiler run)
+# Dynamo reads `.grad` of the hooks' non-leaf outputs while it traces them (torch's warning).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_a_compiled_model_is_recorded_under_its_own_layer_names(tmp_path: Path) -> None:
+    records = {}
+    for compiled in (False, True):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        watched = torch.compile(model, backend="eager") if compiled else model
+        path = tmp_path / f"compiled-{compiled}.jsonl"
+        with AmpMonitor(watched, optimizer, None, out=path, stats_every=1) as monitor:
+            for batch in batches(2):
+                monitor.step(train_step(watched, optimizer, batch))
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        records[compiled] = lines
+    plain, compiled_run = records[False], records[True]
+    assert compiled_run[0]["model"] == plain[0]["model"]  # layers 0, 1, 2 of a Sequential
+    for ours, theirs in zip(compiled_run[1:3], plain[1:3], strict=True):
+        assert [layer["name"] for layer in ours["stats"]["layers"]] == ["0", "1", "2"]
+        assert ours["stats"]["act_hist"] == theirs["stats"]["act_hist"]
+        assert ours["loss"] == theirs["loss"]

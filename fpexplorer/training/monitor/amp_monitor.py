@@ -304,7 +304,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             seen.update(id(p) for p in own)
             is_leaf = next(module.children(), None) is None
             if is_leaf or own:
-                layers.append(_Layer(name or type(module).__name__, tuple(own)))
+                layers.append(_Layer(_layer_name(model, name, module), tuple(own)))
         return layers
 
     def _install_hooks(self) -> None:
@@ -343,7 +343,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
             handles = self._module_handles
             for name, module in self.model.named_modules():
-                index = layer_index.get(name or type(module).__name__)
+                index = layer_index.get(_layer_name(self.model, name, module))
                 if index is not None and next(module.children(), None) is None:
                     handles.append(module.register_forward_hook(self._activation_hook(index)))
             handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
@@ -399,7 +399,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             model=records.ModelInfo(
                 params=sum(p.numel() for p in self.model.parameters()),
                 layers=tuple(layer.name for layer in self._layers),
-                class_name=type(self.model).__name__,
+                class_name=type(_compiled_original(self.model) or self.model).__name__,
             ),
             formats={fmt.name: records.FormatRange(**fmt.header_json()) for fmt in self.formats},
         )
@@ -966,6 +966,22 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self.close("stopped")
         else:
             self.close("failed", one_line_error(exc))
+
+
+def _compiled_original(model: nn.Module) -> nn.Module | None:
+    """The model inside `torch.compile`'s wrapper (held as `_orig_mod`), None for another."""
+    original = getattr(model, "_orig_mod", None)
+    return original if isinstance(original, nn.Module) else None
+
+
+def _layer_name(model: nn.Module, name: str, module: nn.Module) -> str:
+    """A layer's name as the model names it: a compiled model's layers read `0`, as they
+    do uncompiled, not `_orig_mod.0` (so its runs overlay the uncompiled model's)."""
+    if _compiled_original(model) is not None and (
+        name == "_orig_mod" or name.startswith("_orig_mod.")
+    ):
+        name = name[len("_orig_mod.") :]
+    return name or type(module).__name__
 
 
 def _strided(grads: list[torch.Tensor]) -> list[torch.Tensor]:
