@@ -213,9 +213,13 @@ def is_scaled(model: RunModel) -> bool:
 
 
 def has_dynamic_scaling(model: RunModel) -> bool:
-    """The run's scale is torch's GradScaler's (it grows and backs off)."""
+    """The run's scale is a dynamic scaler's (it grows and backs off): its precision mode's,
+    or a user's loop whose growth tracker counted or whose scale moved (labelled "bf16", its
+    autocast dtype, under a GradScaler)."""
     mode = find_precision_mode(model.precision)
-    return mode is not None and mode.scaler == "dynamic"
+    if mode is not None and mode.scaler != "none":
+        return mode.scaler == "dynamic"
+    return model.scale_moved
 
 
 # ----- the run list --------------------------------------------------------------------
