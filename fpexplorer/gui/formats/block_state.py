@@ -40,7 +40,7 @@ from fpexplorer.formats.block_quantize import (
     quantize,
     quantize_block_exact,
 )
-from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.decimal import display_decimal, share_percent
 from fpexplorer.formats.format import ROUNDING_MODES
 from fpexplorer.gui.formats.state import Signal
 from fpexplorer.gui.formats.text import power_of_two
@@ -278,8 +278,9 @@ def analyse_tensor(
     summary = (
         f"{source}: {'×'.join(str(n) for n in array.shape)} {array.dtype}, "
         f"{sqnr.size} blocks of {fmt.block_size}; tensor SQNR ≈ {_db(tensor.sqnr_db)}, "
-        f"max |error| ≈ {tensor.max_abs_error:.4g}, {tensor.share_saturated:.2%} saturated, "
-        f"{tensor.share_flushed:.2%} flushed to zero"
+        f"max |error| ≈ {tensor.max_abs_error:.4g}, "
+        f"{share_percent(tensor.share_saturated, tensor.count)} saturated, "
+        f"{share_percent(tensor.share_flushed, tensor.count)} flushed to zero"
     )
     return TensorAnalysis(
         source=source,
