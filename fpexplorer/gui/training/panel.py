@@ -70,13 +70,19 @@ __all__ = ["RunEntry", "TrainingPanel"]
 LOG = logging.getLogger(__name__)
 
 SYNC_LOAD_BYTES = 8 * 2**20  # ~4,000 steps with statistics on every step: under a second
-REPLAY_BUDGET_S = 0.012  # reading a larger file: about this long per timer tick
+# Reading files in pieces: about this long per turn of the event loop, for all the files
+# being read together (one after another), so that a window opening many stays responsive.
+REPLAY_BUDGET_S = 0.012
 # The pages of the plots area, by the name `fpexplorer screenshot --training-page` uses.
 PLOT_PAGES = {"mixed": "Mixed precision", "low": "Low precision"}
 REFRESH_INTERVAL_MS = 50  # at most 20 redraws a second (<= 30), never one per record
 # Tables, labels and progress bars repaint whole widgets on every change (a QProgressBar
 # even synchronously): they follow at a slower pace than the curves.
 READOUT_INTERVAL_S = 0.25
+# While files are read in pieces the runs change on every tick; each redraw costs in
+# proportion to the runs listed (hundreds of files opened at once: a redraw every 50 ms
+# made loading them quadratic). Meanwhile the plots follow at this slower pace.
+LOADING_REDRAW_INTERVAL_S = 0.5
 
 # (short text beside the plot, longer text in its tooltip)
 EXPLAIN_LOSS = (
@@ -142,6 +148,7 @@ class TrainingPanel(QWidget):
         self._shown: dict[int, int] = {}  # run key -> revision last drawn
         self._layout_dirty = True
         self._readouts_at = 0.0
+        self._drawn_at = 0.0  # when refresh() last ran (time.monotonic())
         self._replays: list[tuple[RunFileReplay, RunEntry]] = []
         self.job = TrainingJob(self)
         self.job.records_received.connect(self._on_job_records)
@@ -348,7 +355,7 @@ class TrainingPanel(QWidget):
         return [self.open_action, self.open_folder_action, self.overlay_ranks_action,
                 self.export_action]  # fmt: skip
 
-    def load_run(self, path: str | Path) -> None:
+    def load_run(self, path: str | Path, *, in_background: bool = False) -> None:
         """Replay a saved run file into the plots. Never raises: problems show in the panel.
 
         A run of several ranks (its folder, its merged log or a rank's log) opens as its
@@ -357,7 +364,9 @@ class TrainingPanel(QWidget):
         Files up to SYNC_LOAD_BYTES are read before this returns (the screenshot command
         renders right after); larger ones are read in pieces between redraws (`loading`
         is True meanwhile, `run_loaded` fires at the end), so the window stays responsive
-        and memory stays bounded however long the run.
+        and memory stays bounded however long the run. `in_background=True` (File ▸ Open)
+        reads every file in pieces, however small: a file of a few MB takes most of a
+        second to read, and hundreds chosen at once took a minute, all on the GUI thread.
         """
         try:
             files = find_run(path)
@@ -370,7 +379,7 @@ class TrainingPanel(QWidget):
         ranks = files.ranks if self.overlay_ranks_action.isChecked() else ()
         before = len(self.runs)
         for log in (files.merged, *ranks):
-            self._load_run_file(log)
+            self._load_run_file(log, in_background)
         added = self.runs[before:]
         if ranks and added:
             self._select(added[0])  # the merged view first; the ranks overlaid on it
@@ -380,7 +389,7 @@ class TrainingPanel(QWidget):
                     f"logs beside it: {added[0].model.steps_seen} steps, {added[0].model.status}."
                 )
 
-    def _load_run_file(self, path: Path) -> None:
+    def _load_run_file(self, path: Path, in_background: bool) -> None:
         try:
             model = RunModel()
             model.source = Path(path).name
@@ -388,7 +397,7 @@ class TrainingPanel(QWidget):
             if replay.done:  # could not even open it
                 self._show_status(f"Could not open {path}: " + "; ".join(model.problems[:1]))
                 return
-            if replay.size <= SYNC_LOAD_BYTES:
+            if replay.size <= SYNC_LOAD_BYTES and not in_background:
                 replay.advance()
                 self._finish_replay(replay, None)
                 return
@@ -411,11 +420,14 @@ class TrainingPanel(QWidget):
         For a picture of the whole run (`fpexplorer screenshot`): rendered mid-way, a large
         file shows a part of the run and "Loading… 6%".
         """
+        finished = bool(self._replays)
         for replay, entry in list(self._replays):
             replay.advance(None)
             self._replays.remove((replay, entry))
             self._finish_replay(replay, entry)
         self.replay_timer.stop()
+        if finished:
+            self.refresh()  # a replay in pieces leaves the redraw to the timer
 
     def _advance_replays(self) -> None:
         # A timer callback (every idle turn): it must never raise, see _on_timer_timeout.
@@ -432,12 +444,21 @@ class TrainingPanel(QWidget):
         if not self._replays:
             self.replay_timer.stop()
             return
-        for replay, entry in list(self._replays):
-            if replay.advance(REPLAY_BUDGET_S):
+        # One budget for this turn, shared by the files in order: the first always reads
+        # at least a piece, the others wait for a later turn once it is spent.
+        deadline = time.perf_counter() + REPLAY_BUDGET_S
+        for index, (replay, entry) in enumerate(list(self._replays)):
+            left = deadline - time.perf_counter()
+            if index and left <= 0:
+                break
+            if replay.advance(max(left, 0.0)):
                 self._replays.remove((replay, entry))
                 self._finish_replay(replay, entry)
-            else:
-                self._show_status(f"Loading {replay.path.name}… {100 * replay.fraction:.0f}%")
+                continue
+            waiting = len(self._replays) - 1
+            more = f" ({waiting} more file{'s' * (waiting != 1)} to read)" if waiting else ""
+            self._show_status(f"Loading {replay.path.name}… {100 * replay.fraction:.0f}%{more}")
+            break
 
     def _finish_replay(self, replay: RunFileReplay, entry: RunEntry | None) -> None:
         try:
@@ -460,10 +481,12 @@ class TrainingPanel(QWidget):
                 )
                 self.run_loaded.emit(str(path))
                 return
+            in_pieces = entry is not None
             if entry is None:
                 entry = self._add_run(model, path)
                 self._select(entry)
-            self._show_settings_of(entry)
+            if entry is self.run_list_state.current:
+                self._show_settings_of(entry)
             note = f"Opened {elide(path.name, 60)}: {model.steps_seen} steps, {model.status}."
             end = model.end
             failed = end is not None and end.status == "failed"
@@ -473,7 +496,12 @@ class TrainingPanel(QWidget):
             if model.problems:
                 note += " Problems: " + elide("; ".join(model.problems[:3]), 200)
             self._show_status(note, error=failed)
-            self.refresh()
+            if in_pieces:
+                # The redraw timer draws it: a refresh per file is a redraw of every run
+                # listed, per file (hundreds of files opened at once froze the window).
+                self._layout_dirty = True
+            else:
+                self.refresh()
             self.run_loaded.emit(str(path))
         except Exception as error:  # the contract: a bad file never takes the window down
             self._show_status(f"Could not open {replay.path}: {error}")
@@ -731,6 +759,8 @@ class TrainingPanel(QWidget):
 
     def _redraw_if_needed(self) -> None:
         runs = self.run_list_state.runs
+        if self._replays and time.monotonic() - self._drawn_at < LOADING_REDRAW_INTERVAL_S:
+            return
         if self._layout_dirty or any(self._shown.get(e.key) != e.model.revision for e in runs):
             slow_due = time.monotonic() - self._readouts_at >= READOUT_INTERVAL_S
             if self._layout_dirty:
@@ -752,6 +782,7 @@ class TrainingPanel(QWidget):
         `readouts=False` redraws only the plots; tables, labels and progress bars follow
         every READOUT_INTERVAL_S.
         """
+        self._drawn_at = time.monotonic()
         state = self.run_list_state
         state.name_runs()
         overlay = state.overlay()
@@ -809,14 +840,14 @@ class TrainingPanel(QWidget):
             self, "Open run folder", str(run_directory().path)
         )
         if folder:
-            self.load_run(folder)
+            self.load_run(folder, in_background=True)
 
     def _on_open_triggered(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(
             self, "Open run", str(run_directory().path), "Run logs (*.jsonl);;All files (*)"
         )
         for path in paths:
-            self.load_run(path)
+            self.load_run(path, in_background=True)
 
     def export_to(self, folder: str | Path) -> list[Path]:
         """Write every plot as PNG and SVG and the current run's scalars as CSV into `folder`
