@@ -57,6 +57,12 @@ HISTOGRAM_BINS = 40
 # tabs or new lines; brackets around the list (a pasted Python or numpy list) are dropped.
 _SEPARATORS = re.compile(r"[\s,;]+")
 _BRACKETS = str.maketrans("", "", "[]()")
+# A printed array or scalar (array([...]), tensor([...]), np.float32(...)): numpy prints 8
+# decimals and torch 4 by default, so its digits are not the values.
+_PRINTED_ARRAY = re.compile(
+    r"\b(?:(?:np|numpy|torch)\.)?(?:array|tensor|asarray|float\d+|bfloat16|half)\s*\(",
+    re.IGNORECASE,
+)
 DEFAULT_VALUES = (
     "0.126", "-0.132", "0.64", "0.105", "-0.536", "0.361", "1.3", "0.947",
     "-0.703", "-1.27", "-0.623", "0.0413", "-2.33", "-0.219", "-1.25", "-0.0532",
@@ -83,6 +89,12 @@ def rounding_modes_for(fmt: BlockFormat) -> tuple[str, ...]:
 def parse_block_text(text: str, block_size: int) -> list[ExactValue]:
     """Numbers typed or pasted as a block: 1..block_size of them. ValueError says which token
     is wrong, or how many there are."""
+    printed = _PRINTED_ARRAY.search(text)
+    if printed:
+        raise ValueError(
+            f"{printed.group(0)}…) is printed NumPy or torch output, rounded for display: "
+            "save the array with numpy.save and use Open .npy… (or paste its .tolist())"
+        )
     tokens = [t for t in _SEPARATORS.split(text.translate(_BRACKETS)) if t]
     if not tokens:
         raise ValueError(f"no numbers: give 1 to {block_size} values separated by commas or spaces")
