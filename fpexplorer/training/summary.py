@@ -76,6 +76,7 @@ class RunSummary:
     quantized: bool = False  # the run recorded quantized-layer statistics
     # The precision with the options that change its numerics, "nvfp4 (no Hadamard)".
     precision_label: str = ""
+    lost_update_steps: int = 0  # the statistics steps the lost-update share is a mean of
 
     @property
     def complete(self) -> bool:
@@ -275,6 +276,7 @@ class RunSummarizer:
             grad_zero_share=self.grad_zero / self.grad_total if self.grad_total else None,
             lost_update_share=self.lost_sum / self.lost_count if self.lost_count else None,
             lost_update_kind=self.lost_kind,
+            lost_update_steps=self.lost_count,
             first_nonfinite=tuple(self.origins.most_common()),
             first_nonfinite_forward=tuple(self.forward_origins.most_common()),
             steps_per_s=rate,
@@ -433,7 +435,11 @@ def format_summary(summary: RunSummary) -> str:
     ]
     if summary.lost_update_share is not None:
         kind = "lost" if summary.lost_update_kind == "actual" else "FP16 weights would lose"
-        lines.append(f"updates    {kind}: {_share(summary.lost_update_share)} (mean per step)")
+        # Skipped steps made no update and have no share: a run that skipped all but one
+        # step must not read as one that lost nothing.
+        count = summary.lost_update_steps
+        over = f"{count} statistics step{'' if count == 1 else 's'} that updated"
+        lines.append(f"updates    {kind}: {_share(summary.lost_update_share)} (mean of {over})")
     if summary.first_nonfinite_forward:
         origins = ", ".join(f"{n} ({c})" for n, c in summary.first_nonfinite_forward[:5])
         lines.append(f"overflow   first inf/NaN output in forward: {origins}")
