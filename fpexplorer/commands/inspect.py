@@ -276,10 +276,16 @@ def _cut(text: str | None, digits: int = TEXT_DIGITS, note: bool = True) -> str:
     significant = sum(ch.isdigit() for ch in text.lstrip("-0."))
     if significant <= digits:
         return text
-    from decimal import Decimal
+    from decimal import ROUND_DOWN, Context, Decimal
 
-    rounded = f"{Decimal(text.rstrip('…')):.{digits - 1}e}"
-    return f"{rounded} ({significant} digits, all in --json)" if note else f"≈{rounded}"
+    number = Decimal(text.rstrip("…"))
+    if not note:
+        return f"≈{number:.{digits - 1}e}"
+    # The value's own first digits, cut and marked "…" as the app shows them: rounded, the
+    # last one shown of float64's max read 2854 where its digits run 28538…
+    kept = Context(prec=digits, rounding=ROUND_DOWN).create_decimal(number)
+    mantissa, _, exponent = f"{kept:e}".partition("e")
+    return f"{mantissa}…e{exponent} ({significant} digits, all in --json)"
 
 
 def _render_text(document: dict[str, Any]) -> str:

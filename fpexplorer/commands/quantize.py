@@ -459,16 +459,22 @@ def _index_text(index: Any) -> str:
 
 
 def _stats_text(stats: dict[str, Any]) -> str:
+    from fpexplorer.formats.decimal import share_percent
+
     def share(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.2%}"
+        # 3 of 7 is ≈42.86%, not 42.86%.
+        return "n/a" if value is None else share_percent(value, stats["count"])
 
     def error(value: float | None) -> str:
         if value is None:
             return "inf" if stats["count"] else "n/a"
         return "0" if value == 0 else f"≈{value:.4g}"
 
+    # "inf (no error)" reads "SQNR inf dB (no error)", the unit beside its number.
+    sqnr, _, note = stats["sqnr_db_text"].partition(" (")
+    sqnr += f" dB ({note}" if note else " dB"
     return (
         f"max |error| {error(stats['max_abs_error'])}, RMSE {error(stats['rmse'])}, "
-        f"SQNR {stats['sqnr_db_text']} dB, saturated {share(stats['share_saturated'])}, "
+        f"SQNR {sqnr}, saturated {share(stats['share_saturated'])}, "
         f"flushed to zero {share(stats['share_flushed'])}"
     )

@@ -204,3 +204,21 @@ def _written(negative: bool, digits: str, exponent10: int, *, cut: bool) -> str:
         return f"{sign}0.{'0' * (-exponent10 - 1)}{digits}{mark}"
     mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
     return f"{sign}{mantissa}{mark}e{exponent10}"
+
+
+def share_percent(share: float, count: int, decimals: int = 2) -> str:
+    """A share of `count` items (k / count, given as a float) as a percentage: "20.00%" when
+    `decimals` places hold it exactly, else rounded and marked, "≈42.86%" for 3 of 7.
+
+    >>> share_percent(0.2, 5), share_percent(3 / 7, 7), share_percent(0.0, 0)
+    ('20.00%', '≈42.86%', '0.00%')
+    """
+    if count <= 0:
+        return f"{0:.{decimals}f}%"
+    hits = round(share * count)  # the count behind the share (exact below 2**53 items)
+    units, rest = divmod(hits * 100 * 10**decimals, count)  # in 10**-decimals percent
+    if 2 * rest > count or (2 * rest == count and units % 2):
+        units += 1  # to nearest, ties to even
+    whole, part = divmod(units, 10**decimals)
+    text = f"{whole}.{part:0{decimals}d}%" if decimals else f"{whole}%"
+    return text if rest == 0 else f"≈{text}"

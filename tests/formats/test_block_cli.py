@@ -186,3 +186,15 @@ def test_readme_quantize_example_is_real_output(capsys: pytest.CaptureFixture[st
     assert block is not None
     assert main(block.group(1).split()) == 0
     assert capsys.readouterr().out == block.group(2)
+
+
+def test_shares_are_exact_or_marked_and_sqnr_keeps_its_unit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 3 of 7 flushed printed "42.86%" as if exact; an exact block "SQNR inf (no error) dB".
+    assert main(["quantize", "-f", "mxint8", "0.1", "-2.5", "1e-3", "1/3", "-127", "5", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "flushed to zero ≈42.86%" in out and "saturated 0.00%" in out
+    assert main(["quantize", "-f", "mxfp4", "0", "1", "-0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "SQNR inf dB (no error)" in out and "flushed to zero 0.00%" in out

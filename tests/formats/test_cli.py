@@ -14,7 +14,7 @@ from fractions import Fraction
 import pytest
 
 from fpexplorer.cli import main
-from fpexplorer.formats import get_format, list_formats, parse_value
+from fpexplorer.formats import exact_decimal, get_format, list_formats, parse_value
 
 REQUIRED_KEYS = {"format", "code_hex", "class", "value_exact", "value", "error_abs", "error_rel"}
 
@@ -258,3 +258,20 @@ def test_inspect_error_numbers_are_exact_or_marked(
                 assert Fraction(Decimal(shown[1:])) != exact, (name, key, shown)
             else:
                 assert Fraction(Decimal(shown)) == exact, (name, key, shown)
+
+
+@pytest.mark.parametrize(
+    ("value", "name"), [("max", "fp64"), ("min_subnormal", "fp64"), ("min_subnormal", "fp32")]
+)
+def test_inspect_long_values_show_their_own_first_digits(
+    capsys: pytest.CaptureFixture[str], value: str, name: str
+) -> None:
+    # float64's max printed "...6078002854e+308" (rounded) where its digits run 60780028538.
+    assert main(["inspect", value, "-f", name]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "  value " in line]
+    shown, _, note = line.split()[1].partition("…")
+    assert note.startswith("e") and "digits, all in --json" in line
+    fmt = get_format(name)
+    exact = exact_decimal(fmt.to_fraction(fmt.from_value(parse_value(value, fmt))))
+    digits = exact.replace(".", "").lstrip("0")
+    assert digits.startswith(shown.replace(".", "")), (shown, digits[:90])

@@ -15,6 +15,7 @@ from fpexplorer.formats.decimal import (
     EXACT_DIGITS,
     display_decimal,
     display_decimals,
+    share_percent,
     shortest_display,
 )
 
@@ -135,3 +136,15 @@ def test_values_that_differ_look_different_in_a_column() -> None:
 def test_bad_digit_counts_are_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         display_decimal(Fraction(1, 3), cut_digits=0)
+
+
+def test_share_percent_is_exact_or_marked() -> None:
+    # "flushed to zero 42.86%" for 3 of 7 read as exact.
+    for count in range(1, 60):
+        for hits in range(count + 1):
+            text = share_percent(hits / count, count)
+            exact = Fraction(hits * 100, count)
+            shown = Fraction(text.lstrip("≈").rstrip("%"))
+            assert abs(shown - exact) <= Fraction(1, 200), (hits, count, text)
+            assert text.startswith("≈") == (shown != exact), (hits, count, text)
+    assert share_percent(3 / 7, 7) == "≈42.86%" and share_percent(0.2, 5) == "20.00%"

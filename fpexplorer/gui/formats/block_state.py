@@ -40,7 +40,7 @@ from fpexplorer.formats.block_quantize import (
     quantize,
     quantize_block_exact,
 )
-from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.decimal import display_decimal, share_percent
 from fpexplorer.formats.format import ROUNDING_MODES
 from fpexplorer.gui.formats.state import Signal
 from fpexplorer.gui.formats.text import power_of_two
@@ -57,6 +57,12 @@ HISTOGRAM_BINS = 40
 # tabs or new lines; brackets around the list (a pasted Python or numpy list) are dropped.
 _SEPARATORS = re.compile(r"[\s,;]+")
 _BRACKETS = str.maketrans("", "", "[]()")
+# A printed array or scalar (array([...]), tensor([...]), np.float32(...)): numpy prints 8
+# decimals and torch 4 by default, so its digits are not the values.
+_PRINTED_ARRAY = re.compile(
+    r"\b(?:(?:np|numpy|torch)\.)?(?:array|tensor|asarray|float\d+|bfloat16|half)\s*\(",
+    re.IGNORECASE,
+)
 DEFAULT_VALUES = (
     "0.126", "-0.132", "0.64", "0.105", "-0.536", "0.361", "1.3", "0.947",
     "-0.703", "-1.27", "-0.623", "0.0413", "-2.33", "-0.219", "-1.25", "-0.0532",
@@ -83,6 +89,12 @@ def rounding_modes_for(fmt: BlockFormat) -> tuple[str, ...]:
 def parse_block_text(text: str, block_size: int) -> list[ExactValue]:
     """Numbers typed or pasted as a block: 1..block_size of them. ValueError says which token
     is wrong, or how many there are."""
+    printed = _PRINTED_ARRAY.search(text)
+    if printed:
+        raise ValueError(
+            f"{printed.group(0)}…) is printed NumPy or torch output, rounded for display: "
+            "save the array with numpy.save and use Open .npy… (or paste its .tolist())"
+        )
     tokens = [t for t in _SEPARATORS.split(text.translate(_BRACKETS)) if t]
     if not tokens:
         raise ValueError(f"no numbers: give 1 to {block_size} values separated by commas or spaces")
@@ -278,8 +290,9 @@ def analyse_tensor(
     summary = (
         f"{source}: {'×'.join(str(n) for n in array.shape)} {array.dtype}, "
         f"{sqnr.size} blocks of {fmt.block_size}; tensor SQNR ≈ {_db(tensor.sqnr_db)}, "
-        f"max |error| ≈ {tensor.max_abs_error:.4g}, {tensor.share_saturated:.2%} saturated, "
-        f"{tensor.share_flushed:.2%} flushed to zero"
+        f"max |error| ≈ {tensor.max_abs_error:.4g}, "
+        f"{share_percent(tensor.share_saturated, tensor.count)} saturated, "
+        f"{share_percent(tensor.share_flushed, tensor.count)} flushed to zero"
     )
     return TensorAnalysis(
         source=source,

@@ -17,13 +17,22 @@ from functools import lru_cache
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QFontMetrics
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.formats.tables import chosen_formats
-from fpexplorer.gui.theme import class_color, plot_colors
+from fpexplorer.gui.theme import class_color, plot_colors, readable, text_backgrounds
 
 # Curve colours stay clear of the class colours of the bars (green, purple, red, grey).
 CURVE_COLORS = (
@@ -38,7 +47,16 @@ CURVE_COLORS = (
     "#ff9f6b",
     "#5ad1e8",
 )
+GRAPHICS_MIN_HEIGHT = 200
+BOTTOM_AXIS_HEIGHT = 40  # tick labels and their gap under each plot
 MAX_BINADES = 400  # wider formats are sampled every few binades (the curve is periodic)
+
+
+def curve_color(index: int) -> str:
+    """The colour of the index-th spacing curve and of its name in the legend, made to read
+    on the current theme's backgrounds (navy #1f3b73 vanished on the dark theme)."""
+    base = QColor(CURVE_COLORS[index % len(CURVE_COLORS)])
+    return str(readable(base, text_backgrounds()).name())
 
 
 def log2_fraction(value: Fraction) -> float:
@@ -112,7 +130,7 @@ class RangeChart(LazyView):
         )
         self.caption.setWordWrap(True)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setMinimumHeight(200)
+        self.graphics.setMinimumHeight(GRAPHICS_MIN_HEIGHT)
         self.bars_plot: pg.PlotItem = self.graphics.addPlot(row=0, col=0)
         self.spacing_plot: pg.PlotItem = self.graphics.addPlot(row=1, col=0)
         self.graphics.ci.layout.setRowStretchFactor(0, 1)
@@ -167,12 +185,20 @@ class RangeChart(LazyView):
         top.addWidget(self.legend, 1)
         layout.addLayout(top)
         layout.addWidget(self.caption)
-        layout.addWidget(self.graphics, 1)
+        # The rows never squeeze below a text line each (their names would overlap): with
+        # many formats in a small window the chart scrolls instead (see _show_formats).
+        self.graphics_scroll = QScrollArea()
+        self.graphics_scroll.setWidgetResizable(True)
+        self.graphics_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.graphics_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.graphics_scroll.setWidget(self.graphics)
+        layout.addWidget(self.graphics_scroll, 1)
         self.include_common.toggled.connect(lambda _: self.mark_stale())
         session.changed.connect(self.mark_stale)
         self.restyle()
 
     def restyle(self) -> None:
+        self._shown = ()  # the curves and their legend take the new theme's colours
         colors = plot_colors()
         self.graphics.setBackground(colors.background)
         style_plot(self.bars_plot)
@@ -209,7 +235,13 @@ class RangeChart(LazyView):
         self.subnormal_bars.setOpts(x0=lows, x1=normals, y0=bottom, y1=top)
         self.normal_bars.setOpts(x0=normals, x1=highs, y0=bottom, y1=top)
         self.overflow_bars.setOpts(x0=highs, x1=np.full(len(rows), right), y0=bottom, y1=top)
-        self.bars_plot.getAxis("left").setTicks([[(i, fmt.name) for i, fmt in enumerate(formats)]])
+        axis = self.bars_plot.getAxis("left")
+        axis.setTicks([[(i, fmt.name) for i, fmt in enumerate(formats)]])
+        # Each row a text line and a little more; the two plots share the height equally,
+        # each with its bottom axis.
+        row_height = QFontMetrics(axis.style["tickFont"] or self.font()).lineSpacing() + 4
+        plot_height = len(formats) * row_height + BOTTOM_AXIS_HEIGHT
+        self.graphics.setMinimumHeight(max(GRAPHICS_MIN_HEIGHT, 2 * plot_height + 8))
         self.bars_plot.setYRange(-0.6, len(formats) - 0.4, padding=0)
         self.bars_plot.setXRange(left, right, padding=0)
         while len(self.curves) < len(formats):
@@ -221,7 +253,7 @@ class RangeChart(LazyView):
         for index, curve in enumerate(self.curves):
             if index < len(formats):
                 xs, ys = spacing_curve(formats[index])
-                color = CURVE_COLORS[index % len(CURVE_COLORS)]
+                color = curve_color(index)
                 curve.setPen(pg.mkPen(color, width=1.5))
                 curve.setData(xs, ys)
                 curve.show()

@@ -113,6 +113,11 @@ def parse_code(text: str, fmt: FloatFormat) -> int | None:
     Raises ValueError when it is a raw code that does not fit the format.
     """
     compact = text.strip().replace(" ", "")
+    if compact[:1] in "+-" and (_RAW_HEX.match(compact[1:]) or _RAW_BIN.match(compact[1:])):
+        # "0x3C00" is a code (1.0 in FP16), so "-0x3C00" read as the hex number -15360
+        # would mislead: a code's sign is one of its bits.
+        hint = f"; for a number write a hex float, as {compact}p0" if "x" in compact else ""
+        raise ValueError(f"{compact}: a code has no sign (the sign is its top bit){hint}")
     if _RAW_HEX.match(compact):
         code = int(compact[2:].replace("_", ""), 16)
     elif _RAW_BIN.match(compact):

@@ -776,12 +776,16 @@ def layer_table_view(model: RunModel | None) -> LayerTableView:
         return LayerTableView(columns, tooltips, ())
     event = model.first_nonfinite_event
     marked = stats.first_nonfinite or (event.first_nonfinite if event is not None else None)
+    # The parameter-gradient statistics of an alarm step between statistics steps (a skip,
+    # an overflow) measure no activation gradient: its layers' amax and underflow share are
+    # not zeros but unknown.
+    measured = stats.act_hist is not None
     rows: list[LayerRow] = []
     for layer in stats.layers:
         name = layer.name
         norm = layer.grad_norm
         amax = layer.amax
-        if amax > 0 and math.isfinite(amax):
+        if measured and amax > 0 and math.isfinite(amax):
             headroom = f"2^{fmt.log2_max - math.log2(amax):.1f}"
         else:
             headroom = "–"
@@ -790,9 +794,9 @@ def layer_table_view(model: RunModel | None) -> LayerTableView:
         cells = (
             elide(name, 48) + ("  ◀ first non-finite" if name == marked else ""),
             "" if norm is None else number_text(abs(norm)),
-            number_text(abs(amax)),
+            number_text(abs(amax)) if measured else "–",
             headroom,
-            share_text(underflow) if fp16 else "–",
+            share_text(underflow) if fp16 and measured else "–",
             "yes" if nonfinite else "",
         )
         rows.append(LayerRow(cells, nonfinite or name == marked))

@@ -146,6 +146,26 @@ def test_parse_block_text_reads_every_spelling() -> None:
     assert values[3].negative and values[4].is_nan
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "array([0.33333333, 0.1], dtype=float32)",
+        "tensor([0.1000, 0.3333])",
+        "[np.float32(3.0), np.float32(0.1)]",
+    ],
+)
+def test_printed_numpy_or_torch_output_is_refused_by_name(text: str) -> None:
+    # Brackets were deleted inside tokens: "array([0.1])" failed on 'array0.1', a token the
+    # user never typed, and its digits (8 decimals for numpy, 4 for torch) are not the values.
+    state = BlockEditorState("mxfp8_e4m3")
+    kept = state.inputs
+    assert not state.load_text(text)
+    assert state.problem is not None and "printed NumPy or torch output" in state.problem
+    assert "Open .npy" in state.problem and state.inputs == kept
+    assert state.load_text("[[0.5, -1], (2, 3)]")  # a pasted Python list still loads
+    assert [v.fraction for v in state.inputs] == [Fraction(1, 2), -1, 2, 3]
+
+
 def test_switching_to_a_smaller_block_says_what_was_dropped() -> None:
     state = BlockEditorState("mxfp8_e4m3")
     state.set_format("nvfp4")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -413,6 +415,48 @@ def test_range_chart_and_properties_show_the_chosen_formats(
     assert names[:2] == ["float32", "float16"]
     fp16_row = names.index("float16")
     assert table.item(fp16_row, 3).text() == "65504"
+
+
+@pytest.mark.parametrize("theme_name", ["light", "dark"])
+def test_range_chart_rows_and_curves_read_at_1024x640(
+    qtbot: QtBot, panel: FormatsPanel, theme_name: str
+) -> None:
+    # With eight formats at 1024x640 the rows were squeezed to ~6 px and their names drawn
+    # over each other; in the dark theme the FP8 curve and its legend name were navy on dark
+    # grey (1.5:1), invisible.
+    from PySide6.QtGui import QColor, QFontMetrics
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.gui.theme import MIN_CONTRAST, contrast_ratio, dark_palette, light_palette
+
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    saved = app.palette()
+    app.setPalette(dark_palette() if theme_name == "dark" else light_palette())
+    try:
+        for name in ("e8m0", "binary8p3ue", "e2m1"):
+            panel.session.add_editor(get_format(name))
+        panel.show_view("range")
+        panel.resize(1024, 600)
+        chart = panel.range_chart
+        QApplication.processEvents()  # the palette change restyles the views
+        chart.refresh_now()
+        rows = len(chart._shown)
+        assert rows >= 8
+        top = chart.bars_plot.vb.mapViewToScene(QPointF(0, 0)).y()
+        bottom = chart.bars_plot.vb.mapViewToScene(QPointF(0, rows - 1)).y()
+        line = QFontMetrics(chart.font()).lineSpacing()
+        assert abs(bottom - top) / (rows - 1) >= line, (abs(bottom - top) / (rows - 1), line)
+        window = app.palette().color(app.palette().ColorRole.Window)
+        base = app.palette().color(app.palette().ColorRole.Base)
+        legend_colours = re.findall(r"color:(#[0-9a-f]{6})", chart.legend.text())
+        assert len(legend_colours) == rows
+        for colour in legend_colours:
+            assert contrast_ratio(QColor(colour), window) >= MIN_CONTRAST, colour
+        for curve in chart.curves[:rows]:
+            assert contrast_ratio(curve.opts["pen"].color(), base) >= 3.0
+    finally:
+        app.setPalette(saved)
 
 
 @pytest.mark.parametrize(

@@ -115,6 +115,19 @@ def test_raw_code_too_wide_for_the_format_is_refused() -> None:
     assert parse_code("0x1.8p3", get_format("fp16")) is None  # a hex float, not a code
 
 
+@pytest.mark.parametrize("text", ["-0x3C00", "+0x3c00", "-0b0011110000000000", " - 0x1"])
+def test_a_signed_code_is_refused_not_read_as_a_hex_number(text: str) -> None:
+    # "0x3C00" is FP16's 1.0, but "-0x3C00" was read as the hex number -15360: a sign
+    # silently switched the entry from code to value.
+    session = session_of("fp16")
+    before = session.active.code
+    assert not session.enter_text(text)
+    assert session.entry_error is not None and "code has no sign" in session.entry_error
+    assert session.active.code == before
+    assert session.enter_text("-0x3C00p0") and session.active.value().fraction == -15360
+    assert session.enter_text("0x3C00") and session.active.value().fraction == 1
+
+
 @pytest.mark.parametrize("text", ["0x_", "0b_", "0b|", "0x", "0b"])
 def test_a_code_prefix_without_digits_gets_a_message_about_the_text(text: str) -> None:
     session = session_of("fp16")

@@ -192,8 +192,9 @@ def test_a_run_name_too_long_for_the_list_is_in_its_tooltip(panel, synthetic_run
 def test_a_negative_zero_magnitude_reads_zero_in_the_layer_table(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     layer = {"name": "fc", "grad_norm": -0.0, "amax": -0.0, "headroom_log2": None,
              "underflow_share": 1.0, "nonfinite": False}  # fmt: skip
+    zeros = {"lo": 0, "counts": [], "zero": 4, "inf": 0, "nan": 0, "dtype": "float16"}
     step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "skipped": False,
-            "layers": [layer]}  # fmt: skip
+            "act_hist": zeros, "layers": [layer]}  # fmt: skip
     panel.load_run(_write(tmp_path / "zero.jsonl", [_header(), step]))
     panel.refresh()
     cells = [panel.layer_table.table.item(0, column).text() for column in (1, 2)]

@@ -136,9 +136,23 @@ def test_layer_columns_follow_the_runs_format_and_say_what_is_scaled() -> None:
     expected = math.log2(float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)) + 30
     assert bf16.rows[0].cells[3] == f"2^{expected:.1f}"
     assert bf16.columns[3] == "headroom in BF16"
-    fp16 = layer_table_view(_model([_header("fp16"), {**healthy, "act_hist": None}]))
+    held_in_fp16 = {**healthy["act_hist"], "dtype": "float16"}
+    fp16 = layer_table_view(_model([_header("fp16"), {**healthy, "act_hist": held_in_fp16}]))
     assert fp16.columns[1] == "‖g‖ unscaled" and fp16.columns[2] == "max |g| scaled"
     assert fp16.columns[4] == "< 2^-24 (FP16)" and fp16.rows[0].cells[4] == "100%"
+
+
+def test_layer_activation_columns_of_a_step_that_measured_none_are_blank_not_zero() -> None:
+    # With statistics off (or between statistics steps) a skipped step records its parameter
+    # gradients only: its layers' activation figures were shown as "0" and "0%".
+    skipped = {"type": "step", "step": 0, "loss": math.inf, "scale": 65536.0, "skipped": True,
+               "grad_hist": {"lo": 0, "counts": [], "zero": 0, "inf": 0, "nan": 8},
+               "layers": [_layer("fc", grad_norm=math.nan, amax=0.0, underflow_share=0.0,
+                                 nonfinite=True)],
+               "first_nonfinite": "fc"}  # fmt: skip
+    row = layer_table_view(_model([_header("fp16"), skipped])).rows[0]
+    assert row.cells[2:5] == ("–", "–", "–")
+    assert row.cells[1] == "NaN" and row.cells[5] == "yes"
 
 
 @pytest.mark.parametrize(
