@@ -314,7 +314,12 @@ def _render_text(document: dict[str, Any]) -> str:
                 "fields",
                 f"sign {fields['sign']}, exponent {fields['biased_exponent']} "
                 f"(2^{fields['unbiased_exponent']}), fraction {fields['fraction']:#x}, "
-                f"significand {fields['significand']}",
+                f"significand {fields['significand']}"
+                if result["class"] not in ("inf", "nan")
+                # A special code: "(2^16) ... significand 1" read as 65536 for FP16's inf.
+                else f"sign {fields['sign']}, exponent {fields['biased_exponent']}, fraction "
+                f"{fields['fraction']:#x} ({result['class']}: a special code, no power of two "
+                "or significand)",
             )
         )
         for key, label, sign in (("next_up", "next up", "+"), ("next_down", "next down", "-")):

@@ -192,16 +192,21 @@ class _JobWriter(RunWriter):
         super().write(record)
 
 
-def _new_default_writer(path: Path, channel: IO[bytes] | None, echo: IO[str] | None) -> RunWriter:
+def _new_default_writer(
+    path: Path, channel: IO[bytes] | None, echo: IO[str] | None, on_stream_lost: Callable[[], None]
+) -> RunWriter:
     """A writer on a new file: the default name has one-second resolution, and two jobs
     started in the same second (a seed sweep in the background) must not share a file."""
     candidate = path
     for counter in range(2, 1000):
         try:
-            return _JobWriter(candidate, channel=channel, echo=echo, exclusive=True)
+            return _JobWriter(candidate, channel=channel, echo=echo, exclusive=True,
+                              on_stream_lost=on_stream_lost)  # fmt: skip
         except FileExistsError:
             candidate = path.with_name(f"{path.stem}-{counter}{path.suffix}")
-    return _JobWriter(candidate, channel=channel, echo=echo, exclusive=True)  # raises
+    # The last name tried: its FileExistsError is the caller's.
+    return _JobWriter(candidate, channel=channel, echo=echo, exclusive=True,
+                      on_stream_lost=on_stream_lost)  # fmt: skip
 
 
 class _RecordChannel:
@@ -295,6 +300,7 @@ class _StopFlag:
 
     def __init__(self) -> None:
         self.requested = False
+        self.reason: str | None = None  # why, when not a signal (the end record says it)
         self.signals = 0
         self.finishing = False  # writing the end: a second signal must not interrupt that
         self._previous: dict[int, Any] = {}
@@ -302,6 +308,14 @@ class _StopFlag:
     def install(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def stream_lost(self) -> None:
+        """The reader of `--stream` went away (the panel that started the job closed or was
+        killed): stop after the step in progress, as on a first SIGTERM. Without this the
+        job, orphaned, trained on to its last step with nobody watching."""
+        if not self.requested:
+            self.reason = "the reader of its --stream records went away (the window closed)"
+        self.requested = True
 
     def restore(self) -> None:
         for signum, handler in self._previous.items():
@@ -405,13 +419,15 @@ def run_job(
     if config.stream:
         channel.open()  # on every rank: the task's output goes to stderr; records, rank 0's
     job_writers: list[_JobWriter] = []
+    stop = _StopFlag()
     try:
         if rank is not None:
             writer: RunWriter | RankLogs = _rank_logs(config, rank, path, channel, job_writers)
         elif config.out:
-            writer = _JobWriter(path, channel=channel.binary, echo=channel.text)
+            writer = _JobWriter(path, channel=channel.binary, echo=channel.text,
+                                on_stream_lost=stop.stream_lost)  # fmt: skip
         else:
-            writer = _new_default_writer(path, channel.binary, channel.text)
+            writer = _new_default_writer(path, channel.binary, channel.text, stop.stream_lost)
             path = writer.path
     except OSError as error:
         channel.close()
@@ -421,7 +437,6 @@ def run_job(
         job_writers.append(writer)
 
     completed = False  # every step taken: the peers reach the end too
-    stop = _StopFlag()
     if handle_signals:
         stop.install()
     monitor: AmpMonitor | None = None
@@ -505,7 +520,7 @@ def run_job(
         stop.finishing = True
         progress.finish()
         state = RunState.STOPPED if stop.requested else RunState.COMPLETED
-        monitor.close(state.value)
+        monitor.close(state.value, stop.reason if stop.requested else None)
         completed = state is RunState.COMPLETED
         return JobResult(state, steps_done, path, None, log_error=_log_error(monitor, writer))
     except (Exception, SystemExit, KeyboardInterrupt) as error:

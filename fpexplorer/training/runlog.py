@@ -251,6 +251,11 @@ class RunWriter:
 
     The file is locked for as long as the writer is open: a second writer raises
     `RunLogLocked` before touching the file (it is truncated only once the lock is held).
+
+    When `echo` or `channel` cannot be written any more (its reader went away) the file
+    still gets every record, and `on_stream_lost` (if given) is called once, possibly from
+    the writer's timer thread: a job streaming to a panel that has gone can stop itself
+    instead of training on with nobody to see it.
     """
 
     def __init__(
@@ -261,6 +266,7 @@ class RunWriter:
         channel: IO[bytes] | None = None,
         exclusive: bool = False,
         flush_interval: float = FLUSH_INTERVAL,
+        on_stream_lost: Callable[[], None] | None = None,
     ) -> None:
         self.path = Path(path)
         flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else 0)
@@ -275,6 +281,7 @@ class RunWriter:
         self._file = os.fdopen(fd, "wb", buffering=0)
         self._echo = echo
         self._channel = channel
+        self._on_stream_lost = on_stream_lost
         self.records_written = 0
         self.flush_interval = flush_interval
         # Not yet written: lines (with their newline), and plain step records (encoded when
@@ -355,6 +362,7 @@ class RunWriter:
                 self._channel.flush()
             except (BrokenPipeError, ValueError, OSError):
                 self._channel = None  # the reader went away; the file keeps every record
+                self._stream_lost()
         if self._echo is not None:
             try:
                 self._echo.write(text)
@@ -363,8 +371,14 @@ class RunWriter:
                 # The reader of the stream went away (e.g. the window closed): the file
                 # still receives every record, so the run is not lost.
                 self._echo = None
+                self._stream_lost()
         if unwritable is not None:
             raise unwritable
+
+    def _stream_lost(self) -> None:
+        callback, self._on_stream_lost = self._on_stream_lost, None
+        if callback is not None:
+            callback()
 
     def _start_timer(self) -> None:
         """Wake the background writer (started on first use) for a new window."""
@@ -474,7 +488,7 @@ class RecordStream:
         self._pending = b""
         self._discarding = False  # inside an over-long line: drop up to its newline
         self._refusing = False
-        self._dropped_problems = 0
+        self.problem_count = 0  # every problem reported, also those past MAX_PROBLEMS
 
     @property
     def partial_line(self) -> bool:
@@ -599,11 +613,14 @@ class RecordStream:
             records.append(record)
 
     def _report(self, message: str) -> None:
-        if len(self.problems) < MAX_PROBLEMS:
+        self.problem_count += 1
+        if self.problem_count <= MAX_PROBLEMS:
             self.problems.append(message)
         else:
-            self._dropped_problems += 1
-            self.problems[-1] = f"... and {self._dropped_problems} more problems"
+            # The last line stands for itself and every problem after it (it used to say
+            # one fewer than were left out).
+            hidden = self.problem_count - MAX_PROBLEMS + 1
+            self.problems[-1] = f"... and {hidden} more problems"
 
 
 READ_CHUNK_BYTES = 1 << 20

@@ -275,3 +275,16 @@ def test_inspect_long_values_show_their_own_first_digits(
     exact = exact_decimal(fmt.to_fraction(fmt.from_value(parse_value(value, fmt))))
     digits = exact.replace(".", "").lstrip("0")
     assert digits.startswith(shown.replace(".", "")), (shown, digits[:90])
+
+
+@pytest.mark.parametrize(
+    ("bits", "name"),
+    [("0x7c00", "fp16"), ("0x7e00", "fp16"), ("0x7f", "e4m3"), ("0x80", "binary8p3se")],
+)
+def test_inspect_fields_of_a_special_code_claim_no_power_of_two(
+    capsys: pytest.CaptureFixture[str], bits: str, name: str
+) -> None:
+    # FP16's inf printed "exponent 31 (2^16), ..., significand 1": it read as 65536.
+    assert main(["inspect", "--bits", bits, "-f", name]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "  fields " in line]
+    assert "2^" not in line and "special code, no power of two or significand" in line

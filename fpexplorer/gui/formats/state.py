@@ -195,7 +195,10 @@ def formula_text(fmt: FloatFormat, code: int, kind: str, fields: Fields, value: 
     if kind == "nan":
         return f"NaN: this bit pattern is reserved for “not a number” in {fmt.name}"
     if kind == "inf":
-        return f"{sign}∞: exponent field all ones, fraction zero"
+        if fields.fraction == 0 and fields.biased_exponent == (1 << fmt.exponent_bits) - 1:
+            return f"{sign}∞: exponent field all ones, fraction zero"
+        # P3109's extended formats put ±inf at the top codes (0x7F: fraction all ones).
+        return f"{sign}∞: this bit pattern is reserved for infinity in {fmt.name}"
     if kind == "zero":
         return f"{sign}0 = {value}"
     significand = _significand_text(fmt, fields)

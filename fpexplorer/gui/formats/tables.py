@@ -106,7 +106,7 @@ class CrossFormatTable(LazyView):
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
         self._fitted_for: tuple[FloatFormat, ...] = ()
-        self._longest_value = 0
+        self._longest: tuple[int, ...] = ()  # widest text per column (pixels), when last fitted
         self.table.setToolTip("Click a row to load that format and code into the editor.")
         self.rows: list[tuple[FloatFormat, int]] = []
         layout = QVBoxLayout(self)
@@ -173,13 +173,23 @@ class CrossFormatTable(LazyView):
             self._fitted_for = tuple(formats)
             self.table.resizeColumnsToContents()
             self.table.setColumnWidth(2, max(self.table.columnWidth(2), 200))
-        longest = max((len(text or "") for text in texts), default=0)
-        if longest != self._longest_value:
-            # Values are never cut by the table (its own "…" would read as the display
-            # rule's): the column follows their length.
-            self._longest_value = longest
-            self.table.resizeColumnToContents(2)
+        # Cells are never cut by the table: its own "…" reads as the display rule's, and a
+        # cut code ("0x3E601B2B29A469…") or an error cut before its exponent ("2.68104…")
+        # misleads. A column whose widest text changed is fitted again, that column only.
+        metrics = self.table.fontMetrics()
+        longest = tuple(
+            max((metrics.horizontalAdvance(text) for text in self._column_texts(column)), default=0)
+            for column in range(len(COMPARE_COLUMNS) - 1)  # the last one stretches
+        )
+        for column, (now, before) in enumerate(zip(longest, self._longest, strict=False)):
+            if now != before:
+                self.table.resizeColumnToContents(column)
+        self._longest = longest
         self.table.setUpdatesEnabled(True)
+
+    def _column_texts(self, column: int) -> list[str]:
+        items = (self.table.item(row, column) for row in range(self.table.rowCount()))
+        return [item.text() for item in items if item is not None]
 
     @staticmethod
     def _cells(fmt: FloatFormat, rounded: Rounded, value_text: str) -> list[str]:

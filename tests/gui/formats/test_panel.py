@@ -186,6 +186,29 @@ def test_table_can_show_only_the_stacked_formats(qtbot: QtBot, panel: FormatsPan
     assert view.table.item(2, 1).text() == f"0x{oracle_code(0.1, ml_dtypes.bfloat16):04X}"
 
 
+@pytest.mark.parametrize("second", ["3e-8", "1/3", "-65519.9", "1e-400"])
+def test_table_cells_are_never_cut_when_the_value_changes(
+    qtbot: QtBot, panel: FormatsPanel, second: str
+) -> None:
+    # Columns were fitted once per set of formats: after "1", typing "3e-8" left the error
+    # columns narrow, and Qt cut their texts with its own "…" ("2.68104…" lost "e-24", the
+    # float64 code read "0x3E601B2B29A469…"), which reads as the display rule's mark.
+    panel.show_view("table")
+    view = panel.cross_table
+    for text in ("1", second):
+        type_value(qtbot, panel, text)
+        view.refresh_now()
+    metrics = view.table.fontMetrics()
+    last = view.table.columnCount() - 1
+    for row in range(view.table.rowCount()):
+        for column in range(last):  # the last column stretches to the edge
+            item = view.table.item(row, column)
+            assert item is not None
+            width = metrics.horizontalAdvance(item.text())
+            # Qt keeps a margin either side of the text before it cuts.
+            assert width + 6 <= view.table.columnWidth(column), (row, column, item.text())
+
+
 @pytest.mark.slow  # renders the codes map: about half a second
 def test_codes_map_click_loads_a_code(qtbot: QtBot, panel: FormatsPanel) -> None:
     panel.session.set_active(panel.session.editors[1])

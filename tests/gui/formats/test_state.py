@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fpexplorer.formats import get_format, make_format, parse_value
-from fpexplorer.gui.formats.state import EditorState, FormatsSession, parse_code
+from fpexplorer.formats import ExactValue, get_format, list_formats, make_format, parse_value
+from fpexplorer.gui.formats.state import EditorState, FormatsSession, build_readout, parse_code
 from fpexplorer.gui.formats.text import short, typed
 
 
@@ -375,3 +375,22 @@ def test_the_entry_placeholder_is_true_for_the_active_format() -> None:
         assert session.active.value().fraction == 1, (name, shown)
         assert session.enter_text("fp16:0x3C00")
         assert session.active.value().fraction == 1
+
+
+def test_the_formula_of_an_infinity_describes_its_own_bits() -> None:
+    # binary8p3se's +inf 0x7F (fraction 11) was described as "exponent field all ones,
+    # fraction zero", the IEEE layout, which is another code (0x7C, 57344... a number).
+    for fmt in [*list_formats(), get_format("binary6p3ue"), get_format("e5m2")]:
+        if not fmt.has_inf:
+            continue
+        for negative in (False, True) if fmt.signed else (False,):
+            code = fmt.from_value(ExactValue.infinity(negative))
+            readout = build_readout(fmt, code, None)
+            assert readout.kind == "inf"
+            fields = fmt.fields(code)
+            claims_ieee = "fraction zero" in readout.formula
+            is_ieee = (
+                fields.fraction == 0 and fields.biased_exponent == (1 << fmt.exponent_bits) - 1
+            )
+            assert claims_ieee == is_ieee, (fmt.name, hex(code), readout.formula)
+            assert "∞" in readout.formula

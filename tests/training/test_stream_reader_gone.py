@@ -1,0 +1,92 @@
+"""A job streaming its records (`--stream`) stops when the reader goes away.
+
+The panel reads a job's records on the job's stdout. When the window was killed (SIGTERM,
+SIGKILL, a crash) the job, orphaned, trained on to its last step with nobody to see it: a
+GPU busy for hours. Now losing the stream's reader is a stop, as a first SIGTERM is: the
+step in progress finishes, the run file gets every record and an `end` "stopped" that
+says why.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from training_helpers import REPO
+
+from fpexplorer.gui.training.synthetic import synthetic_records
+from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.job import RunState, run_job
+from fpexplorer.training.runlog import RunWriter, load_run
+
+TINY_TASK = """
+import torch
+from torch import nn
+
+def make():
+    batch = (torch.ones(4, 3), torch.zeros(4, 3))
+    return nn.Linear(3, 3), [batch], nn.functional.mse_loss
+"""
+
+
+class _GoneReader(io.StringIO):
+    """A text stream whose reader has gone: every write fails as a closed pipe does."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_writer_calls_back_once_when_its_channel_breaks(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first record
+    lost: list[int] = []
+    records = list(synthetic_records(20, stats_every=5))
+    with open(write_end, "wb", buffering=0) as channel:
+        writer = RunWriter(tmp_path / "run.jsonl", channel=channel, flush_interval=0,
+                           on_stream_lost=lambda: lost.append(1))  # fmt: skip
+        for record in records:
+            writer.write(record)
+        writer.close()
+    assert lost == [1]
+    run = load_run(tmp_path / "run.jsonl")  # the file has every record all the same
+    assert len(run.steps) == 20 and run.status == "completed" and run.problems == ()
+
+
+def test_a_job_whose_stream_reader_went_away_stops(tmp_path: Path) -> None:
+    task = tmp_path / "tiny.py"
+    task.write_text(TINY_TASK)
+    out = tmp_path / "run.jsonl"
+    config = TrainConfig(task=f"{task}:make", device="cpu", steps=500, stream=True, out=str(out))
+    result = run_job(config, stdout=_GoneReader(), stderr=io.StringIO(), handle_signals=False)
+    assert result.state is RunState.STOPPED
+    run = load_run(out)
+    assert run.status == "stopped" and len(run.steps) < 500
+    assert run.end is not None and "went away" in (run.end.error or "")
+
+
+@pytest.mark.slow  # a real training job in a child process: seconds
+def test_closing_the_stream_pipe_stops_the_child(tmp_path: Path) -> None:
+    out = tmp_path / "orphan.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fpexplorer", "train", "--task", "mlp", "--precision", "bf16",
+         "--steps", "100000", "--stats-every", "0", "--device", "cpu", "--stream",
+         "--out", str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        while b'"type":"step"' not in process.stdout.readline():
+            pass
+        process.stdout.close()  # what the panel's death does to the pipe
+        process.wait(timeout=120)  # a guard against a hang, not a measure of speed
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    run = load_run(out)
+    assert run.status == "stopped" and len(run.steps) < 100000
