@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             summary = summarize_file(name)
             problems = summary.problems
             if problems:
-                state = f"{len(problems)} problem(s)"
+                state = f"{summary.problem_count} problem(s)"
             elif not summary.complete:
                 state = "not ok: no end record (the job was killed, or still runs)"
             else:

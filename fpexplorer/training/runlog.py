@@ -488,7 +488,7 @@ class RecordStream:
         self._pending = b""
         self._discarding = False  # inside an over-long line: drop up to its newline
         self._refusing = False
-        self._dropped_problems = 0
+        self.problem_count = 0  # every problem reported, also those past MAX_PROBLEMS
 
     @property
     def partial_line(self) -> bool:
@@ -613,11 +613,14 @@ class RecordStream:
             records.append(record)
 
     def _report(self, message: str) -> None:
-        if len(self.problems) < MAX_PROBLEMS:
+        self.problem_count += 1
+        if self.problem_count <= MAX_PROBLEMS:
             self.problems.append(message)
         else:
-            self._dropped_problems += 1
-            self.problems[-1] = f"... and {self._dropped_problems} more problems"
+            # The last line stands for itself and every problem after it (it used to say
+            # one fewer than were left out).
+            hidden = self.problem_count - MAX_PROBLEMS + 1
+            self.problems[-1] = f"... and {hidden} more problems"
 
 
 READ_CHUNK_BYTES = 1 << 20

@@ -76,6 +76,8 @@ class RunSummary:
     quantized: bool = False  # the run recorded quantized-layer statistics
     # The precision with the options that change its numerics, "nvfp4 (no Hadamard)".
     precision_label: str = ""
+    # Every problem found: `problems` shows at most the reader's MAX_PROBLEMS lines.
+    problem_count: int = 0
 
     @property
     def complete(self) -> bool:
@@ -117,6 +119,14 @@ class RunSummarizer:
         self.header: HeaderRecord | None = None
         self.end: EndRecord | None = None
         self.problems: list[str] = []
+        # Problems not in `problems` (the stream's beyond its MAX_PROBLEMS lines).
+        self.hidden_problems = 0
+        # Records after the end or a second header: counted, one line each in the result
+        # (a line per record grew without bound: two runs appended to one file).
+        self.extra_headers = 0
+        self.extra_ends = 0
+        self.steps_after_end = 0
+        self.steps_after_end_range = (0, 0)  # the first and last step number ignored
         self.steps = 0
         self.first_loss = math.nan
         self.min_loss = math.inf
@@ -153,15 +163,17 @@ class RunSummarizer:
             if self.header is None and not self.steps:
                 self.header = record
             else:
-                self.problems.append("a second header record ignored")
+                self.extra_headers += 1
         elif self.end is None:
             self.end = record
         else:
-            self.problems.append("a second end record ignored")
+            self.extra_ends += 1
 
     def _add_step(self, step: StepRecord, offset: int | None) -> None:
         if self.end is not None:
-            self.problems.append(f"step {step.step} after the end record ignored")
+            first = self.steps_after_end_range[0] if self.steps_after_end else step.step
+            self.steps_after_end += 1
+            self.steps_after_end_range = (first, step.step)
             return
         index = self.steps
         self.steps += 1
@@ -237,6 +249,19 @@ class RunSummarizer:
             finite = [x for x in self.losses[-_tail_length(self.steps) :] if math.isfinite(x)]
             tail = (sum(finite), len(finite))
         problems = list(self.problems)
+        if self.extra_headers:
+            problems.append(_counted(self.extra_headers, "a second header record", "more "
+                                     "header records") + " ignored")  # fmt: skip
+        if self.steps_after_end:
+            first, last = self.steps_after_end_range
+            problems.append(
+                f"step {first} after the end record ignored" if self.steps_after_end == 1
+                else f"{self.steps_after_end} step records after the end record ignored "
+                f"(steps {first} .. {last})"
+            )  # fmt: skip
+        if self.extra_ends:
+            problems.append(_counted(self.extra_ends, "a second end record", "more end "
+                                     "records") + " ignored")  # fmt: skip
         if self.header is None and (self.steps or self.end is not None):
             problems.append("no header record: the run's settings are unknown")
         elif self.header is None and not problems:
@@ -283,7 +308,12 @@ class RunSummarizer:
             worst_saturated=self.worst_saturated,
             worst_flushed=self.worst_flushed,
             quantized=self.quant_seen,
+            problem_count=len(problems) + self.hidden_problems,
         )
+
+
+def _counted(count: int, one: str, many: str) -> str:
+    return one if count == 1 else f"{count} {many}"
 
 
 def summarize(run: Run) -> RunSummary:
@@ -318,6 +348,7 @@ def summarize_file(path: str | os.PathLike[str]) -> RunSummary:
         summarizer.problems.append(f"cannot read {path}: {error.strerror or error}")
         tail = (0.0, 0)
     summarizer.problems[:0] = stream.problems
+    summarizer.hidden_problems = stream.problem_count - len(stream.problems)
     return summarizer.result(tail)
 
 
