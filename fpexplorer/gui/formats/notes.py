@@ -33,7 +33,7 @@ def _fp16_note(fmt: FloatFormat) -> str:
     return (
         f"<b>FP16 range.</b> 5 exponent bits give powers up to 2^15; with 10 fraction bits "
         f"the largest value is (2 − 2^−10) × 2^15 = {short(fmt.max)}. Anything from 65520 "
-        "up rounds to infinity. The smallest subnormal is 2^−24 ≈ "
+        "up rounds to infinity. The smallest subnormal is 2^−24 = "
         f"{short(fmt.min_subnormal)}: smaller gradients underflow to 0, which is why "
         "FP16 training needs loss scaling."
     )
@@ -74,9 +74,16 @@ def side_note(fmt: FloatFormat, kind: str) -> str:
             "everything, itself included, and spreads through arithmetic."
         )
     elif kind == "inf":
+        # Not "above max": FP16's 65510 rounds to 65504; only max + half a gap goes to inf,
+        # and that tie itself only where inf's code is the even one (not P3109's 0x7F).
+        top = fmt.from_value(fmt.max)
+        threshold = fmt.max + (fmt.ulp(top) or 0) / 2
+        tie_goes_up = fmt.classify(fmt.from_value(threshold)) == "inf"
+        where = "from" if tie_goes_up else "above"
         parts.append(
-            f"<b>Infinity.</b> Results above {short(fmt.max)} round here under the IEEE "
-            "overflow policy; “saturate” clamps to max instead."
+            f"<b>Infinity.</b> Rounding to nearest even, results {where} {short(threshold)} "
+            f"(max {short(fmt.max)} plus half a gap) round here under the IEEE overflow "
+            "policy; rounding toward zero stops at max, and “saturate” clamps to max."
         )
     if len(parts) < 2:
         parts.append(_bias_note(fmt))

@@ -5,6 +5,7 @@ Expected codes come from numpy / ml_dtypes conversions (the oracles), not from t
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import ml_dtypes
@@ -394,3 +395,27 @@ def test_the_formula_of_an_infinity_describes_its_own_bits() -> None:
             )
             assert claims_ieee == is_ieee, (fmt.name, hex(code), readout.formula)
             assert "∞" in readout.formula
+
+
+def test_the_infinity_note_gives_the_true_overflow_threshold() -> None:
+    # It said "Results above 65504 round here" beside the FP16 note's "from 65520 up":
+    # 65510 rounds to 65504. The threshold it names is checked against the engine, and for
+    # FP16 against numpy.
+    from fpexplorer.gui.formats.notes import side_note
+
+    assert "results from 65520 " in side_note(get_format("fp16"), "inf")
+    with np.errstate(over="ignore"):
+        assert float(np.float16(65519.99)) == 65504 and np.isinf(np.float16(65520))
+    for fmt in list_formats():
+        if not fmt.has_inf:
+            continue
+        note = side_note(fmt, "inf")
+        found = re.search(r"results (from|above) (\S+) \(max", note)
+        assert found is not None, (fmt.name, note)
+        if "…" in found.group(2):
+            continue  # cut by the display rule: checked exactly on the short ones
+        threshold = parse_value(found.group(2))
+        tie = fmt.classify(fmt.from_value(threshold))
+        below = fmt.classify(fmt.from_value(threshold.fraction - Fraction(1, 10**6)))
+        assert below != "inf", fmt.name
+        assert (tie == "inf") == (found.group(1) == "from"), fmt.name
