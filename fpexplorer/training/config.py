@@ -232,7 +232,8 @@ class TrainConfig:
     seed: int = _option(0, title="Seed", kind="int", help="random seed")
     stats_every: int = _option(
         1, title="Statistics every", kind="int",
-        help="record gradient statistics every N steps; 0 turns them off",
+        help="record gradient statistics every N steps; 0 turns them off (a skipped or "
+        "non-finite step still records its parameter gradients')",
     )  # fmt: skip
     scaler: str = _option(
         "torch", title="Loss scaler", kind="choice", choices=SCALERS,
