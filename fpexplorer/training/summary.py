@@ -76,6 +76,7 @@ class RunSummary:
     quantized: bool = False  # the run recorded quantized-layer statistics
     # The precision with the options that change its numerics, "nvfp4 (no Hadamard)".
     precision_label: str = ""
+    lost_update_steps: int = 0  # the statistics steps the lost-update share is a mean of
     # Every problem found: `problems` shows at most the reader's MAX_PROBLEMS lines.
     problem_count: int = 0
 
@@ -300,6 +301,7 @@ class RunSummarizer:
             grad_zero_share=self.grad_zero / self.grad_total if self.grad_total else None,
             lost_update_share=self.lost_sum / self.lost_count if self.lost_count else None,
             lost_update_kind=self.lost_kind,
+            lost_update_steps=self.lost_count,
             first_nonfinite=tuple(self.origins.most_common()),
             first_nonfinite_forward=tuple(self.forward_origins.most_common()),
             steps_per_s=rate,
@@ -419,10 +421,11 @@ def _scale_text(value: float) -> str:
 
 
 def _loss_scaled(summary: RunSummary) -> bool:
-    """Whether the run scaled its loss: its precision mode says so; a loop of the user's
-    own (precision not one of ours) did when its scale ever differed from 1."""
-    if summary.precision in PRECISION_NAMES:
-        return precision_mode(summary.precision).scaled
+    """Whether the run scaled its loss: its precision mode says so, or its scale ever
+    differed from 1 (a loop of the user's own: its precision, labelled from the autocast
+    dtype, is "bf16" under an enabled GradScaler too)."""
+    if summary.precision in PRECISION_NAMES and precision_mode(summary.precision).scaled:
+        return True
     return not summary.scale_min == summary.scale_max == 1.0
 
 
@@ -463,7 +466,11 @@ def format_summary(summary: RunSummary) -> str:
     ]
     if summary.lost_update_share is not None:
         kind = "lost" if summary.lost_update_kind == "actual" else "FP16 weights would lose"
-        lines.append(f"updates    {kind}: {_share(summary.lost_update_share)} (mean per step)")
+        # Skipped steps made no update and have no share: a run that skipped all but one
+        # step must not read as one that lost nothing.
+        count = summary.lost_update_steps
+        over = f"{count} statistics step{'' if count == 1 else 's'} that updated"
+        lines.append(f"updates    {kind}: {_share(summary.lost_update_share)} (mean of {over})")
     if summary.first_nonfinite_forward:
         origins = ", ".join(f"{n} ({c})" for n, c in summary.first_nonfinite_forward[:5])
         lines.append(f"overflow   first inf/NaN output in forward: {origins}")

@@ -126,3 +126,52 @@ def test_a_frozen_layer_has_no_gradient_norm_not_zero(tmp_path: Path) -> None:
         assert norms["0"] is None  # frozen: no gradient at all
         assert norms["1"] is None  # ReLU: no parameters
         assert norms["2"] > 0
+
+
+def test_saved_activations_under_gradient_accumulation_are_one_forwards_not_the_sum(
+    tmp_path: Path,
+) -> None:
+    # Each micro-batch's backward frees what its forward saved: autograd never holds more
+    # than one micro-batch's. The record summed all four (or, where freed memory was reused
+    # at the same address, some of them).
+    saved = {}
+    for micro_batches in (1, 4):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        path = tmp_path / f"accumulate-{micro_batches}.jsonl"
+        with AmpMonitor(model, optimizer, None, out=path, stats_every=1) as monitor:
+            for _ in range(2):
+                optimizer.zero_grad()
+                for inputs, target in batches(micro_batches):
+                    loss = nn.functional.cross_entropy(model(inputs), target) / micro_batches
+                    loss.backward()
+                optimizer.step()
+                monitor.step(loss)
+        saved[micro_batches] = [
+            record["stats"]["memory"]["activations"] for record in step_records(path)
+        ]
+    assert saved[1][0]["float32"] > 0
+    assert saved[4] == saved[1]
+
+
+@pytest.mark.slow  # dynamo traces the model (the eager backend: no compiler run)
+# Dynamo reads `.grad` of the hooks' non-leaf outputs while it traces them (torch's warning).
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_a_compiled_model_is_recorded_under_its_own_layer_names(tmp_path: Path) -> None:
+    records = {}
+    for compiled in (False, True):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        watched = torch.compile(model, backend="eager") if compiled else model
+        path = tmp_path / f"compiled-{compiled}.jsonl"
+        with AmpMonitor(watched, optimizer, None, out=path, stats_every=1) as monitor:
+            for batch in batches(2):
+                monitor.step(train_step(watched, optimizer, batch))
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        records[compiled] = lines
+    plain, compiled_run = records[False], records[True]
+    assert compiled_run[0]["model"] == plain[0]["model"]  # layers 0, 1, 2 of a Sequential
+    for ours, theirs in zip(compiled_run[1:3], plain[1:3], strict=True):
+        assert [layer["name"] for layer in ours["stats"]["layers"]] == ["0", "1", "2"]
+        assert ours["stats"]["act_hist"] == theirs["stats"]["act_hist"]
+        assert ours["loss"] == theirs["loss"]

@@ -57,3 +57,16 @@ def test_records_after_the_end_are_one_problem_line_however_many(tmp_path: Path)
             "a second end record ignored" if copies == 1 else f"{copies} more end records ignored",
         )  # fmt: skip
         assert summary.problem_count == 3
+
+
+def test_a_long_line_in_small_pieces_is_held_in_one_growing_buffer() -> None:
+    # The panel reads a file 16 KiB at a time: a line held as immutable bytes was copied
+    # whole for every piece (quadratic: a 60 MB line took over a minute of CPU).
+    stream = RecordStream()
+    stream.feed(b"not a record: ")
+    held = stream._pending
+    for _ in range(100):
+        stream.feed(b"garbage " * 2048)
+    assert stream._pending is held and len(held) > 100 * 2048 * 8
+    assert stream.feed(b"\n") == []
+    assert len(stream.problems) == 1 and stream.problems[0].startswith("line 1: not a record")

@@ -295,3 +295,32 @@ def test_activations_not_measured_are_not_summarized_as_zero(tmp_path: Path) -> 
     assert "act grads  not recorded   param grads zero" in text
     memory = next(line for line in text.splitlines() if line.startswith("memory"))
     assert "params 196 B" in memory and "activations" not in memory
+
+
+def test_a_bf16_loop_under_a_grad_scaler_is_summarized_as_loss_scaled(tmp_path: Path) -> None:
+    """The monitor labels a user's loop by its autocast dtype ("bf16") even when an enabled
+    GradScaler scales its loss: the summary said "scale none (no loss scaling)" at 65536."""
+    bf16 = {**HEADER, "config": {"task": "user loop", "precision": "bf16"}}
+    steps = [
+        {"type": "step", "step": i, "loss": 1.0, "scale": 65536.0, "steps_per_s": 1.0}
+        for i in range(2)
+    ]
+    text = _summary_text(tmp_path / "run.jsonl", [bf16, *steps])
+    assert "scale      65536 (2^16) .. 65536 (2^16) (final 65536 (2^16))" in text
+    row = format_table([summarize(load_run(tmp_path / "run.jsonl"))]).splitlines()[2]
+    assert [cell.strip() for cell in row.strip("|").split("|")][-2] == "65536 (2^16)"
+
+
+def test_the_lost_update_share_says_how_many_steps_it_is_the_mean_of(tmp_path: Path) -> None:
+    """Skipped steps make no update and record no share: a run that skipped 2 of 3 steps
+    read "FP16 weights would lose: 0.0% (mean per step)"."""
+    lost = {"share": 0.0, "kind": "fp16_would_lose", "intended": 10}
+    steps = [
+        {"type": "step", "step": i, "loss": 1.0 if i == 0 else math.nan, "scale": 2.0**16,
+         "skipped": i > 0, "steps_per_s": 1.0, **({"lost_updates": lost} if i == 0 else {})}
+        for i in range(3)
+    ]  # fmt: skip
+    text = _summary_text(tmp_path / "run.jsonl", [HEADER, *steps])
+    assert "updates    FP16 weights would lose: 0.0% (mean of 1 statistics step that updated)" in (
+        text
+    )

@@ -377,6 +377,12 @@ class RunModel:
         self.first_nonfinite_step: int | None = None  # inf/NaN gradients, named or not
         self.first_nan_loss_step: int | None = None  # the first inf/NaN loss
         self.steps_seen = 0
+        # A step whose loss scale was not 1: a user's loop labelled "bf16" (its autocast
+        # dtype) that runs a GradScaler all the same scales its loss.
+        self.scale_other_than_one = False
+        # A growth tracker that counted, or a scale that moved: a dynamic scaler ran (in a
+        # user's loop whose label, its autocast dtype, does not say so).
+        self.scale_moved = False
         # Every step's overflow evidence, 26 bytes a step: what a loss-scale replay needs.
         self.scaler_evidence = EvidenceBuffer()
         self.problems: list[str] = []
@@ -468,6 +474,11 @@ class RunModel:
 
     def _add_step(self, record: StepRecord) -> None:
         self.steps_seen += 1
+        if record.scale != 1.0:
+            self.scale_other_than_one = True
+        previous = self.latest_step
+        if record.growth_tracker > 0 or (previous is not None and previous.scale != record.scale):
+            self.scale_moved = True
         self.scaler_evidence.add(record)  # for the loss-scale what-if (scaler_whatif)
         self.scalars.append(record.step, (float(getattr(record, name)) for name in SCALAR_FIELDS))
         stats = record.stats

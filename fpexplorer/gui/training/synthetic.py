@@ -229,7 +229,12 @@ def synthetic_records(
     for step in range(steps):
         # Gradients shrink as the loss falls; an occasional spike overflows at the scale.
         grad_log2 = -12.0 - 6.0 * step / max(steps, 1)
-        overflow = dynamic and step % overflow_every == overflow_every - 1
+        # Spikes overflow now and then; and as a real scaler's, once the scale has grown
+        # until the largest scaled gradient, 2^(grad_log2 + 4) times the scale, passes
+        # FP16's largest value (without this the scale grew to infinity after some 250,000
+        # steps, and the next statistics step raised OverflowError).
+        saturated = grad_log2 + 4 + math.log2(scale) >= 16
+        overflow = dynamic and (step % overflow_every == overflow_every - 1 or saturated)
         skipped = overflow
         loss = 2.5 * math.exp(-3.0 * step / max(steps, 1)) + 0.05 * rng.random()
         elapsed = time.perf_counter() - started

@@ -205,15 +205,21 @@ def gradient_format(model: RunModel) -> str:
 
 
 def is_scaled(model: RunModel) -> bool:
-    """Backward ran on a scaled loss (the precision table says which modes do)."""
+    """Backward ran on a scaled loss: the precision table says which modes do, and a run
+    whose scale was ever not 1 did (a user's loop labelled by its autocast dtype, "bf16",
+    under a GradScaler)."""
     mode = find_precision_mode(model.precision)
-    return mode is not None and mode.scaled
+    return (mode is not None and mode.scaled) or model.scale_other_than_one
 
 
 def has_dynamic_scaling(model: RunModel) -> bool:
-    """The run's scale is torch's GradScaler's (it grows and backs off)."""
+    """The run's scale is a dynamic scaler's (it grows and backs off): its precision mode's,
+    or a user's loop whose growth tracker counted or whose scale moved (labelled "bf16", its
+    autocast dtype, under a GradScaler)."""
     mode = find_precision_mode(model.precision)
-    return mode is not None and mode.scaler == "dynamic"
+    if mode is not None and mode.scaler != "none":
+        return mode.scaler == "dynamic"
+    return model.scale_moved
 
 
 # ----- the run list --------------------------------------------------------------------

@@ -254,6 +254,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # CPU tensor, else its extremes, kept on the device until step().
         self._forward_checks: list[tuple[int, bool | tuple[torch.Tensor, torch.Tensor]]] = []
         self._saved: dict[tuple[int, torch.dtype], int] = {}  # bytes saved for backward
+        # Gradient accumulation runs several forward/backward pairs per step; each backward
+        # frees its forward's saved tensors, so what autograd holds at once is the largest
+        # forward's, not their sum: the largest finished one, and whether a backward ran.
+        self._saved_largest: dict[tuple[int, torch.dtype], int] = {}
+        self._backward_ran = False
         self._param_ptrs: set[int] = set()
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._updates = LostUpdateCheck()
@@ -299,7 +304,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             seen.update(id(p) for p in own)
             is_leaf = next(module.children(), None) is None
             if is_leaf or own:
-                layers.append(_Layer(name or type(module).__name__, tuple(own)))
+                layers.append(_Layer(_layer_name(model, name, module), tuple(own)))
         return layers
 
     def _install_hooks(self) -> None:
@@ -338,7 +343,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
             handles = self._module_handles
             for name, module in self.model.named_modules():
-                index = layer_index.get(name or type(module).__name__)
+                index = layer_index.get(_layer_name(self.model, name, module))
                 if index is not None and next(module.children(), None) is None:
                     handles.append(module.register_forward_hook(self._activation_hook(index)))
             handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
@@ -394,7 +399,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             model=records.ModelInfo(
                 params=sum(p.numel() for p in self.model.parameters()),
                 layers=tuple(layer.name for layer in self._layers),
-                class_name=type(self.model).__name__,
+                class_name=type(_compiled_original(self.model) or self.model).__name__,
             ),
             formats={fmt.name: records.FormatRange(**fmt.header_json()) for fmt in self.formats},
         )
@@ -445,6 +450,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         def on_backward(grad: torch.Tensor) -> None:
             # Counted now, so the gradient can be freed as backward goes on.
             self._act_segments.append(segment_of(layer_index, grad))
+            self._backward_ran = True
 
         def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
             if not self._collecting or not torch.is_grad_enabled():
@@ -484,6 +490,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._autocast_dtype = torch.get_autocast_dtype(device_type)
         if not self._collecting or not torch.is_grad_enabled() or self._saved_hooks is not None:
             return
+        if self._backward_ran:  # the forwards before this one have been freed by backward
+            self._backward_ran = False
+            if sum(self._saved.values()) > sum(self._saved_largest.values()):
+                self._saved_largest = self._saved
+            self._saved = {}
         self._param_ptrs = {p.data_ptr() for p in self._params}  # every parameter, once
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._on_pack, self._on_unpack)
         self._saved_hooks.__enter__()
@@ -648,6 +659,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._act_segments = []
             self._forward_checks = []
             self._saved = {}
+            self._saved_largest = {}
+            self._backward_ran = False
             self._updates.forget()
         self._optimizer_stepped = False
         self._optimizer_calls = 0
@@ -909,7 +922,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         grads = (p.grad for p in self._params if p.grad is not None)
         activations: dict[torch.dtype, int] = {}
-        for (_, dtype), size in self._saved.items():
+        saved = self._saved
+        if sum(self._saved_largest.values()) > sum(saved.values()):
+            saved = self._saved_largest
+        for (_, dtype), size in saved.items():
             activations[dtype] = activations.get(dtype, 0) + size
         return Memory(
             params=params,
@@ -950,6 +966,22 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self.close("stopped")
         else:
             self.close("failed", one_line_error(exc))
+
+
+def _compiled_original(model: nn.Module) -> nn.Module | None:
+    """The model inside `torch.compile`'s wrapper (held as `_orig_mod`), None for another."""
+    original = getattr(model, "_orig_mod", None)
+    return original if isinstance(original, nn.Module) else None
+
+
+def _layer_name(model: nn.Module, name: str, module: nn.Module) -> str:
+    """A layer's name as the model names it: a compiled model's layers read `0`, as they
+    do uncompiled, not `_orig_mod.0` (so its runs overlay the uncompiled model's)."""
+    if _compiled_original(model) is not None and (
+        name == "_orig_mod" or name.startswith("_orig_mod.")
+    ):
+        name = name[len("_orig_mod.") :]
+    return name or type(module).__name__
 
 
 def _strided(grads: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -22,6 +22,7 @@ from fpexplorer.gui.training.view_model import (
     first_nonfinite_view,
     format_range,
     format_ranges_log2,
+    has_dynamic_scaling,
     heatmap_limits,
     hover_plain,
     hover_text,
@@ -155,6 +156,21 @@ def test_layer_activation_columns_of_a_step_that_measured_none_are_blank_not_zer
     assert row.cells[1] == "NaN" and row.cells[5] == "yes"
 
 
+def test_a_bf16_loop_under_a_grad_scaler_reads_as_scaled() -> None:
+    # A user's loop is labelled by its autocast dtype: "bf16" with an enabled GradScaler
+    # too, whose activation gradients backward held times 65536.
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 65536.0, "skipped": False,
+            "layers": [_layer("fc")]}  # fmt: skip
+    assert layer_table_view(_model([_header("bf16"), step])).columns[2] == "max |g| scaled"
+    unscaled = {**step, "scale": 1.0}
+    assert layer_table_view(_model([_header("bf16"), unscaled])).columns[2] == "max |g| as held"
+    # Its growth tracker counts: the panel's growth bar showed "no dynamic scaling".
+    counting = [{**step, "step": i, "growth_tracker": i + 1} for i in range(2)]
+    assert has_dynamic_scaling(_model([_header("bf16"), *counting]))
+    assert not has_dynamic_scaling(_model([_header("bf16"), unscaled]))
+    assert not has_dynamic_scaling(_model([_header("fp16-static"), *counting]))
+
+
 @pytest.mark.parametrize(
     ("name", "dtype"),
     [("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16),
@@ -193,7 +209,8 @@ def test_heatmap_limits_follow_the_scale_for_unscaled_parameter_gradients() -> N
     note, limits = heatmap_limits(model, activations=True)
     assert limits[0].log2.tolist() == [-24.0, -24.0]
     assert limits[1].log2.tolist() == [math.log2(65504.0)] * 2
-    _note, bf16_limits = heatmap_limits(_model([_header("bf16"), records[1]]), False)
+    bf16_step = {**steps[0], "scale": 1.0}  # no scaler: the scale of every bf16 step
+    _note, bf16_limits = heatmap_limits(_model([_header("bf16"), bf16_step]), False)
     assert bf16_limits[0].log2.tolist() == [-133.0, -133.0]
 
 
