@@ -9,6 +9,9 @@ HELP = "open the desktop app (also what `fpexplorer` with no arguments does)"
 
 def add_start_state_arguments(parser: argparse.ArgumentParser) -> None:
     """--format and --value: what the bit editor starts with (`gui` and `screenshot`)."""
+    from fpexplorer.commands.output import accept_negative_values
+
+    accept_negative_values(parser)  # --value -1e-3, --value -inf
     parser.add_argument(
         "--format",
         dest="formats",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -47,12 +46,11 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from fpexplorer.commands.output import accept_negative_values
+
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
-    # argparse takes "-1e-3" or "-inf" for an option; only these look like options here.
-    parser._negative_number_matcher = re.compile(
-        r"^-(?:[0-9.]|inf|nan|max|min_|eps|0x|0b)", re.IGNORECASE
-    )
+    accept_negative_values(parser)
     parser.add_argument("value", nargs="?", metavar="VALUE", help="the value to round")
     parser.add_argument(
         "-f", "--format", dest="formats", action="extend", nargs="+", metavar="NAME",

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 from collections.abc import Callable
 from typing import Any
+
+# What a negative VALUE can start with: argparse itself takes only -1 or -0.5 for a value
+# and "-1e-3", "-inf", "-0x1p-3" or "-max" for an unknown option.
+_NEGATIVE_VALUE = re.compile(r"^-(?:[0-9.]|inf|nan|max|min_|eps|0x|0b)", re.IGNORECASE)
 
 
 def print_document(
@@ -44,3 +50,9 @@ def exact_or_rounded(exact: str | None, *, keep: int, shown: int) -> str:
     if len(exact) > keep + 8:  # few digits, many zeros: 1e-400, 3e+200
         return f"{number.normalize():e}"  # exact: at most `keep` (< 28) digits
     return exact
+
+
+def accept_negative_values(parser: argparse.ArgumentParser) -> None:
+    """Let a negative value be an argument, not an option: `inspect -1e-3`,
+    `gui --value -inf`. (The parser must have no options that look like one.)"""
+    parser._negative_number_matcher = _NEGATIVE_VALUE

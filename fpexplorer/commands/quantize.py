@@ -446,7 +446,8 @@ def _render_text(document: dict[str, Any]) -> str:
         lines.append(f"({hidden} more blocks not listed; --max-blocks N to list them)")
     summary = document["summary"]
     lines.append(
-        f"summary of {summary['count']} finite values in {document['blocks_total']} "
+        f"summary of {summary['count']} finite value{'' if summary['count'] == 1 else 's'} "
+        f"in {document['blocks_total']} "
         f"block{'' if document['blocks_total'] == 1 else 's'}: "
         + _stats_text(summary)
         + f"; worst block {summary['worst_block']}"

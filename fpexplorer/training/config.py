@@ -60,6 +60,8 @@ TASKS: tuple[Choice, ...] = (
     Choice("regression", "linear regression with tiny updates: FP16 weights lose them to rounding"),
 )
 TASK_NAMES: tuple[str, ...] = tuple(choice.name for choice in TASKS)
+# The task a run of the user's own loop (AmpMonitor) records: not one a job can run.
+USER_LOOP_TASK = "user loop"
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 PARALLEL_CHOICES: tuple[Choice, ...] = (
@@ -232,7 +234,8 @@ class TrainConfig:
     seed: int = _option(0, title="Seed", kind="int", help="random seed")
     stats_every: int = _option(
         1, title="Statistics every", kind="int",
-        help="record gradient statistics every N steps; 0 turns them off",
+        help="record gradient statistics every N steps; 0 turns them off (a skipped or "
+        "non-finite step still records its parameter gradients')",
     )  # fmt: skip
     scaler: str = _option(
         "torch", title="Loss scaler", kind="choice", choices=SCALERS,
@@ -343,7 +346,13 @@ class TrainConfig:
         problems: dict[str, str] = {}
         if self.task not in TASK_NAMES:
             user = split_user_task(self.task)
-            if user is None:
+            if self.task == USER_LOOP_TASK:
+                # Its settings fill the form when such a run is selected in the panel.
+                problems["task"] = (
+                    "a run of your own training loop (AmpMonitor): it cannot be started "
+                    f"from here; use one of {', '.join(TASK_NAMES)} or path/to/file.py:factory"
+                )
+            elif user is None:
                 problems["task"] = (
                     f"unknown task {self.task!r}: use one of {', '.join(TASK_NAMES)} "
                     "or path/to/file.py:factory"

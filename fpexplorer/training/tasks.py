@@ -398,6 +398,11 @@ def make_user_task(
         parameters = inspect.signature(factory).parameters
         accepts_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
         kwargs = {k: v for k, v in offered.items() if accepts_any or k in parameters}
+        declared = parameters.get("batch_size")
+        if batch_size is None and declared is not None and declared.default is not declared.empty:
+            # No --batch-size: the factory's own default applies (`batch_size=32` was called
+            # with None); one that requires it, or takes **options, still gets None.
+            kwargs.pop("batch_size", None)
     except (TypeError, ValueError):
         kwargs = {}
     torch.manual_seed(seed)

@@ -198,3 +198,5 @@ def test_shares_are_exact_or_marked_and_sqnr_keeps_its_unit(
     assert main(["quantize", "-f", "mxfp4", "0", "1", "-0.5"]) == 0
     out = capsys.readouterr().out
     assert "SQNR inf dB (no error)" in out and "flushed to zero 0.00%" in out
+    assert main(["quantize", "-f", "mxfp4", "2"]) == 0
+    assert "summary of 1 finite value in 1 block:" in capsys.readouterr().out  # not "values"

@@ -288,3 +288,17 @@ def test_inspect_fields_of_a_special_code_claim_no_power_of_two(
     assert main(["inspect", "--bits", bits, "-f", name]) == 0
     (line,) = [line for line in capsys.readouterr().out.splitlines() if "  fields " in line]
     assert "2^" not in line and "special code, no power of two or significand" in line
+
+
+@pytest.mark.parametrize("command", ["gui", "screenshot"])
+@pytest.mark.parametrize("value", ["-1e-3", "-inf", "-max", "-0x1p-3", "-1/3", "-nan"])
+def test_gui_and_screenshot_take_negative_values(command: str, value: str) -> None:
+    # `fpexplorer gui --value -1e-3` stopped at "argument --value: expected one argument"
+    # (argparse takes only -1 or -0.5 as values); inspect took them all.
+    from fpexplorer.cli import build_parser
+
+    extra = ["--out", "x.png"] if command == "screenshot" else []
+    parsed = build_parser(command).parse_args([command, *extra, "--value", value])
+    assert parsed.value == value
+    inspected = build_parser("inspect").parse_args(["inspect", value])
+    assert inspected.value == value

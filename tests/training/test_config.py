@@ -150,6 +150,14 @@ def test_user_task_form(tmp_path: Path) -> None:
     assert TrainConfig(task=f"{task_file}:make").validate() == {}
 
 
+def test_a_user_loops_task_says_what_it_is_not_unknown() -> None:
+    # Selecting a run of the user's own loop fills the panel's form with its settings: its
+    # task read "unknown task 'user loop'", as if the user had mistyped one.
+    problem = TrainConfig(task="user loop").validate()["task"]
+    assert problem.startswith("a run of your own training loop (AmpMonitor)")
+    assert "unknown" not in problem
+
+
 def test_to_argv_parses_back_to_the_same_config() -> None:
     from fpexplorer.commands import train
 

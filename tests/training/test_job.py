@@ -638,3 +638,35 @@ def test_the_jobs_lines_are_each_one_write(tmp_path: Path, monkeypatch: pytest.M
     assert any("linear layers in nvfp4" in line for line in lines)
     assert any("completed after 1 steps" in line for line in lines)
     assert all(line.endswith("\n") and line.count("\n") == 1 for line in lines), lines
+
+
+def test_a_user_factorys_own_batch_size_default_applies_without_batch_size(
+    tmp_path: Path,
+) -> None:
+    """`def make(batch_size=8)` was called with batch_size=None when --batch-size was left
+    out (the job's "task default"), and failed inside the user's code."""
+    import torch
+
+    from fpexplorer.training.tasks import make_user_task
+
+    task = tmp_path / "task.py"
+    task.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "def task(size):\n"
+        "    batches = [(torch.ones(size, 4), torch.ones(size, 1))]\n"
+        "    return nn.Linear(4, 1), batches, nn.functional.mse_loss\n"
+        "def with_default(seed=0, batch_size=8):\n"
+        "    return task(batch_size)\n"
+        "def required(batch_size):\n"
+        "    return task(2)\n"
+        "def seen(**options):\n"
+        "    return task(options['batch_size'] or 3)\n"
+    )
+    cpu = torch.device("cpu")
+    default = make_user_task(f"{task}:with_default", 0, None, cpu, None)
+    assert next(iter(default.batches))[0].shape == (8, 4)
+    given = make_user_task(f"{task}:with_default", 0, 2, cpu, None)
+    assert next(iter(given.batches))[0].shape == (2, 4)
+    make_user_task(f"{task}:required", 0, None, cpu, None)  # None: the factory's to choose
+    assert next(iter(make_user_task(f"{task}:seen", 0, None, cpu, None).batches))[0].shape == (3, 4)

@@ -19,7 +19,7 @@ from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.bit_row import BitRow
 from fpexplorer.gui.formats.saturation import p3109_saturation
 from fpexplorer.gui.formats.state import EditorState, FormatsSession
-from fpexplorer.gui.formats.text import short, typed
+from fpexplorer.gui.formats.text import short, value_and_typed
 from fpexplorer.gui.theme import best_text_on, class_color, class_hex, role_hex
 
 CUSTOM_ITEM = "__custom__"
@@ -124,6 +124,9 @@ class EditorRow(QFrame):
         self.summary.setTextFormat(Qt.TextFormat.RichText)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.summary.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # Wrapped, not clipped: in a narrow window the end of the line (the relative error,
+        # the flags) was cut off with no mark.
+        self.summary.setWordWrap(True)
         self.problem = QLabel()
         self.problem.setObjectName("problem")
         self.bits = BitRow()
@@ -223,10 +226,17 @@ class EditorRow(QFrame):
         self.badge.setText(readout.kind)
         self.badge.setToolTip(CLASS_HELP[readout.kind])
         self.badge.set_color(QColor(color))
-        text = f"<b>{readout.display}</b> &nbsp; <code>{readout.hex_code}</code>"
         rounded = readout.rounded
-        if rounded is not None and rounded.inexact and editor.input is not None:
-            text += f" &nbsp; ← {typed(editor.input)}, rel. error {short(rounded.error_rel)}"
+        typed_input = editor.input if rounded is not None and rounded.inexact else None
+        if typed_input is None:
+            text = f"<b>{readout.display}</b> &nbsp; <code>{readout.hex_code}</code>"
+        else:
+            assert rounded is not None
+            shown, typed_text = value_and_typed(readout.value, typed_input)
+            text = (
+                f"<b>{shown}</b> &nbsp; <code>{readout.hex_code}</code> &nbsp; ← {typed_text}, "
+                f"rel. error {short(rounded.error_rel)}"
+            )
         flags = []
         if rounded is not None:
             flags = [

@@ -5,6 +5,8 @@ The numbers in them come from the format itself (max, min normal, …), never ty
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.text import short
 
@@ -77,7 +79,7 @@ def side_note(fmt: FloatFormat, kind: str) -> str:
         # Not "above max": FP16's 65510 rounds to 65504; only max + half a gap goes to inf,
         # and that tie itself only where inf's code is the even one (not P3109's 0x7F).
         top = fmt.from_value(fmt.max)
-        threshold = fmt.max + (fmt.ulp(top) or 0) / 2
+        threshold = fmt.max + (fmt.ulp(top) or Fraction(0)) / 2
         tie_goes_up = fmt.classify(fmt.from_value(threshold)) == "inf"
         where = "from" if tie_goes_up else "above"
         parts.append(

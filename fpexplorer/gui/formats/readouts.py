@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.gui.formats.notes import side_note
 from fpexplorer.gui.formats.state import CodeReadout, FormatsSession
-from fpexplorer.gui.formats.text import short, typed
+from fpexplorer.gui.formats.text import short, value_and_typed
 from fpexplorer.gui.theme import role_hex
 
 
@@ -205,8 +205,9 @@ class ReadoutPanel(QFrame):
                 f"<span style='color:{role_hex('muted')}'>type a value above to see how it "
                 "rounds</span>"
             )
+        shown, typed_text = value_and_typed(readout.value, rounded.input)
         parts = [
-            f"input {typed(rounded.input)} → {readout.display} ({rounded.rounding}"
+            f"input {typed_text} → {shown} ({rounded.rounding}"
             f", overflow: {rounded.overflow_policy}) &nbsp; error abs "
             f"{short(rounded.error_abs)}, rel {short(rounded.error_rel)}, "
             f"{short(rounded.error_ulps)} ulp",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from fpexplorer.formats import ExactValue
-from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.decimal import display_decimal, display_decimals
 
 ELLIPSIS = "…"
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
@@ -81,3 +81,13 @@ def typed(value: ExactValue, max_length: int = 22) -> str:
 def power_of_two(exponent: int) -> str:
     """2 raised to an integer, written with superscripts: 2⁻¹⁴."""
     return "2" + str(exponent).translate(SUPERSCRIPT)
+
+
+def value_and_typed(value: ExactValue, typed_value: ExactValue) -> tuple[str, str]:
+    """(a code's value, the typed value) for one line that shows both ("0.1000000015… ←
+    0.1"): with as many digits as it takes for different values to read differently, as
+    in the tables. Each alone by the display rule made float64's 1/3 and a typed 300-digit
+    0.333… both "0.333333333…", "rounded" to itself."""
+    value_text, typed_text = display_decimals([value, typed_value])
+    written = typed(typed_value)
+    return value_text or "", written if "/" in written else typed_text or ""

@@ -75,6 +75,7 @@ from torch.utils.hooks import RemovableHandle
 
 from fpexplorer import __version__
 from fpexplorer.training import records
+from fpexplorer.training.config import USER_LOOP_TASK
 from fpexplorer.training.monitor.cadence import StatsCadence
 from fpexplorer.training.monitor.device import bytes_by_dtype, device_description
 from fpexplorer.training.monitor.kernels import (
@@ -369,7 +370,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def _header(self) -> HeaderRecord:
         precision, config = self._header_config
         merged: dict[str, Any] = {
-            "task": "user loop",
+            "task": USER_LOOP_TASK,
             "precision": precision or self._guess_precision(),
             "stats_every": self.cadence.every,
             "device": self.device.type,

@@ -575,3 +575,52 @@ def test_every_view_fits_a_1024_pixel_window(qtbot: QtBot, panel: FormatsPanel, 
     panel.resize(1024, 600)
     qtbot.waitUntil(lambda: panel.width() == 1024)
     assert panel.minimumSizeHint().width() <= 1024, view
+
+
+def test_a_rounded_value_and_its_input_never_read_the_same(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    # float64's 1/3 next to a typed 0.333… of 300 digits read "0.333333333… ←
+    # 0.333333333…" in the editor row and "input 0.333333333… → 0.333333333…" below.
+    from fpexplorer.formats import exact_decimal
+
+    panel.session.set_format(panel.session.active, get_format("fp64"))
+    typed = "0." + "3" * 300
+    panel.session.enter_text(typed)
+    summary = panel.rows[panel.session.active_index].summary.text()
+    found = re.search(r"<b>(\S+)</b>.*← (\S+),", summary)
+    assert found is not None, summary
+    value_text, typed_text = found.groups()
+    assert value_text != typed_text
+    exact_value = exact_decimal(panel.session.active.value())
+    for shown, exact in ((value_text, exact_value), (typed_text, typed)):
+        assert exact.startswith(shown.rstrip("…")), (shown, exact[:40])
+    error = panel.readouts.error.text()
+    assert f"input {typed_text} → {value_text} " in error
+
+
+def test_the_editor_summary_is_never_clipped(qtbot: QtBot, panel: FormatsPanel) -> None:
+    # The summary line (value, code, typed value, relative error, flags) was clipped at
+    # the step buttons in a narrow window, its end cut off with no mark.
+    from PySide6.QtGui import QTextDocument
+    from PySide6.QtWidgets import QApplication
+
+    panel.session.set_format(panel.session.active, get_format("fp64"))
+    panel.resize(800, 600)
+    panel.session.enter_text("1/3")
+    qtbot.waitUntil(lambda: panel.width() == 800)
+    QApplication.processEvents()
+    label = panel.rows[panel.session.active_index].summary
+    document = QTextDocument()
+    document.setDefaultFont(label.font())
+    document.setHtml(label.text())
+    natural_width = document.idealWidth()  # the whole line, unwrapped
+
+    def shown_whole() -> bool:
+        fits_on_one_line = natural_width <= label.width()
+        wraps_into_its_height = label.wordWrap() and label.heightForWidth(label.width()) <= (
+            label.height() + 1
+        )
+        return fits_on_one_line or wraps_into_its_height
+
+    qtbot.waitUntil(shown_whole, timeout=3000)
