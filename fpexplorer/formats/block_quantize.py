@@ -550,7 +550,13 @@ def _as_float_array(array: npt.ArrayLike) -> np.ndarray[Any, Any]:
         try:
             return data.astype(np.float64)
         except (TypeError, ValueError):
-            pass
+            # Raw bytes: what np.load gives for a .npy of ml_dtypes' bfloat16 or float8 (the
+            # file cannot say which type they are); "not |V2" alone told a user nothing.
+            raise ValueError(
+                f"the values are raw {data.dtype.itemsize}-byte words ({data.dtype}) of an "
+                "unknown type, as np.load reads a bfloat16 or float8 .npy file: save it "
+                "as float32 first (x.astype(np.float32))"
+            ) from None
     if data.dtype.kind in "iu":
         # Exact while the integers fit float64's 53-bit significand.
         if data.size and int(np.abs(data.astype(np.float64)).max()) > 2**53:

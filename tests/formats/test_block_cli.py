@@ -164,6 +164,22 @@ def test_bad_files_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert "axis 5 is out of range" in capsys.readouterr().err
 
 
+def test_a_bfloat16_npy_file_gets_a_message_that_says_what_to_do(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # np.load reads an ml_dtypes bfloat16 .npy as raw |V2 words: the message was "quantize
+    # takes an array of numbers, not |V2".
+    import ml_dtypes
+
+    np.save(tmp_path / "bf16.npy", np.array([1.0, -2.5], dtype=ml_dtypes.bfloat16))
+    assert main(["quantize", "-f", "mxfp4", "--npy", str(tmp_path / "bf16.npy")]) == 2
+    err = capsys.readouterr().err
+    assert "bfloat16 or float8" in err and "x.astype(np.float32)" in err
+    # An array of ml_dtypes values handed to the library still works.
+    values = quantize(np.array([1.0, -2.5], dtype=ml_dtypes.bfloat16), "mxfp4").values
+    assert list(values) == [1.0, -2.0]
+
+
 def test_quantize_imports_neither_torch_nor_qt() -> None:
     code = (
         "import sys\n"
