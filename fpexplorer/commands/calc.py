@@ -129,6 +129,8 @@ def build(
     from fpexplorer.formats import calculate, get_format, parse_value
     from fpexplorer.formats.arith import DETERMINISTIC_MODES
 
+    if seed is not None and rounding != "stochastic":
+        raise ValueError("--seed goes with --rounding stochastic only")  # nothing draws
     fmt = get_format(format_name)
     operation, texts = parse_expression(expression, fmt)
     operands = [parse_value(text, fmt) for text in texts]

@@ -127,6 +127,9 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
                 args.value = args.formats.pop()
         if args.value is None:
             raise ValueError("give a VALUE to round (or --bits CODE --format NAME)")
+    if args.seed is not None and args.rounding != "stochastic":
+        # As --random-bits: a seed that nothing draws from must not pass silently.
+        raise ValueError("--seed goes with --rounding stochastic only")
     formats = _resolve_formats(args)
     from fpexplorer.formats import parse_value
 

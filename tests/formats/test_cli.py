@@ -302,3 +302,16 @@ def test_gui_and_screenshot_take_negative_values(command: str, value: str) -> No
     assert parsed.value == value
     inspected = build_parser("inspect").parse_args(["inspect", value])
     assert inspected.value == value
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["inspect", "0.1", "-f", "fp16", "--seed", "3"], ["calc", "0.1 + 0.2", "--seed", "3"]],
+)
+def test_a_seed_without_stochastic_rounding_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    # --random-bits without stochastic rounding was refused, --seed silently ignored.
+    assert main(argv) == 2
+    assert "--seed goes with --rounding stochastic only" in capsys.readouterr().err
+    assert main([*argv, "--rounding", "stochastic"]) == 0
