@@ -32,6 +32,7 @@ to there, and the summary says where that is).
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -225,22 +226,32 @@ class EvidenceBuffer:
 
 @dataclass
 class ReplayTrace:
-    """A replay of an EvidenceBuffer kept as arrays (for a plot), continued as it grows."""
+    """A replay of an EvidenceBuffer kept as arrays (for a plot), continued as it grows.
+
+    Compact arrays (`array.array`, 18 bytes a step): lists of Python numbers took some
+    120 bytes a step, 100 MB for an 850,000-step run, and a copy per redraw to plot them.
+    """
 
     settings: ScalerSettings
     threshold: float = field(default_factory=fp16_max)
     replay: ScalerReplay = field(init=False)
-    steps: list[int] = field(default_factory=list)
-    scales: list[float] = field(default_factory=list)
-    skipped: list[bool] = field(default_factory=list)
-    unknown: list[bool] = field(default_factory=list)
+    steps: array[int] = field(default_factory=lambda: array("q"))
+    scales: array[float] = field(default_factory=lambda: array("d"))
+    skipped: array[int] = field(default_factory=lambda: array("b"))  # 0 or 1
+    unknown: array[int] = field(default_factory=lambda: array("b"))  # 0 or 1
 
     def __post_init__(self) -> None:
         self.replay = ScalerReplay(self.settings, self.threshold)
 
-    def extend(self, buffer: EvidenceBuffer) -> None:
-        """Replay the steps of `buffer` not replayed yet."""
-        for index in range(self.replay.steps, len(buffer)):
+    def pending(self, buffer: EvidenceBuffer) -> int:
+        """Steps of `buffer` not replayed yet."""
+        return len(buffer) - self.replay.steps
+
+    def extend(self, buffer: EvidenceBuffer, limit: int | None = None) -> None:
+        """Replay the steps of `buffer` not replayed yet (at most `limit` of them: a few
+        microseconds a step, seconds for a long run, which a window must take in pieces)."""
+        end = len(buffer) if limit is None else min(len(buffer), self.replay.steps + limit)
+        for index in range(self.replay.steps, end):
             replayed = self.replay.add_evidence(buffer.evidence(index))
             if replayed is not None:
                 self.steps.append(replayed.step)

@@ -175,3 +175,26 @@ def test_a_compiled_model_is_recorded_under_its_own_layer_names(tmp_path: Path) 
         assert [layer["name"] for layer in ours["stats"]["layers"]] == ["0", "1", "2"]
         assert ours["stats"]["act_hist"] == theirs["stats"]["act_hist"]
         assert ours["loss"] == theirs["loss"]
+
+
+def test_a_validation_pass_without_no_grad_leaves_the_training_step_record_alone(
+    tmp_path: Path,
+) -> None:
+    # A validation forward with autograd on (no torch.no_grad()) between steps: its graph is
+    # never backpropagated. Its overflowing outputs were named as the training step's
+    # forward overflow, and what it saved was added to the step's saved activations.
+    records = {}
+    for validate in (False, True):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        path = tmp_path / f"validate-{validate}.jsonl"
+        with AmpMonitor(model, optimizer, None, out=path, stats_every=1) as monitor:
+            for inputs, target in batches(3):
+                monitor.step(train_step(model, optimizer, (inputs, target)))
+                if validate:
+                    model(inputs * 1e39)  # inf outputs, graph dropped
+        records[validate] = step_records(path)
+    for plain, validated in zip(records[False], records[True], strict=True):
+        assert "first_nonfinite_forward" not in validated["stats"]
+        assert validated["stats"]["memory"] == plain["stats"]["memory"]
+        assert validated["stats"]["act_hist"] == plain["stats"]["act_hist"]

@@ -184,7 +184,7 @@ def test_a_replay_trace_continues_as_the_buffer_grows(runs: dict[str, Run]) -> N
     trace.extend(buffer)
     _, whole = replay(run, settings)
     assert list(zip(trace.scales, trace.skipped, strict=True)) == whole
-    assert trace.steps == [step.step for step in run.steps]
+    assert list(trace.steps) == [step.step for step in run.steps]
 
 
 @pytest.mark.slow  # child processes: about half a second

@@ -51,6 +51,7 @@ from fpexplorer.gui.training.plots import (
 from fpexplorer.gui.training.quant_views import QuantPage
 from fpexplorer.gui.training.replay import RunFileReplay
 from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.scaler_whatif import REPLAY_BUDGET_S as WHATIF_BUDGET_S
 from fpexplorer.gui.training.scaler_whatif import ScalerWhatIf
 from fpexplorer.gui.training.sizing import FormScrollArea, PageScrollArea
 from fpexplorer.gui.training.view_model import (
@@ -789,7 +790,8 @@ class TrainingPanel(QWidget):
         shown = state.shown_models()
         current = state.current.model if state.current is not None else None
         self.loss_plot.refresh(overlay, shown)
-        self.whatif.refresh(current)
+        # A long run's replay goes on in pieces, one per redraw, until it has caught up.
+        self.whatif.refresh(current, WHATIF_BUDGET_S)
         self.scale_plot.show_prediction(*self.whatif.model.curve())
         self.scale_plot.refresh(overlay, shown)
         self.hist_plot.refresh(current)
@@ -798,7 +800,7 @@ class TrainingPanel(QWidget):
         if readouts:
             self._refresh_readouts(current)
         self._shown = {e.key: e.model.revision for e in state.runs}
-        self._layout_dirty = False
+        self._layout_dirty = bool(self.whatif.model.pending)  # carried on at the next tick
 
     def _refresh_readouts(self, current: RunModel | None) -> None:
         self._readouts_at = time.monotonic()

@@ -790,12 +790,16 @@ class LossScalePlot(QWidget):
         layout.addLayout(row)
         self._overlay: Sequence[OverlayRun] = ()
         self._prediction_log: np.ndarray = np.zeros(0)
+        self._prediction_steps: np.ndarray | None = None
 
     def _hover_text(self, step: float, _y: float) -> list[HoverLine]:
         return hover_text(self._overlay, step, "scale", show=scale_text)
 
     def show_prediction(self, steps: np.ndarray, scales: np.ndarray) -> None:
         """Draw the what-if's predicted scale (log2, as the runs' curves); empty: none."""
+        if steps is self._prediction_steps:
+            return  # the same curve (the what-if copies it once per change): nothing to do
+        self._prediction_steps = steps
         with np.errstate(divide="ignore", invalid="ignore"):
             log_scale = np.log2(scales)
         finite = np.isfinite(log_scale)

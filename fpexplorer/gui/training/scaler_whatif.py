@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,10 @@ CHOICES: tuple[tuple[str, str], ...] = (
 # The settings a person may change, with the kind TrainConfig declares for them.
 FIELDS: tuple[str, ...] = ("init_scale", "growth_interval", "hysteresis", "min_scale")
 _SPECS = {name: spec for name, spec, _default in train_options() if name in FIELDS}
+# A replay takes a few microseconds a step, seconds for a run of a million steps: the
+# window replays this long per redraw and carries on at the next (see WhatIfModel.update).
+REPLAY_BUDGET_S = 0.015
+REPLAY_PIECE_STEPS = 2048  # steps replayed between two looks at the clock
 
 
 def _parse(name: str, text: str) -> int | float | None:
@@ -75,6 +80,10 @@ class WhatIfModel:
         self.problem: str | None = None  # why there is no prediction
         self.trace: ReplayTrace | None = None
         self._source: tuple[int, ScalerSettings] | None = None  # (id of run's buffer, settings)
+        self.pending = 0  # steps of the run not replayed yet (update() carries on)
+        self._curve: (
+            tuple[ReplayTrace, int, npt.NDArray[np.float64], npt.NDArray[np.float64]] | None
+        ) = None
 
     def set_choice(self, choice: str, texts: dict[str, str]) -> None:
         self.choice = choice
@@ -101,9 +110,11 @@ class WhatIfModel:
             raise ValueError("; ".join(problems.values()))
         return settings
 
-    def update(self, run: RunModel | None) -> None:
-        """Bring the prediction up to date with the choice and `run`'s steps so far."""
+    def update(self, run: RunModel | None, budget_s: float | None = None) -> None:
+        """Bring the prediction up to date with the choice and `run`'s steps so far, or
+        replay for about `budget_s` and leave the rest (`pending`) to the next call."""
         self.problem = None
+        self.pending = 0
         if self.choice == OFF or run is None:
             self.trace, self.settings, self._source = None, None, None
             return
@@ -126,16 +137,26 @@ class WhatIfModel:
             self.trace = ReplayTrace(settings)
             self._source = source
         self.settings = settings
-        self.trace.extend(evidence)
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        trace = self.trace
+        while trace.pending(evidence):
+            trace.extend(evidence, None if deadline is None else REPLAY_PIECE_STEPS)
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+        self.pending = trace.pending(evidence)
 
     def curve(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(steps, predicted scales): what the dashed curve draws; empty when off."""
-        if self.trace is None:
+        if self.trace is None or self.pending:
+            # Drawn once replayed: redrawing a growing copy of a long replay on every piece
+            # cost more than the piece (the summary says how far it has got meanwhile).
             return np.zeros(0), np.zeros(0)
-        return (
-            np.asarray(self.trace.steps, dtype=np.float64),
-            np.asarray(self.trace.scales, dtype=np.float64),
-        )
+        # Copied (the arrays keep growing) once per trace and length, not once per redraw.
+        trace, size = self.trace, len(self.trace.steps)
+        if self._curve is None or self._curve[0] is not trace or self._curve[1] != size:
+            steps = np.array(trace.steps, dtype=np.float64)
+            self._curve = (trace, size, steps, np.array(trace.scales, dtype=np.float64))
+        return self._curve[2], self._curve[3]
 
     def summary(self, run: RunModel | None) -> str:
         """What the prediction says, in a few lines (or why there is none)."""
@@ -148,6 +169,12 @@ class WhatIfModel:
         replay = self.trace.replay
         if not replay.steps:
             return f"{self.settings.describe()}\nno steps yet"
+        if self.pending:
+            done = replay.steps
+            return (
+                f"{self.settings.describe()}\nreplaying: {done} of {done + self.pending} "
+                "steps so far"
+            )
         lines = [
             self.settings.describe(),
             f"skipped steps: {replay.predicted_skips} predicted, {replay.logged_skips} logged",
@@ -246,12 +273,13 @@ class ScalerWhatIf(QWidget):
             edit.setPlaceholderText("" if value is None else exact_number(value))
             edit.setEnabled(choice != OFF)
 
-    def refresh(self, run: RunModel | None) -> None:
-        """Replay `run` (the panel's current run) as far as it goes, and say so."""
+    def refresh(self, run: RunModel | None, budget_s: float | None = None) -> None:
+        """Replay `run` (the panel's current run) as far as it goes (or for about
+        `budget_s`, the rest left to the next call: `model.pending`), and say so."""
         if run is not self._run:
             self._run = run
             self._show_placeholders()
-        self.model.update(run)
+        self.model.update(run, budget_s)
         problem = self.model.problem is not None
         self.summary.setStyleSheet(f"color: {role_hex('error')};" if problem else "")
         text = self.model.summary(run)

@@ -144,6 +144,23 @@ class _Layer:
     params: tuple[nn.Parameter, ...]
 
 
+_ForwardCheck = bool | tuple[torch.Tensor, torch.Tensor]  # finite flag, or (min, max)
+
+
+@dataclass(slots=True, eq=False)
+class _ForwardPass:
+    """One forward pass of the model on a statistics step: what it saved for backward, its
+    layers' finiteness checks, and whether a backward went through it. A pass no backward
+    used (a validation pass without `torch.no_grad()`) says nothing of the training step;
+    passes of one `group` (no backward between them) are held at once, each group is freed
+    by its backward (gradient accumulation)."""
+
+    group: int
+    saved: dict[tuple[int, torch.dtype], int] = dataclasses.field(default_factory=dict)
+    checks: list[tuple[int, _ForwardCheck]] = dataclasses.field(default_factory=list)
+    backpropagated: bool = False
+
+
 class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     """Records loss, loss scale, skipped steps and gradient numerics of a training loop.
 
@@ -251,15 +268,15 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._collecting = False
         self._act_segments: list[Segment] = []
         self._scratch = Scratch()
-        # Whether each leaf module's output is finite, in forward order: read at once for a
-        # CPU tensor, else its extremes, kept on the device until step().
-        self._forward_checks: list[tuple[int, bool | tuple[torch.Tensor, torch.Tensor]]] = []
-        self._saved: dict[tuple[int, torch.dtype], int] = {}  # bytes saved for backward
-        # Gradient accumulation runs several forward/backward pairs per step; each backward
-        # frees its forward's saved tensors, so what autograd holds at once is the largest
-        # forward's, not their sum: the largest finished one, and whether a backward ran.
-        self._saved_largest: dict[tuple[int, torch.dtype], int] = {}
-        self._backward_ran = False
+        # The step's forward passes, in order (see _ForwardPass): whether each leaf module's
+        # output is finite, in forward order (read at once for a CPU tensor, else its
+        # extremes, kept on the device until step()), and the bytes saved for backward.
+        self._pass = _ForwardPass(0)  # the pass leaf outputs are checked into
+        self._passes: list[_ForwardPass] = [self._pass]
+        self._saved = self._pass.saved  # the current pass's, filled by _on_pack
+        self._backward_ran = False  # since the current pass began
+        # Whether each leaf module's output is finite, of the passes a backward used.
+        self._forward_checks: list[tuple[int, _ForwardCheck]] = []
         self._param_ptrs: set[int] = set()
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._updates = LostUpdateCheck()
@@ -463,13 +480,19 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 return
             # Where a forward overflow starts (FP16 activations above 65504 become inf).
             data = tensor.detach()
+            forward_pass = self._pass
             if data.device.type == "cpu":  # read at once: a CPU has nothing to wait for
-                self._forward_checks.append((layer_index, _all_finite(data)))
+                forward_pass.checks.append((layer_index, _all_finite(data)))
             else:  # the extremes, one operation; whether finite, for all layers at step()
-                self._forward_checks.append((layer_index, torch.aminmax(data.reshape(-1))))
+                forward_pass.checks.append((layer_index, torch.aminmax(data.reshape(-1))))
             node = tensor.grad_fn
             if node is None:  # a leaf tensor that requires grad
-                tensor.register_hook(on_backward)  # type: ignore[no-untyped-call]
+
+                def on_leaf(grad: torch.Tensor) -> None:
+                    forward_pass.backpropagated = True
+                    on_backward(grad)
+
+                tensor.register_hook(on_leaf)  # type: ignore[no-untyped-call]
                 return
             # The gradient of this output, as its node receives it: the same gradient a
             # tensor hook gets (the node's, before any in-place change of the tensor), for
@@ -479,6 +502,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             def on_node(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
                 grad = grad_outputs[output_nr]
                 if grad is not None:
+                    forward_pass.backpropagated = True
                     on_backward(grad)
 
             node.register_prehook(on_node)
@@ -491,11 +515,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._autocast_dtype = torch.get_autocast_dtype(device_type)
         if not self._collecting or not torch.is_grad_enabled() or self._saved_hooks is not None:
             return
-        if self._backward_ran:  # the forwards before this one have been freed by backward
-            self._backward_ran = False
-            if sum(self._saved.values()) > sum(self._saved_largest.values()):
-                self._saved_largest = self._saved
-            self._saved = {}
+        # A new pass; after a backward, in a new group (the passes before it were freed).
+        group = self._pass.group + self._backward_ran
+        self._backward_ran = False
+        self._pass = _ForwardPass(group)
+        self._passes.append(self._pass)
+        self._saved = self._pass.saved
         self._param_ptrs = {p.data_ptr() for p in self._params}  # every parameter, once
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._on_pack, self._on_unpack)
         self._saved_hooks.__enter__()
@@ -608,6 +633,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             pack.add("found_inf", self._found_inf if self._found_inf is not None else 0.0)
             if scaled:
                 pack.add("grad_amax", _abs_max(grads))
+            self._forward_checks = [
+                check for forward_pass in self._used_passes() for check in forward_pass.checks
+            ]
             plan = self._queue_statistics(pack, norms, activations=True)
             host = pack.fetch()  # the one host sync of the step
             signals = _CheapSignals(
@@ -659,8 +687,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self._collecting or stats is not None:
             self._act_segments = []
             self._forward_checks = []
-            self._saved = {}
-            self._saved_largest = {}
+            self._pass = _ForwardPass(0)
+            self._passes = [self._pass]
+            self._saved = self._pass.saved
             self._backward_ran = False
             self._updates.forget()
         self._optimizer_stepped = False
@@ -828,6 +857,20 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             pack.add("pattern_counts", torch.cat([c for c in counts if c is not None]).double())
         return plan
 
+    def _used_passes(self) -> list[_ForwardPass]:
+        """The step's forward passes that a backward went through (all of them when none
+        did: their figures are all there is)."""
+        used = [forward_pass for forward_pass in self._passes if forward_pass.backpropagated]
+        return used or self._passes
+
+    def _saved_at_once(self) -> dict[tuple[int, torch.dtype], int]:
+        """The bytes autograd held for backward at most at once: the passes of one group
+        together (a tensor saved twice counted once), the largest group."""
+        groups: dict[int, dict[tuple[int, torch.dtype], int]] = {}
+        for forward_pass in self._used_passes():
+            groups.setdefault(forward_pass.group, {}).update(forward_pass.saved)
+        return max(groups.values(), key=lambda saved: sum(saved.values()), default={})
+
     def _queue_forward_checks(self, pack: HostPack) -> None:
         """Whether each leaf output was finite, in forward order: as they are when all were
         read on the host; else from the extremes, tested on the device at once (a flag read
@@ -923,10 +966,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         grads = (p.grad for p in self._params if p.grad is not None)
         activations: dict[torch.dtype, int] = {}
-        saved = self._saved
-        if sum(self._saved_largest.values()) > sum(saved.values()):
-            saved = self._saved_largest
-        for (_, dtype), size in saved.items():
+        for (_, dtype), size in self._saved_at_once().items():
             activations[dtype] = activations.get(dtype, 0) + size
         return Memory(
             params=params,
