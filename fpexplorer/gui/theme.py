@@ -26,6 +26,8 @@ _CLASS_COLORS = {
 
 # WCAG 2 "AA" for normal text: every text role is at least this far from its background.
 MIN_CONTRAST = 4.5
+# WCAG 2 "AA" for graphics (1.4.11): lines and swatches a reader must tell from the background.
+MIN_GRAPHIC_CONTRAST = 3.0
 # Hues of text roles; `role_color` darkens or lightens each (hue kept) until it reads on the
 # current palette's backgrounds, so the same role works in the light and the dark theme.
 _TEXT_ROLE_HUES = {
@@ -65,10 +67,11 @@ def contrast_ratio(first: QColor, second: QColor) -> float:
     return (max(a, b) + 0.05) / (min(a, b) + 0.05)
 
 
-def readable(color: QColor, backgrounds: Sequence[QColor]) -> QColor:
+def readable(color: QColor, backgrounds: Sequence[QColor], minimum: float = MIN_CONTRAST) -> QColor:
     """`color` made dark enough (on light backgrounds) or light enough (on dark ones) to
-    have MIN_CONTRAST against every background; its hue and saturation are kept."""
-    if all(contrast_ratio(color, b) >= MIN_CONTRAST for b in backgrounds):
+    have `minimum` contrast (text: MIN_CONTRAST) against every background; its hue and
+    saturation are kept."""
+    if all(contrast_ratio(color, b) >= minimum for b in backgrounds):
         return QColor(color)
     light_backgrounds = sum(relative_luminance(b) for b in backgrounds) / len(backgrounds) > 0.18
     hue = max(color.hslHueF(), 0.0)  # -1 for greys
@@ -78,7 +81,7 @@ def readable(color: QColor, backgrounds: Sequence[QColor]) -> QColor:
     while 0.0 <= lightness <= 1.0:
         lightness += step
         candidate = QColor.fromHslF(hue, saturation, min(max(lightness, 0.0), 1.0))
-        if all(contrast_ratio(candidate, b) >= MIN_CONTRAST for b in backgrounds):
+        if all(contrast_ratio(candidate, b) >= minimum for b in backgrounds):
             return candidate
     return QColor("#000000") if light_backgrounds else QColor("#ffffff")
 

@@ -513,7 +513,7 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
                 s.task.replace("\\", "/").rsplit("/", 1)[-1].replace("|", "\\|"),
                 (s.precision_label or s.precision).replace("|", "\\|"),
                 s.status,
-                f"{s.final_loss:.4g}",
+                f"{s.final_loss:.4g}" if s.steps else "-",
                 _share(s.act_zero_share),
                 str(s.skipped_steps),
                 scale,

@@ -57,6 +57,7 @@ def test_compare_row_of_a_run_without_steps_has_no_nan_scale(tmp_path: Path) -> 
     row = format_table([summarize(load_run(path))]).splitlines()[2]
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[-2:] == ["-", "-"]  # loss scale and steps/s
+    assert cells[4] == "-"  # final loss: none, not "nan" (which reads as a diverged run)
 
 
 def test_a_damaged_histogram_dtype_is_reported_not_raised(tmp_path: Path) -> None:

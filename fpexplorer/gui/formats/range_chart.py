@@ -32,7 +32,13 @@ from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.formats.tables import chosen_formats
-from fpexplorer.gui.theme import class_color, plot_colors, readable, text_backgrounds
+from fpexplorer.gui.theme import (
+    MIN_GRAPHIC_CONTRAST,
+    class_color,
+    plot_colors,
+    readable,
+    text_backgrounds,
+)
 
 # Curve colours stay clear of the class colours of the bars (green, purple, red, grey).
 CURVE_COLORS = (
@@ -48,15 +54,16 @@ CURVE_COLORS = (
     "#5ad1e8",
 )
 GRAPHICS_MIN_HEIGHT = 200
-BOTTOM_AXIS_HEIGHT = 40  # tick labels and their gap under each plot
+PLOT_OVERHEAD = 24  # the bottom axis's tick labels (20 px) and margins, per plot
 MAX_BINADES = 400  # wider formats are sampled every few binades (the curve is periodic)
 
 
 def curve_color(index: int) -> str:
-    """The colour of the index-th spacing curve and of its name in the legend, made to read
-    on the current theme's backgrounds (navy #1f3b73 vanished on the dark theme)."""
+    """The colour of the index-th spacing curve and of its swatch in the legend, with the
+    contrast a line needs on the current theme's backgrounds (navy #1f3b73 vanished on the
+    dark theme, olive #bcbd22 nearly on the light one)."""
     base = QColor(CURVE_COLORS[index % len(CURVE_COLORS)])
-    return str(readable(base, text_backgrounds()).name())
+    return str(readable(base, text_backgrounds(), MIN_GRAPHIC_CONTRAST).name())
 
 
 def log2_fraction(value: Fraction) -> float:
@@ -239,9 +246,9 @@ class RangeChart(LazyView):
         axis.setTicks([[(i, fmt.name) for i, fmt in enumerate(formats)]])
         # Each row a text line and a little more; the two plots share the height equally,
         # each with its bottom axis.
-        row_height = QFontMetrics(axis.style["tickFont"] or self.font()).lineSpacing() + 4
-        plot_height = len(formats) * row_height + BOTTOM_AXIS_HEIGHT
-        self.graphics.setMinimumHeight(max(GRAPHICS_MIN_HEIGHT, 2 * plot_height + 8))
+        row_height = QFontMetrics(axis.style["tickFont"] or self.font()).lineSpacing() + 1
+        plot_height = len(formats) * row_height + PLOT_OVERHEAD
+        self.graphics.setMinimumHeight(max(GRAPHICS_MIN_HEIGHT, 2 * plot_height + 10))
         self.bars_plot.setYRange(-0.6, len(formats) - 0.4, padding=0)
         self.bars_plot.setXRange(left, right, padding=0)
         while len(self.curves) < len(formats):
@@ -257,7 +264,8 @@ class RangeChart(LazyView):
                 curve.setPen(pg.mkPen(color, width=1.5))
                 curve.setData(xs, ys)
                 curve.show()
-                names.append(f"<span style='color:{color}'>━━ {formats[index].name}</span>")
+                # The swatch in the curve's colour, the name in the text colour (it reads).
+                names.append(f"<span style='color:{color}'>━━</span> {formats[index].name}")
                 if len(ys):
                     lowest_y = min(lowest_y, float(ys.min()))
             else:

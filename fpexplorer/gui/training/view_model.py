@@ -333,6 +333,9 @@ def settings_of(model: RunModel) -> TrainConfig | str:
     config = model.config
     if not config:
         return "this run's file holds no settings"
+    # A null is "not set": a user's loop with the monitor's time budget records
+    # "stats_every": null, which the form shows at its default, not as a broken setting.
+    config = {name: value for name, value in config.items() if value is not None}
     try:
         settings = TrainConfig.from_dict(config)
         # What the run's settings did not use (an older fpexplorer took an --init-scale

@@ -450,7 +450,13 @@ def test_range_chart_rows_and_curves_read_at_1024x640(
     from PySide6.QtGui import QColor, QFontMetrics
     from PySide6.QtWidgets import QApplication
 
-    from fpexplorer.gui.theme import MIN_CONTRAST, contrast_ratio, dark_palette, light_palette
+    from fpexplorer.gui.theme import (
+        MIN_CONTRAST,
+        MIN_GRAPHIC_CONTRAST,
+        contrast_ratio,
+        dark_palette,
+        light_palette,
+    )
 
     app = QApplication.instance()
     assert isinstance(app, QApplication)
@@ -472,12 +478,18 @@ def test_range_chart_rows_and_curves_read_at_1024x640(
         assert abs(bottom - top) / (rows - 1) >= line, (abs(bottom - top) / (rows - 1), line)
         window = app.palette().color(app.palette().ColorRole.Window)
         base = app.palette().color(app.palette().ColorRole.Base)
-        legend_colours = re.findall(r"color:(#[0-9a-f]{6})", chart.legend.text())
-        assert len(legend_colours) == rows
-        for colour in legend_colours:
-            assert contrast_ratio(QColor(colour), window) >= MIN_CONTRAST, colour
+        # Swatches and curves: the contrast a line needs; the names: plain text colour.
+        swatches = re.findall(
+            r"<span style='color:(#[0-9a-f]{6})'>([^<]*)</span>", chart.legend.text()
+        )
+        assert len(swatches) == rows and all(text == "━━" for _, text in swatches)
+        for colour, _ in swatches:
+            assert contrast_ratio(QColor(colour), window) >= MIN_GRAPHIC_CONTRAST, colour
         for curve in chart.curves[:rows]:
-            assert contrast_ratio(curve.opts["pen"].color(), base) >= 3.0
+            assert contrast_ratio(curve.opts["pen"].color(), base) >= MIN_GRAPHIC_CONTRAST
+        assert contrast_ratio(
+            chart.legend.palette().color(chart.legend.foregroundRole()), window
+        ) >= (MIN_CONTRAST)
     finally:
         app.setPalette(saved)
 
@@ -624,3 +636,19 @@ def test_the_editor_summary_is_never_clipped(qtbot: QtBot, panel: FormatsPanel) 
         return fits_on_one_line or wraps_into_its_height
 
     qtbot.waitUntil(shown_whole, timeout=3000)
+
+
+@pytest.mark.parametrize(("name", "text"), [("fp4", "-inf"), ("fp4", "nan"), ("e4m3", "inf")])
+def test_number_line_caption_for_a_typed_non_finite_value(
+    qtbot: QtBot, panel: FormatsPanel, name: str, text: str
+) -> None:
+    # -inf typed into FP4 (which gives -6) showed "Type a value above to see where each
+    # rounding mode sends it", as if nothing had been typed.
+    panel.session.set_format(panel.session.active, get_format(name))
+    panel.show_view("number-line")
+    type_value(qtbot, panel, text)
+    line = panel.number_line
+    line.refresh_now()
+    shown = line.caption.text() + line.message.textItem.toPlainText()
+    assert "Type a value above" not in shown
+    assert "has no place on the number line" in shown

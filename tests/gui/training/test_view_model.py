@@ -282,6 +282,12 @@ def test_selected_runs_settings_are_what_start_would_run() -> None:
     assert (settings.precision, settings.seed, settings.steps) == ("bf16", 7, 5)
     broken = _model([_header(steps="many")])
     assert isinstance(settings_of(broken), str)
+    # A user's loop under the monitor's time budget: "stats_every": null in its header. Its
+    # settings were refused ("stats-every must be a whole number") and the form kept others.
+    budget = _model([_header("bf16", task="user loop", stats_every=None, stats_budget=0.05)])
+    settings = settings_of(budget)
+    assert isinstance(settings, TrainConfig)
+    assert (settings.precision, settings.stats_every) == ("bf16", 1)
 
 
 def test_long_texts_from_a_run_file_are_elided() -> None:
