@@ -196,6 +196,16 @@ class NumberLineView(LazyView):
                     else "."
                 )
             )
+        elif editor.input is not None and not editor.input.is_finite:
+            # Typed ±inf or NaN that this format stands in for with a number (FP4: ±6, -0):
+            # "type a value above" would tell the user to do what they did.
+            self.input_line.hide()
+            self.input_label.setText("")
+            self.caption.setText(
+                f"{picture.format_name}: the typed {editor.input} has no place on the number "
+                "line; every rounding mode gives the current value (red), what the format "
+                "has for it."
+            )
         else:
             self.input_line.hide()
             self.input_label.setText("")

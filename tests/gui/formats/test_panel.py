@@ -636,3 +636,19 @@ def test_the_editor_summary_is_never_clipped(qtbot: QtBot, panel: FormatsPanel) 
         return fits_on_one_line or wraps_into_its_height
 
     qtbot.waitUntil(shown_whole, timeout=3000)
+
+
+@pytest.mark.parametrize(("name", "text"), [("fp4", "-inf"), ("fp4", "nan"), ("e4m3", "inf")])
+def test_number_line_caption_for_a_typed_non_finite_value(
+    qtbot: QtBot, panel: FormatsPanel, name: str, text: str
+) -> None:
+    # -inf typed into FP4 (which gives -6) showed "Type a value above to see where each
+    # rounding mode sends it", as if nothing had been typed.
+    panel.session.set_format(panel.session.active, get_format(name))
+    panel.show_view("number-line")
+    type_value(qtbot, panel, text)
+    line = panel.number_line
+    line.refresh_now()
+    shown = line.caption.text() + line.message.textItem.toPlainText()
+    assert "Type a value above" not in shown
+    assert "has no place on the number line" in shown
