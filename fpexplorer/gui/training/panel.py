@@ -403,7 +403,10 @@ class TrainingPanel(QWidget):
                 self._finish_replay(replay, None)
                 return
             entry = self._add_run(model, Path(path))
-            self._select(entry)
+            if not (in_background and self._replays):
+                # Of many files opened at once the first is shown (selecting each in turn
+                # cost a list-widget update per file, 0.7 s for 500).
+                self._select(entry)
             self._replays.append((replay, entry))
             self.replay_timer.start()
             self._show_status(f"Loading {Path(path).name}…")

@@ -107,3 +107,12 @@ def test_redraws_slow_down_while_files_are_read(panel, make_run, monkeypatch) ->
     panel._layout_dirty = True
     panel._on_timer_timeout()
     assert len(refreshes) == 1  # loaded: the usual pace again
+
+
+def test_of_many_files_opened_at_once_the_first_is_shown(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    paths = [make_run(f"run{i}.jsonl", steps=40 + i) for i in range(3)]
+    for path in paths:
+        panel.load_run(path, in_background=True)
+    assert panel.current_run is panel.runs[0]  # one selection, not one per file
+    panel.finish_loading()
+    assert panel.current_run.model.steps_seen == 40

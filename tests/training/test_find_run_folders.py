@@ -1,0 +1,42 @@
+"""Finding a run's logs in a folder that cannot be listed, or holds hundreds of logs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fpexplorer.training.ranked import find_run
+
+
+def test_a_log_in_a_folder_that_cannot_be_listed_is_still_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A folder with execute but no read permission: its files open, listing it fails
+    # (simulated: the tests may run as root, whom permissions do not stop). Before, the
+    # PermissionError of looking for rank logs escaped as a traceback.
+    log = tmp_path / "run.jsonl"
+    log.write_text("")
+
+    def refuse(*_args: object) -> None:
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    monkeypatch.setattr(os, "listdir", refuse)
+    files = find_run(log)
+    assert files.merged == log and files.ranks == ()
+
+
+def test_rank_logs_are_found_among_many_other_logs(tmp_path: Path) -> None:
+    for index in range(300):
+        (tmp_path / f"other-{index}.jsonl").write_text("")
+    (tmp_path / "run.jsonl").write_text("")
+    for rank in (1, 0, 10):
+        (tmp_path / f"run.rank-{rank}.jsonl").write_text("")
+    (tmp_path / "run.rank-2.jsonl").mkdir()  # a folder is not a log
+    (tmp_path / "runx.rank-3.jsonl").write_text("")  # another run's
+    files = find_run(tmp_path / "run.jsonl")
+    assert [path.name for path in files.ranks] == [
+        "run.rank-0.jsonl", "run.rank-1.jsonl", "run.rank-10.jsonl"
+    ]  # fmt: skip
