@@ -198,3 +198,20 @@ def test_a_validation_pass_without_no_grad_leaves_the_training_step_record_alone
         assert "first_nonfinite_forward" not in validated["stats"]
         assert validated["stats"]["memory"] == plain["stats"]["memory"]
         assert validated["stats"]["act_hist"] == plain["stats"]["act_hist"]
+
+
+def test_step_before_the_optimizer_step_warns_once(tmp_path: Path) -> None:
+    # The wrong order records step 0 as skipped, silently, and shifts every flag by one.
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with (
+        AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=0) as monitor,
+        pytest.warns(RuntimeWarning, match="no optimizer step since its last call") as caught,
+    ):
+        for inputs, target in batches(3):
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(model(inputs), target)
+            loss.backward()
+            monitor.step(loss)
+            optimizer.step()
+    assert len(caught) == 1

@@ -653,6 +653,15 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         durations.append(now - self._last_step_time)
         loss_value, grad_norm, scale_after, growth_tracker, found_inf, grad_amax = signals
         skipped = not self._optimizer_stepped or found_inf > 0
+        if not self._optimizer_stepped and not self._scaling:
+            # No scaler skipped it: step() came before optimizer.step(), or between the
+            # micro-batches of an accumulated step, or the loop skipped it on its own.
+            self._warn_once(
+                "unstepped",
+                "AmpMonitor.step() with no optimizer step since its last call and no loss "
+                "scaler that skipped one: recorded as a skipped step (call it after "
+                "optimizer.step(), once per optimizer step)",
+            )
         alarm = skipped or not (math.isfinite(loss_value) and math.isfinite(grad_norm))
         stats: records.StepStats | None = None
         if plan is not None:
