@@ -78,6 +78,7 @@ from fpexplorer.gui.training.view_model import (
     run_markers,
     scale_text,
     smoothed,
+    step_axis_label,
     throughput_text,
     what_if_text,
     x_extent,
@@ -670,6 +671,13 @@ class RunMarkers:
             line.label.setPosition(self.TOP - step * (order % places))
 
 
+def _label_step_axis(plot: pg.PlotWidget, overlay: Sequence[OverlayRun]) -> None:
+    label = step_axis_label(overlay)
+    axis = plot.getPlotItem().getAxis("bottom")
+    if axis.labelText != label:  # setLabel lays the axis out again: only on a change
+        plot.setLabel("bottom", label)
+
+
 class LossPlot(QWidget):
     """Loss per step, one curve per run, with a log-axis switch and optional smoothing."""
 
@@ -735,6 +743,7 @@ class LossPlot(QWidget):
         self.curves.drop_missing({run.key for run in overlay})
         self.curves.show_legend(len(overlay) > 1)
         self.markers.show(run_markers(overlay))
+        _label_step_axis(self.plot, overlay)
         self._show_range()
 
     def _smoothed_loss(self, run: OverlayRun, weight: float) -> FloatArray:
@@ -839,6 +848,7 @@ class LossScalePlot(QWidget):
             curve.setData(run.model.scalars.steps[finite], log_scale[finite])
         self.curves.drop_missing({run.key for run in overlay})
         self.curves.show_legend(len(overlay) > 1)
+        _label_step_axis(self.plot, overlay)
         found = data_range([*logs, self._prediction_log] if overlay else logs)
         self.empty_note.show(
             None
