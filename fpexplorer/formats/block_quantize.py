@@ -268,7 +268,7 @@ def exact_error_stats(blocks: Sequence[ExactBlock]) -> ErrorStats:
         return ErrorStats(0, math.nan, math.nan, math.nan, math.nan, math.nan)
     if infinite:
         return ErrorStats(count, math.inf, math.inf, -math.inf, saturated / count, flushed / count)
-    sqnr = math.inf if squared == 0 else -math.inf if signal == 0 else _db(signal / squared)
+    sqnr = math.inf if squared == 0 else -math.inf if signal == 0 else decibels(signal / squared)
     return ErrorStats(
         count=count,
         max_abs_error=float(max_error),
@@ -279,8 +279,9 @@ def exact_error_stats(blocks: Sequence[ExactBlock]) -> ErrorStats:
     )
 
 
-def _db(ratio: Fraction) -> float:
-    """10·log10 of a positive Fraction of any size (float() would overflow past 1e308)."""
+def decibels(ratio: Fraction) -> float:
+    """10·log10 of a positive Fraction of any size (float() would overflow past 1e308, or
+    underflow to 0 below 1e-308)."""
     shift = ratio.numerator.bit_length() - ratio.denominator.bit_length()
     mantissa = float(ratio / Fraction(2) ** shift)
     return 10 * (math.log10(mantissa) + shift * math.log10(2))
