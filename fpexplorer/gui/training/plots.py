@@ -77,6 +77,7 @@ from fpexplorer.gui.training.view_model import (
     run_colour,
     run_markers,
     scale_text,
+    skipped_text,
     smoothed,
     step_axis_label,
     throughput_text,
@@ -903,12 +904,12 @@ class LossScalePlot(QWidget):
             self.growth_bar.setValue(min(tracker, interval))
             self.growth_bar.setFormat(f"{tracker} / {interval} clean steps")
             self.growth_bar.setToolTip("clean steps toward the next growth, of growth_interval")
-            skipped = current.skipped_count if current is not None else 0
+            skipped = skipped_text(current) if current is not None else "skipped: 0"
             latest = current.latest_step if current is not None else None
             # DeepSpeed's and Megatron's policies: overflows left before a backoff.
             left = latest.hysteresis if latest is not None else None
             hysteresis = f" · hysteresis {left}" if left is not None else ""
-            self.growth_label.setText(f"skipped: {skipped}{hysteresis} · growth tracker:")
+            self.growth_label.setText(f"{skipped}{hysteresis} · growth tracker:")
 
 
 class GradientHistogramPlot(QWidget):

@@ -11,7 +11,7 @@ import pytest
 
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.synthetic import synthetic_records
-from fpexplorer.gui.training.view_model import OverlayRun, step_axis_label
+from fpexplorer.gui.training.view_model import OverlayRun, skipped_text, step_axis_label
 
 
 def _run(steps: int, key: int = 0) -> OverlayRun:
@@ -47,3 +47,14 @@ def test_the_panel_plots_carry_the_label(panel, make_run) -> None:  # type: igno
     assert stride == 2
     for plot in (panel.loss_plot.plot, panel.scale_plot.plot):
         assert plot.getPlotItem().getAxis("bottom").labelText == "step (every 2nd drawn)"
+
+
+def test_the_skip_count_says_when_not_every_skip_is_marked() -> None:
+    model = RunModel()
+    model.MAX_SKIP_EVENTS = 5  # type: ignore[misc]  # the class keeps 2,000
+    model.add_records(list(synthetic_records(400, overflow_every=50, stats_every=0)))
+    assert model.skipped_count == 8 and len(model.skip_events) == 5
+    assert skipped_text(model) == "skipped: 8 (× on the first 5)"
+    every = RunModel()
+    every.add_records(list(synthetic_records(400, overflow_every=50, stats_every=0)))
+    assert skipped_text(every) == "skipped: 8"
