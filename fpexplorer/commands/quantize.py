@@ -292,8 +292,14 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
         if not isinstance(data, np.ndarray):
             raise ValueError(f"{args.npy}: holds several arrays; give a .npy of one array")
         return data, "npy"
+    import warnings
+
     try:
-        data = np.loadtxt(args.csv, delimiter=",", dtype=np.float64, ndmin=1)
+        with warnings.catch_warnings():
+            # An empty file: numpy warns "input contained no data" on stderr, a second line
+            # above our own one ("nothing to quantize: the array is empty").
+            warnings.simplefilter("ignore", UserWarning)
+            data = np.loadtxt(args.csv, delimiter=",", dtype=np.float64, ndmin=1)
     except FileNotFoundError:
         raise ValueError(f"no such file: {args.csv}") from None
     except (OSError, ValueError) as error:
@@ -443,7 +449,10 @@ def _render_text(document: dict[str, Any]) -> str:
     hidden = document["blocks_total"] - document["blocks_shown"]
     lines.append("")
     if hidden:
-        lines.append(f"({hidden} more blocks not listed; --max-blocks N to list them)")
+        lines.append(
+            f"({hidden} more block{'' if hidden == 1 else 's'} not listed; "
+            "--max-blocks N to list them)"
+        )
     summary = document["summary"]
     lines.append(
         f"summary of {summary['count']} finite value{'' if summary['count'] == 1 else 's'} "

@@ -46,7 +46,8 @@ Special inputs (one rule each, the same in the exact and the vectorized path):
   not a multiple): it is a block of its own; its scale comes from the elements present
   (as if padded with zeros, which never change amax).
 - NVFP4 with an all-zero (or all non-finite) tensor: ``s_global = 1``; a tensor so small
-  that ``amax / 2688`` rounds to FP32 zero gets the smallest FP32 subnormal, 2**-149.
+  that ``amax / 2688`` rounds to FP32 zero gets the smallest FP32 subnormal, 2**-149, and
+  one so large that it overflows FP32 (float64 or typed values beyond ~9.1e41) FP32's max.
 """
 
 from __future__ import annotations

@@ -235,7 +235,8 @@ class ExactBlock:
 
 def tensor_scale_for(amax: Any) -> Fraction:
     """NVFP4's per-tensor scale for a tensor whose largest finite magnitude is `amax`:
-    FP32(amax / (448·6)); 1 when amax is 0, 2**-149 when the quotient rounds to 0."""
+    FP32(amax / (448·6)); 1 when amax is 0, 2**-149 when the quotient rounds to 0, FP32's
+    max when it overflows."""
     exact = to_exact_value(amax)
     if not exact.is_finite or (exact.negative and not exact.is_zero):
         raise ValueError(f"amax must be a finite magnitude, not {exact}")
@@ -267,7 +268,7 @@ def exact_error_stats(blocks: Sequence[ExactBlock]) -> ErrorStats:
         return ErrorStats(0, math.nan, math.nan, math.nan, math.nan, math.nan)
     if infinite:
         return ErrorStats(count, math.inf, math.inf, -math.inf, saturated / count, flushed / count)
-    sqnr = math.inf if squared == 0 else -math.inf if signal == 0 else _db(signal / squared)
+    sqnr = math.inf if squared == 0 else -math.inf if signal == 0 else decibels(signal / squared)
     return ErrorStats(
         count=count,
         max_abs_error=float(max_error),
@@ -278,8 +279,9 @@ def exact_error_stats(blocks: Sequence[ExactBlock]) -> ErrorStats:
     )
 
 
-def _db(ratio: Fraction) -> float:
-    """10·log10 of a positive Fraction of any size (float() would overflow past 1e308)."""
+def decibels(ratio: Fraction) -> float:
+    """10·log10 of a positive Fraction of any size (float() would overflow past 1e308, or
+    underflow to 0 below 1e-308)."""
     shift = ratio.numerator.bit_length() - ratio.denominator.bit_length()
     mantissa = float(ratio / Fraction(2) ** shift)
     return 10 * (math.log10(mantissa) + shift * math.log10(2))
@@ -380,10 +382,13 @@ def _times(value: ExactValue, multiplier: Fraction) -> ExactValue:
 
 
 def _global_scale_exact(amax: Fraction) -> Fraction:
-    """NVFP4's s_global = FP32(amax / (448·6)); 1 for amax 0; 2**-149 if it rounds to 0."""
+    """NVFP4's s_global = FP32(amax / (448·6)); 1 for amax 0; 2**-149 if it rounds to 0,
+    FP32's max if it overflows (float64 or typed inputs beyond 448·6·FP32 max ≈ 9.1e41:
+    rounded to inf, it raised instead of giving a scale)."""
     if amax == 0:
         return Fraction(1)
-    scale = _FLOAT32.to_fraction(_FLOAT32.from_value(amax / NVFP4_GLOBAL_DIVISOR))
+    code = _FLOAT32.from_value(amax / NVFP4_GLOBAL_DIVISOR, overflow="saturate")
+    scale = _FLOAT32.to_fraction(code)
     return scale if scale > 0 else _SMALLEST_FLOAT32
 
 

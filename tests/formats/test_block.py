@@ -622,3 +622,17 @@ def test_vectorized_equals_exact_on_any_float32_block(
         assert all(
             a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(exact, vector, strict=True)
         )
+
+
+def test_nvfp4_tensor_scale_saturates_where_amax_over_2688_overflows_fp32() -> None:
+    # amax / 2688 beyond FP32's max (float64 or typed values from ~9.1e41) rounded to inf
+    # and raised "code 0x7f800000 of float32 is inf, not a finite number": the CLI said so
+    # and the block editor's readout threw. It gets FP32's max, as a quotient that rounds
+    # to zero gets the smallest subnormal.
+    fp32_max = float(np.finfo(np.float32).max)
+    exact = quantize_block_exact(["1e42", "1", "-3e41"], "nvfp4")
+    assert exact.tensor_scale == Fraction(fp32_max) and exact.scale == 448
+    vectorized = quantize(np.array([1e42, 1.0, -3e41]), "nvfp4")
+    assert vectorized.tensor_scale == fp32_max
+    assert list(vectorized.codes.ravel()) == list(exact.codes)
+    assert list(vectorized.values.ravel()) == [float(v.fraction) for v in exact.values]

@@ -155,7 +155,12 @@ def test_bad_input_is_one_line_and_exit_2(
 def test_bad_files_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text("1,2\n3\n")
     (tmp_path / "bad.npy").write_bytes(b"not numpy")
-    for argv in (["--csv", str(tmp_path / "bad.csv")], ["--npy", str(tmp_path / "bad.npy")]):
+    (tmp_path / "empty.csv").write_text("\n")  # numpy warned on stderr above our line
+    for argv in (
+        ["--csv", str(tmp_path / "bad.csv")],
+        ["--npy", str(tmp_path / "bad.npy")],
+        ["--csv", str(tmp_path / "empty.csv")],
+    ):
         assert main(["quantize", "-f", "mxfp4", *argv]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -216,3 +221,5 @@ def test_shares_are_exact_or_marked_and_sqnr_keeps_its_unit(
     assert "SQNR inf dB (no error)" in out and "flushed to zero 0.00%" in out
     assert main(["quantize", "-f", "mxfp4", "2"]) == 0
     assert "summary of 1 finite value in 1 block:" in capsys.readouterr().out  # not "values"
+    assert main(["quantize", "-f", "mxfp4", "--max-blocks", "0", "2"]) == 0
+    assert "(1 more block not listed;" in capsys.readouterr().out

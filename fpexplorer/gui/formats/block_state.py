@@ -37,6 +37,7 @@ from fpexplorer.formats.block import (
 from fpexplorer.formats.block_quantize import (
     ExactBlock,
     QuantizedTensor,
+    decibels,
     quantize,
     quantize_block_exact,
 )
@@ -761,7 +762,9 @@ class BlockEditorState:
             elif signal == 0:
                 sqnr_text = "−∞"
             else:
-                sqnr_text = f"≈ {10 * math.log10(signal / noise):.1f} dB"
+                # Exactly as a Fraction: a 1e-400 input's error made signal / noise overflow
+                # float (or underflow to 0, a math domain error) and the readout raise.
+                sqnr_text = f"≈ {decibels(signal / noise):.1f} dB"
         amax = max((x.magnitude for x in finite_inputs), default=Fraction(0))
         tensor_code = None
         tensor_text = "—"

@@ -77,7 +77,9 @@ from fpexplorer.gui.training.view_model import (
     run_colour,
     run_markers,
     scale_text,
+    skipped_text,
     smoothed,
+    step_axis_label,
     throughput_text,
     what_if_text,
     x_extent,
@@ -670,6 +672,13 @@ class RunMarkers:
             line.label.setPosition(self.TOP - step * (order % places))
 
 
+def _label_step_axis(plot: pg.PlotWidget, overlay: Sequence[OverlayRun]) -> None:
+    label = step_axis_label(overlay)
+    axis = plot.getPlotItem().getAxis("bottom")
+    if axis.labelText != label:  # setLabel lays the axis out again: only on a change
+        plot.setLabel("bottom", label)
+
+
 class LossPlot(QWidget):
     """Loss per step, one curve per run, with a log-axis switch and optional smoothing."""
 
@@ -735,6 +744,7 @@ class LossPlot(QWidget):
         self.curves.drop_missing({run.key for run in overlay})
         self.curves.show_legend(len(overlay) > 1)
         self.markers.show(run_markers(overlay))
+        _label_step_axis(self.plot, overlay)
         self._show_range()
 
     def _smoothed_loss(self, run: OverlayRun, weight: float) -> FloatArray:
@@ -839,6 +849,7 @@ class LossScalePlot(QWidget):
             curve.setData(run.model.scalars.steps[finite], log_scale[finite])
         self.curves.drop_missing({run.key for run in overlay})
         self.curves.show_legend(len(overlay) > 1)
+        _label_step_axis(self.plot, overlay)
         found = data_range([*logs, self._prediction_log] if overlay else logs)
         self.empty_note.show(
             None
@@ -893,12 +904,12 @@ class LossScalePlot(QWidget):
             self.growth_bar.setValue(min(tracker, interval))
             self.growth_bar.setFormat(f"{tracker} / {interval} clean steps")
             self.growth_bar.setToolTip("clean steps toward the next growth, of growth_interval")
-            skipped = current.skipped_count if current is not None else 0
+            skipped = skipped_text(current) if current is not None else "skipped: 0"
             latest = current.latest_step if current is not None else None
             # DeepSpeed's and Megatron's policies: overflows left before a backoff.
             left = latest.hysteresis if latest is not None else None
             hysteresis = f" · hysteresis {left}" if left is not None else ""
-            self.growth_label.setText(f"skipped: {skipped}{hysteresis} · growth tracker:")
+            self.growth_label.setText(f"{skipped}{hysteresis} · growth tracker:")
 
 
 class GradientHistogramPlot(QWidget):

@@ -256,3 +256,27 @@ def test_an_infinite_nvfp4_element_saturates_and_the_rest_keep_a_finite_scale() 
     # 0.01 / (448 × 1000/2688) is far below E2M1's smallest step: flushed, said so.
     assert readout.rows[2].status == "flushed to zero" and readout.flushed == 1
     assert readout.rows[3].status == "exact"
+
+
+def test_sqnr_of_blocks_with_errors_beyond_float_range() -> None:
+    # signal / noise went through float(): 2.5 beside a 1e-400 that rounds to 0 overflowed
+    # (OverflowError), a 1e-400 block under a huge forced scale underflowed to 0 (math
+    # domain error), and the readout raised. Both are far outside float64 yet exact here.
+    import math
+
+    state = BlockEditorState("mxfp8_e4m3")
+    assert state.load_text("2.5 1e-400")
+    state.set_rounding("stochastic")
+    high = state.readout().sqnr_text
+    signal = Fraction(25, 4) + Fraction(1, 10**800)
+    noise = sum((row.error or 0) ** 2 for row in state.readout().rows)
+    expected = 10 * (
+        math.log10(signal.numerator * noise.denominator)
+        - math.log10(signal.denominator * noise.numerator)
+    )
+    assert high == f"≈ {expected:.1f} dB"
+    assert state.load_text("1e-400")
+    state.set_rounding("toward_positive")
+    state.set_scale_code(252)
+    low = state.readout().sqnr_text
+    assert low.startswith("≈ -") and low.endswith(" dB")

@@ -1,0 +1,60 @@
+"""A long run's curves are drawn from every Nth step: the step axis says so.
+
+Found replaying an 850,000-step log: the loss plot, captioned "Loss per step", drew 3,318
+points (every 256th step); zoomed in to steps 1000..1100 it showed one, and a one-step
+spike between kept steps is not drawn at all. Nothing on screen said so.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.synthetic import synthetic_records
+from fpexplorer.gui.training.view_model import OverlayRun, skipped_text, step_axis_label
+
+
+def _run(steps: int, key: int = 0) -> OverlayRun:
+    model = RunModel(scalar_capacity=64)
+    model.add_records(list(synthetic_records(steps, stats_every=0)))
+    return OverlayRun(key, f"run {key}", "#336699", model)
+
+
+@pytest.mark.parametrize(
+    ("steps", "label"),
+    [
+        (64, "step"),  # every step kept
+        (65, "step (every 2nd drawn)"),
+        (200, "step (every 4th drawn)"),
+        (64 * 512, "step (every 512th drawn)"),
+        (64 * 32, "step (every 32nd drawn)"),
+    ],
+)
+def test_the_label_names_the_stride(steps: int, label: str) -> None:
+    run = _run(steps)
+    assert step_axis_label([run]) == label
+
+
+def test_overlaid_runs_name_the_coarsest() -> None:
+    assert step_axis_label([_run(64), _run(200, key=1)]) == "step (every 4th drawn)"
+    assert step_axis_label([]) == "step"
+
+
+@pytest.mark.slow  # a panel
+def test_the_panel_plots_carry_the_label(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(make_run("long.jsonl", steps=5000, stats_every=0))
+    stride = panel.current_run.model.scalars.stride
+    assert stride == 2
+    for plot in (panel.loss_plot.plot, panel.scale_plot.plot):
+        assert plot.getPlotItem().getAxis("bottom").labelText == "step (every 2nd drawn)"
+
+
+def test_the_skip_count_says_when_not_every_skip_is_marked() -> None:
+    model = RunModel()
+    model.MAX_SKIP_EVENTS = 5  # type: ignore[misc]  # the class keeps 2,000
+    model.add_records(list(synthetic_records(400, overflow_every=50, stats_every=0)))
+    assert model.skipped_count == 8 and len(model.skip_events) == 5
+    assert skipped_text(model) == "skipped: 8 (× on the first 5)"
+    every = RunModel()
+    every.add_records(list(synthetic_records(400, overflow_every=50, stats_every=0)))
+    assert skipped_text(every) == "skipped: 8"
