@@ -95,6 +95,10 @@ def find_run(path: str | os.PathLike[str]) -> RunFiles:
         merged = path.with_name(match.group("stem") + match.group("suffix"))
         return RunFiles(merged, _rank_logs(merged))
     if not path.is_file():
+        if path.is_symlink():  # is_file() follows the link: say where it went wrong
+            raise NoRunError(f"{path} is a symbolic link to no file (a missing target or a loop)")
+        if path.exists():  # a device, a FIFO: reading it could block or never end
+            raise NoRunError(f"{path} is not a regular file")
         raise NoRunError(f"no such run log: {path}")
     return RunFiles(path, _rank_logs(path))
 

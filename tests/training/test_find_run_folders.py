@@ -40,3 +40,19 @@ def test_rank_logs_are_found_among_many_other_logs(tmp_path: Path) -> None:
     assert [path.name for path in files.ranks] == [
         "run.rank-0.jsonl", "run.rank-1.jsonl", "run.rank-10.jsonl"
     ]  # fmt: skip
+
+
+def test_links_to_nothing_and_special_files_are_named_for_what_they_are(tmp_path: Path) -> None:
+    from fpexplorer.training.ranked import NoRunError
+
+    (tmp_path / "loop-a.jsonl").symlink_to("loop-b.jsonl")
+    (tmp_path / "loop-b.jsonl").symlink_to("loop-a.jsonl")
+    (tmp_path / "dangling.jsonl").symlink_to("nowhere.jsonl")
+    for name in ("loop-a.jsonl", "dangling.jsonl"):
+        with pytest.raises(NoRunError, match="symbolic link to no file"):
+            find_run(tmp_path / name)
+    os.mkfifo(tmp_path / "pipe.jsonl")  # reading it would wait for a writer forever
+    with pytest.raises(NoRunError, match="not a regular file"):
+        find_run(tmp_path / "pipe.jsonl")
+    with pytest.raises(NoRunError, match="no such run log"):
+        find_run(tmp_path / "missing.jsonl")

@@ -34,6 +34,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from fpexplorer.gui.training.growing import INITIAL_ROWS, grown_rows
 from fpexplorer.training.records import QUANT_ROLES, QuantTensorStats
 
 FloatArray = npt.NDArray[np.float64]
@@ -108,8 +109,9 @@ class QuantHistory:
         if tensor_capacity < 1:
             raise ValueError("tensor_capacity must be >= 1")
         self.capacity = capacity
-        self._steps = np.full(capacity, np.nan, dtype=np.float64)
-        self._data = np.full((capacity, tensor_capacity, len(QUANT_FIELDS)), np.nan)
+        rows = min(capacity, INITIAL_ROWS)  # grown as steps come (run_model.grown_rows)
+        self._steps = np.full(rows, np.nan, dtype=np.float64)
+        self._data = np.full((rows, tensor_capacity, len(QUANT_FIELDS)), np.nan)
         self._size = 0
         self._stride = 1
         self._offered = 0
@@ -143,6 +145,9 @@ class QuantHistory:
         self._offered += 1
         if offered % self._stride:
             return
+        if self._size == len(self._steps) < self.capacity:
+            self._steps = grown_rows(self._steps, self.capacity, np.nan)
+            self._data = grown_rows(self._data, self.capacity, np.nan)
         if self._size == self.capacity:
             # Full: keep every other row (as DecimatingSeries does), so the kept steps stay
             # evenly spread over the whole run.
@@ -173,7 +178,8 @@ class QuantHistory:
             return column
         column = len(self._columns)
         if column == self._data.shape[1]:  # the tensor axis doubles; old steps read NaN
-            grown = np.full((self.capacity, 2 * self._data.shape[1], len(QUANT_FIELDS)), np.nan)
+            rows = len(self._data)
+            grown = np.full((rows, 2 * self._data.shape[1], len(QUANT_FIELDS)), np.nan)
             grown[:, :column] = self._data
             self._data = grown
         self._columns[key] = column

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fpexplorer.gui.training.growing import INITIAL_ROWS, grown_rows
 from fpexplorer.gui.training.quant_model import QuantHistory
 from fpexplorer.training.config import options_before_logged
 from fpexplorer.training.precision import find_precision_mode
@@ -132,7 +133,11 @@ class DecimatingSeries:
             raise ValueError("capacity must be an even number >= 4")
         self.names = tuple(names)
         self.capacity = capacity
-        self._data = np.full((capacity, len(self.names) + 1), np.nan, dtype=np.float64)
+        # Rows are allocated as they come (doubling up to `capacity`): a short run costs
+        # what it holds, not a full buffer (hundreds of small runs opened at once took
+        # ~1 MB each).
+        rows = min(capacity, INITIAL_ROWS)
+        self._data = np.full((rows, len(self.names) + 1), np.nan, dtype=np.float64)
         self._size = 0
         self._stride = 1
         self._offered = 0
@@ -153,6 +158,8 @@ class DecimatingSeries:
         self._offered += 1
         if offered % self._stride:
             return
+        if self._size == len(self._data) < self.capacity:
+            self._data = grown_rows(self._data, self.capacity, np.nan)
         if self._size == self.capacity:
             kept = self._data[0 : self._size : 2].copy()
             self._data[: len(kept)] = kept
@@ -186,9 +193,10 @@ class HeatmapBuffer:
         if capacity < 4 or capacity % 2:
             raise ValueError("capacity must be an even number >= 4")
         self.capacity = capacity
-        self._counts = np.zeros((capacity, HEAT_BINS), dtype=np.float64)
-        self._first_step = np.zeros(capacity, dtype=np.float64)
-        self._last_step = np.zeros(capacity, dtype=np.float64)
+        rows = min(capacity, INITIAL_ROWS)  # grown as columns come, as DecimatingSeries
+        self._counts = np.zeros((rows, HEAT_BINS), dtype=np.float64)
+        self._first_step = np.zeros(rows, dtype=np.float64)
+        self._last_step = np.zeros(rows, dtype=np.float64)
         self._size = 0
         self._per_column = 1  # statistics steps merged into one column
         self._pending = 0  # statistics steps already merged into the open last column
@@ -210,6 +218,10 @@ class HeatmapBuffer:
             self._last_step[self._size - 1] = step
             self._pending += 1
             return
+        if self._size == len(self._counts) < self.capacity:
+            self._counts = grown_rows(self._counts, self.capacity, 0.0)
+            self._first_step = grown_rows(self._first_step, self.capacity, 0.0)
+            self._last_step = grown_rows(self._last_step, self.capacity, 0.0)
         if self._size == self.capacity:
             merged = self._counts[0::2] + self._counts[1::2]
             half = self.capacity // 2

@@ -734,13 +734,16 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             "repeated",
             "AmpMonitor.step() called again with no backward or optimizer step since its "
             "last call: call it once per training step (this call is not recorded)",
+            stacklevel=4,
         )
         return self._last_record
 
-    def _warn_once(self, kind: str, message: str) -> None:
+    def _warn_once(self, kind: str, message: str, *, stacklevel: int = 3) -> None:
+        """One RuntimeWarning of each kind per monitor; the default stacklevel points at
+        the line of the user's loop that called step()."""
         if kind not in self._warned:
             self._warned.add(kind)
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
     def _cheap_signals(
         self, loss: torch.Tensor | float, grads: list[torch.Tensor], *, amax: bool
