@@ -969,7 +969,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         key = (len(self._param_layer), len(state_tensors))
         if self._static_bytes is None or self._static_bytes[0] != key:
             params = bytes_by_dtype(local_tensor(p) for _, p in self._param_layer)
-            self._static_bytes = (key, params, bytes_by_dtype(state_tensors))
+            # FSDP2's optimizer state is sharded as its parameters are (DTensors): this
+            # rank's share, not the global size.
+            self._static_bytes = (key, params, bytes_by_dtype(map(local_tensor, state_tensors)))
         _, params, optimizer = self._static_bytes
         peak = (
             int(torch.cuda.max_memory_allocated(self.device))
