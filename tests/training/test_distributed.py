@@ -245,6 +245,14 @@ def test_fsdp_run_names_the_rank_and_layer_that_overflowed(tmp_path: Path) -> No
     total = first.total
     assert all(run.steps[0].grad_hist is not None and run.steps[0].grad_hist.total < total
                for run in ranks)  # fmt: skip
+    # Each rank's memory is its own shard's: its parameters and Adam's two moments of them
+    # (plus a 4-byte step count per parameter tensor: 6 in the mlp). The state was counted
+    # at its global size, twice this rank's share.
+    for run in ranks:
+        memory = run.steps[-1].stats.memory if run.steps[-1].stats else None
+        assert memory is not None
+        params, state = memory.params["float32"], memory.optimizer["float32"]
+        assert 2 * params <= state <= 2 * params + 4 * 6
 
 
 @pytest.mark.slow

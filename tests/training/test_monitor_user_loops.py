@@ -215,3 +215,24 @@ def test_step_before_the_optimizer_step_warns_once(tmp_path: Path) -> None:
             monitor.step(loss)
             optimizer.step()
     assert len(caught) == 1
+
+
+def test_each_warning_points_at_the_loops_own_line(tmp_path: Path) -> None:
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with (
+        AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=0) as monitor,
+        pytest.warns(RuntimeWarning) as caught,
+    ):
+        batch = batches(1)[0]
+        loss = train_step(model, optimizer, batch)
+        monitor.step(loss)
+        monitor.step(loss)  # repeated
+        train_step(model, optimizer, batch)
+        monitor.step(train_step(model, optimizer, batch))  # after two optimizer steps
+        inputs, target = batch
+        loss = nn.functional.cross_entropy(model(inputs), target)
+        loss.backward()
+        monitor.step(loss)  # a backward, but no optimizer step and no scaler
+    assert len(caught) == 3
+    assert {Path(warning.filename).name for warning in caught} == {Path(__file__).name}

@@ -334,7 +334,9 @@ class BlockEditorView(LazyView):
         self.worst_table.horizontalHeader().setSectionResizeMode(
             QHeaderView.ResizeMode.ResizeToContents
         )
-        self.worst_table.horizontalHeader().setStretchLastSection(True)
+        # Not stretched: a stretched last column (amax) gets what room is left and Qt cuts
+        # its numbers with its own "…", which reads as the display rule's mark.
+        self.worst_table.horizontalHeader().setStretchLastSection(False)
         tensor_page = QWidget()
         tensor_layout = QVBoxLayout(tensor_page)
         tensor_layout.setContentsMargins(2, 2, 2, 2)
@@ -651,7 +653,11 @@ class BlockEditorView(LazyView):
                 str(worst.index),
                 sqnr,
                 _approx(worst.max_abs_error),
-                display_decimal(_fraction(worst.amax)) if math.isfinite(worst.amax) else "inf/NaN",
+                # Nine digits at most (cut and marked by the display rule): the column stays
+                # narrow enough to show whole beside the histogram.
+                display_decimal(_fraction(worst.amax), exact_digits=9)
+                if math.isfinite(worst.amax)
+                else "inf/NaN",
             )
             for column, text in enumerate(texts):
                 item = QTableWidgetItem(text)

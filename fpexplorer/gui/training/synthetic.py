@@ -311,7 +311,9 @@ def synthetic_records(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--precision", default="fp16")
+    parser.add_argument(
+        "--precision", default=None, help="default: the --quant recipe's mode, else fp16"
+    )
     parser.add_argument("--stats-every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quant", choices=QUANT_RECIPES, default=None)
@@ -320,10 +322,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--stream", action="store_true")
     args = parser.parse_args(argv)
+    # A demo of FP8 or MXFP4 layers labelled "fp16" reads as a run that had none.
+    quant_mode = args.quant.split("-")[0] if args.quant else "fp16"
     with RunWriter(args.out, echo=sys.stdout if args.stream else None) as writer:
         for record in synthetic_records(
             args.steps,
-            precision=args.precision,
+            precision=args.precision or quant_mode,
             stats_every=args.stats_every,
             seed=args.seed,
             quant=args.quant,

@@ -734,13 +734,16 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             "repeated",
             "AmpMonitor.step() called again with no backward or optimizer step since its "
             "last call: call it once per training step (this call is not recorded)",
+            stacklevel=4,
         )
         return self._last_record
 
-    def _warn_once(self, kind: str, message: str) -> None:
+    def _warn_once(self, kind: str, message: str, *, stacklevel: int = 3) -> None:
+        """One RuntimeWarning of each kind per monitor; the default stacklevel points at
+        the line of the user's loop that called step()."""
         if kind not in self._warned:
             self._warned.add(kind)
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
     def _cheap_signals(
         self, loss: torch.Tensor | float, grads: list[torch.Tensor], *, amax: bool
@@ -966,7 +969,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         key = (len(self._param_layer), len(state_tensors))
         if self._static_bytes is None or self._static_bytes[0] != key:
             params = bytes_by_dtype(local_tensor(p) for _, p in self._param_layer)
-            self._static_bytes = (key, params, bytes_by_dtype(state_tensors))
+            # FSDP2's optimizer state is sharded as its parameters are (DTensors): this
+            # rank's share, not the global size.
+            self._static_bytes = (key, params, bytes_by_dtype(map(local_tensor, state_tensors)))
         _, params, optimizer = self._static_bytes
         peak = (
             int(torch.cuda.max_memory_allocated(self.device))

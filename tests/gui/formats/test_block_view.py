@@ -339,3 +339,26 @@ def pg_color(brush: object) -> str:
     import pyqtgraph as pg
 
     return str(pg.mkBrush(brush).color().name())
+
+
+def test_worst_blocks_table_never_cuts_a_number(
+    view: BlockEditorView, qtbot: QtBot, tmp_path: Path
+) -> None:
+    # The last column (amax) stretched into what room was left, and Qt cut an exact
+    # "3.89942169189453125" to "3.899421691894531…", which reads as the display rule's mark.
+    rng = np.random.default_rng(0)
+    tensor = rng.standard_normal((64, 64)).astype(np.float32)
+    tensor[1, 5], tensor[2, 7] = np.inf, np.nan
+    np.save(tmp_path / "t.npy", tensor)
+    view.resize(1024, 520)
+    assert view.open_npy(str(tmp_path / "t.npy"))
+    qtbot.waitUntil(lambda: view.state.busy is None)
+    QApplication.processEvents()
+    table = view.worst_table
+    metrics = table.fontMetrics()
+    for row in range(table.rowCount()):
+        for column in range(table.columnCount()):
+            item = table.item(row, column)
+            assert item is not None
+            width = metrics.horizontalAdvance(item.text())
+            assert width + 6 <= table.columnWidth(column), (row, column, item.text())

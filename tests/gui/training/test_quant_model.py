@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -271,3 +272,18 @@ def test_a_tensor_that_held_inf_or_nan_is_named_before_any_criterion() -> None:
     text = hurts_most_text(worst, "sqnr", True, history.first_nonfinite)
     assert text.startswith("inf/NaN first in a input (step 1). Hurts most (lowest SQNR")
     assert hurts_most_text(worst, "sqnr", True).startswith("Hurts most (lowest SQNR")
+
+
+@pytest.mark.parametrize(("recipe", "mode"), [("fp8-delayed", "fp8"), ("mxfp4", "mxfp4")])
+def test_a_synthetic_demo_run_with_quantized_layers_is_labelled_with_their_mode(
+    tmp_path: Path, recipe: str, mode: str
+) -> None:
+    # `python -m fpexplorer.gui.training.synthetic --quant fp8-delayed` wrote "fp16" runs.
+    from fpexplorer.gui.training.synthetic import main
+
+    path = tmp_path / "demo.jsonl"
+    assert main(["--steps", "2", "--quant", recipe, "--out", str(path)]) == 0
+    header = json.loads(path.read_text().splitlines()[0])
+    assert header["config"]["precision"] == mode
+    main(["--steps", "2", "--quant", recipe, "--precision", "bf16", "--out", str(path)])
+    assert json.loads(path.read_text().splitlines()[0])["config"]["precision"] == "bf16"
