@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fpexplorer.formats import ROUNDING_MODES, FloatFormat, get_format
 from fpexplorer.formats.arith import OPERATIONS, Calculation, ModeResult, calculate
-from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.decimal import display_decimal, display_decimals
 from fpexplorer.gui.formats.state import Signal, hex_code
 
 # Stochastic rounding draws a random number; a fixed seed makes what is shown repeatable.
@@ -76,7 +76,7 @@ class ArithmeticReadout:
     lines: tuple[ModeLine, ...]
 
 
-def _mode_line(fmt: FloatFormat, result: ModeResult) -> ModeLine:
+def _mode_line(fmt: FloatFormat, result: ModeResult, value_text: str) -> ModeLine:
     approximate = "≈ " if result.error_is_approximate else ""
     error = "—" if result.error_abs is None else approximate + display_decimal(result.error_abs)
     ulps = "—" if result.error_ulps is None else approximate + display_decimal(result.error_ulps)
@@ -86,7 +86,7 @@ def _mode_line(fmt: FloatFormat, result: ModeResult) -> ModeLine:
     return ModeLine(
         rounding=label,
         code_hex=hex_code(fmt, result.code),
-        value_text=display_decimal(result.value),
+        value_text=value_text,
         error_text=error,
         ulps_text=ulps,
         flags_text=", ".join(result.flags.raised()) or "—",
@@ -135,13 +135,22 @@ def build_readout(calculation: Calculation) -> ArithmeticReadout:
             if not representable.inexact
             else f"exact; not a value of {fmt.name}"
         )
+    # The exact result and the rounded ones side by side, with as many digits as it takes
+    # for different values to read differently: float64's two neighbours of sqrt(2) and the
+    # root itself all read "1.41421356…".
+    exact_text, *value_texts = display_decimals(
+        [exact.value, *(result.value for result in calculation.results)]
+    )
     return ArithmeticReadout(
         calculation=calculation,
         expression=expression,
         operands=tuple(operands),
-        exact_text=display_decimal(exact.value),
+        exact_text=exact_text or "",
         exact_note=exact_note,
-        lines=tuple(_mode_line(fmt, result) for result in calculation.results),
+        lines=tuple(
+            _mode_line(fmt, result, text or "")
+            for result, text in zip(calculation.results, value_texts, strict=True)
+        ),
     )
 
 

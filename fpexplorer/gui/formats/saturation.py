@@ -34,4 +34,7 @@ def p3109_saturation(fmt: FloatFormat, overflow: str | None) -> str | None:
     mode = _MODE_OF_POLICY.get(policy)
     if mode is None:
         return f"P3109: overflow → NaN ({policy}) is none of the draft's saturation modes"
-    return f"P3109 {mode}: {_MEANING[(mode, parameters.extended)]}"
+    meaning = _MEANING[(mode, parameters.extended)]
+    if not parameters.signed:
+        meaning = meaning.replace("±", "+")  # an unsigned format has no -max, no -inf
+    return f"P3109 {mode}: {meaning}"

@@ -145,3 +145,18 @@ def test_an_operand_the_format_cannot_hold_is_said() -> None:
     assert readout.operands[1].note == ""
     assert readout.exact_text == "nan"
     assert {line.value_text for line in readout.lines} == {"nan"}
+
+
+def test_different_results_never_read_the_same() -> None:
+    # float64's sqrt(2): the results 0x3FF6A09E667F3BCD and ...CC and the root itself all
+    # read "1.41421356…" in the table and the exact line.
+    from fpexplorer.formats import exact_decimal
+
+    readout = ArithmeticState("fp64", "sqrt", ["2", "", ""]).readout()
+    by_value: dict[str, object] = {}
+    for line in readout.lines:
+        assert by_value.setdefault(line.value_text, line.result.value) == line.result.value
+        digits = exact_decimal(line.result.value)
+        assert digits.startswith(line.value_text.rstrip("…"))
+    assert readout.exact_text not in by_value
+    assert "1.41421356237309504880".startswith(readout.exact_text.rstrip("…"))

@@ -46,7 +46,8 @@ def test_the_named_mode_is_what_the_engine_does(name: str, policy: str | None) -
         assert "none of the draft's saturation modes" in text
         assert overflow == "NaN" and fmt.has_inf  # NaN where the format could say inf
         return
-    assert f"→ {overflow}" in text  # the words say where an overflow goes
+    # The words say where an overflow goes (an unsigned format's only way is up: "+max").
+    assert f"→ {overflow if fmt.signed else overflow.replace('±', '+')}" in text
 
 
 def test_other_formats_have_no_p3109_mode() -> None:
@@ -70,3 +71,13 @@ def test_the_bit_editor_shows_the_mode_and_follows_the_overflow_picker(qtbot: Qt
     assert session.enter_text("1e9")
     assert p3109_row.editor.code == 0x7E  # 49152, the largest finite value
     assert "49152" in p3109_row.summary.text()
+
+
+@pytest.mark.parametrize("policy", (None, *OVERFLOW_POLICIES))
+def test_an_unsigned_format_names_no_negative_max_or_inf(policy: str | None) -> None:
+    # binary8p3ue read "SatFinite: overflow and ±inf → ±max": it has no -inf and no -max.
+    for name in ("binary8p3ue", "binary8p4uf"):
+        text = p3109_saturation(get_format(name), policy)
+        assert text is not None and "±" not in text, text
+    signed = p3109_saturation(get_format("binary8p3se"), "saturate")
+    assert signed == "P3109 SatFinite: overflow and ±inf → ±max"
