@@ -564,7 +564,7 @@ def histogram_hover_text(
     ]
 
 
-MAX_HEAT_CELLS = 4096  # grid cells across the heatmap's steps, at most
+MAX_HEAT_CELLS = 2048  # grid cells across the steps, at most: more than the plot has pixels
 
 
 @dataclass(frozen=True, slots=True)
@@ -572,7 +572,7 @@ class HeatLayout:
     """Where the heatmap's columns go on the step axis. An image item draws a uniform grid,
     while statistics steps need not be evenly spaced (a time budget, alarms, statistics off
     but for skipped steps): the grid's cells are the smallest spacing of the columns (or a
-    4096th of the span), and each cell shows the column of the last statistics step at or
+    2048th of the span), and each cell shows the column of the last statistics step at or
     before it. The last column spans as far as the columns typically do."""
 
     columns: npt.NDArray[np.intp]  # the column each cell shows
