@@ -64,6 +64,7 @@ from fpexplorer.gui.training.view_model import (
     format_range,
     format_ranges_log2,
     has_dynamic_scaling,
+    heat_layout,
     heatmap_hover_text,
     heatmap_limits,
     histogram_hover_text,
@@ -1239,12 +1240,11 @@ class HeatmapPlot(QWidget):
             self.range.show(None, None, -28, 18)
             return
         img = heat.image()  # (columns, bins): transpose so rows are binades
-        self.image.setImage(img.T, autoLevels=False, levels=(-8.0, 0.0))
-        first, last = heat.step_span
-        width = max(last - first, 1.0)
-        columns = img.shape[0]
-        per_column = width / max(columns - 1, 1) if columns > 1 else 1.0
-        self.image.setRect(QRectF(first, HEAT_LO, width + per_column, HEAT_BINS))
+        # Each column at its own steps, however unevenly the statistics steps fell.
+        layout = heat_layout(heat)
+        self.image.setImage(img[layout.columns].T, autoLevels=False, levels=(-8.0, 0.0))
+        width = len(layout.columns) * layout.cell
+        self.image.setRect(QRectF(layout.start, HEAT_LO, width, HEAT_BINS))
         occupied = np.nonzero(img.max(axis=0) > -8.0)[0]
         # The x range follows the loss plot (linked); y from the data and the limits shown.
         if len(occupied):

@@ -248,6 +248,12 @@ class HeatmapBuffer:
         return image
 
     @property
+    def column_steps(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first step, last step) of each column, in order: statistics steps need not be
+        evenly spaced (a time budget, alarms between them, statistics off but for skips)."""
+        return self._first_step[: self._size].copy(), self._last_step[: self._size].copy()
+
+    @property
     def step_span(self) -> tuple[float, float]:
         if not self._size:
             return (0.0, 1.0)

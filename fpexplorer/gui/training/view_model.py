@@ -564,29 +564,61 @@ def histogram_hover_text(
     ]
 
 
+MAX_HEAT_CELLS = 4096  # grid cells across the heatmap's steps, at most
+
+
+@dataclass(frozen=True, slots=True)
+class HeatLayout:
+    """Where the heatmap's columns go on the step axis. An image item draws a uniform grid,
+    while statistics steps need not be evenly spaced (a time budget, alarms, statistics off
+    but for skipped steps): the grid's cells are the smallest spacing of the columns (or a
+    4096th of the span), and each cell shows the column of the last statistics step at or
+    before it. The last column spans as far as the columns typically do."""
+
+    columns: npt.NDArray[np.intp]  # the column each cell shows
+    start: float  # the first column's step
+    cell: float  # steps per cell
+
+
+def heat_layout(heat: HeatmapBuffer) -> HeatLayout:
+    firsts, lasts = heat.column_steps
+    if len(firsts) < 2:  # one column, as wide as its steps (an empty one is not drawn)
+        first = float(firsts[0]) if len(firsts) else 0.0
+        span = float(lasts[0]) - first + 1.0 if len(firsts) else 1.0
+        return HeatLayout(np.zeros(len(firsts), dtype=np.intp), first, span)
+    gaps = np.diff(firsts)
+    start = float(firsts[0])
+    stop = max(float(lasts[-1]) + 1.0, float(firsts[-1] + np.median(gaps)))
+    cell = max(float(gaps.min()), 1.0)
+    cells = math.ceil((stop - start) / cell - 1e-9)
+    if cells > MAX_HEAT_CELLS:
+        cells, cell = MAX_HEAT_CELLS, (stop - start) / MAX_HEAT_CELLS
+    centres = start + (np.arange(cells) + 0.5) * cell
+    columns = np.searchsorted(firsts, centres, side="right") - 1
+    return HeatLayout(columns.astype(np.intp), start, cell)
+
+
 def heatmap_hover_text(
     heat: HeatmapBuffer | None, step: float, log2_value: float
 ) -> list[HoverLine]:
     """The heatmap cell under the cursor: its steps, binade and share of the values.
 
-    Columns are drawn evenly over the steps they cover, so the column under the cursor is
-    found the same way it was drawn.
+    The column under the cursor is found as it was drawn (`heat_layout`).
     """
     if heat is None or not len(heat) or not (math.isfinite(step) and math.isfinite(log2_value)):
         return []
     image = heat.image()
-    first, last = heat.step_span
-    columns = image.shape[0]
-    per_column = max(last - first, 1.0) / max(columns - 1, 1) if columns > 1 else 1.0
-    column = math.floor((step - first) / per_column)
+    layout = heat_layout(heat)
+    cell = math.floor((step - layout.start) / layout.cell)
     binade = math.floor(log2_value)
     row = binade - HEAT_LO
-    if not (0 <= column < columns and 0 <= row < HEAT_BINS):
+    if not (0 <= cell < len(layout.columns) and 0 <= row < HEAT_BINS):
         return []
+    column = int(layout.columns[cell])
     value = float(image[column, row])
     # The image is clipped at 10^-8 (no value at all reads the same).
     share = "at most 10^-8 of the values" if value <= -8.0 else f"10^{value:.1f} of the values"
-    start = first + column * per_column
+    start = float(heat.column_steps[0][column])
     return [
         HoverLine(f"steps from {start:.0f}"),
         HoverLine(f"2^{binade} ≤ |g| < 2^{binade + 1}"),

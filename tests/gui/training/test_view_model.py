@@ -38,7 +38,7 @@ from fpexplorer.gui.training.view_model import (
 )
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode
-from fpexplorer.training.records import HeaderRecord, from_schema1_dict
+from fpexplorer.training.records import HeaderRecord, Histogram, from_schema1_dict
 
 
 def _header(precision: str = "fp16", **config: Any) -> dict[str, Any]:
@@ -334,6 +334,31 @@ def test_hover_over_the_histogram_and_the_heatmap_reads_the_cell() -> None:
         "steps from 10\n2^-3 ≤ |g| < 2^-2\nat most 10^-8 of the values"
     )
     assert heatmap_hover_text(heat, 40.0, -3.0) == []
+
+
+def test_heatmap_columns_sit_at_their_own_steps_when_statistics_steps_are_uneven() -> None:
+    # Statistics off but for skipped steps (or a time budget): columns at steps 14, 26, 27
+    # and 58 were spread evenly from 14 to 58, so step 39 showed a column of "steps from
+    # 29" that no statistics step had, and step 58's histogram was drawn from step 47.
+    from fpexplorer.gui.training.run_model import HeatmapBuffer
+    from fpexplorer.gui.training.view_model import heat_layout, heatmap_hover_text
+
+    heat = HeatmapBuffer(capacity=8)
+    for step in (14, 26, 27, 58):
+        heat.add(step, Histogram(lo=-3, counts=(1,)))
+    layout = heat_layout(heat)
+    assert (layout.start, layout.cell) == (14.0, 1.0)
+    centres = layout.start + (np.arange(len(layout.columns)) + 0.5) * layout.cell
+    shown = {int(step): int(column) for step, column in zip(centres, layout.columns, strict=True)}
+    assert [shown[step] for step in (14, 25, 26, 27, 57, 58)] == [0, 0, 1, 2, 2, 3]
+    for step, first in ((20.0, 14), (26.5, 26), (39.0, 27), (58.2, 58)):
+        assert hover_plain(heatmap_hover_text(heat, step, -2.5)).startswith(f"steps from {first}\n")
+    assert heatmap_hover_text(heat, 13.0, -2.5) == []
+    # Evenly spaced statistics steps keep one cell per column.
+    even = HeatmapBuffer(capacity=8)
+    for step in range(0, 50, 10):
+        even.add(step, Histogram(lo=-3, counts=(1,)))
+    assert heat_layout(even).columns.tolist() == [0, 1, 2, 3, 4]
 
 
 def test_a_sampled_lost_update_share_is_marked_as_an_estimate() -> None:
