@@ -374,9 +374,16 @@ def no_histogram_reason(model: RunModel | None, hist: Histogram | None) -> str:
     if model is None or not model.steps_seen:
         return no_steps_reason([model] if model is not None else [])
     if hist is None:
-        if model.latest_stats is None and model.config.get("stats_every") == 0:
+        stats = model.latest_stats
+        if stats is not None:
+            # A statistics step always has its parameter gradients' histogram: what is
+            # missing is the activation gradients', which the statistics of a skipped or
+            # non-finite step between statistics steps (or with statistics off) leave out.
+            # Short: the heatmap's narrow card shows it too.
+            return f"step {stats.step} recorded parameter gradients only"
+        if model.config.get("stats_every") == 0:
             return "statistics were off for this run (stats-every 0)"
-        return "no statistics step yet"
+        return "no statistics step in this run" if model.closed else "no statistics step yet"
     return f"no finite non-zero gradient: {hist.zero:,} zero, {hist.inf:,} inf, {hist.nan:,} NaN"
 
 

@@ -361,6 +361,24 @@ def test_heatmap_columns_sit_at_their_own_steps_when_statistics_steps_are_uneven
     assert heat_layout(even).columns.tolist() == [0, 1, 2, 3, 4]
 
 
+def test_a_missing_activation_histogram_says_why_not_yet() -> None:
+    # Statistics off: a skipped step records its parameter gradients only. The activation
+    # histogram of the ended run read "no statistics step yet".
+    from fpexplorer.gui.training.view_model import no_histogram_reason
+
+    skipped = {"type": "step", "step": 3, "loss": math.inf, "scale": 65536.0, "skipped": True,
+               "grad_hist": {"lo": 0, "counts": [], "zero": 0, "inf": 0, "nan": 8}}  # fmt: skip
+    model = _model([_header("fp16", stats_every=0), skipped])
+    model.closed = True
+    assert model.latest_stats is not None and model.latest_stats.act_hist is None
+    assert no_histogram_reason(model, None) == "step 3 recorded parameter gradients only"
+    plain = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "skipped": False}
+    ended = _model([_header("fp16", stats_every=5), plain])
+    assert no_histogram_reason(ended, None) == "no statistics step yet"
+    ended.closed = True
+    assert no_histogram_reason(ended, None) == "no statistics step in this run"
+
+
 def test_a_sampled_lost_update_share_is_marked_as_an_estimate() -> None:
     from fpexplorer.training.records import LostUpdates
 
