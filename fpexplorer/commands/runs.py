@@ -152,7 +152,12 @@ def run(args: argparse.Namespace) -> int:
     from fpexplorer.errors import UsageError
     from fpexplorer.training.ranked import NoRunError, find_run, format_ranked, summarize_ranked
     from fpexplorer.training.runlog import encode_json_line
-    from fpexplorer.training.summary import format_summary, format_table, summarize_file
+    from fpexplorer.training.summary import (
+        format_summary,
+        format_table,
+        incomplete_reason,
+        summarize_file,
+    )
 
     # A run of several ranks (a folder, its merged log or a rank's) stands for all its logs.
     try:
@@ -175,8 +180,10 @@ def run(args: argparse.Namespace) -> int:
             problems = summary.problems
             if problems:
                 state = f"{summary.problem_count} problem(s)"
+                if summary.torn_last_line:  # the problems do not say it any more
+                    state += f"; {incomplete_reason(summary)}"
             elif not summary.complete:
-                state = "not ok: no end record (the job was killed, or still runs)"
+                state = f"not ok: {incomplete_reason(summary)}"
             else:
                 state = "ok"
             print(f"{summary.path}: {summary.steps} steps, {summary.status}, {state}")

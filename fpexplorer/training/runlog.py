@@ -492,6 +492,9 @@ class RecordStream:
         self._discarding = False  # inside an over-long line: drop up to its newline
         self._refusing = False
         self.problem_count = 0  # every problem reported, also those past MAX_PROBLEMS
+        # The input ended in a line that does not parse: what a job killed mid-write leaves
+        # (RunWriter writes each batch at once), so a summary can tell it from damage.
+        self.torn_last_line: str | None = None  # its problem line, as reported
 
     @property
     def partial_line(self) -> bool:
@@ -542,7 +545,11 @@ class RecordStream:
             try:
                 decoded = json.loads(line)
             except ValueError:
-                self._report(f"line {self.line_number}: torn last line ignored")
+                # Listed even past MAX_PROBLEMS (one line at most): a reader that knows the
+                # run was killed takes it out again.
+                self.torn_last_line = f"line {self.line_number}: torn last line ignored"
+                self.problem_count += 1
+                self.problems.append(self.torn_last_line)
             else:
                 self._use(decoded, records)
                 self.offsets = [self._line_start] * len(records)

@@ -79,6 +79,8 @@ class RunSummary:
     lost_update_steps: int = 0  # the statistics steps the lost-update share is a mean of
     # Every problem found: `problems` shows at most the reader's MAX_PROBLEMS lines.
     problem_count: int = 0
+    # No end record and a torn last line: the job was killed while writing it (ignored).
+    torn_last_line: bool = False
 
     @property
     def complete(self) -> bool:
@@ -122,6 +124,7 @@ class RunSummarizer:
         self.problems: list[str] = []
         # Problems not in `problems` (the stream's beyond its MAX_PROBLEMS lines).
         self.hidden_problems = 0
+        self.torn_last_line = False  # set by summarize_file: killed mid-write
         # Records after the end or a second header: counted, one line each in the result
         # (a line per record grew without bound: two runs appended to one file).
         self.extra_headers = 0
@@ -311,6 +314,7 @@ class RunSummarizer:
             worst_flushed=self.worst_flushed,
             quantized=self.quant_seen,
             problem_count=len(problems) + self.hidden_problems,
+            torn_last_line=self.torn_last_line,
         )
 
 
@@ -349,8 +353,15 @@ def summarize_file(path: str | os.PathLike[str]) -> RunSummary:
     except OSError as error:
         summarizer.problems.append(f"cannot read {path}: {error.strerror or error}")
         tail = (0.0, 0)
-    summarizer.problems[:0] = stream.problems
-    summarizer.hidden_problems = stream.problem_count - len(stream.problems)
+    problems, count = list(stream.problems), stream.problem_count
+    if stream.torn_last_line is not None and summarizer.end is None:
+        # A run with no end record whose last line is torn was killed while writing it:
+        # incomplete, not damaged (every record before it is whole).
+        count -= 1
+        problems.remove(stream.torn_last_line)
+        summarizer.torn_last_line = True
+    summarizer.problems[:0] = problems
+    summarizer.hidden_problems = count - len(problems)
     return summarizer.result(tail)
 
 
@@ -440,6 +451,13 @@ def _scale_range(summary: RunSummary) -> str:
     return f"{low} .. {high} (final {final})"
 
 
+def incomplete_reason(summary: RunSummary) -> str:
+    """Why a log without its end record ends where it does."""
+    if summary.torn_last_line:
+        return "no end record: the job was killed while writing its last line, which is ignored"
+    return "no end record: the job was killed or still runs"
+
+
 def format_summary(summary: RunSummary) -> str:
     """The text `fpexplorer runs summarize` prints."""
     lines = [
@@ -448,7 +466,7 @@ def format_summary(summary: RunSummary) -> str:
         f"   device {summary.device}",
         f"status     {summary.status} after {summary.steps} steps"
         + (f": {summary.error}" if summary.error else "")
-        + ("" if summary.complete else " (no end record: the job was killed or still runs)"),
+        + ("" if summary.complete else f" ({incomplete_reason(summary)})"),
     ]
     if not summary.steps:
         # No step: "loss nan, scale nan .. nan" would read as a run that diverged.

@@ -325,3 +325,52 @@ def test_the_lost_update_share_says_how_many_steps_it_is_the_mean_of(tmp_path: P
     assert "updates    FP16 weights would lose: 0.0% (mean of 1 statistics step that updated)" in (
         text
     )
+
+
+def test_a_killed_runs_torn_last_line_is_incomplete_not_damage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RunWriter writes each batch at once, so a job killed mid-write leaves whole records
+    and one torn last line: `runs check` calls that incomplete (exit 3, as a log killed
+    between writes), not damaged (exit 1, as it did), and says the line is ignored."""
+    from fpexplorer.cli import main
+    from fpexplorer.training.summary import summarize_file
+
+    lines = _synthetic_log(tmp_path / "ok.jsonl", 20).read_bytes().splitlines(keepends=True)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(b"".join(lines[:-2]) + lines[-2][: len(lines[-2]) // 2])
+    summary = summarize_file(torn)
+    assert summary.torn_last_line and not summary.complete
+    assert summary.problems == () and summary.problem_count == 0
+    assert summary.steps == 19  # the torn step is not read
+    assert main(["runs", "check", str(torn)]) == 3
+    out = capsys.readouterr().out
+    assert "19 steps, incomplete, not ok: no end record: the job was killed while writing" in out
+    assert "killed while writing its last line, which is ignored" in format_summary(summary)
+    # Damage beside it is still damage (exit 1), and the count leaves the torn line out.
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_bytes(
+        b"".join(lines[:3]) + b"garbage\n" + torn.read_bytes()[len(b"".join(lines[:3])) :]
+    )
+    assert main(["runs", "check", str(damaged)]) == 1
+    out = capsys.readouterr().out
+    assert "1 problem(s); no end record: the job was killed while writing" in out
+    # After an end record, a torn line is not a kill: it stays a problem.
+    appended = tmp_path / "appended.jsonl"
+    appended.write_bytes(b"".join(lines) + lines[3][:20])
+    summary = summarize_file(appended)
+    assert summary.complete and not summary.torn_last_line
+    assert summary.problems == (f"line {len(lines) + 1}: torn last line ignored",)
+
+
+def test_a_torn_last_line_past_the_problem_limit_is_counted_exactly(tmp_path: Path) -> None:
+    from fpexplorer.training.runlog import MAX_PROBLEMS
+    from fpexplorer.training.summary import summarize_file
+
+    lines = _synthetic_log(tmp_path / "ok.jsonl", 5).read_bytes().splitlines(keepends=True)
+    garbage = b"garbage\n" * (MAX_PROBLEMS + 10)
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(b"".join(lines[:3]) + garbage + lines[3][:15])
+    summary = summarize_file(path)
+    assert summary.torn_last_line and summary.problem_count == MAX_PROBLEMS + 10
+    assert summary.problems[-1] == "... and 11 more problems"
