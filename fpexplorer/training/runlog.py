@@ -457,6 +457,29 @@ def parse_record(line: str | bytes, schema: int = SCHEMA_VERSION) -> Record | No
     return decode_record(decoded, schema)
 
 
+_JSON_DECODER = json.JSONDecoder()
+_JSON_WHITESPACE = " \t\n\r"  # what json.loads allows around a value
+
+
+def _loads(line: bytes) -> Any:
+    """`json.loads(line)` (the same value, the same errors), faster for a record's line.
+
+    `json.loads` of bytes first guesses the encoding from the first bytes and matches
+    whitespace with regular expressions: a third of its time on a 200-byte step line. A
+    line that opens with `{` is UTF-8 (a UTF-16/32 text would have a zero byte next or
+    a BOM first, and then does not parse here): decoded as `json.loads` decodes it and
+    parsed with the same decoder; anything else, or any error, goes to `json.loads`."""
+    if line[:1] == b"{":
+        try:
+            text = line.decode("utf-8", "surrogatepass")
+            value, end = _JSON_DECODER.raw_decode(text)
+        except ValueError:
+            return json.loads(line)  # raises its own error
+        if end == len(text) or not text[end:].strip(_JSON_WHITESPACE):
+            return value
+    return json.loads(line)
+
+
 class RecordStream:
     """Bytes in, typed records out, incrementally: the one reader of run logs.
 
@@ -519,12 +542,16 @@ class RecordStream:
                 self._discarding = False
                 self._pending.clear()
                 continue
-            line = bytes(self._pending + piece) if self._pending else piece
-            self._pending.clear()
+            if self._pending:
+                line = bytes(self._pending + piece)
+                self._pending.clear()
+            else:
+                line = piece
             self.line_number += 1
             before = len(records)
             self._read_line(line, records)
-            self.offsets += [line_start] * (len(records) - before)
+            if len(records) > before:
+                self.offsets += [line_start] * (len(records) - before)
         if not self._discarding:
             self._pending += data[start:]
             if len(self._pending) > self.max_line_bytes:
@@ -565,10 +592,10 @@ class RecordStream:
         return records
 
     def _read_line(self, line: bytes, records: list[Record]) -> None:
-        if not line.strip():
+        if not line or line.isspace():  # (strip() made a copy of every line)
             return
         try:
-            decoded = json.loads(line)
+            decoded = _loads(line)
         except ValueError as error:
             self._resynchronise(line, error, records)
             return

@@ -1,0 +1,217 @@
+"""The reader's fast paths (records._FlatDecoder for plain step lines, runlog._loads for
+JSON) read exactly what the generic codec and `json.loads` read: the same records (types
+included), the same problems, byte-identical summaries, over synthetic logs with
+statistics, skipped steps, non-finite values, schema 1, torn and damaged lines."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fpexplorer.gui.training.synthetic import synthetic_records
+from fpexplorer.training import records as records_module
+from fpexplorer.training import runlog as runlog_module
+from fpexplorer.training.records import (
+    EndRecord,
+    StepRecord,
+    decode_record,
+    encode_line,
+)
+from fpexplorer.training.runlog import RecordStream, RunWriter
+from fpexplorer.training.summary import format_summary, summarize_file
+
+DATA = Path(__file__).parent / "data"
+
+
+class _NoFastPath:
+    def decode(self, raw: dict[str, Any]) -> None:
+        return None
+
+
+def _write_synthetic(path: Path) -> None:
+    with RunWriter(path) as writer:
+        for record in synthetic_records(700, stats_every=10, overflow_every=37, quant="mxfp4"):
+            writer.write(record)
+
+
+# Damaged, odd and non-finite lines, appended to a synthetic log's steps.
+ODD_LINES = [
+    '{"type":"step","step":1000,"loss":"NaN","scale":"Infinity","grad_norm":"-Infinity"}',
+    '{"type":"step","step":1001,"loss":1,"scale":65536,"growth_tracker":2.0,"skipped":1}',
+    '{"type":"step","step":1002,"loss":0.5,"grad_amax":null,"hysteresis":null,"stats":null}',
+    '{"type":"step","step":1003,"loss":0.5,"grad_amax":"Infinity","hysteresis":2,"x":[1]}',
+    '{"type":"step","step":1004,"loss":"oops"}',
+    '{"type":"step","step":1005}',
+    '{"type":"step","loss":0.5}',
+    '{"type":"step","step":1.5,"loss":0.5}',
+    '{"type":"step","step":true,"loss":0.5}',
+    '{"type":"step","step":1006,"loss":0.5,"skipped":2}',
+    '{"type":"step","step":1007,"loss":0.5,"lr":null}',
+    '{"type":"step","step":1008,"loss":0.5,"lr":"nan"}',
+    '{"type":"step","step":1009,"loss":0.5,"grad_amax":true}',
+    '{"type":"step","step":1010,"loss":0.5,"ranks":{"losses":[1.0,"NaN"]}}',
+    '{"type":"step","step":1011,"loss":0.5,"ranks":{"losses":"bad"}}',
+    '{"type":"step","step":1012,"loss":0.5,"stats":{"grad_hist":{"lo":-3,"counts":[1]}}}',
+    '  {"type":"step","step":1013,"loss":0.25}  \r',
+    '{"type":"step","step":1014,"loss":0.25} x',
+    'print output {"type":"step","step":1015,"loss":0.25}',
+    '{"type":"step","step":1016,"loss":0.25,"loss":0.5}',
+    '{"type":"step","step":1017,"loss":1e400}',
+    '{"type":"step","step":1018,"loss":NaN}',
+    '{"type":"step","step":1019,"loss":0.5,"time":"\\ud800"}',
+    "[1, 2]",
+    '{"type":"mystery","step":1}',
+    '{"step":1020,"loss":0.5}',
+    "",
+    "   ",
+    '{"type":"step","step":1021,"loss":0.5,"skipped":false,"lr":0.001}',
+]
+
+
+def _damaged_log(path: Path, *, torn: bool) -> None:
+    _write_synthetic(path)
+    lines = path.read_bytes().splitlines()
+    end = lines.pop()  # the end record goes last again, after the odd lines
+    body = b"\n".join([*lines, *(line.encode() for line in ODD_LINES), b"\xff\xfe{bad utf-8"])
+    tail = b'\n{"type":"step","step":20' if torn else b"\n" + end + b"\n"
+    path.write_bytes(body + tail)
+
+
+def _read(path: Path, chunk: int = 4096) -> tuple[list[str], list[str], list[list[int]]]:
+    """repr of every record (types visible: 1 vs 1.0), the problems, the offsets."""
+    stream = RecordStream()
+    found: list[str] = []
+    offsets: list[list[int]] = []
+    data = path.read_bytes()
+    for start in range(0, len(data), chunk):
+        found += [repr(record) for record in stream.feed(data[start : start + chunk])]
+        offsets.append(list(stream.offsets))
+    found += [repr(record) for record in stream.finish()]
+    offsets.append(list(stream.offsets))
+    return found, stream.problems, offsets
+
+
+def _summary_texts(path: Path) -> tuple[str, str]:
+    summary = summarize_file(path)
+    as_json = runlog_module.encode_json_line(dataclasses.asdict(summary))
+    return format_summary(summary), as_json
+
+
+def _logs(folder: Path) -> list[Path]:
+    synthetic = folder / "synthetic.jsonl"
+    _write_synthetic(synthetic)
+    damaged, torn = folder / "damaged.jsonl", folder / "torn.jsonl"
+    _damaged_log(damaged, torn=False)
+    _damaged_log(torn, torn=True)
+    return [synthetic, damaged, torn, *sorted(DATA.glob("schema1-*.jsonl"))]
+
+
+def test_fast_paths_read_what_the_generic_reader_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logs = _logs(tmp_path)
+    fast = {path: (_read(path), _summary_texts(path)) for path in logs}
+    monkeypatch.setattr(records_module, "_flat_decoder", lambda cls: _NoFastPath())
+    monkeypatch.setattr(runlog_module, "_loads", json.loads)
+    for path in logs:
+        generic = (_read(path), _summary_texts(path))
+        assert fast[path][0] == generic[0], path.name
+        assert fast[path][1] == generic[1], path.name  # byte-identical summaries
+    # The logs do hold what the comparison is about.
+    synthetic_records_read, _, _ = fast[logs[0]][0]
+    assert sum("stats=StepStats" in text for text in synthetic_records_read) >= 70
+    assert sum("skipped=True" in text for text in synthetic_records_read) >= 10
+    damaged_records, damaged_problems, _ = fast[logs[1]][0]
+    assert len(damaged_problems) >= 10
+    assert any("loss=nan, scale=inf" in text for text in damaged_records)
+    assert "torn last line" in fast[logs[2]][0][1][-1]
+
+
+def test_the_flat_decoder_is_used_and_equals_the_codec_line_by_line(tmp_path: Path) -> None:
+    """Line by line (no stream): the fast decoder gives what `from_json` gives, and the
+    same error message when it refuses; and it does serve the plain step lines."""
+    path = tmp_path / "synthetic.jsonl"
+    _write_synthetic(path)
+    lines = [line for line in path.read_text().splitlines()] + ODD_LINES
+    served = 0
+    flat = records_module._flat_decoder(StepRecord)
+    for line in lines:
+        try:
+            raw = json.loads(line)
+        except ValueError:
+            continue
+        if not (isinstance(raw, dict) and raw.get("type") == "step"):
+            continue
+        outcome_fast: tuple[str, str]
+        try:
+            outcome_fast = ("record", repr(decode_record(raw)))
+        except ValueError as error:
+            outcome_fast = ("error", str(error))
+        try:
+            outcome_generic = ("record", repr(StepRecord.from_json(raw)))
+        except (TypeError, ValueError, AttributeError) as error:
+            outcome_generic = ("error", f"malformed step record: {error}")
+        assert outcome_fast == outcome_generic, line
+        try:
+            served += flat.decode(raw) is not None
+        except ValueError:
+            pass
+    assert served >= 600  # the plain steps went the fast way
+
+
+def test_the_flat_decoder_follows_the_dataclass() -> None:
+    """Derived from the fields: every scalar field of StepRecord is read, the nested ones
+    (`stats`, `ranks`) are left to the codec; EndRecord's tuple of ranks likewise."""
+    flat = records_module._FlatDecoder(StepRecord)
+    names = {name for _key, name, _type, _decode, _required in flat.fields}
+    scalars = {f.name for f in dataclasses.fields(StepRecord) if f.name not in ("stats", "ranks")}
+    assert names == scalars
+    assert set(flat.nested_keys) == {"stats", "ranks"}
+    assert records_module._FlatDecoder(EndRecord).nested_keys == ["ranks"]
+
+
+def test_fast_json_reader_is_json_loads(tmp_path: Path) -> None:
+    """`runlog._loads` returns json.loads' value, or raises an error of the same type."""
+    samples = [line.encode("utf-8", "surrogatepass") for line in ODD_LINES] + [
+        b'{"a":1}\n',
+        b'{"a":1}\x0b',
+        b'{"a":1}\t\r\n ',
+        b"{\x00\x00\x00",
+        b'{"a":"\xff"}',
+        b'{"a":"\xed\xa0\x80"}',  # a lone surrogate, as surrogatepass reads it
+        b"\xef\xbb\xbf{}",
+        b'{"a":1}{"b":2}',
+        b"{",
+        b"{}",
+    ]
+    for sample in samples:
+        try:
+            expected: Any = ("value", json.loads(sample))
+        except ValueError as error:
+            expected = ("error", type(error))
+        try:
+            got: Any = ("value", runlog_module._loads(sample))
+        except ValueError as error:
+            got = ("error", type(error))
+        if expected[0] == "value":
+            assert got[0] == "value"
+            assert json.dumps(got[1]) == json.dumps(expected[1]), sample
+        else:
+            assert got == expected, sample
+
+
+def test_non_finite_and_integral_values_keep_the_field_types() -> None:
+    record = decode_record(json.loads(ODD_LINES[1]))
+    assert isinstance(record, StepRecord)
+    assert type(record.loss) is float and type(record.scale) is float
+    assert type(record.growth_tracker) is int and record.skipped is True
+    record = decode_record(json.loads(ODD_LINES[0]))
+    assert isinstance(record, StepRecord)
+    assert math.isnan(record.loss) and record.scale == math.inf
+    assert record.grad_norm == -math.inf
+    assert encode_line(record).startswith('{"type":"step","step":1000,"loss":"NaN"')
