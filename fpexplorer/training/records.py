@@ -552,6 +552,10 @@ class StepRecord(_Codable):
     # scale backs off (DeepSpeed's and Megatron's policies; None for torch's GradScaler).
     hysteresis: int | None = None
     ranks: RankStep | None = None  # merged log: the ranks' figures (exchange steps only)
+    # AmpMonitor watching several optimizers (a GAN's two, one per parameter group): what
+    # each did, in the order given: "stepped", "skipped" (the scaler found inf/NaN in its
+    # gradients), "idle" (not stepped). None with one optimizer (`skipped` says it all).
+    optimizer_outcomes: tuple[str, ...] | None = None
 
     @property
     def has_stats(self) -> bool:

@@ -34,6 +34,13 @@ steps, since any forward hook sends every module call through PyTorch's slower p
   skips; a fused one (`AdamW(fused=True)`) is always called and skips inside its kernel,
   so the hook keeps the `found_inf` tensor GradScaler hands it and reads it with the step's
   one host copy. The pre-hook also keeps the old weights for the lost-update statistic.
+  Several optimizers (`AmpMonitor(model, [opt_g, opt_d], scaler)`): one pre-hook each.
+  GradScaler decides per optimizer (each has its own found-inf flags; `update()` backs off
+  when any has one), so the record's `skipped` means the scaler skipped any of them and
+  `optimizer_outcomes` says which ("stepped", "skipped", "idle": not stepped this step, as
+  a GAN's generator between its steps); each optimizer keeps its own parameters' old
+  weights, and its gradients as they were, when it steps; the lost updates count the
+  parameters of those that stepped.
 
 A compiled model (`torch.compile(model)`, `model.compile()`, a compiled submodule, or a
 compiled function that calls the model) gets no hook inside its graph: a hook there would
@@ -83,6 +90,7 @@ from typing import IO, Any, NamedTuple
 
 import torch
 from torch import nn
+from torch.amp.grad_scaler import OptState
 from torch.utils.hooks import RemovableHandle
 
 from fpexplorer import __version__
@@ -135,6 +143,8 @@ class _CheapSignals(NamedTuple):
     growth_tracker: float
     found_inf: float  # > 0: the scaler found inf/NaN (a fused optimizer skipped inside)
     grad_amax: float | None = None  # max |gradient| after unscaling (loss-scaled runs)
+    # Several optimizers under a GradScaler: its inf/NaN flag for each (0: none found).
+    found_by_optimizer: tuple[float, ...] | None = None
 
 
 _NARROW_DTYPES = (torch.float16, torch.bfloat16)
@@ -151,6 +161,56 @@ def _grad_norm_dtype(dtypes: set[torch.dtype]) -> torch.dtype | str | None:
     if dtypes <= {torch.float16, torch.bfloat16, torch.float32}:
         return torch.float32
     return _PER_TENSOR
+
+
+def _watched_optimizers(
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+) -> tuple[torch.optim.Optimizer, ...]:
+    """The optimizers AmpMonitor watches: one, or a non-empty sequence of distinct ones.
+    Raises TypeError for anything else (a model passed in the optimizer's place, None)."""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return (optimizer,)
+    if isinstance(optimizer, Sequence) and not isinstance(optimizer, str):
+        optimizers = tuple(optimizer)
+        strangers = [o for o in optimizers if not isinstance(o, torch.optim.Optimizer)]
+        if optimizers and not strangers and len({id(o) for o in optimizers}) == len(optimizers):
+            return optimizers
+        if not optimizers:
+            raise TypeError("AmpMonitor's optimizer: an empty sequence (give one or more)")
+        if not strangers:
+            raise TypeError("AmpMonitor's optimizer: the same optimizer is listed twice")
+        kind = type(strangers[0]).__name__
+        raise TypeError(f"AmpMonitor's optimizer: a sequence holding a {kind}, not only "
+                        "torch.optim.Optimizer objects")  # fmt: skip
+    raise TypeError(
+        "AmpMonitor's optimizer is a torch.optim.Optimizer or a sequence of them, not "
+        f"{'None' if optimizer is None else 'a ' + type(optimizer).__name__}"
+    )
+
+
+class _WatchedParams:
+    """Several optimizers: the parameters of all of them, once each, in the optimizers'
+    order (the lost-update check's layout for the run), and the positions of each one's."""
+
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], sharded: bool) -> None:
+        params: list[torch.Tensor] = []
+        index: dict[int, int] = {}
+        positions: list[tuple[int, ...]] = []
+        for optimizer in optimizers:
+            mine: list[int] = []
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    position = index.setdefault(id(param), len(params))
+                    if position == len(params):
+                        params.append(param)
+                    mine.append(position)
+            positions.append(tuple(mine))
+        self.params = tuple(params)
+        self.positions = tuple(positions)
+        self.sharded = sharded
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [local_tensor(p) for p in self.params] if self.sharded else list(self.params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +241,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
     Args:
         model: the module being trained (its leaf modules become the "layers").
-        optimizer: the optimizer whose steps are watched.
+        optimizer: the optimizer whose steps are watched, or a sequence of them (a GAN's
+            generator and discriminator optimizers, one per model or parameter group, as in
+            PyTorch's AMP examples with one GradScaler). With several, a step is `skipped`
+            when the scaler skipped any of them, the record's `optimizer_outcomes` says what
+            each did, and `lr` is the first one's.
         scaler: a `torch.amp.GradScaler` (enabled or not), any object with `get_scale()`,
             or None (scale 1).
         out: the run-log path (or pass `writer=`). Under an initialised torch.distributed
@@ -211,7 +275,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def __init__(
         self,
         model: nn.Module,
-        optimizer: torch.optim.Optimizer,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
         scaler: Any = None,
         *,
         out: str | os.PathLike[str] | None = None,
@@ -228,6 +292,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     ) -> None:
         if not isinstance(check_reduction, bool):  # "no" or 0 would read as on, or off
             raise TypeError(f"check_reduction is True or False, not {check_reduction!r}")
+        optimizers = _watched_optimizers(optimizer)
         wrapped, model = model, watched_module(model)
         ranks = RankContext.current() if writer is None else None
         if ranks is not None and stats_every is None:
@@ -244,7 +309,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 replicas = 1 if is_sharded(model) else ranks.world_size
                 writer = RankLogs(out, ranks, stats_every=stats_every or 0, replicas=replicas)
         self.model = model
-        self.optimizer = optimizer
+        self.optimizers = optimizers
+        self.optimizer = optimizers[0]  # the one whose lr the records give
         self.scaler = scaler
         self.writer = writer
         self.format_shares = format_shares
@@ -273,6 +339,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._model_hooks_eager = getattr(model, "_compiled_call_impl", None) is None
         self._traced = False
         self._sharded = is_sharded(model)
+        self._multi = _WatchedParams(optimizers, self._sharded) if len(optimizers) > 1 else None
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
         # of a small model has few microseconds to spare): the scaler's kind, the device.
         self._scaling = self._scaler_enabled()
@@ -304,14 +371,23 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
-        self._optimizer_calls = 0  # optimizer steps since the last step(): one, or a warning
-        # The lr the optimizer stepped with (read as it steps: a scheduler stepped before
-        # step() has already moved it on); the current one when it did not step.
+        # Steps of each optimizer since the last step() (by position in `optimizers`): one
+        # at most each, or a warning (two optimizers stepping once each is one step).
+        self._optimizer_calls = [0] * len(optimizers)
+        self._optimizer_position = {id(opt): index for index, opt in enumerate(optimizers)}
+        # The lr the first optimizer stepped with (read as it steps: a scheduler stepped
+        # before step() has already moved it on); the current one when it did not step.
         self._lr_used: Any = None
-        self._lr_next: Any = optimizer.param_groups[0]["lr"]
-        # The first gradient and its version at the last step(): unchanged, with no optimizer
-        # step in between, means step() was called again for the same training step.
-        self._last_grad: tuple[weakref.ref[torch.Tensor], int] | None = None
+        self._lr_next: Any = self.optimizer.param_groups[0]["lr"]
+        # The first gradient (and, with several optimizers, each one's first) and its
+        # version at the last step(): unchanged, with no optimizer step in between, means
+        # step() was called again for the same training step.
+        self._last_grads: tuple[tuple[weakref.ref[torch.Tensor], int], ...] = ()
+        # Several optimizers under a GradScaler: its per-optimizer records of this step (the
+        # dict that `update()` replaces, kept here so it is still readable after it).
+        self._scaler_states: Mapping[int, Any] | None = self._scaler_optimizer_states()
+        # Several optimizers: the scaler's flag each one was called with (a fused one).
+        self._found_when_called: list[torch.Tensor | None] = [None] * len(optimizers)
         self._last_record: StepRecord | None = None
         self._warned: set[str] = set()
         self._found_inf: torch.Tensor | None = None
@@ -349,9 +425,20 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return layers
 
     def _install_hooks(self) -> None:
-        """The optimizer hook, for the whole run (it tells a skipped step). One pre-hook
-        only: each hook costs a Python call on every step."""
-        self._handles.append(self.optimizer.register_step_pre_hook(self._on_optimizer_step_start))
+        """The optimizer hooks, for the whole run (they tell a skipped step): one pre-hook
+        per watched optimizer, nothing else (each hook costs a Python call on every step)."""
+        for optimizer in self.optimizers:
+            self._handles.append(optimizer.register_step_pre_hook(self._on_optimizer_step_start))
+
+    def _scaler_optimizer_states(self) -> Mapping[int, Any] | None:
+        """With several optimizers, the enabled GradScaler's per-optimizer records of the
+        coming step (keyed by `id(optimizer)`: the stage and `found_inf_per_device` of each
+        optimizer it unscaled); None otherwise. `update()` replaces the dict with a fresh one,
+        so the one held from the last step() still has this step's records after it."""
+        if len(self.optimizers) == 1 or self._grad_scaler is None:
+            return None
+        states = getattr(self._grad_scaler, "_per_optimizer_states", None)
+        return states if isinstance(states, Mapping) else None
 
     def _check_reduction(self, model: nn.Module) -> PreReductionCheck | None:
         """Put the pre-communication check into a DDP/FSDP2 model whose ranks exchange
@@ -578,14 +665,27 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
     def _on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
-        self._optimizer_calls += 1
-        self._lr_used = optimizer.param_groups[0]["lr"]
-        self._found_inf = self._scaler_found_inf(optimizer, kwargs)
+        position = self._optimizer_position.get(id(optimizer), 0)
+        self._optimizer_calls[position] += 1
+        if position == 0:
+            self._lr_used = optimizer.param_groups[0]["lr"]
+        if self._multi is None:
+            self._found_inf = self._scaler_found_inf(optimizer, kwargs)
+        else:  # read now: update() adds the others' flags into the first one's tensor
+            self._found_when_called[position] = self._scaler_found_inf(optimizer, kwargs)
         if not self._collecting:
             return
         # The weights before the update, all of them or a fixed sample of 2**20: never a
-        # parameter-sized copy on a large model.
-        self._updates.keep(self._params_with_grads())
+        # parameter-sized copy on a large model. With several optimizers, each keeps its
+        # own parameters' as it steps (the others may be updated before or after it).
+        if self._multi is None:
+            self._updates.keep(self._params_with_grads())
+        else:
+            tensors, positions = self._multi.tensors(), self._multi.positions[position]
+            grads = [self._multi.params[i].grad for i in positions]
+            self._updates.keep_part(tensors, positions, [
+                None if g is None else _strided([local_tensor(g)])[0] for g in grads
+            ])  # fmt: skip
 
     def _scaler_found_inf(self, optimizer: Any, kwargs: Any) -> torch.Tensor | None:
         """The scaler's found-inf flag for this step, when the optimizer is called anyway:
@@ -644,13 +744,19 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         repeated = self._repeated_call(grads)
         if repeated is not None:
             return repeated
-        if self._optimizer_calls > 1:
+        calls = self._optimizer_calls
+        most = max(calls)
+        if most > 1:
+            which = "" if len(calls) == 1 else f" (optimizer {calls.index(most)} of {len(calls)})"
             self._warn_once(
                 "sparse",
-                f"AmpMonitor.step() saw {self._optimizer_calls} optimizer steps since its "
-                "last call: call it after every optimizer step (its record describes them "
-                "together: activation statistics summed, a skip before the last one missed)",
+                f"AmpMonitor.step() saw {most} optimizer steps{which} since its last call: "
+                "call it after every training step's optimizer steps (its record describes "
+                "them together: activation statistics summed, a skip before the last one "
+                "missed)",
             )
+        if self._multi is not None:
+            self._found_inf = self._found_by_optimizer()
         if any(g.layout is not torch.strided for g in grads):
             grads = _strided(grads)
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
@@ -678,17 +784,26 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 grad_norm=host.scalar("grad_norm"),
                 scale_after=host.scalar("scale_after"),
                 growth_tracker=host.scalar("growth_tracker"),
-                found_inf=host.scalar("found_inf"),
+                found_inf=float(host["found_inf"].sum()),
                 grad_amax=host.scalar("grad_amax") if scaled else None,
-            )
+                found_by_optimizer=(
+                    tuple(float(v) for v in host["found_inf"]) if self._multi is not None
+                    and self._found_inf is not None else None
+                ),
+            )  # fmt: skip
         else:
             signals = self._cheap_signals(loss, grads, amax=scaled)
         now = time.perf_counter()
         durations = self._recent_durations
         durations.append(now - self._last_step_time)
-        loss_value, grad_norm, scale_after, growth_tracker, found_inf, grad_amax = signals
+        loss_value, grad_norm, scale_after, growth_tracker, found_inf, grad_amax, found_by = signals
+        outcomes = self._outcomes(found_by) if self._multi is not None else None
         skipped = not self._optimizer_stepped or found_inf > 0
-        if not self._optimizer_stepped and not self._scaling:
+        if not self._optimizer_stepped and (
+            not self._scaling if outcomes is None
+            # Several: a GradScaler says which it skipped; another scaler cannot.
+            else "skipped" not in outcomes and (found_by is not None or not self._scaling)
+        ):  # fmt: skip
             # No scaler skipped it: step() came before optimizer.step(), or between the
             # micro-batches of an accumulated step, or the loop skipped it on its own.
             self._warn_once(
@@ -719,13 +834,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             scale=self._scale_used,
             skipped=skipped,
             growth_tracker=int(growth_tracker),
-            lr=float(self._lr_used if self._optimizer_stepped else self._lr_next),
+            lr=float(self._lr_used if self._optimizer_calls[0] else self._lr_next),
             grad_norm=grad_norm,
             steps_per_s=len(durations) / max(sum(durations), 1e-9),
             time=now - self._started,
             stats=stats,
             grad_amax=grad_amax,
             hysteresis=_hysteresis(self.scaler) if self._has_hysteresis else None,
+            optimizer_outcomes=outcomes,
         )
         self._write(record)
         if self._reduction_check is not None:  # read by the exchange in _write
@@ -741,9 +857,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._backward_ran = False
             self._updates.forget()
         self._optimizer_stepped = False
-        self._optimizer_calls = 0
+        self._optimizer_calls = [0] * len(calls)
         self._lr_next = self.optimizer.param_groups[0]["lr"]
-        self._last_grad = (weakref.ref(grads[0]), grads[0]._version) if grads else None
+        self._last_grads = tuple((weakref.ref(g), g._version) for g in self._first_grads(grads))
+        if self._multi is not None:
+            self._scaler_states = self._scaler_optimizer_states()
+            self._found_when_called = [None] * len(calls)
         self._last_record = record
         self._found_inf = None
         # The cadence is charged from the end of one step() to the end of the next: this
@@ -764,10 +883,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         same gradients, untouched (a backward, `zero_grad` or the scaler's unscaling would
         have changed their version). Such a call would be recorded as a skipped step that
         never happened: it is left out, with one warning."""
-        last = self._last_grad
-        if self._optimizer_stepped or last is None or not grads or self._last_record is None:
+        last = self._last_grads
+        if self._optimizer_stepped or not last or not grads or self._last_record is None:
             return None
-        if last[0]() is not grads[0] or grads[0]._version != last[1]:
+        now = self._first_grads(grads)
+        if len(now) != len(last) or any(
+            then() is not grad or version != grad._version
+            for (then, version), grad in zip(last, now, strict=True)
+        ):
             return None
         self._warn_once(
             "repeated",
@@ -776,6 +899,58 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             stacklevel=4,
         )
         return self._last_record
+
+    def _first_grads(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The gradients whose versions tell a repeated step() call: the model's first, and
+        with several optimizers each one's first (a GAN's discriminator may get a backward
+        and its skip while the generator's gradients stay as they were)."""
+        firsts = grads[:1]
+        if self._multi is not None:
+            tensors = self._multi.params
+            for positions in self._multi.positions:
+                grad = next((g for i in positions if (g := tensors[i].grad) is not None), None)
+                if grad is not None:
+                    firsts.append(local_tensor(grad) if self._sharded else grad)
+        return firsts
+
+    def _found_by_optimizer(self) -> torch.Tensor | None:
+        """Several optimizers under a GradScaler: whether it skipped each (a 1-D tensor on
+        the device, > 0: skipped); None without a GradScaler. One that was called has the
+        flag GradScaler handed it (a fused one skips inside; a plain one is called only
+        when none was found); one that was not was skipped when GradScaler's step() saw it
+        (its record's stage is STEPPED: `_maybe_opt_step` leaves out only an optimizer with
+        inf/NaN gradients). The records' flags are not read after update(): it adds all of
+        them into the first one's tensor, in place."""
+        held = self._scaler_states
+        if held is None:
+            return None
+        current = self._scaler_optimizer_states()
+        keys = [id(optimizer) for optimizer in self.optimizers]
+        # step() called before update(): this step's records are still the scaler's own.
+        if current is not None and current is not held and any(k in current for k in keys):
+            held = current
+        flags: list[torch.Tensor | float] = []
+        for position, key in enumerate(keys):
+            if self._optimizer_calls[position]:
+                found = self._found_when_called[position]
+                flags.append(0.0 if found is None else found.to(self.device, torch.float64))
+            else:
+                state = held.get(key)  # .get: the scaler's defaultdict gains no entry
+                flags.append(1.0 if state and state.get("stage") is OptState.STEPPED else 0.0)
+        if all(isinstance(flag, float) for flag in flags):
+            return torch.tensor(flags, dtype=torch.float64, device=self.device)
+        return torch.stack([torch.as_tensor(flag, dtype=torch.float64, device=self.device)
+                            for flag in flags])  # fmt: skip
+
+    def _outcomes(self, found_by: tuple[float, ...] | None) -> tuple[str, ...]:
+        """What each watched optimizer did this step: "skipped" (the scaler found inf/NaN
+        in its gradients: a plain optimizer was not called, a fused one skipped inside its
+        kernel), "stepped", or "idle" (not stepped, and no scaler skip recorded for it)."""
+        return tuple(
+            "skipped" if found_by is not None and found_by[index] > 0
+            else "stepped" if calls else "idle"
+            for index, calls in enumerate(self._optimizer_calls)
+        )  # fmt: skip
 
     def _warn_once(self, kind: str, message: str, *, stacklevel: int = 3) -> None:
         """One RuntimeWarning of each kind per monitor; the default stacklevel points at
@@ -818,7 +993,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             else:
                 scale_after = scaler[0].item()
                 tracker = scaler[1].item() if scaler[1] is not None else 0.0
-            found_value = found.item() if found is not None else 0.0
+            found_values = found.reshape(-1).tolist() if found is not None else [0.0]
         else:
             # One host copy for all of them: each item() would be a device sync.
             device = self.device
@@ -831,7 +1006,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if scaler:
                 queued += [scaler[0], *(() if scaler[1] is None else (scaler[1],))]
             if found is not None:
-                queued.append(found)
+                queued += found.reshape(-1).unbind()
             host = torch.stack(
                 [t.reshape(()).to(device=device, dtype=torch.float64) for t in queued]
             ).tolist()
@@ -840,11 +1015,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             norm_values, host = host[: len(norms)], host[len(norms) :]
             scale_after = host.pop(0) if scaler else self._current_scale_host()
             tracker = host.pop(0) if scaler and scaler[1] is not None else 0.0
-            found_value = host.pop(0) if found is not None else 0.0
+            found_values = host if found is not None else [0.0]
         grad_norm = math.hypot(*norm_values)  # scaled: no overflow of the squares
         if not math.isfinite(grad_norm) and any(map(math.isnan, norm_values)):
             grad_norm = math.nan  # hypot says inf when an inf is among NaNs; the norm, NaN
-        return _CheapSignals(loss_value, grad_norm, scale_after, tracker, found_value, grad_amax)
+        found_by = tuple(found_values) if self._multi is not None and found is not None else None
+        return _CheapSignals(loss_value, grad_norm, scale_after, tracker, sum(found_values),
+                             grad_amax, found_by)  # fmt: skip
 
     def _scaler_tensors(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """The enabled GradScaler's scale and growth-tracker tensors (read without a sync
@@ -872,7 +1049,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
         if groups and full:
-            lost = self._lost_updates([g for _, g in param_grads])
+            lost = (
+                self._lost_updates([g for _, g in param_grads]) if self._multi is None
+                else self._lost_updates_of_optimizers(pack)
+            )  # fmt: skip
             if lost is not None:
                 pack.add("lost_updates", lost)
                 lost_kind = "actual" if self._params_dtype() == torch.float16 else (
@@ -994,6 +1174,19 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         a step the scaler skipped inside a fused optimizer is dropped on decoding."""
         return self._updates.count(self._params_with_grads(), grads)
 
+    def _lost_updates_of_optimizers(self, pack: HostPack) -> torch.Tensor | None:
+        """`_lost_updates` with several optimizers: over the parameters of those that
+        stepped, each one's weights and gradients read as it stepped (`keep_part`); the
+        updates intended in all those parameters go in `pack` as "lost_intended" (the
+        model's other gradients may belong to an optimizer that did not step)."""
+        assert self._multi is not None
+        counts = self._updates.count_part(self._multi.tensors())
+        intended = self._updates.intended
+        if counts is None or intended is None:
+            return None
+        pack.add("lost_intended", intended)
+        return counts
+
     def _params_with_grads(self) -> list[torch.Tensor]:
         params: list[torch.Tensor] = [p for p in self._params if p.grad is not None]
         return [local_tensor(p) for p in params] if self._sharded else params
@@ -1003,7 +1196,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         when their number of tensors changes (the state appears at the first step)."""
         state_tensors = [
             value
-            for state in self.optimizer.state.values()
+            for optimizer in self.optimizers
+            for state in optimizer.state.values()
             for value in state.values()
             if isinstance(value, torch.Tensor)
         ]
