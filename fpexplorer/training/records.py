@@ -555,6 +555,7 @@ class StepRecord(_Codable):
     # AmpMonitor watching several optimizers (a GAN's two, one per parameter group): what
     # each did, in the order given: "stepped", "skipped" (the scaler found inf/NaN in its
     # gradients), "idle" (not stepped). None with one optimizer (`skipped` says it all).
+    # A merged log of several ranks carries rank 0's (`skipped` there is any rank's).
     optimizer_outcomes: tuple[str, ...] | None = None
 
     @property

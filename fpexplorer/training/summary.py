@@ -77,6 +77,9 @@ class RunSummary:
     # The precision with the options that change its numerics, "nvfp4 (no Hadamard)".
     precision_label: str = ""
     lost_update_steps: int = 0  # the statistics steps the lost-update share is a mean of
+    # A loop watched with several optimizers: the steps the scaler skipped each one (in
+    # the order given); () with one optimizer.
+    skipped_by_optimizer: tuple[int, ...] = ()
     # Every problem found: `problems` shows at most the reader's MAX_PROBLEMS lines.
     problem_count: int = 0
     # No end record and a torn last line: the job was killed while writing it (ignored).
@@ -138,6 +141,7 @@ class RunSummarizer:
         self.min_loss = math.inf
         self.nonfinite_losses = 0
         self.skipped = 0
+        self.skipped_by_optimizer: list[int] = []
         self.scale_min = math.inf
         self.scale_max = -math.inf
         self.scale_final = math.nan
@@ -203,6 +207,12 @@ class RunSummarizer:
         else:
             self.nonfinite_losses += 1
         self.skipped += step.skipped
+        outcomes = step.optimizer_outcomes
+        if outcomes is not None and step.skipped:
+            counts = self.skipped_by_optimizer
+            counts += [0] * (len(outcomes) - len(counts))
+            for position, outcome in enumerate(outcomes):
+                counts[position] += outcome == "skipped"
         self.scale_min = min(self.scale_min, step.scale)
         self.scale_max = max(self.scale_max, step.scale)
         self.scale_final = step.scale
@@ -301,6 +311,7 @@ class RunSummarizer:
             min_loss=self.min_loss if math.isfinite(self.min_loss) else math.nan,
             nonfinite_losses=self.nonfinite_losses,
             skipped_steps=self.skipped,
+            skipped_by_optimizer=tuple(self.skipped_by_optimizer),
             scale_min=self.scale_min if steps else math.nan,
             scale_max=self.scale_max if steps else math.nan,
             scale_final=self.scale_final,
@@ -449,6 +460,15 @@ def _loss_scaled(summary: RunSummary) -> bool:
     return not summary.scale_min == summary.scale_max == 1.0
 
 
+def _skipped_by_optimizer(summary: RunSummary) -> str:
+    """' (optimizer 0: 2, optimizer 1: 3)': the skips of each of several optimizers (a step
+    may skip more than one); '' with one optimizer."""
+    counts = summary.skipped_by_optimizer
+    if not counts:
+        return ""
+    return " (" + ", ".join(f"optimizer {i}: {n}" for i, n in enumerate(counts)) + ")"
+
+
 def _scale_range(summary: RunSummary) -> str:
     """'1024 .. 65536 (final 32768)'; 'none (no loss scaling)' for a run without a scaler
     (a constant "1 .. 1" read as a scale that never moved)."""
@@ -488,7 +508,8 @@ def format_summary(summary: RunSummary) -> str:
         f"   final {_finite_or(summary.final_loss, 'none finite')}"
         f"   min {_finite_or(summary.min_loss, 'none finite')}"
         f"   non-finite {summary.nonfinite_losses}",
-        f"scale      {_scale_range(summary)}   skipped steps {summary.skipped_steps}",
+        f"scale      {_scale_range(summary)}   skipped steps {summary.skipped_steps}"
+        + _skipped_by_optimizer(summary),
         f"act grads  {_act_zeros(summary)}   param grads zero {_share(summary.grad_zero_share)}",
     ]
     if summary.lost_update_share is not None:

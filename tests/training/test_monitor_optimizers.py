@@ -17,8 +17,10 @@ import torch
 from torch import nn
 
 from fpexplorer.training.monitor import AmpMonitor
+from fpexplorer.training.monitor.updates import UpdateSample, hoeffding_bound
 from fpexplorer.training.records import StepRecord
 from fpexplorer.training.runlog import load_run
+from fpexplorer.training.summary import format_summary, summarize_file
 
 
 def scaler_found_inf(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> float:
@@ -132,6 +134,10 @@ def test_the_amp_examples_two_optimizer_loop_records_each_skip(
     assert [step.optimizer_outcomes for step in run.steps] == [
         r.optimizer_outcomes for r in records
     ]
+    # `fpexplorer runs summarize` counts each optimizer's skips (step 5 skipped both).
+    summary = summarize_file(path)
+    assert summary.skipped_steps == 4 and summary.skipped_by_optimizer == (2, 3)
+    assert "skipped steps 4 (optimizer 0: 2, optimizer 1: 3)" in format_summary(summary)
 
 
 def fp16_lost_updates(
@@ -291,6 +297,9 @@ def test_one_optimizer_in_a_list_records_as_one_optimizer(tmp_path: Path) -> Non
     assert records["listed"] == records["alone"]
     assert [r["skipped"] for r in records["alone"]] == [False, True, False]
     assert not any("optimizer_outcomes" in r for r in records["alone"])
+    summary = summarize_file(tmp_path / "alone.jsonl")
+    assert summary.skipped_by_optimizer == ()
+    assert "skipped steps 1\n" in format_summary(summary) + "\n"
 
 
 @pytest.mark.parametrize(
@@ -320,3 +329,45 @@ def test_a_bad_optimizer_argument_is_refused_before_anything_is_written(
     with pytest.raises(TypeError, match=message):
         AmpMonitor(model, given, out=path)
     assert not path.exists()
+
+
+def test_lost_updates_of_two_optimizers_on_a_sampled_model(tmp_path: Path) -> None:
+    # More weights than LOST_UPDATE_SAMPLE: the old weights of both optimizers' parameters
+    # are a fixed random sample of their layout (the first's, then the second's), each
+    # optimizer's part gathered as it steps. The oracle counts the same sampled weights.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 8))
+    first = torch.optim.SGD(model[0].parameters(), lr=1e-3, foreach=False)
+    second = torch.optim.SGD(model[1].parameters(), lr=1e-3, foreach=False)
+    params = [*model[0].parameters(), *model[1].parameters()]
+    sample = UpdateSample(tuple(p.numel() for p in params), torch.device("cpu"))
+    assert sample.sampled
+    inputs = torch.randn(4, 1024)
+    with AmpMonitor(model, [first, second], out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for step in range(2):
+            first.zero_grad()
+            second.zero_grad()
+            loss = model(inputs).square().mean()
+            loss.backward()
+            old = [p.detach().clone() for p in params]
+            grads = [p.grad.clone() for p in params]
+            first.step()
+            if step == 0:
+                second.step()  # at step 1 the second is idle: its parameters are left out
+            record = monitor.step(loss)
+            counted = len(params) if step == 0 else 2
+            new = [p.detach().clone() for p in params]
+            flat = [
+                sample.gather([t.reshape(-1) for t in tensors])
+                for tensors in (old, new, [g if i < counted else torch.zeros_like(g)
+                                           for i, g in enumerate(grads)])
+            ]  # fmt: skip
+            in_sample, lost = fp16_lost_updates([flat[0]], [flat[1]], [flat[2]])
+            lost_updates = record.lost_updates
+            assert record.optimizer_outcomes == (("stepped", "stepped") if step == 0 else
+                                                 ("stepped", "idle"))  # fmt: skip
+            assert lost_updates is not None
+            assert lost_updates.sampled == in_sample
+            assert lost_updates.intended == sum(int(g.count_nonzero()) for g in grads[:counted])
+            assert lost_updates.share == pytest.approx(lost / in_sample, abs=0, rel=1e-12)
+            assert lost_updates.bound == pytest.approx(hoeffding_bound(in_sample))
