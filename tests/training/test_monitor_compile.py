@@ -18,7 +18,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
 from fpexplorer.training.monitor import AmpMonitor
-from fpexplorer.training.monitor.amp_monitor import COMPILED_MODEL
+from fpexplorer.training.monitor.amp_monitor import COMPILED_MODEL, COMPILED_MODEL_UNCHECKED
 from fpexplorer.training.summary import format_summary, format_table, summarize_file
 
 STEPS = 5
@@ -51,6 +51,7 @@ def run(
     frames_after_step: list[int] | None = None,
     counter: CompileCounterWithBackend | None = None,
     grad_binades: list[dict[int, int]] | None = None,
+    overflow_at: int | None = None,
 ) -> list[dict[str, Any]]:
     """A loop with a GradScaler (growing every 2 steps: the scale changes) and the monitor;
     `compile_model` gives (what the loop calls, what the monitor watches). `grad_binades`
@@ -60,7 +61,9 @@ def run(
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
     forward, watched = compile_model(model) if compile_model is not None else (model, model)
     with AmpMonitor(watched, optimizer, scaler, out=path, stats_every=stats_every) as monitor:
-        for inputs, target in batches():
+        for step, (inputs, target) in enumerate(batches()):
+            if step == overflow_at:  # finite, but the LayerNorm's variance overflows
+                inputs = inputs * 1e38
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 loss = nn.functional.cross_entropy(forward(inputs), target)
             optimizer.zero_grad()
@@ -118,7 +121,9 @@ def test_a_compiled_model_records_what_the_uncompiled_one_does_without_recompili
                 grad_binades=plain_binades)  # fmt: skip
     ours = run(tmp_path / "compiled.jsonl", compiled, autocast=autocast, stats_every=2,
                frames_after_step=frames, counter=counter, grad_binades=our_binades)  # fmt: skip
-    assert frames == [1] * STEPS  # one graph, compiled once: no recompile on any step
+    # Two graphs, each compiled once: step 0's, with the leaf outputs' checks, and step 1's,
+    # without them; no recompile after (hooks added and removed per statistics step would).
+    assert frames == [1, 2, 2, 2, 2]
     assert sum(counters["graph_break"].values()) == 0
     assert ours[0]["config"]["precision"] == plain[0]["config"]["precision"]
     assert ours[0]["model"] == plain[0]["model"]
@@ -151,6 +156,8 @@ def test_a_compiled_model_records_what_the_uncompiled_one_does_without_recompili
         # Inside the graph: not measured, and said so, not zeros.
         assert stats["activations_not_measured"] == COMPILED_MODEL
         assert "act_hist" not in stats and "act_zero_share" not in stats
+        # Checked inside the graph: whether each layer's output was finite (none was).
+        assert "first_nonfinite_forward" not in stats
         assert their_stats["act_hist"]["counts"]  # the uncompiled run has them
         assert "activations_not_measured" not in their_stats
     # What `fpexplorer runs summarize|compare` print: "not measured", never a zero share.
@@ -178,7 +185,32 @@ def test_a_compiled_function_calling_the_model_runs_without_recompiling(tmp_path
     assert records[-1]["status"] == "completed"
     with_stats = [record["stats"] for record in steps(records) if "stats" in record]
     assert len(with_stats) == 3  # steps 0, 2, 4
-    for stats in with_stats:
-        assert stats["activations_not_measured"] == COMPILED_MODEL
+    for stats in with_stats:  # its hooks are traced: no check of the outputs either
+        assert stats["activations_not_measured"] == COMPILED_MODEL_UNCHECKED
         assert "act_hist" not in stats
         assert stats["grad_hist"]["counts"]
+
+
+@pytest.mark.slow  # inductor compiles the model
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
+def test_a_compiled_models_forward_overflow_is_named_as_uncompiled(
+    tmp_path: Path, autocast: bool
+) -> None:
+    # The leaf outputs' extremes are taken inside the graph on statistics steps (one graph
+    # with the checks, one without: no recompile after both have run once).
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("inductor")
+    frames: list[int] = []
+
+    def compiled(model: nn.Module) -> tuple[Callable[..., torch.Tensor], nn.Module]:
+        wrapper = torch.compile(model, backend=counter, fullgraph=True)
+        return wrapper, wrapper
+
+    plain = run(tmp_path / "plain.jsonl", None, autocast=autocast, stats_every=2, overflow_at=2)
+    ours = run(tmp_path / "compiled.jsonl", compiled, autocast=autocast, stats_every=2,
+               frames_after_step=frames, counter=counter, overflow_at=2)  # fmt: skip
+    assert frames == [1, 2, 2, 2, 2]
+    named = [record["stats"].get("first_nonfinite_forward") for record in steps(ours)[::2]]
+    their_named = [record["stats"].get("first_nonfinite_forward") for record in steps(plain)[::2]]
+    assert named == their_named == [None, "2", None]
+    assert [record["skipped"] for record in steps(ours)] == [False, False, True, False, False]

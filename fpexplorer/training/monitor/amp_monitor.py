@@ -49,10 +49,13 @@ be traced into it, its host reads break the graph (or stop `fullgraph=True` with
 statistics step recompiles. What is outside the graph is measured as usual: the loss, the
 scale, skipped steps, the gradient norm and amax, the parameter gradients' statistics, the
 lost updates, and, for a `torch.compile(model)` wrapper (whose own hooks run eagerly), the
-autocast dtype and the bytes the compiled graph saves for backward. The activation
-statistics (activation-gradient histograms, per-layer activation figures, the first module
-with a non-finite output) are not measured: each statistics step says so in
-`StepStats.activations_not_measured` ("compiled model").
+autocast dtype and the bytes the compiled graph saves for backward. A wrapper's leaf outputs
+are also checked inside its graph (the first module with a non-finite output), by hooks
+that stay installed (see `_install_graph_checks`). The activation gradients (histograms,
+per-layer figures) are not measured: each statistics step says so in
+`StepStats.activations_not_measured` ("compiled model"; "compiled model; forward outputs not
+checked" where the leaf outputs are not checked either: `model.compile()`, a compiled
+submodule, a compiled function calling the model).
 
 A run log that cannot be written (disk full) never stops the training: the monitor warns
 once, stops logging and goes on returning records.
@@ -129,8 +132,10 @@ from fpexplorer.training.runlog import RunWriter
 
 _AUTOCAST_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
-# `StepStats.activations_not_measured` of a compiled model (see the module docstring).
+# `StepStats.activations_not_measured` of a compiled model (see the module docstring): its
+# activation gradients were not measured; nor, in the second case, its leaf outputs.
 COMPILED_MODEL = "compiled model"
+COMPILED_MODEL_UNCHECKED = "compiled model; forward outputs not checked"
 
 
 class _CheapSignals(NamedTuple):
@@ -338,6 +343,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._compiled = _is_compiled(model)
         self._model_hooks_eager = getattr(model, "_compiled_call_impl", None) is None
         self._traced = False
+        # A `torch.compile` wrapper's leaf outputs are checked inside its graph, by hooks
+        # installed once (see _install_graph_checks).
+        self._graph_checks = self._compiled and _compiled_original(model) is not None
         self._sharded = is_sharded(model)
         self._multi = _WatchedParams(optimizers, self._sharded) if len(optimizers) > 1 else None
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
@@ -399,6 +407,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # Quantized linears (fp8/MX/NVFP4) report their casts on statistics steps.
         self._quant = QuantCollector(model)
         self._install_hooks()
+        if self._graph_checks:
+            self._install_graph_checks()
         self._reduction_check = self._check_reduction(wrapped) if check_reduction else None
         if precision is not None:
             self._write_header()
@@ -429,6 +439,36 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         per watched optimizer, nothing else (each hook costs a Python call on every step)."""
         for optimizer in self.optimizers:
             self._handles.append(optimizer.register_step_pre_hook(self._on_optimizer_step_start))
+
+    def _install_graph_checks(self) -> None:
+        """Forward hooks on the leaf modules of a `torch.compile` wrapper, for the whole
+        run: dynamo traces them into the graph, where on a statistics step each adds its
+        output's extremes (two more graph outputs, tested at step() as on an accelerator)
+        and otherwise nothing. Dynamo specialises on `_collecting`: one graph with the checks
+        and one without, each compiled once (adding and removing the hooks per statistics
+        step would recompile each time). Activation gradients are not measured there: a
+        tensor hook inside the graph that keeps its gradient is a side effect dynamo refuses
+        under fullgraph=True."""
+        layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
+        for name, module in self.model.named_modules():
+            index = layer_index.get(_layer_name(self.model, name, module))
+            if index is not None and next(module.children(), None) is None:
+                self._handles.append(module.register_forward_hook(self._graph_check(index)))
+
+    def _graph_check(self, layer_index: int) -> Any:
+        def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
+            if not self._collecting or not torch.is_grad_enabled():
+                return
+            tensor = output if isinstance(output, torch.Tensor) else None
+            if tensor is None and isinstance(output, (tuple, list)):
+                tensor = next((t for t in output if isinstance(t, torch.Tensor)), None)
+            if tensor is None or not tensor.is_floating_point():
+                return
+            # The pass's list is new and empty at each forward (_on_model_forward_start,
+            # which runs eagerly before the graph): what dynamo guards on stays the same.
+            self._pass.checks.append((layer_index, torch.aminmax(tensor.detach().reshape(-1))))
+
+        return on_forward
 
     def _scaler_optimizer_states(self) -> Mapping[int, Any] | None:
         """With several optimizers, the enabled GradScaler's per-optimizer records of the
@@ -817,7 +857,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if plan is not None:
             stats = plan.decode(host, skipped=skipped)
             if not plan.activations:
-                stats = dataclasses.replace(stats, activations_not_measured=COMPILED_MODEL)
+                reason = COMPILED_MODEL if self._graph_checks else COMPILED_MODEL_UNCHECKED
+                stats = dataclasses.replace(stats, activations_not_measured=reason)
             if self._quant.active:
                 stats = dataclasses.replace(stats, quant=self._quant.take())
         elif alarm and grads:
@@ -1063,7 +1104,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),
-            forward_layers=tuple(layer for layer, _ in self._forward_checks) if activations
+            forward_layers=tuple(layer for layer, _ in self._forward_checks) if full
             else (),
             scale=self._scale_used,
             memory=self._memory(),
