@@ -423,6 +423,11 @@ class StepStats(_Codable):
     memory: Memory | None = None
     # Quantized linear layers (fp8 / MX / NVFP4 modes): one entry per layer and role.
     quant: tuple[QuantTensorStats, ...] = ()
+    # Why the activation statistics (act_hist, act_zero_share, the layers' activation
+    # figures, first_nonfinite_forward) were not measured on a step that should have them,
+    # e.g. "compiled model": None when they were, or when the step took parameter gradients
+    # only (a skip between statistics steps).
+    activations_not_measured: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

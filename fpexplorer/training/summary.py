@@ -84,6 +84,8 @@ class RunSummary:
     problem_count: int = 0
     # No end record and a torn last line: the job was killed while writing it (ignored).
     torn_last_line: bool = False
+    # Why statistics steps left the activation statistics out ("compiled model"), if any did.
+    activations_not_measured: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -145,6 +147,7 @@ class RunSummarizer:
         self.scale_final = math.nan
         self.act_zero = self.act_total = self.grad_zero = self.grad_total = 0
         self.act_dtypes: Counter[str] = Counter()
+        self.act_not_measured: str | None = None
         self.lost_sum = 0.0
         self.lost_count = 0
         self.lost_kind: str | None = None
@@ -217,6 +220,8 @@ class RunSummarizer:
         stats = step.stats
         if stats is None:
             return
+        if stats.activations_not_measured is not None:
+            self.act_not_measured = stats.activations_not_measured
         if stats.act_hist is not None:
             self.act_zero += stats.act_hist.zero
             self.act_total += stats.act_hist.total
@@ -312,6 +317,7 @@ class RunSummarizer:
             scale_final=self.scale_final,
             act_zero_share=self.act_zero / self.act_total if self.act_total else None,
             act_dtype=self.act_dtypes.most_common(1)[0][0] if self.act_dtypes else None,
+            activations_not_measured=self.act_not_measured,
             grad_zero_share=self.grad_zero / self.grad_total if self.grad_total else None,
             lost_update_share=self.lost_sum / self.lost_count if self.lost_count else None,
             lost_update_kind=self.lost_kind,
@@ -411,8 +417,11 @@ def _bytes(count: int) -> str:
 
 
 def _act_zeros(summary: RunSummary) -> str:
-    """'zero 86.5% (float16)'; 'not recorded' when no statistics step saw them."""
+    """'zero 86.5% (float16)'; 'not measured (compiled model)' when the statistics steps
+    said why they left them out; 'not recorded' when no statistics step saw them."""
     if summary.act_zero_share is None:
+        if summary.activations_not_measured is not None:
+            return f"not measured ({summary.activations_not_measured})"
         return "not recorded"
     return f"zero {_share(summary.act_zero_share)} ({summary.act_dtype or '?'})"
 
@@ -553,7 +562,9 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
                 (s.precision_label or s.precision).replace("|", "\\|"),
                 s.status,
                 f"{s.final_loss:.4g}" if s.steps else "-",
-                _share(s.act_zero_share),
+                _share(s.act_zero_share)
+                if s.act_zero_share is not None or s.activations_not_measured is None
+                else "not measured",
                 str(s.skipped_steps),
                 scale,
                 f"{s.steps_per_s:.1f}" if math.isfinite(s.steps_per_s) else "-",

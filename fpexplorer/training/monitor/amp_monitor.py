@@ -42,6 +42,18 @@ steps, since any forward hook sends every module call through PyTorch's slower p
   weights, and its gradients as they were, when it steps; the lost updates count the
   parameters of those that stepped.
 
+A compiled model (`torch.compile(model)`, `model.compile()`, a compiled submodule, or a
+compiled function that calls the model) gets no hook inside its graph: a hook there would
+be traced into it, its host reads break the graph (or stop `fullgraph=True` with dynamo's
+"Could not guard on data-dependent expression"), and adding and removing hooks per
+statistics step recompiles. What is outside the graph is measured as usual: the loss, the
+scale, skipped steps, the gradient norm and amax, the parameter gradients' statistics, the
+lost updates, and, for a `torch.compile(model)` wrapper (whose own hooks run eagerly), the
+autocast dtype and the bytes the compiled graph saves for backward. The activation
+statistics (activation-gradient histograms, per-layer activation figures, the first module
+with a non-finite output) are not measured: each statistics step says so in
+`StepStats.activations_not_measured` ("compiled model").
+
 A run log that cannot be written (disk full) never stops the training: the monitor warns
 once, stops logging and goes on returning records.
 
@@ -116,6 +128,9 @@ from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record,
 from fpexplorer.training.runlog import RunWriter
 
 _AUTOCAST_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+# `StepStats.activations_not_measured` of a compiled model (see the module docstring).
+COMPILED_MODEL = "compiled model"
 
 
 class _CheapSignals(NamedTuple):
@@ -315,6 +330,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         ]
         self._params = [param for _, param in self._param_layer]
         self._layer_names = tuple(layer.name for layer in self._layers)
+        # A compiled model: no hook inside its graph (see the module docstring). The model's
+        # own forward hooks run eagerly on a `torch.compile` wrapper, inside the graph under
+        # `model.compile()`. `_traced` is set by a hook that finds itself being traced (a
+        # compiled function calling the model): from then on the hooks stay as they are,
+        # since adding or removing one recompiles.
+        self._compiled = _is_compiled(model)
+        self._model_hooks_eager = getattr(model, "_compiled_call_impl", None) is None
+        self._traced = False
         self._sharded = is_sharded(model)
         self._multi = _WatchedParams(optimizers, self._sharded) if len(optimizers) > 1 else None
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
@@ -444,17 +467,22 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._collecting = collecting
         self._quant.arm(collecting)
         wanted = collecting or not self._header_written
+        if self._traced:  # traced into a compiled graph: any change would recompile it
+            return
         if wanted and not self._module_handles:
-            layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
             handles = self._module_handles
-            for name, module in self.model.named_modules():
-                index = layer_index.get(_layer_name(self.model, name, module))
-                if index is not None and next(module.children(), None) is None:
-                    handles.append(module.register_forward_hook(self._activation_hook(index)))
-            handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
-            handles.append(
-                self.model.register_forward_hook(self._on_model_forward_end, always_call=True)
-            )
+            if not self._compiled:
+                layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
+                for name, module in self.model.named_modules():
+                    index = layer_index.get(_layer_name(self.model, name, module))
+                    if index is not None and next(module.children(), None) is None:
+                        hook = self._activation_hook(index)
+                        handles.append(module.register_forward_hook(hook))
+            if self._model_hooks_eager:
+                handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
+                handles.append(
+                    self.model.register_forward_hook(self._on_model_forward_end, always_call=True)
+                )
         elif not wanted and self._module_handles:
             self._remove_module_hooks()
 
@@ -558,6 +586,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._backward_ran = True
 
         def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
+            if torch.compiler.is_compiling():  # first: nothing else read, nothing guarded
+                self._traced = True
+                return
             if not self._collecting or not torch.is_grad_enabled():
                 return
             tensor = output if isinstance(output, torch.Tensor) else None
@@ -597,6 +628,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return on_forward
 
     def _on_model_forward_start(self, module: nn.Module, inputs: Any) -> None:
+        if torch.compiler.is_compiling():  # a compiled function calls the model
+            self._traced = True
+            return
         device_type = self.device.type
         if torch.is_autocast_enabled(device_type):
             self._autocast_dtype = torch.get_autocast_dtype(device_type)
@@ -742,7 +776,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._forward_checks = [
                 check for forward_pass in self._used_passes() for check in forward_pass.checks
             ]
-            plan = self._queue_statistics(pack, norms, activations=True)
+            measured = not (self._compiled or self._traced)
+            plan = self._queue_statistics(pack, norms, activations=measured, full=True)
             host = pack.fetch()  # the one host sync of the step
             signals = _CheapSignals(
                 loss=host.scalar("loss"),
@@ -781,13 +816,17 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         stats: records.StepStats | None = None
         if plan is not None:
             stats = plan.decode(host, skipped=skipped)
+            if not plan.activations:
+                stats = dataclasses.replace(stats, activations_not_measured=COMPILED_MODEL)
             if self._quant.active:
                 stats = dataclasses.replace(stats, quant=self._quant.take())
         elif alarm and grads:
             # The step of a skip, an overflow or a NaN: its activation gradients are gone,
             # its parameter gradients are not (a second host copy, on such steps only).
             late = HostPack(self.device)
-            late_plan = self._queue_statistics(late, _tensor_norms(grads), activations=False)
+            late_plan = self._queue_statistics(
+                late, _tensor_norms(grads), activations=False, full=False
+            )
             stats = late_plan.decode(late.fetch(), skipped=skipped)
         record = StepRecord(
             step=self.step_index,
@@ -996,9 +1035,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return None
 
     def _queue_statistics(
-        self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool
+        self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool, full: bool
     ) -> StatsPlan:
-        """Queue every statistic as device tensors in `pack`; returns how to read them."""
+        """Queue every statistic as device tensors in `pack`; returns how to read them.
+        `full`: a statistics step (the lost updates too), not an alarm step's parameter
+        gradients; `activations`: with the activation statistics (not on a compiled model)."""
         param_grads = [
             (layer, _strided([local_tensor(p.grad)])[0])
             for layer, p in self._param_layer
@@ -1007,7 +1048,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         act_segments = self._act_segments if activations else []
         groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
-        if groups and activations:
+        if groups and full:
             lost = (
                 self._lost_updates([g for _, g in param_grads]) if self._multi is None
                 else self._lost_updates_of_optimizers(pack)
@@ -1221,6 +1262,16 @@ def _compiled_original(model: nn.Module) -> nn.Module | None:
     """The model inside `torch.compile`'s wrapper (held as `_orig_mod`), None for another."""
     original = getattr(model, "_orig_mod", None)
     return original if isinstance(original, nn.Module) else None
+
+
+def _is_compiled(model: nn.Module) -> bool:
+    """Whether any of the model's modules runs compiled: a `torch.compile` wrapper (the
+    model, or a submodule replaced by one) or a `module.compile()`d module."""
+    return any(
+        _compiled_original(module) is not None
+        or getattr(module, "_compiled_call_impl", None) is not None
+        for module in model.modules()
+    )
 
 
 def _layer_name(model: nn.Module, name: str, module: nn.Module) -> str:
