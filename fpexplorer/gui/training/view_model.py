@@ -377,7 +377,7 @@ def no_histogram_reason(model: RunModel | None, hist: Histogram | None) -> str:
         stats = model.latest_stats
         if stats is not None and stats.activations_not_measured is not None:
             # A compiled model: its activation gradients are inside the compiled graph.
-            return f"activation gradients not measured: {stats.activations_not_measured}"
+            return f"not measured: {stats.activations_not_measured}"
         if stats is not None:
             # A statistics step always has its parameter gradients' histogram: what is
             # missing is the activation gradients', which the statistics of a skipped or
