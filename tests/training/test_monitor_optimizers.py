@@ -417,3 +417,45 @@ def test_step_called_before_update_reads_this_steps_scaler_records(tmp_path: Pat
         ("stepped", "stepped"), ("stepped", "idle"), ("stepped", "stepped"),
         ("skipped", "idle"), ("stepped", "stepped"),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("optimizers", [1, 2])
+def test_the_accelerators_one_copy_path_reads_the_same_signals(
+    tmp_path: Path, optimizers: int
+) -> None:
+    # On an accelerator the cheap signals (each optimizer's skip flag among them) come back
+    # in one host copy, not item() by item(): the same loop read both ways, on this CPU.
+    records = {}
+    for one_copy in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+        first = torch.optim.SGD(model[0].parameters(), lr=0.1, foreach=False)
+        second = torch.optim.AdamW(model[1].parameters(), lr=0.01, fused=True)
+        watched = [first, second] if optimizers == 2 else [first]
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+        path = tmp_path / f"{one_copy}.jsonl"
+        inputs = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+        with AmpMonitor(model, watched, scaler, out=path, stats_every=0) as monitor:
+            monitor._on_cpu = not one_copy
+            for step in range(4):
+                for optimizer in watched:
+                    optimizer.zero_grad()
+                loss = model(inputs).square().mean()
+                scaler.scale(loss).backward()
+                if step in (1, 2):
+                    model[step - 1].weight.grad[0, 0] = math.inf
+                for optimizer in watched:
+                    scaler.step(optimizer)
+                scaler.update()
+                monitor.step(loss)
+        records[one_copy] = [
+            {k: v for k, v in step.to_json().items() if k not in ("time", "steps_per_s")}
+            for step in load_run(path).steps
+        ]
+    assert records[True] == records[False]
+    assert [r["skipped"] for r in records[True]] == [False, True, optimizers == 2, False]
+    if optimizers == 2:
+        assert [r["optimizer_outcomes"] for r in records[True]] == [
+            ["stepped", "stepped"], ["skipped", "stepped"], ["stepped", "skipped"],
+            ["stepped", "stepped"],
+        ]  # fmt: skip
