@@ -20,6 +20,8 @@ from fpexplorer.training.monitor import AmpMonitor
 from fpexplorer.training.monitor.updates import UpdateSample, hoeffding_bound
 from fpexplorer.training.records import StepRecord
 from fpexplorer.training.runlog import load_run
+from fpexplorer.training.scaler_rules import resolve_settings
+from fpexplorer.training.scalers import DeepSpeedGradScaler
 from fpexplorer.training.summary import format_summary, summarize_file
 
 
@@ -57,10 +59,21 @@ def optimizer_state_bytes(*optimizers: torch.optim.Optimizer) -> dict[str, int]:
     return total
 
 
-@pytest.mark.parametrize("second", ["plain", "fused"])
-@pytest.mark.parametrize("stats_every", [0, 1])
+def make_scaler(policy: str) -> torch.amp.GradScaler:
+    if policy == "torch":
+        return torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+    # DeepSpeed's policy (hysteresis 2: the first overflow skips the step, the scale stays).
+    settings = resolve_settings("deepspeed", init_scale=2.0**10, growth_interval=2)
+    return DeepSpeedGradScaler(settings, "cpu")
+
+
+@pytest.mark.parametrize(
+    ("second", "stats_every", "policy"),
+    [("plain", 0, "torch"), ("plain", 1, "torch"), ("fused", 0, "torch"), ("fused", 1, "torch"),
+     ("plain", 1, "deepspeed"), ("fused", 0, "deepspeed")],
+)  # fmt: skip
 def test_the_amp_examples_two_optimizer_loop_records_each_skip(
-    tmp_path: Path, second: str, stats_every: int
+    tmp_path: Path, second: str, stats_every: int, policy: str
 ) -> None:
     # "Working with Multiple Models, Losses, and Optimizers" (PyTorch AMP examples), in FP16
     # autocast on the CPU, tiny. An inf put into one model's gradient: GradScaler skips that
@@ -69,7 +82,7 @@ def test_the_amp_examples_two_optimizer_loop_records_each_skip(
     model0, model1 = nn.Linear(8, 4), nn.Linear(8, 4)
     optimizer0 = torch.optim.SGD(model0.parameters(), lr=0.1, foreach=False)
     optimizer1 = make_optimizer(second, model1, 0.01)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=2)
+    scaler = make_scaler(policy)
     inf_into = {1: model1, 3: model0, 4: model1, 5: model0}
     both_at = 5  # and model1 too
     generator = torch.Generator().manual_seed(1)
@@ -111,6 +124,7 @@ def test_the_amp_examples_two_optimizer_loop_records_each_skip(
                 "scale": scale_used,
                 "found": found,
                 "growth_tracker": int(scaler._growth_tracker.item()),
+                "hysteresis": getattr(scaler, "hysteresis_tracker", None),
                 "state_bytes": optimizer_state_bytes(optimizer0, optimizer1),
             })  # fmt: skip
             records.append(monitor.step(loss0))
@@ -123,6 +137,7 @@ def test_the_amp_examples_two_optimizer_loop_records_each_skip(
         assert record.skipped == any(flag > 0 for flag in expected["found"])
         assert record.scale == expected["scale"]
         assert record.growth_tracker == expected["growth_tracker"]
+        assert record.hysteresis == expected["hysteresis"]
         assert record.lr == 0.1  # the first optimizer's
         if stats_every:
             assert record.stats is not None and record.stats.memory is not None
@@ -371,3 +386,76 @@ def test_lost_updates_of_two_optimizers_on_a_sampled_model(tmp_path: Path) -> No
             assert lost_updates.intended == sum(int(g.count_nonzero()) for g in grads[:counted])
             assert lost_updates.share == pytest.approx(lost / in_sample, abs=0, rel=1e-12)
             assert lost_updates.bound == pytest.approx(hoeffding_bound(in_sample))
+
+
+def test_step_called_before_update_reads_this_steps_scaler_records(tmp_path: Path) -> None:
+    # monitor.step() before scaler.update(): the scaler's per-optimizer records are still its
+    # current ones. The second optimizer steps on even steps only: idle, not skipped, on odd
+    # ones (the last step's records said it stepped).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+    first = torch.optim.SGD(model[0].parameters(), lr=0.1, foreach=False)
+    second = torch.optim.SGD(model[1].parameters(), lr=0.1, foreach=False)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    inputs = torch.randn(4, 8)
+    outcomes = []
+    with AmpMonitor(model, [first, second], scaler, out=tmp_path / "run.jsonl",
+                    stats_every=0) as monitor:  # fmt: skip
+        for step in range(5):
+            first.zero_grad()
+            second.zero_grad()
+            loss = model(inputs).square().mean()
+            scaler.scale(loss).backward()
+            if step == 3:
+                model[0].bias.grad[0] = math.inf
+            scaler.step(first)
+            if step % 2 == 0:
+                scaler.step(second)
+            outcomes.append(monitor.step(loss).optimizer_outcomes)
+            scaler.update()
+    assert outcomes == [
+        ("stepped", "stepped"), ("stepped", "idle"), ("stepped", "stepped"),
+        ("skipped", "idle"), ("stepped", "stepped"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("optimizers", [1, 2])
+def test_the_accelerators_one_copy_path_reads_the_same_signals(
+    tmp_path: Path, optimizers: int
+) -> None:
+    # On an accelerator the cheap signals (each optimizer's skip flag among them) come back
+    # in one host copy, not item() by item(): the same loop read both ways, on this CPU.
+    records = {}
+    for one_copy in (False, True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))
+        first = torch.optim.SGD(model[0].parameters(), lr=0.1, foreach=False)
+        second = torch.optim.AdamW(model[1].parameters(), lr=0.01, fused=True)
+        watched = [first, second] if optimizers == 2 else [first]
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+        path = tmp_path / f"{one_copy}.jsonl"
+        inputs = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+        with AmpMonitor(model, watched, scaler, out=path, stats_every=0) as monitor:
+            monitor._on_cpu = not one_copy
+            for step in range(4):
+                for optimizer in watched:
+                    optimizer.zero_grad()
+                loss = model(inputs).square().mean()
+                scaler.scale(loss).backward()
+                if step in (1, 2):
+                    model[step - 1].weight.grad[0, 0] = math.inf
+                for optimizer in watched:
+                    scaler.step(optimizer)
+                scaler.update()
+                monitor.step(loss)
+        records[one_copy] = [
+            {k: v for k, v in step.to_json().items() if k not in ("time", "steps_per_s")}
+            for step in load_run(path).steps
+        ]
+    assert records[True] == records[False]
+    assert [r["skipped"] for r in records[True]] == [False, True, optimizers == 2, False]
+    if optimizers == 2:
+        assert [r["optimizer_outcomes"] for r in records[True]] == [
+            ["stepped", "stepped"], ["skipped", "stepped"], ["stepped", "skipped"],
+            ["stepped", "stepped"],
+        ]  # fmt: skip
