@@ -168,21 +168,29 @@ def test_a_compiled_model_records_what_the_uncompiled_one_does_without_recompili
 
 
 @pytest.mark.slow  # inductor compiles the step
-def test_a_compiled_function_calling_the_model_runs_without_recompiling(tmp_path: Path) -> None:
-    # The monitor cannot see this compile when it starts: its hooks find themselves being
-    # traced, do nothing there, and stay in place (removing one would recompile).
+@pytest.mark.parametrize("kind", ["function", "module.compile"])
+def test_a_compiled_function_or_module_compile_runs_without_recompiling(
+    tmp_path: Path, kind: str
+) -> None:
+    # A compiled function calling the model: the monitor cannot see it when it starts; its
+    # hooks find themselves being traced, do nothing there, and stay in place (removing one
+    # would recompile). `model.compile()` traces the model's own hooks too.
     torch._dynamo.reset()
     counters.clear()
     counter = CompileCounterWithBackend("inductor")
     frames: list[int] = []
 
     def compiled(model: nn.Module) -> tuple[Callable[..., torch.Tensor], nn.Module]:
-        return torch.compile(lambda x: model(x), backend=counter, fullgraph=True), model
+        if kind == "function":
+            return torch.compile(lambda x: model(x), backend=counter, fullgraph=True), model
+        model.compile(backend=counter)  # fullgraph=True: torch finds no frame in Sequential
+        return model, model
 
-    records = run(tmp_path / "function.jsonl", compiled, autocast=True, stats_every=2,
+    records = run(tmp_path / f"{kind}.jsonl", compiled, autocast=True, stats_every=2,
                   frames_after_step=frames, counter=counter)  # fmt: skip
     assert frames == [1] * STEPS
     assert records[-1]["status"] == "completed"
+    assert records[0]["config"]["precision"] == "bf16"  # read in the traced hook
     with_stats = [record["stats"] for record in steps(records) if "stats" in record]
     assert len(with_stats) == 3  # steps 0, 2, 4
     for stats in with_stats:  # its hooks are traced: no check of the outputs either

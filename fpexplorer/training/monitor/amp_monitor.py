@@ -48,8 +48,9 @@ be traced into it, its host reads break the graph (or stop `fullgraph=True` with
 "Could not guard on data-dependent expression"), and adding and removing hooks per
 statistics step recompiles. What is outside the graph is measured as usual: the loss, the
 scale, skipped steps, the gradient norm and amax, the parameter gradients' statistics, the
-lost updates, and, for a `torch.compile(model)` wrapper (whose own hooks run eagerly), the
-autocast dtype and the bytes the compiled graph saves for backward. A wrapper's leaf outputs
+lost updates, the autocast dtype (read by the model's pre-hook, traced or not), and, for a
+`torch.compile(model)` wrapper (whose own hooks run eagerly), the bytes the compiled graph
+saves for backward. A wrapper's leaf outputs
 are also checked inside its graph (the first module with a non-finite output), by hooks
 that stay installed (see `_install_graph_checks`). The activation gradients (histograms,
 per-layer figures) are not measured: each statistics step says so in
@@ -335,13 +336,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         ]
         self._params = [param for _, param in self._param_layer]
         self._layer_names = tuple(layer.name for layer in self._layers)
-        # A compiled model: no hook inside its graph (see the module docstring). The model's
-        # own forward hooks run eagerly on a `torch.compile` wrapper, inside the graph under
-        # `model.compile()`. `_traced` is set by a hook that finds itself being traced (a
-        # compiled function calling the model): from then on the hooks stay as they are,
-        # since adding or removing one recompiles.
+        # A compiled model: no activation hook inside its graph (see the module docstring).
+        # The model's own forward hooks run eagerly on a `torch.compile` wrapper; under
+        # `model.compile()` or a compiled function calling the model they are traced, read
+        # the autocast dtype there and set `_traced`: from then on the hooks stay as they
+        # are, since adding or removing one recompiles.
         self._compiled = _is_compiled(model)
-        self._model_hooks_eager = getattr(model, "_compiled_call_impl", None) is None
         self._traced = False
         # A `torch.compile` wrapper's leaf outputs are checked inside its graph, by hooks
         # installed once (see _install_graph_checks).
@@ -518,11 +518,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                     if index is not None and next(module.children(), None) is None:
                         hook = self._activation_hook(index)
                         handles.append(module.register_forward_hook(hook))
-            if self._model_hooks_eager:
-                handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
-                handles.append(
-                    self.model.register_forward_hook(self._on_model_forward_end, always_call=True)
-                )
+            handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
+            # Under `model.compile()` the end hook would only be traced (it has nothing to
+            # end there), and dynamo warns tracing it (it reads the output's `.grad`).
+            if getattr(self.model, "_compiled_call_impl", None) is None:
+                hook = self._on_model_forward_end
+                handles.append(self.model.register_forward_hook(hook, always_call=True))
         elif not wanted and self._module_handles:
             self._remove_module_hooks()
 
@@ -668,12 +669,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return on_forward
 
     def _on_model_forward_start(self, module: nn.Module, inputs: Any) -> None:
+        device_type = self.device.type
+        if torch.is_autocast_enabled(device_type):  # dynamo reads both as constants
+            self._autocast_dtype = torch.get_autocast_dtype(device_type)
         if torch.compiler.is_compiling():  # a compiled function calls the model
             self._traced = True
             return
-        device_type = self.device.type
-        if torch.is_autocast_enabled(device_type):
-            self._autocast_dtype = torch.get_autocast_dtype(device_type)
         if not self._collecting or not torch.is_grad_enabled() or self._saved_hooks is not None:
             return
         # A new pass; after a backward, in a new group (the passes before it were freed).

@@ -397,6 +397,11 @@ def test_a_compiled_models_activation_histogram_says_not_measured_never_zero() -
     rows = layer_table_view(model).rows
     assert [row.cells[2:5] for row in rows] == [("–", "–", "–")] * 2
     assert rows[0].cells[1] == number_text(0.5)
+    unchecked = dataclasses.replace(
+        stats, activations_not_measured="compiled model; forward outputs not checked"
+    )
+    model = _model([_header("bf16", stats_every=2), dataclasses.replace(step, stats=unchecked)])
+    assert no_histogram_reason(model, None) == "not measured: compiled model"
 
 
 def test_a_sampled_lost_update_share_is_marked_as_an_estimate() -> None:
