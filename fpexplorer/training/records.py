@@ -423,6 +423,12 @@ class StepStats(_Codable):
     memory: Memory | None = None
     # Quantized linear layers (fp8 / MX / NVFP4 modes): one entry per layer and role.
     quant: tuple[QuantTensorStats, ...] = ()
+    # Why the activation-gradient statistics (act_hist, act_zero_share, the layers' amax and
+    # underflow) were not measured on a step that should have them: "compiled model", or
+    # "compiled model; forward outputs not checked" when first_nonfinite_forward was not
+    # either. None when they were, or when the step took parameter gradients only (a skip
+    # between statistics steps).
+    activations_not_measured: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,6 +553,11 @@ class StepRecord(_Codable):
     # scale backs off (DeepSpeed's and Megatron's policies; None for torch's GradScaler).
     hysteresis: int | None = None
     ranks: RankStep | None = None  # merged log: the ranks' figures (exchange steps only)
+    # AmpMonitor watching several optimizers (a GAN's two, one per parameter group): what
+    # each did, in the order given: "stepped", "skipped" (the scaler found inf/NaN in its
+    # gradients), "idle" (not stepped). None with one optimizer (`skipped` says it all).
+    # A merged log of several ranks carries rank 0's (`skipped` there is any rank's).
+    optimizer_outcomes: tuple[str, ...] | None = None
 
     @property
     def has_stats(self) -> bool:

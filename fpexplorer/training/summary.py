@@ -77,10 +77,15 @@ class RunSummary:
     # The precision with the options that change its numerics, "nvfp4 (no Hadamard)".
     precision_label: str = ""
     lost_update_steps: int = 0  # the statistics steps the lost-update share is a mean of
+    # A loop watched with several optimizers: the steps the scaler skipped each one (in
+    # the order given); () with one optimizer.
+    skipped_by_optimizer: tuple[int, ...] = ()
     # Every problem found: `problems` shows at most the reader's MAX_PROBLEMS lines.
     problem_count: int = 0
     # No end record and a torn last line: the job was killed while writing it (ignored).
     torn_last_line: bool = False
+    # Why statistics steps left the activation statistics out ("compiled model"), if any did.
+    activations_not_measured: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -136,11 +141,13 @@ class RunSummarizer:
         self.min_loss = math.inf
         self.nonfinite_losses = 0
         self.skipped = 0
+        self.skipped_by_optimizer: list[int] = []
         self.scale_min = math.inf
         self.scale_max = -math.inf
         self.scale_final = math.nan
         self.act_zero = self.act_total = self.grad_zero = self.grad_total = 0
         self.act_dtypes: Counter[str] = Counter()
+        self.act_not_measured: str | None = None
         self.lost_sum = 0.0
         self.lost_count = 0
         self.lost_kind: str | None = None
@@ -200,6 +207,12 @@ class RunSummarizer:
         else:
             self.nonfinite_losses += 1
         self.skipped += step.skipped
+        outcomes = step.optimizer_outcomes
+        if outcomes is not None and step.skipped:
+            counts = self.skipped_by_optimizer
+            counts += [0] * (len(outcomes) - len(counts))
+            for position, outcome in enumerate(outcomes):
+                counts[position] += outcome == "skipped"
         self.scale_min = min(self.scale_min, step.scale)
         self.scale_max = max(self.scale_max, step.scale)
         self.scale_final = step.scale
@@ -207,6 +220,8 @@ class RunSummarizer:
         stats = step.stats
         if stats is None:
             return
+        if stats.activations_not_measured is not None:
+            self.act_not_measured = stats.activations_not_measured
         if stats.act_hist is not None:
             self.act_zero += stats.act_hist.zero
             self.act_total += stats.act_hist.total
@@ -296,11 +311,13 @@ class RunSummarizer:
             min_loss=self.min_loss if math.isfinite(self.min_loss) else math.nan,
             nonfinite_losses=self.nonfinite_losses,
             skipped_steps=self.skipped,
+            skipped_by_optimizer=tuple(self.skipped_by_optimizer),
             scale_min=self.scale_min if steps else math.nan,
             scale_max=self.scale_max if steps else math.nan,
             scale_final=self.scale_final,
             act_zero_share=self.act_zero / self.act_total if self.act_total else None,
             act_dtype=self.act_dtypes.most_common(1)[0][0] if self.act_dtypes else None,
+            activations_not_measured=self.act_not_measured,
             grad_zero_share=self.grad_zero / self.grad_total if self.grad_total else None,
             lost_update_share=self.lost_sum / self.lost_count if self.lost_count else None,
             lost_update_kind=self.lost_kind,
@@ -400,8 +417,11 @@ def _bytes(count: int) -> str:
 
 
 def _act_zeros(summary: RunSummary) -> str:
-    """'zero 86.5% (float16)'; 'not recorded' when no statistics step saw them."""
+    """'zero 86.5% (float16)'; 'not measured (compiled model)' when the statistics steps
+    said why they left them out; 'not recorded' when no statistics step saw them."""
     if summary.act_zero_share is None:
+        if summary.activations_not_measured is not None:
+            return f"not measured ({summary.activations_not_measured})"
         return "not recorded"
     return f"zero {_share(summary.act_zero_share)} ({summary.act_dtype or '?'})"
 
@@ -438,6 +458,15 @@ def _loss_scaled(summary: RunSummary) -> bool:
     if summary.precision in PRECISION_NAMES and precision_mode(summary.precision).scaled:
         return True
     return not summary.scale_min == summary.scale_max == 1.0
+
+
+def _skipped_by_optimizer(summary: RunSummary) -> str:
+    """' (optimizer 0: 2, optimizer 1: 3)': the skips of each of several optimizers (a step
+    may skip more than one); '' with one optimizer."""
+    counts = summary.skipped_by_optimizer
+    if not counts:
+        return ""
+    return " (" + ", ".join(f"optimizer {i}: {n}" for i, n in enumerate(counts)) + ")"
 
 
 def _scale_range(summary: RunSummary) -> str:
@@ -479,7 +508,8 @@ def format_summary(summary: RunSummary) -> str:
         f"   final {_finite_or(summary.final_loss, 'none finite')}"
         f"   min {_finite_or(summary.min_loss, 'none finite')}"
         f"   non-finite {summary.nonfinite_losses}",
-        f"scale      {_scale_range(summary)}   skipped steps {summary.skipped_steps}",
+        f"scale      {_scale_range(summary)}   skipped steps {summary.skipped_steps}"
+        + _skipped_by_optimizer(summary),
         f"act grads  {_act_zeros(summary)}   param grads zero {_share(summary.grad_zero_share)}",
     ]
     if summary.lost_update_share is not None:
@@ -532,7 +562,9 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
                 (s.precision_label or s.precision).replace("|", "\\|"),
                 s.status,
                 f"{s.final_loss:.4g}" if s.steps else "-",
-                _share(s.act_zero_share),
+                _share(s.act_zero_share)
+                if s.act_zero_share is not None or s.activations_not_measured is None
+                else "not measured",
                 str(s.skipped_steps),
                 scale,
                 f"{s.steps_per_s:.1f}" if math.isfinite(s.steps_per_s) else "-",

@@ -355,6 +355,7 @@ class StatsSnapshot:
     format_shares: dict[str, FormatShares] = field(default_factory=dict)
     lost_updates: LostUpdates | None = None
     memory: Memory | None = None
+    activations_not_measured: str | None = None  # why act_hist is None ("compiled model")
 
     @classmethod
     def of(cls, record: StepRecord, stats: StepStats) -> StatsSnapshot:
@@ -369,6 +370,7 @@ class StatsSnapshot:
             format_shares=stats.format_shares,
             lost_updates=stats.lost_updates,
             memory=stats.memory,
+            activations_not_measured=stats.activations_not_measured,
         )
 
 

@@ -375,6 +375,11 @@ def no_histogram_reason(model: RunModel | None, hist: Histogram | None) -> str:
         return no_steps_reason([model] if model is not None else [])
     if hist is None:
         stats = model.latest_stats
+        if stats is not None and stats.activations_not_measured is not None:
+            # A compiled model: its activation gradients are inside the compiled graph. The
+            # cause only ("compiled model; forward outputs not checked" is too long for the
+            # heatmap's narrow card; `runs summarize` prints it whole).
+            return f"not measured: {stats.activations_not_measured.partition(';')[0]}"
         if stats is not None:
             # A statistics step always has its parameter gradients' histogram: what is
             # missing is the activation gradients', which the statistics of a skipped or

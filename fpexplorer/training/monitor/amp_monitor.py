@@ -34,6 +34,29 @@ steps, since any forward hook sends every module call through PyTorch's slower p
   skips; a fused one (`AdamW(fused=True)`) is always called and skips inside its kernel,
   so the hook keeps the `found_inf` tensor GradScaler hands it and reads it with the step's
   one host copy. The pre-hook also keeps the old weights for the lost-update statistic.
+  Several optimizers (`AmpMonitor(model, [opt_g, opt_d], scaler)`): one pre-hook each.
+  GradScaler decides per optimizer (each has its own found-inf flags; `update()` backs off
+  when any has one), so the record's `skipped` means the scaler skipped any of them and
+  `optimizer_outcomes` says which ("stepped", "skipped", "idle": not stepped this step, as
+  a GAN's generator between its steps); each optimizer keeps its own parameters' old
+  weights, and its gradients as they were, when it steps; the lost updates count the
+  parameters of those that stepped.
+
+A compiled model (`torch.compile(model)`, `model.compile()`, a compiled submodule, or a
+compiled function that calls the model) gets no hook inside its graph: a hook there would
+be traced into it, its host reads break the graph (or stop `fullgraph=True` with dynamo's
+"Could not guard on data-dependent expression"), and adding and removing hooks per
+statistics step recompiles. What is outside the graph is measured as usual: the loss, the
+scale, skipped steps, the gradient norm and amax, the parameter gradients' statistics, the
+lost updates, the autocast dtype (read by the model's pre-hook, traced or not), and, for a
+`torch.compile(model)` wrapper (whose own hooks run eagerly), the bytes the compiled graph
+saves for backward. A wrapper's leaf outputs
+are also checked inside its graph (the first module with a non-finite output), by hooks
+that stay installed (see `_install_graph_checks`). The activation gradients (histograms,
+per-layer figures) are not measured: each statistics step says so in
+`StepStats.activations_not_measured` ("compiled model"; "compiled model; forward outputs not
+checked" where the leaf outputs are not checked either: `model.compile()`, a compiled
+submodule, a compiled function calling the model).
 
 A run log that cannot be written (disk full) never stops the training: the monitor warns
 once, stops logging and goes on returning records.
@@ -71,6 +94,7 @@ from typing import IO, Any, NamedTuple
 
 import torch
 from torch import nn
+from torch.amp.grad_scaler import OptState
 from torch.utils.hooks import RemovableHandle
 
 from fpexplorer import __version__
@@ -109,6 +133,11 @@ from fpexplorer.training.runlog import RunWriter
 
 _AUTOCAST_PRECISION = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 
+# `StepStats.activations_not_measured` of a compiled model (see the module docstring): its
+# activation gradients were not measured; nor, in the second case, its leaf outputs.
+COMPILED_MODEL = "compiled model"
+COMPILED_MODEL_UNCHECKED = "compiled model; forward outputs not checked"
+
 
 class _CheapSignals(NamedTuple):
     """The signals of every step, on the host (a named tuple: built on every step, it
@@ -120,6 +149,8 @@ class _CheapSignals(NamedTuple):
     growth_tracker: float
     found_inf: float  # > 0: the scaler found inf/NaN (a fused optimizer skipped inside)
     grad_amax: float | None = None  # max |gradient| after unscaling (loss-scaled runs)
+    # Several optimizers under a GradScaler: its inf/NaN flag for each (0: none found).
+    found_by_optimizer: tuple[float, ...] | None = None
 
 
 _NARROW_DTYPES = (torch.float16, torch.bfloat16)
@@ -136,6 +167,56 @@ def _grad_norm_dtype(dtypes: set[torch.dtype]) -> torch.dtype | str | None:
     if dtypes <= {torch.float16, torch.bfloat16, torch.float32}:
         return torch.float32
     return _PER_TENSOR
+
+
+def _watched_optimizers(
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+) -> tuple[torch.optim.Optimizer, ...]:
+    """The optimizers AmpMonitor watches: one, or a non-empty sequence of distinct ones.
+    Raises TypeError for anything else (a model passed in the optimizer's place, None)."""
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return (optimizer,)
+    if isinstance(optimizer, Sequence) and not isinstance(optimizer, str):
+        optimizers = tuple(optimizer)
+        strangers = [o for o in optimizers if not isinstance(o, torch.optim.Optimizer)]
+        if optimizers and not strangers and len({id(o) for o in optimizers}) == len(optimizers):
+            return optimizers
+        if not optimizers:
+            raise TypeError("AmpMonitor's optimizer: an empty sequence (give one or more)")
+        if not strangers:
+            raise TypeError("AmpMonitor's optimizer: the same optimizer is listed twice")
+        kind = type(strangers[0]).__name__
+        raise TypeError(f"AmpMonitor's optimizer: a sequence holding a {kind}, not only "
+                        "torch.optim.Optimizer objects")  # fmt: skip
+    raise TypeError(
+        "AmpMonitor's optimizer is a torch.optim.Optimizer or a sequence of them, not "
+        f"{'None' if optimizer is None else 'a ' + type(optimizer).__name__}"
+    )
+
+
+class _WatchedParams:
+    """Several optimizers: the parameters of all of them, once each, in the optimizers'
+    order (the lost-update check's layout for the run), and the positions of each one's."""
+
+    def __init__(self, optimizers: Sequence[torch.optim.Optimizer], sharded: bool) -> None:
+        params: list[torch.Tensor] = []
+        index: dict[int, int] = {}
+        positions: list[tuple[int, ...]] = []
+        for optimizer in optimizers:
+            mine: list[int] = []
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    position = index.setdefault(id(param), len(params))
+                    if position == len(params):
+                        params.append(param)
+                    mine.append(position)
+            positions.append(tuple(mine))
+        self.params = tuple(params)
+        self.positions = tuple(positions)
+        self.sharded = sharded
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [local_tensor(p) for p in self.params] if self.sharded else list(self.params)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +247,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
     Args:
         model: the module being trained (its leaf modules become the "layers").
-        optimizer: the optimizer whose steps are watched.
+        optimizer: the optimizer whose steps are watched, or a sequence of them (a GAN's
+            generator and discriminator optimizers, one per model or parameter group, as in
+            PyTorch's AMP examples with one GradScaler). With several, a step is `skipped`
+            when the scaler skipped any of them, the record's `optimizer_outcomes` says what
+            each did, and `lr` is the first one's.
         scaler: a `torch.amp.GradScaler` (enabled or not), any object with `get_scale()`,
             or None (scale 1).
         out: the run-log path (or pass `writer=`). Under an initialised torch.distributed
@@ -196,7 +281,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def __init__(
         self,
         model: nn.Module,
-        optimizer: torch.optim.Optimizer,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
         scaler: Any = None,
         *,
         out: str | os.PathLike[str] | None = None,
@@ -213,6 +298,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     ) -> None:
         if not isinstance(check_reduction, bool):  # "no" or 0 would read as on, or off
             raise TypeError(f"check_reduction is True or False, not {check_reduction!r}")
+        optimizers = _watched_optimizers(optimizer)
         wrapped, model = model, watched_module(model)
         ranks = RankContext.current() if writer is None else None
         if ranks is not None and stats_every is None:
@@ -229,7 +315,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 replicas = 1 if is_sharded(model) else ranks.world_size
                 writer = RankLogs(out, ranks, stats_every=stats_every or 0, replicas=replicas)
         self.model = model
-        self.optimizer = optimizer
+        self.optimizers = optimizers
+        self.optimizer = optimizers[0]  # the one whose lr the records give
         self.scaler = scaler
         self.writer = writer
         self.format_shares = format_shares
@@ -249,7 +336,18 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         ]
         self._params = [param for _, param in self._param_layer]
         self._layer_names = tuple(layer.name for layer in self._layers)
+        # A compiled model: no activation hook inside its graph (see the module docstring).
+        # The model's own forward hooks run eagerly on a `torch.compile` wrapper; under
+        # `model.compile()` or a compiled function calling the model they are traced, read
+        # the autocast dtype there and set `_traced`: from then on the hooks stay as they
+        # are, since adding or removing one recompiles.
+        self._compiled = _is_compiled(model)
+        self._traced = False
+        # A `torch.compile` wrapper's leaf outputs are checked inside its graph, by hooks
+        # installed once (see _install_graph_checks).
+        self._graph_checks = self._compiled and _compiled_original(model) is not None
         self._sharded = is_sharded(model)
+        self._multi = _WatchedParams(optimizers, self._sharded) if len(optimizers) > 1 else None
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
         # of a small model has few microseconds to spare): the scaler's kind, the device.
         self._scaling = self._scaler_enabled()
@@ -281,14 +379,23 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._saved_hooks: AbstractContextManager[None] | None = None
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
-        self._optimizer_calls = 0  # optimizer steps since the last step(): one, or a warning
-        # The lr the optimizer stepped with (read as it steps: a scheduler stepped before
-        # step() has already moved it on); the current one when it did not step.
+        # Steps of each optimizer since the last step() (by position in `optimizers`): one
+        # at most each, or a warning (two optimizers stepping once each is one step).
+        self._optimizer_calls = [0] * len(optimizers)
+        self._optimizer_position = {id(opt): index for index, opt in enumerate(optimizers)}
+        # The lr the first optimizer stepped with (read as it steps: a scheduler stepped
+        # before step() has already moved it on); the current one when it did not step.
         self._lr_used: Any = None
-        self._lr_next: Any = optimizer.param_groups[0]["lr"]
-        # The first gradient and its version at the last step(): unchanged, with no optimizer
-        # step in between, means step() was called again for the same training step.
-        self._last_grad: tuple[weakref.ref[torch.Tensor], int] | None = None
+        self._lr_next: Any = self.optimizer.param_groups[0]["lr"]
+        # The first gradient (and, with several optimizers, each one's first) and its
+        # version at the last step(): unchanged, with no optimizer step in between, means
+        # step() was called again for the same training step.
+        self._last_grads: tuple[tuple[weakref.ref[torch.Tensor], int], ...] = ()
+        # Several optimizers under a GradScaler: its per-optimizer records of this step (the
+        # dict that `update()` replaces, kept here so it is still readable after it).
+        self._scaler_states: Mapping[int, Any] | None = self._scaler_optimizer_states()
+        # Several optimizers: the scaler's flag each one was called with (a fused one).
+        self._found_when_called: list[torch.Tensor | None] = [None] * len(optimizers)
         self._last_record: StepRecord | None = None
         self._warned: set[str] = set()
         self._found_inf: torch.Tensor | None = None
@@ -300,6 +407,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # Quantized linears (fp8/MX/NVFP4) report their casts on statistics steps.
         self._quant = QuantCollector(model)
         self._install_hooks()
+        if self._graph_checks:
+            self._install_graph_checks()
         self._reduction_check = self._check_reduction(wrapped) if check_reduction else None
         if precision is not None:
             self._write_header()
@@ -326,9 +435,50 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return layers
 
     def _install_hooks(self) -> None:
-        """The optimizer hook, for the whole run (it tells a skipped step). One pre-hook
-        only: each hook costs a Python call on every step."""
-        self._handles.append(self.optimizer.register_step_pre_hook(self._on_optimizer_step_start))
+        """The optimizer hooks, for the whole run (they tell a skipped step): one pre-hook
+        per watched optimizer, nothing else (each hook costs a Python call on every step)."""
+        for optimizer in self.optimizers:
+            self._handles.append(optimizer.register_step_pre_hook(self._on_optimizer_step_start))
+
+    def _install_graph_checks(self) -> None:
+        """Forward hooks on the leaf modules of a `torch.compile` wrapper, for the whole
+        run: dynamo traces them into the graph, where on a statistics step each adds its
+        output's extremes (two more graph outputs, tested at step() as on an accelerator)
+        and otherwise nothing. Dynamo specialises on `_collecting`: one graph with the checks
+        and one without, each compiled once (adding and removing the hooks per statistics
+        step would recompile each time). Activation gradients are not measured there: a
+        tensor hook inside the graph that keeps its gradient is a side effect dynamo refuses
+        under fullgraph=True."""
+        layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
+        for name, module in self.model.named_modules():
+            index = layer_index.get(_layer_name(self.model, name, module))
+            if index is not None and next(module.children(), None) is None:
+                self._handles.append(module.register_forward_hook(self._graph_check(index)))
+
+    def _graph_check(self, layer_index: int) -> Any:
+        def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
+            if not self._collecting or not torch.is_grad_enabled():
+                return
+            tensor = output if isinstance(output, torch.Tensor) else None
+            if tensor is None and isinstance(output, (tuple, list)):
+                tensor = next((t for t in output if isinstance(t, torch.Tensor)), None)
+            if tensor is None or not tensor.is_floating_point():
+                return
+            # The pass's list is new and empty at each forward (_on_model_forward_start,
+            # which runs eagerly before the graph): what dynamo guards on stays the same.
+            self._pass.checks.append((layer_index, torch.aminmax(tensor.detach().reshape(-1))))
+
+        return on_forward
+
+    def _scaler_optimizer_states(self) -> Mapping[int, Any] | None:
+        """With several optimizers, the enabled GradScaler's per-optimizer records of the
+        coming step (keyed by `id(optimizer)`: the stage and `found_inf_per_device` of each
+        optimizer it unscaled); None otherwise. `update()` replaces the dict with a fresh one,
+        so the one held from the last step() still has this step's records after it."""
+        if len(self.optimizers) == 1 or self._grad_scaler is None:
+            return None
+        states = getattr(self._grad_scaler, "_per_optimizer_states", None)
+        return states if isinstance(states, Mapping) else None
 
     def _check_reduction(self, model: nn.Module) -> PreReductionCheck | None:
         """Put the pre-communication check into a DDP/FSDP2 model whose ranks exchange
@@ -357,17 +507,23 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._collecting = collecting
         self._quant.arm(collecting)
         wanted = collecting or not self._header_written
+        if self._traced:  # traced into a compiled graph: any change would recompile it
+            return
         if wanted and not self._module_handles:
-            layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
             handles = self._module_handles
-            for name, module in self.model.named_modules():
-                index = layer_index.get(_layer_name(self.model, name, module))
-                if index is not None and next(module.children(), None) is None:
-                    handles.append(module.register_forward_hook(self._activation_hook(index)))
+            if not self._compiled:
+                layer_index = {layer.name: index for index, layer in enumerate(self._layers)}
+                for name, module in self.model.named_modules():
+                    index = layer_index.get(_layer_name(self.model, name, module))
+                    if index is not None and next(module.children(), None) is None:
+                        hook = self._activation_hook(index)
+                        handles.append(module.register_forward_hook(hook))
             handles.append(self.model.register_forward_pre_hook(self._on_model_forward_start))
-            handles.append(
-                self.model.register_forward_hook(self._on_model_forward_end, always_call=True)
-            )
+            # Under `model.compile()` the end hook would only be traced (it has nothing to
+            # end there), and dynamo warns tracing it (it reads the output's `.grad`).
+            if getattr(self.model, "_compiled_call_impl", None) is None:
+                hook = self._on_model_forward_end
+                handles.append(self.model.register_forward_hook(hook, always_call=True))
         elif not wanted and self._module_handles:
             self._remove_module_hooks()
 
@@ -471,6 +627,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._backward_ran = True
 
         def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
+            if torch.compiler.is_compiling():  # first: nothing else read, nothing guarded
+                self._traced = True
+                return
             if not self._collecting or not torch.is_grad_enabled():
                 return
             tensor = output if isinstance(output, torch.Tensor) else None
@@ -511,8 +670,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
     def _on_model_forward_start(self, module: nn.Module, inputs: Any) -> None:
         device_type = self.device.type
-        if torch.is_autocast_enabled(device_type):
+        if torch.is_autocast_enabled(device_type):  # dynamo reads both as constants
             self._autocast_dtype = torch.get_autocast_dtype(device_type)
+        if torch.compiler.is_compiling():  # a compiled function calls the model
+            self._traced = True
+            return
         if not self._collecting or not torch.is_grad_enabled() or self._saved_hooks is not None:
             return
         # A new pass; after a backward, in a new group (the passes before it were freed).
@@ -544,14 +706,27 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
 
     def _on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
-        self._optimizer_calls += 1
-        self._lr_used = optimizer.param_groups[0]["lr"]
-        self._found_inf = self._scaler_found_inf(optimizer, kwargs)
+        position = self._optimizer_position.get(id(optimizer), 0)
+        self._optimizer_calls[position] += 1
+        if position == 0:
+            self._lr_used = optimizer.param_groups[0]["lr"]
+        if self._multi is None:
+            self._found_inf = self._scaler_found_inf(optimizer, kwargs)
+        else:  # read now: update() adds the others' flags into the first one's tensor
+            self._found_when_called[position] = self._scaler_found_inf(optimizer, kwargs)
         if not self._collecting:
             return
         # The weights before the update, all of them or a fixed sample of 2**20: never a
-        # parameter-sized copy on a large model.
-        self._updates.keep(self._params_with_grads())
+        # parameter-sized copy on a large model. With several optimizers, each keeps its
+        # own parameters' as it steps (the others may be updated before or after it).
+        if self._multi is None:
+            self._updates.keep(self._params_with_grads())
+        else:
+            tensors, positions = self._multi.tensors(), self._multi.positions[position]
+            grads = [self._multi.params[i].grad for i in positions]
+            self._updates.keep_part(tensors, positions, [
+                None if g is None else _strided([local_tensor(g)])[0] for g in grads
+            ])  # fmt: skip
 
     def _scaler_found_inf(self, optimizer: Any, kwargs: Any) -> torch.Tensor | None:
         """The scaler's found-inf flag for this step, when the optimizer is called anyway:
@@ -610,13 +785,19 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         repeated = self._repeated_call(grads)
         if repeated is not None:
             return repeated
-        if self._optimizer_calls > 1:
+        calls = self._optimizer_calls
+        most = max(calls)
+        if most > 1:
+            which = "" if len(calls) == 1 else f" (optimizer {calls.index(most)} of {len(calls)})"
             self._warn_once(
                 "sparse",
-                f"AmpMonitor.step() saw {self._optimizer_calls} optimizer steps since its "
-                "last call: call it after every optimizer step (its record describes them "
-                "together: activation statistics summed, a skip before the last one missed)",
+                f"AmpMonitor.step() saw {most} optimizer steps{which} since its last call: "
+                "call it after every training step's optimizer steps (its record describes "
+                "them together: activation statistics summed, a skip before the last one "
+                "missed)",
             )
+        if self._multi is not None:
+            self._found_inf = self._found_by_optimizer()
         if any(g.layout is not torch.strided for g in grads):
             grads = _strided(grads)
         # Loss-scaled runs record max |gradient| after unscaling on every step: what a replay
@@ -636,24 +817,34 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._forward_checks = [
                 check for forward_pass in self._used_passes() for check in forward_pass.checks
             ]
-            plan = self._queue_statistics(pack, norms, activations=True)
+            measured = not (self._compiled or self._traced)
+            plan = self._queue_statistics(pack, norms, activations=measured, full=True)
             host = pack.fetch()  # the one host sync of the step
             signals = _CheapSignals(
                 loss=host.scalar("loss"),
                 grad_norm=host.scalar("grad_norm"),
                 scale_after=host.scalar("scale_after"),
                 growth_tracker=host.scalar("growth_tracker"),
-                found_inf=host.scalar("found_inf"),
+                found_inf=float(host["found_inf"].sum()),
                 grad_amax=host.scalar("grad_amax") if scaled else None,
-            )
+                found_by_optimizer=(
+                    tuple(float(v) for v in host["found_inf"]) if self._multi is not None
+                    and self._found_inf is not None else None
+                ),
+            )  # fmt: skip
         else:
             signals = self._cheap_signals(loss, grads, amax=scaled)
         now = time.perf_counter()
         durations = self._recent_durations
         durations.append(now - self._last_step_time)
-        loss_value, grad_norm, scale_after, growth_tracker, found_inf, grad_amax = signals
+        loss_value, grad_norm, scale_after, growth_tracker, found_inf, grad_amax, found_by = signals
+        outcomes = self._outcomes(found_by) if self._multi is not None else None
         skipped = not self._optimizer_stepped or found_inf > 0
-        if not self._optimizer_stepped and not self._scaling:
+        if not self._optimizer_stepped and (
+            not self._scaling if outcomes is None
+            # Several: a GradScaler says which it skipped; another scaler cannot.
+            else "skipped" not in outcomes and (found_by is not None or not self._scaling)
+        ):  # fmt: skip
             # No scaler skipped it: step() came before optimizer.step(), or between the
             # micro-batches of an accumulated step, or the loop skipped it on its own.
             self._warn_once(
@@ -666,13 +857,18 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         stats: records.StepStats | None = None
         if plan is not None:
             stats = plan.decode(host, skipped=skipped)
+            if not plan.activations:
+                reason = COMPILED_MODEL if self._graph_checks else COMPILED_MODEL_UNCHECKED
+                stats = dataclasses.replace(stats, activations_not_measured=reason)
             if self._quant.active:
                 stats = dataclasses.replace(stats, quant=self._quant.take())
         elif alarm and grads:
             # The step of a skip, an overflow or a NaN: its activation gradients are gone,
             # its parameter gradients are not (a second host copy, on such steps only).
             late = HostPack(self.device)
-            late_plan = self._queue_statistics(late, _tensor_norms(grads), activations=False)
+            late_plan = self._queue_statistics(
+                late, _tensor_norms(grads), activations=False, full=False
+            )
             stats = late_plan.decode(late.fetch(), skipped=skipped)
         record = StepRecord(
             step=self.step_index,
@@ -680,13 +876,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             scale=self._scale_used,
             skipped=skipped,
             growth_tracker=int(growth_tracker),
-            lr=float(self._lr_used if self._optimizer_stepped else self._lr_next),
+            lr=float(self._lr_used if self._optimizer_calls[0] else self._lr_next),
             grad_norm=grad_norm,
             steps_per_s=len(durations) / max(sum(durations), 1e-9),
             time=now - self._started,
             stats=stats,
             grad_amax=grad_amax,
             hysteresis=_hysteresis(self.scaler) if self._has_hysteresis else None,
+            optimizer_outcomes=outcomes,
         )
         self._write(record)
         if self._reduction_check is not None:  # read by the exchange in _write
@@ -702,9 +899,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             self._backward_ran = False
             self._updates.forget()
         self._optimizer_stepped = False
-        self._optimizer_calls = 0
+        self._optimizer_calls = [0] * len(calls)
         self._lr_next = self.optimizer.param_groups[0]["lr"]
-        self._last_grad = (weakref.ref(grads[0]), grads[0]._version) if grads else None
+        self._last_grads = tuple((weakref.ref(g), g._version) for g in self._first_grads(grads))
+        if self._multi is not None:
+            self._scaler_states = self._scaler_optimizer_states()
+            self._found_when_called = [None] * len(calls)
         self._last_record = record
         self._found_inf = None
         # The cadence is charged from the end of one step() to the end of the next: this
@@ -725,10 +925,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         same gradients, untouched (a backward, `zero_grad` or the scaler's unscaling would
         have changed their version). Such a call would be recorded as a skipped step that
         never happened: it is left out, with one warning."""
-        last = self._last_grad
-        if self._optimizer_stepped or last is None or not grads or self._last_record is None:
+        last = self._last_grads
+        if self._optimizer_stepped or not last or not grads or self._last_record is None:
             return None
-        if last[0]() is not grads[0] or grads[0]._version != last[1]:
+        now = self._first_grads(grads)
+        if len(now) != len(last) or any(
+            then() is not grad or version != grad._version
+            for (then, version), grad in zip(last, now, strict=True)
+        ):
             return None
         self._warn_once(
             "repeated",
@@ -737,6 +941,58 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             stacklevel=4,
         )
         return self._last_record
+
+    def _first_grads(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The gradients whose versions tell a repeated step() call: the model's first, and
+        with several optimizers each one's first (a GAN's discriminator may get a backward
+        and its skip while the generator's gradients stay as they were)."""
+        firsts = grads[:1]
+        if self._multi is not None:
+            tensors = self._multi.params
+            for positions in self._multi.positions:
+                grad = next((g for i in positions if (g := tensors[i].grad) is not None), None)
+                if grad is not None:
+                    firsts.append(local_tensor(grad) if self._sharded else grad)
+        return firsts
+
+    def _found_by_optimizer(self) -> torch.Tensor | None:
+        """Several optimizers under a GradScaler: whether it skipped each (a 1-D tensor on
+        the device, > 0: skipped); None without a GradScaler. One that was called has the
+        flag GradScaler handed it (a fused one skips inside; a plain one is called only
+        when none was found); one that was not was skipped when GradScaler's step() saw it
+        (its record's stage is STEPPED: `_maybe_opt_step` leaves out only an optimizer with
+        inf/NaN gradients). The records' flags are not read after update(): it adds all of
+        them into the first one's tensor, in place."""
+        held = self._scaler_states
+        if held is None:
+            return None
+        current = self._scaler_optimizer_states()
+        keys = [id(optimizer) for optimizer in self.optimizers]
+        # step() called before update(): this step's records are still the scaler's own.
+        if current is not None and current is not held and any(k in current for k in keys):
+            held = current
+        flags: list[torch.Tensor | float] = []
+        for position, key in enumerate(keys):
+            if self._optimizer_calls[position]:
+                found = self._found_when_called[position]
+                flags.append(0.0 if found is None else found.to(self.device, torch.float64))
+            else:
+                state = held.get(key)  # .get: the scaler's defaultdict gains no entry
+                flags.append(1.0 if state and state.get("stage") is OptState.STEPPED else 0.0)
+        if all(isinstance(flag, float) for flag in flags):
+            return torch.tensor(flags, dtype=torch.float64, device=self.device)
+        return torch.stack([torch.as_tensor(flag, dtype=torch.float64, device=self.device)
+                            for flag in flags])  # fmt: skip
+
+    def _outcomes(self, found_by: tuple[float, ...] | None) -> tuple[str, ...]:
+        """What each watched optimizer did this step: "skipped" (the scaler found inf/NaN
+        in its gradients: a plain optimizer was not called, a fused one skipped inside its
+        kernel), "stepped", or "idle" (not stepped, and no scaler skip recorded for it)."""
+        return tuple(
+            "skipped" if found_by is not None and found_by[index] > 0
+            else "stepped" if calls else "idle"
+            for index, calls in enumerate(self._optimizer_calls)
+        )  # fmt: skip
 
     def _warn_once(self, kind: str, message: str, *, stacklevel: int = 3) -> None:
         """One RuntimeWarning of each kind per monitor; the default stacklevel points at
@@ -779,7 +1035,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             else:
                 scale_after = scaler[0].item()
                 tracker = scaler[1].item() if scaler[1] is not None else 0.0
-            found_value = found.item() if found is not None else 0.0
+            found_values = found.reshape(-1).tolist() if found is not None else [0.0]
         else:
             # One host copy for all of them: each item() would be a device sync.
             device = self.device
@@ -792,7 +1048,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if scaler:
                 queued += [scaler[0], *(() if scaler[1] is None else (scaler[1],))]
             if found is not None:
-                queued.append(found)
+                queued += found.reshape(-1).unbind()
             host = torch.stack(
                 [t.reshape(()).to(device=device, dtype=torch.float64) for t in queued]
             ).tolist()
@@ -801,11 +1057,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             norm_values, host = host[: len(norms)], host[len(norms) :]
             scale_after = host.pop(0) if scaler else self._current_scale_host()
             tracker = host.pop(0) if scaler and scaler[1] is not None else 0.0
-            found_value = host.pop(0) if found is not None else 0.0
+            found_values = host if found is not None else [0.0]
         grad_norm = math.hypot(*norm_values)  # scaled: no overflow of the squares
         if not math.isfinite(grad_norm) and any(map(math.isnan, norm_values)):
             grad_norm = math.nan  # hypot says inf when an inf is among NaNs; the norm, NaN
-        return _CheapSignals(loss_value, grad_norm, scale_after, tracker, found_value, grad_amax)
+        found_by = tuple(found_values) if self._multi is not None and found is not None else None
+        return _CheapSignals(loss_value, grad_norm, scale_after, tracker, sum(found_values),
+                             grad_amax, found_by)  # fmt: skip
 
     def _scaler_tensors(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """The enabled GradScaler's scale and growth-tracker tensors (read without a sync
@@ -819,9 +1077,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return None
 
     def _queue_statistics(
-        self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool
+        self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool, full: bool
     ) -> StatsPlan:
-        """Queue every statistic as device tensors in `pack`; returns how to read them."""
+        """Queue every statistic as device tensors in `pack`; returns how to read them.
+        `full`: a statistics step (the lost updates too), not an alarm step's parameter
+        gradients; `activations`: with the activation statistics (not on a compiled model)."""
         param_grads = [
             (layer, _strided([local_tensor(p.grad)])[0])
             for layer, p in self._param_layer
@@ -830,8 +1090,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         act_segments = self._act_segments if activations else []
         groups = self._param_groups([g for _, g in param_grads])
         lost_kind: str | None = None
-        if groups and activations:
-            lost = self._lost_updates([g for _, g in param_grads])
+        if groups and full:
+            lost = (
+                self._lost_updates([g for _, g in param_grads]) if self._multi is None
+                else self._lost_updates_of_optimizers(pack)
+            )  # fmt: skip
             if lost is not None:
                 pack.add("lost_updates", lost)
                 lost_kind = "actual" if self._params_dtype() == torch.float16 else (
@@ -842,7 +1105,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
             param_layers=tuple(layer for layer, _ in param_grads),
-            forward_layers=tuple(layer for layer, _ in self._forward_checks) if activations
+            forward_layers=tuple(layer for layer, _ in self._forward_checks) if full
             else (),
             scale=self._scale_used,
             memory=self._memory(),
@@ -953,6 +1216,19 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         a step the scaler skipped inside a fused optimizer is dropped on decoding."""
         return self._updates.count(self._params_with_grads(), grads)
 
+    def _lost_updates_of_optimizers(self, pack: HostPack) -> torch.Tensor | None:
+        """`_lost_updates` with several optimizers: over the parameters of those that
+        stepped, each one's weights and gradients read as it stepped (`keep_part`); the
+        updates intended in all those parameters go in `pack` as "lost_intended" (the
+        model's other gradients may belong to an optimizer that did not step)."""
+        assert self._multi is not None
+        counts = self._updates.count_part(self._multi.tensors())
+        intended = self._updates.intended
+        if counts is None or intended is None:
+            return None
+        pack.add("lost_intended", intended)
+        return counts
+
     def _params_with_grads(self) -> list[torch.Tensor]:
         params: list[torch.Tensor] = [p for p in self._params if p.grad is not None]
         return [local_tensor(p) for p in params] if self._sharded else params
@@ -962,7 +1238,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         when their number of tensors changes (the state appears at the first step)."""
         state_tensors = [
             value
-            for state in self.optimizer.state.values()
+            for optimizer in self.optimizers
+            for state in optimizer.state.values()
             for value in state.values()
             if isinstance(value, torch.Tensor)
         ]
@@ -1027,6 +1304,16 @@ def _compiled_original(model: nn.Module) -> nn.Module | None:
     """The model inside `torch.compile`'s wrapper (held as `_orig_mod`), None for another."""
     original = getattr(model, "_orig_mod", None)
     return original if isinstance(original, nn.Module) else None
+
+
+def _is_compiled(model: nn.Module) -> bool:
+    """Whether any of the model's modules runs compiled: a `torch.compile` wrapper (the
+    model, or a submodule replaced by one) or a `module.compile()`d module."""
+    return any(
+        _compiled_original(module) is not None
+        or getattr(module, "_compiled_call_impl", None) is not None
+        for module in model.modules()
+    )
 
 
 def _layer_name(model: nn.Module, name: str, module: nn.Module) -> str:

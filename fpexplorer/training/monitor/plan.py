@@ -213,6 +213,8 @@ class StatsPlan:
         if self.lost_update_kind is not None and not skipped:
             # The parameter gradients that are not zero: the updates intended, all of them.
             intended = self.n_param - int(grad_counts[ZERO_CODE])
+            if "lost_intended" in host:  # several optimizers: those of the ones that stepped
+                intended = int(host.scalar("lost_intended"))
             in_sample, applied = (int(v) for v in host["lost_updates"])
             share = (in_sample - applied) / in_sample if in_sample else 0.0
             if self.lost_update_sampled:

@@ -18,7 +18,7 @@ their float32 copies, clamped to +-65520 so that an infinity minus itself reads 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -52,6 +52,7 @@ class UpdateSample:
         self.sampled = total > LOST_UPDATE_SAMPLE
         self.size = LOST_UPDATE_SAMPLE if self.sampled else total
         self._picks: list[tuple[int, torch.Tensor]] = []
+        self._offsets: list[int] = []  # where each position's picks begin in a gathered row
         if self.sampled:
             generator = torch.Generator().manual_seed(0)
             index = torch.randint(total, (LOST_UPDATE_SAMPLE,), generator=generator).sort()[0]
@@ -60,6 +61,7 @@ class UpdateSample:
                 ends = torch.tensor([start, start + numel])
                 low, high = torch.searchsorted(index, ends).tolist()
                 if high > low:
+                    self._offsets.append(sum(p.numel() for _, p in self._picks))
                     self._picks.append((position, (index[low:high] - start).to(device)))
                 start += numel
 
@@ -89,6 +91,14 @@ class UpdateSample:
                 part.copy_(source.index_select(0, picks))
             offset += picks.numel()
         return out
+
+    def gather_part(self, flat: Mapping[int, torch.Tensor], out: torch.Tensor) -> None:
+        """`gather` into `out` of the positions in `flat` (1-D tensors by position) only: the
+        other positions' elements of `out` are left as they are. Only for a sampled layout."""
+        for (position, picks), offset in zip(self._picks, self._offsets, strict=True):
+            source = flat.get(position)
+            if source is not None:
+                out[offset : offset + picks.numel()].copy_(source.index_select(0, picks))
 
 
 class _Buffers:
@@ -127,6 +137,18 @@ class _Buffers:
         torch._foreach_copy_(views, list(tensors))
         return out
 
+    def copy_in_part(
+        self, out: torch.Tensor, views: list[torch.Tensor], tensors: Mapping[int, torch.Tensor]
+    ) -> None:
+        """`copy_in` of the weights-shaped tensors at the positions given (a mapping from
+        position to tensor); the rest of `out` is left as it is."""
+        if not tensors:
+            return
+        if self.sample.sampled:
+            self.sample.gather_part({i: t.reshape(-1) for i, t in tensors.items()}, out)
+            return
+        torch._foreach_copy_([views[i] for i in tensors], list(tensors.values()))
+
 
 class LostUpdateCheck:
     """The weights before an optimizer step, and the count of updates lost in it.
@@ -140,6 +162,8 @@ class LostUpdateCheck:
     def __init__(self) -> None:
         self._buffers: _Buffers | None = None
         self._kept = False  # the buffer `old` holds this step's weights before the update
+        self._kept_positions: set[int] = set()  # keep_part: the positions `old` holds
+        self._intended: list[torch.Tensor] = []  # keep_part: non-zero gradients kept
         self._fp16_weights = False  # FP16 weights: the update shows or it does not
 
     @property
@@ -153,6 +177,8 @@ class LostUpdateCheck:
     def forget(self) -> None:
         """Drop the kept weights (the step is recorded); the buffers stay for the next."""
         self._kept = False
+        self._kept_positions = set()
+        self._intended = []
 
     def keep(self, params: Sequence[torch.Tensor]) -> None:
         """Copy the weights the check follows (in float32: exact for 16-bit weights, the
@@ -160,15 +186,77 @@ class LostUpdateCheck:
         self._kept = False
         if not params:
             return
+        buffers = self._buffers_for(params)
+        with torch.no_grad():
+            buffers.copy_in(buffers.old, buffers.old_views, params)
+        self._kept = True
+
+    def _buffers_for(self, params: Sequence[torch.Tensor]) -> _Buffers:
         shapes = tuple(p.shape for p in params)
         buffers = self._buffers
         if buffers is None or buffers.shapes != shapes or buffers.device != params[0].device:
             buffers = self._buffers = None  # the old buffers go before the new are made
             buffers = self._buffers = _Buffers(shapes, params[0].device)
+            self._kept_positions = set()
         self._fp16_weights = all(p.dtype == torch.float16 for p in params)
+        return buffers
+
+    def keep_part(
+        self,
+        params: Sequence[torch.Tensor],
+        positions: Sequence[int],
+        grads: Sequence[torch.Tensor | None],
+    ) -> None:
+        """`keep` of the weights at `positions` of `params` only, with the updates intended
+        there: their gradients (`grads`, one per position, None for none: no update), read
+        now. Several optimizers: each keeps its own parameters' as it steps (`params`, all
+        of theirs, is one layout for the run; a GAN's discriminator gradients gain the
+        generator loss's after its own step). `count_part` counts what was kept since
+        `forget`."""
+        if not params or not positions:
+            return
+        buffers = self._buffers_for(params)
+        if not self._kept_positions:  # the first optimizer of the step
+            buffers.flags[0].zero_()  # no update intended where nothing is kept
+            self._intended = []
+        changed: dict[int, torch.Tensor] = {}
+        for position, grad in zip(positions, grads, strict=True):
+            if grad is not None and grad.numel() == params[position].numel():
+                changed[position] = grad.reshape(params[position].shape)
         with torch.no_grad():
-            buffers.copy_in(buffers.old, buffers.old_views, params)
-        self._kept = True
+            buffers.copy_in_part(buffers.old, buffers.old_views, {i: params[i] for i in positions})
+            buffers.copy_in_part(buffers.flags[0], buffers.changed_views, changed)  # != 0
+            self._intended += [torch.count_nonzero(grad) for grad in changed.values()]
+        self._kept_positions.update(positions)
+
+    @property
+    def intended(self) -> torch.Tensor | None:
+        """After `keep_part`: the updates intended in all the kept weights (non-zero
+        gradients, NaN included), sampled or not; None when none were kept."""
+        if not self._kept_positions:
+            return None
+        if not self._intended:
+            return torch.zeros((), dtype=torch.int64)
+        return torch.stack(self._intended).sum()
+
+    def count_part(self, params: Sequence[torch.Tensor]) -> torch.Tensor | None:
+        """`count` over the weights kept by `keep_part` (the updates intended as read then);
+        None when none were kept or the parameters changed since."""
+        buffers = self._buffers
+        if not self._kept_positions or buffers is None:
+            return None
+        if tuple(p.shape for p in params) != buffers.shapes:
+            return None
+        kept = sorted(self._kept_positions)
+        with torch.no_grad():
+            work, flags = buffers.work, buffers.flags  # flags: [changed, applied]
+            buffers.copy_in_part(work[1], buffers.new_views, {i: params[i] for i in kept})
+            # Where nothing was kept `old` and `new` hold what earlier steps left: their flags
+            # are multiplied by the zeros of `changed` there.
+            update_shows(buffers.old, work[1], fp16_weights=self._fp16_weights, out=flags[1],
+                         work=work[0], half=buffers.half)  # fmt: skip
+            ones = work.copy_(flags.view(torch.uint8))
+            return torch.mv(ones, ones[0])
 
     def count(
         self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]

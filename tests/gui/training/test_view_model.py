@@ -379,6 +379,31 @@ def test_a_missing_activation_histogram_says_why_not_yet() -> None:
     assert no_histogram_reason(ended, None) == "no statistics step in this run"
 
 
+def test_a_compiled_models_activation_histogram_says_not_measured_never_zero() -> None:
+    # AmpMonitor on a compiled model records parameter gradients on statistics steps and
+    # says why its activation statistics are absent: the histogram and the layer table must
+    # say "not measured", not show zeros.
+    from fpexplorer.gui.training.view_model import layer_table_view, no_histogram_reason
+    from fpexplorer.training.records import LayerStats, StepRecord, StepStats
+
+    stats = StepStats(
+        grad_hist=Histogram(lo=-8, counts=(3, 5)),
+        layers=(LayerStats(name="0", grad_norm=0.5), LayerStats(name="1")),
+        activations_not_measured="compiled model",
+    )
+    step = StepRecord(step=4, loss=1.0, scale=1.0, skipped=False, stats=stats)
+    model = _model([_header("bf16", stats_every=2), step])
+    assert no_histogram_reason(model, None) == "not measured: compiled model"
+    rows = layer_table_view(model).rows
+    assert [row.cells[2:5] for row in rows] == [("–", "–", "–")] * 2
+    assert rows[0].cells[1] == number_text(0.5)
+    unchecked = dataclasses.replace(
+        stats, activations_not_measured="compiled model; forward outputs not checked"
+    )
+    model = _model([_header("bf16", stats_every=2), dataclasses.replace(step, stats=unchecked)])
+    assert no_histogram_reason(model, None) == "not measured: compiled model"
+
+
 def test_a_sampled_lost_update_share_is_marked_as_an_estimate() -> None:
     from fpexplorer.training.records import LostUpdates
 
