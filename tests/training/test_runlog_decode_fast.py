@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from fpexplorer.training.records import (
     StepRecord,
     decode_record,
     encode_line,
+    record_fields,
 )
 from fpexplorer.training.runlog import RecordStream, RunWriter
 from fpexplorer.training.summary import format_summary, summarize_file
@@ -69,6 +71,8 @@ ODD_LINES = [
     '{"step":1020,"loss":0.5}',
     "",
     "   ",
+    '{"type":"step","step":1022,"loss":0.5,"optimizer_outcomes":["stepped","idle"]}',
+    '{"type":"step","step":1023,"loss":0.5,"optimizer_outcomes":"stepped"}',
     '{"type":"step","step":1021,"loss":0.5,"skipped":false,"lr":0.001}',
 ]
 
@@ -165,13 +169,19 @@ def test_the_flat_decoder_is_used_and_equals_the_codec_line_by_line(tmp_path: Pa
 
 
 def test_the_flat_decoder_follows_the_dataclass() -> None:
-    """Derived from the fields: every scalar field of StepRecord is read, the nested ones
-    (`stats`, `ranks`) are left to the codec; EndRecord's tuple of ranks likewise."""
+    """Derived from the fields: every field of StepRecord is either read by the flat
+    decoder (a scalar, or an optional one) or left to the codec (`stats`, `ranks`, any
+    other nested value); EndRecord's tuple of ranks likewise."""
     flat = records_module._FlatDecoder(StepRecord)
-    names = {name for _key, name, _type, _decode, _required in flat.fields}
-    scalars = {f.name for f in dataclasses.fields(StepRecord) if f.name not in ("stats", "ranks")}
-    assert names == scalars
-    assert set(flat.nested_keys) == {"stats", "ranks"}
+    hints = typing.get_type_hints(StepRecord)
+    read = {name for _key, name, _type, _decode, _required in flat.fields}
+    assert read | set(flat.nested_keys) == set(record_fields(StepRecord))
+    assert not read & set(flat.nested_keys)
+    scalars = {float, int, bool, str}
+    for name in read:  # a scalar, or an optional scalar
+        assert hints[name] in scalars or set(typing.get_args(hints[name])) & scalars
+    assert {"step", "loss", "scale", "skipped", "grad_amax", "hysteresis"} <= read
+    assert {"stats", "ranks"} <= set(flat.nested_keys)
     assert records_module._FlatDecoder(EndRecord).nested_keys == ["ranks"]
 
 
