@@ -664,6 +664,13 @@ def upgrade(raw: dict[str, Any], schema: int) -> dict[str, Any]:
     return raw
 
 
+_SCALARS = (float, int, bool, str)
+
+
+class _AlwaysDecode:
+    """The type of no JSON value: a field the flat decoder hands to its decoder always."""
+
+
 class _FlatDecoder:
     """`from_json` for a record whose line holds scalars only (a step record without
     statistics: nearly every line of a log), in one loop with no call per field where the
@@ -672,6 +679,7 @@ class _FlatDecoder:
     equal to it: a value of another type goes through the field's own decoder (the same
     errors), a missing required field is the same error, unknown keys are ignored, and
     a line holding a nested field (`stats`, `ranks`) returns None: the codec reads it.
+    A tuple of scalars is decoded by its field's decoder: a line of it stays flat.
     `tests/training/test_runlog_decode_fast.py` holds it equal to the codec."""
 
     def __init__(self, cls: type) -> None:
@@ -685,24 +693,37 @@ class _FlatDecoder:
             args = typing.get_args(hint)
             optional = len(args) == 2 and type(None) in args
             inner = next(a for a in args if a is not type(None)) if optional else hint
-            if inner in (float, int, bool, str):
+            if inner in _SCALARS:
                 self.fields.append((codec.key, codec.name, inner, codec.decode, codec.required))
+            elif typing.get_origin(inner) is tuple and set(typing.get_args(inner)) <= {
+                *_SCALARS,
+                Ellipsis,
+            }:
+                # A tuple of scalars (StepRecord.optimizer_outcomes): read by its own decoder
+                # every time (no JSON value is an `_AlwaysDecode`), a line of it stays here.
+                self.fields.append(
+                    (codec.key, codec.name, _AlwaysDecode, codec.decode, codec.required)
+                )
             else:
                 self.nested_keys.append(codec.key)
 
     def decode(self, raw: dict[str, Any]) -> Any:
-        for key in self.nested_keys:
-            if key in raw:
-                return None
+        if not raw.keys().isdisjoint(self.nested_keys):
+            return None
         arguments = {}
+        get = raw.get
         for key, name, exact, decode, required in self.fields:
-            if key in raw:
-                value = raw[key]
-                # bool is a subclass of int, and a float's int: the exact type, not isinstance.
-                arguments[name] = value if type(value) is exact else decode(value)
-            elif required:
-                raise ValueError(f"{self.cls.__name__} without {key!r}")
+            value = get(key, _ABSENT)
+            if value is _ABSENT:
+                if required:
+                    raise ValueError(f"{self.cls.__name__} without {key!r}")
+                continue
+            # bool is a subclass of int, and a float's int: the exact type, not isinstance.
+            arguments[name] = value if type(value) is exact else decode(value)
         return self.cls(**arguments)
+
+
+_ABSENT = object()  # a key not on the line (None is a value: JSON null)
 
 
 _FLAT_DECODERS: dict[type, _FlatDecoder] = {}
@@ -731,7 +752,7 @@ def decode_record(raw: Any, schema: int = SCHEMA_VERSION) -> Record | None:
         if "schema" not in raw:
             raise ValueError("malformed header record: no schema")
         schema = _decode_int(raw["schema"])
-    upgraded = upgrade(raw, schema)
+    upgraded = raw if schema == SCHEMA_VERSION else upgrade(raw, schema)
     try:
         record = _flat_decoder(cls).decode(upgraded)  # nearly every line: a plain step
         if record is None:
