@@ -231,3 +231,46 @@ def test_non_finite_and_integral_values_keep_the_field_types() -> None:
     assert math.isnan(record.loss) and record.scale == math.inf
     assert record.grad_norm == -math.inf
     assert encode_line(record).startswith('{"type":"step","step":1000,"loss":"NaN"')
+
+
+def test_a_record_made_without_init_is_the_record_init_makes() -> None:
+    """The flat decoder sets a plain step's fields itself (no __init__ call): the result
+    equals, hashes and prints as StepRecord(**fields), and stays frozen."""
+    line = ODD_LINES[3]  # grad_amax "Infinity", hysteresis 2, an unknown key
+    raw = json.loads(line)
+    record = records_module._flat_decoder(StepRecord).decode(raw)
+    assert records_module._flat_decoder(StepRecord).setters is not None
+    expected = StepRecord(step=1003, loss=0.5, grad_amax=math.inf, hysteresis=2)
+    assert type(record) is StepRecord
+    assert record == expected and hash(record) == hash(expected)
+    assert repr(record) == repr(expected)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.loss = 1.0  # type: ignore[misc]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checked(records_module._Codable):
+    count: int
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.count < 0:
+            raise ValueError("a negative count")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _WithFactory(records_module._Codable):
+    count: int
+    names: tuple[str, ...] = dataclasses.field(default_factory=tuple)
+
+
+def test_records_whose_init_does_more_are_made_by_it() -> None:
+    """A __post_init__ (validation) or a default_factory: the flat decoder calls __init__."""
+    checked = records_module._FlatDecoder(_Checked)
+    assert checked.setters is None
+    assert checked.decode({"count": 2}) == _Checked(2)
+    with pytest.raises(ValueError, match="a negative count"):
+        checked.decode({"count": -1})
+    with_factory = records_module._FlatDecoder(_WithFactory)
+    assert with_factory.setters is None
+    assert with_factory.decode({"count": 1}) == _WithFactory(1, ())
