@@ -707,11 +707,18 @@ class _FlatDecoder:
             else:
                 self.nested_keys.append(codec.key)
         # The record is made as its dataclass __init__ makes it (each field set, a missing
-        # one to its default) without calling that __init__: a frozen dataclass's __init__ sets
-        # each field through object.__setattr__, 2 of the 3 microseconds a plain step
+        # one to its default) without calling that __init__: a frozen dataclass's __init__
+        # sets each field through object.__setattr__, 2 of the 3 microseconds a plain step
         # took here. Only where __init__ does nothing more: no __post_init__ (validation),
-        # no default_factory; otherwise cls(**arguments).
-        self.setters: list[tuple[str, Callable[[Any, Any], None], Any]] | None = []
+        # no default_factory; otherwise cls(**arguments). `direct`: each field read, as
+        # (key, its slot's setter, exact type, decoder, required, default); `nested_defaults`:
+        # (slot setter, default) of the nested fields, which a flat line does not hold.
+        self.direct: list[tuple[str, Callable[[Any, Any], None], type, _Decode, bool, Any]] = []
+        self.nested_defaults: list[tuple[Callable[[Any, Any], None], Any]] = []
+        read = {
+            name: (key, exact, decode, required)
+            for key, name, exact, decode, required in self.fields
+        }
         for item in dataclasses.fields(cls):
             slot: Any = cls.__dict__.get(item.name)  # the slot's member descriptor
             if (
@@ -720,28 +727,46 @@ class _FlatDecoder:
                 or item.default_factory is not dataclasses.MISSING
                 or not hasattr(slot, "__set__")
             ):
-                self.setters = None
+                self.direct, self.nested_defaults = [], []
+                self.usable_directly = False
                 break
-            self.setters.append((item.name, slot.__set__, item.default))
+            if item.name in read:
+                key, exact, decode, required = read[item.name]
+                self.direct.append((key, slot.__set__, exact, decode, required, item.default))
+            else:
+                self.nested_defaults.append((slot.__set__, item.default))
+        else:
+            self.usable_directly = True
 
     def decode(self, raw: dict[str, Any]) -> Any:
+        """The record, or None when the line holds a nested field. Raises ValueError as
+        the codec does (TypeError, AttributeError from a record's own checks)."""
         if not raw.keys().isdisjoint(self.nested_keys):
             return None
-        arguments = {}
         get = raw.get
-        for key, name, exact, decode, required in self.fields:
+        if not self.usable_directly:
+            arguments = {}
+            for key, name, exact, decode, required in self.fields:
+                value = get(key, _ABSENT)
+                if value is _ABSENT:
+                    if required:
+                        raise ValueError(f"{self.cls.__name__} without {key!r}")
+                    continue
+                arguments[name] = value if type(value) is exact else decode(value)
+            return self.cls(**arguments)
+        record: Any = object.__new__(self.cls)
+        for key, set_field, exact, decode, required, default in self.direct:
             value = get(key, _ABSENT)
             if value is _ABSENT:
                 if required:
                     raise ValueError(f"{self.cls.__name__} without {key!r}")
-                continue
-            # bool is a subclass of int, and a float's int: the exact type, not isinstance.
-            arguments[name] = value if type(value) is exact else decode(value)
-        if self.setters is None:
-            return self.cls(**arguments)
-        record: Any = object.__new__(self.cls)
-        for name, set_field, default in self.setters:  # every field: required ones are given
-            set_field(record, arguments.get(name, default))
+                value = default
+            elif type(value) is not exact:
+                # bool is a subclass of int, and a float's int: the exact type, not isinstance.
+                value = decode(value)
+            set_field(record, value)
+        for set_field, default in self.nested_defaults:  # absent (checked above): defaults
+            set_field(record, default)
         return record
 
 

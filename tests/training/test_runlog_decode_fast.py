@@ -239,7 +239,7 @@ def test_a_record_made_without_init_is_the_record_init_makes() -> None:
     line = ODD_LINES[3]  # grad_amax "Infinity", hysteresis 2, an unknown key
     raw = json.loads(line)
     record = records_module._flat_decoder(StepRecord).decode(raw)
-    assert records_module._flat_decoder(StepRecord).setters is not None
+    assert records_module._flat_decoder(StepRecord).usable_directly
     expected = StepRecord(step=1003, loss=0.5, grad_amax=math.inf, hysteresis=2)
     assert type(record) is StepRecord
     assert record == expected and hash(record) == hash(expected)
@@ -267,10 +267,10 @@ class _WithFactory(records_module._Codable):
 def test_records_whose_init_does_more_are_made_by_it() -> None:
     """A __post_init__ (validation) or a default_factory: the flat decoder calls __init__."""
     checked = records_module._FlatDecoder(_Checked)
-    assert checked.setters is None
+    assert not checked.usable_directly
     assert checked.decode({"count": 2}) == _Checked(2)
     with pytest.raises(ValueError, match="a negative count"):
         checked.decode({"count": -1})
     with_factory = records_module._FlatDecoder(_WithFactory)
-    assert with_factory.setters is None
+    assert not with_factory.usable_directly
     assert with_factory.decode({"count": 1}) == _WithFactory(1, ())
