@@ -7,7 +7,8 @@ about `--mb` MB in a temporary folder (deleted at the end), then reads it with
 - `json.loads` of every line: the reference, the floor for any reader built on json;
 - `RecordStream` alone (bytes in, typed records out);
 - `fpexplorer runs summarize|check|compare` in this process (output discarded);
-- the panel's file reader (`RunFileReplay` into a `RunModel`, what File > Open runs).
+- the panel's file reader (`RunFileReplay` into a `RunModel`, what File > Open runs), and
+  File > Open in an offscreen Training panel (the reader, the run list, the redraw).
 
     python benchmarks/bench_runs_read.py                 # 64 MB, statistics every 100
     python benchmarks/bench_runs_read.py --mb 100 --repeat 3
@@ -104,6 +105,29 @@ def panel_reader(path: Path) -> int:
     return model.steps_seen
 
 
+def panel_window() -> Callable[[Path], int]:
+    """File > Open in the Training panel itself (offscreen): the reader above, the run list
+    and the redraw at the end."""
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.gui.training.panel import TrainingPanel
+
+    application = QApplication.instance() or QApplication([])
+    panel = TrainingPanel()
+    panel.resize(1280, 800)
+
+    def load(path: Path) -> int:
+        panel.load_run(path, in_background=True)
+        panel.finish_loading()
+        application.processEvents()
+        model = panel.runs[-1].model
+        if model.problems:
+            raise RuntimeError(f"the panel read problems: {model.problems[:3]}")
+        return model.steps_seen
+
+    return load
+
+
 def best_seconds(function: Callable[[Path], int], path: Path, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -132,6 +156,7 @@ def main() -> int:
             ("runs check", runs_verb("check")),
             ("runs compare", runs_verb("compare")),
             ("panel file reader", panel_reader),
+            ("panel window, File > Open", panel_window()),
         ]
         lines = json_floor(path)
         print(
