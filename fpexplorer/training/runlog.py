@@ -529,15 +529,16 @@ class RecordStream:
         base = self.bytes_fed
         self.bytes_fed += len(data)
         records: list[Record] = []
-        self.offsets = []
-        start = 0
-        while True:
-            newline = data.find(b"\n", start)
-            if newline < 0:
-                break
-            piece = data[start:newline]
-            start = newline + 1
-            line_start, self._line_start = self._line_start, base + start
+        offsets: list[int] = []
+        self.offsets = offsets
+        # One split in C rather than a find() and a slice per line: the chunk's lines and,
+        # last, what follows its last newline (b"" when it ends with one).
+        pieces = data.split(b"\n")
+        rest = pieces.pop()
+        position = base
+        for piece in pieces:
+            position += len(piece) + 1
+            line_start, self._line_start = self._line_start, position
             if self._discarding:
                 self._discarding = False
                 self._pending.clear()
@@ -548,12 +549,19 @@ class RecordStream:
             else:
                 line = piece
             self.line_number += 1
+            if not line or line.isspace():  # (strip() made a copy of every line)
+                continue
             before = len(records)
-            self._read_line(line, records)
+            try:
+                decoded = _loads(line)
+            except ValueError as error:
+                self._resynchronise(line, error, records)
+            else:
+                self._use(decoded, records)
             if len(records) > before:
-                self.offsets += [line_start] * (len(records) - before)
+                offsets += [line_start] * (len(records) - before)
         if not self._discarding:
-            self._pending += data[start:]
+            self._pending += rest
             if len(self._pending) > self.max_line_bytes:
                 self.line_number += 1
                 self._report(f"line {self.line_number}: longer than {self.max_line_bytes} bytes")
@@ -590,16 +598,6 @@ class RecordStream:
             )
             self.refused_records = 0
         return records
-
-    def _read_line(self, line: bytes, records: list[Record]) -> None:
-        if not line or line.isspace():  # (strip() made a copy of every line)
-            return
-        try:
-            decoded = _loads(line)
-        except ValueError as error:
-            self._resynchronise(line, error, records)
-            return
-        self._use(decoded, records)
 
     def _resynchronise(self, line: bytes, error: ValueError, records: list[Record]) -> None:
         """Records inside a line that is not one: garbage before, between or after them."""

@@ -274,3 +274,33 @@ def test_records_whose_init_does_more_are_made_by_it() -> None:
     with_factory = records_module._FlatDecoder(_WithFactory)
     assert not with_factory.usable_directly
     assert with_factory.decode({"count": 1}) == _WithFactory(1, ())
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 333, 4096, 1 << 30])
+def test_stream_records_and_offsets_whatever_the_chunking(tmp_path: Path, chunk: int) -> None:
+    """Each record's offset is where its line starts in the file, whatever the chunks
+    (the stream splits each chunk into lines at once); the records are those of one feed."""
+    path = tmp_path / "damaged.jsonl"
+    _damaged_log(path, torn=True)
+    data = path.read_bytes()[: 200_000 if chunk < 100 else None]
+    whole = RecordStream()
+    expected = [repr(record) for record in [*whole.feed(data), *whole.finish()]]
+    stream = RecordStream()
+    found: list[tuple[Any, int]] = []
+    for start in range(0, len(data), chunk):
+        found += zip(stream.feed(data[start : start + chunk]), stream.offsets, strict=True)
+    found += zip(stream.finish(), stream.offsets, strict=True)
+    assert [repr(record) for record, _ in found] == expected
+    assert stream.problems == whole.problems and stream.line_number == whole.line_number
+    checked = 0
+    for record, offset in found:
+        assert offset == 0 or data[offset - 1 : offset] == b"\n"
+        end = data.find(b"\n", offset)
+        line = data[offset : None if end < 0 else end]
+        try:
+            again = runlog_module.parse_record(line, schema=2)
+        except ValueError:
+            continue  # a line with output glued to its record, or the torn last one
+        assert repr(again) == repr(record)
+        checked += 1
+    assert checked >= len(found) - 5
