@@ -304,3 +304,68 @@ def test_stream_records_and_offsets_whatever_the_chunking(tmp_path: Path, chunk:
         assert repr(again) == repr(record)
         checked += 1
     assert checked >= len(found) - 5
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [[], [0, 1, 2**70], [1.0, 2], [1, True], [1, 2.5], [1, "2"], [1, None], [-1, 3]],
+)
+def test_a_tuple_of_scalars_decodes_as_its_items_do(counts: list[Any]) -> None:
+    """Histogram counts (tuple[int, ...]): the list taken whole when every item is an int
+    gives what decoding item by item gives, and the same error otherwise."""
+
+    def item_by_item() -> Any:
+        items = tuple(records_module._decode_int(item) for item in counts)
+        return repr(records_module.Histogram(lo=0, counts=items))
+
+    try:
+        expected: Any = ("value", item_by_item())
+    except ValueError as error:
+        expected = ("error", str(error))
+    try:
+        got: Any = ("value", repr(records_module.Histogram.from_json({"lo": 0, "counts": counts})))
+    except ValueError as error:
+        got = ("error", str(error))
+    assert got == expected
+    if all(type(item) is int for item in counts) and min(counts, default=0) >= 0:
+        decoded = records_module.Histogram.from_json({"lo": 0, "counts": counts})
+        assert all(type(item) is int for item in decoded.counts)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"name": "fc1", "grad_norm": 0.5, "amax": 2.0, "underflow_share": 0.25},
+        {"name": "fc1", "grad_norm": None, "amax": 2, "headroom_log2": "Infinity"},
+        {"name": "fc1", "amax": "NaN", "nonfinite": 1, "underflow_share": 0},
+        {"name": "fc1", "amax": True},
+        {"name": 3},
+        {"name": "fc1", "nonfinite": 2},
+        {"amax": 1.0},
+    ],
+)
+def test_nested_records_skip_the_decoder_only_for_values_of_the_exact_type(
+    value: dict[str, Any],
+) -> None:
+    """The generic codec takes a value of a scalar field's exact type as is: the same
+    record (types included) or error as calling every field's decoder."""
+    codecs = records_module._plan(records_module.LayerStats)
+
+    def field_by_field() -> str:
+        arguments = {}
+        for codec in codecs:
+            if codec.key in value:
+                arguments[codec.name] = codec.decode(value[codec.key])
+            elif codec.required:
+                raise ValueError(f"LayerStats without {codec.key!r}")
+        return repr(records_module.LayerStats(**arguments))
+
+    try:
+        expected = ("value", field_by_field())
+    except ValueError as error:
+        expected = ("error", str(error))
+    try:
+        got = ("value", repr(records_module.LayerStats.from_json(value)))
+    except ValueError as error:
+        got = ("error", str(error))
+    assert got == expected
