@@ -194,13 +194,40 @@ def launch(config: TrainConfig) -> int:
         start_method="spawn",
     )
     ranks = f"{config.world_size} ranks"
+    # The ranks (this process's children) may ask it to stop them all (`stop_launcher`).
+    previous = os.environ.get(LAUNCHER_ENV)
+    os.environ[LAUNCHER_ENV] = str(os.getpid())
     try:
         return _run_launch(launch_config, command, path, ranks, endpoint, config)
     finally:
+        if previous is None:
+            os.environ.pop(LAUNCHER_ENV, None)
+        else:
+            os.environ[LAUNCHER_ENV] = previous
         # A run stopped before any rank began its log leaves no empty run folder behind.
         if not config.out:
             with contextlib.suppress(OSError):
                 path.parent.rmdir()  # only when empty
+
+
+LAUNCHER_ENV = "FPEXPLORER_LAUNCHER_PID"
+
+
+def stop_launcher() -> bool:
+    """Ask the launcher that started this rank (`fpexplorer train --nproc-per-node`, whose
+    torch elastic agent is this process's parent) to stop every rank, as the panel's Stop
+    does: one SIGTERM, which the agent passes on to each rank. Rank 0 does so when the
+    reader of its `--stream` records went away (the window that started the job closed or
+    was killed): stopping alone would leave its peers waiting in a collective. Nothing
+    happens under another launcher (a user's own torchrun). Returns whether it asked."""
+    launcher = os.environ.get(LAUNCHER_ENV, "")
+    if not launcher.isdigit() or int(launcher) != os.getppid():
+        return False
+    try:
+        os.kill(int(launcher), signal.SIGTERM)
+    except OSError:  # gone already
+        return False
+    return True
 
 
 def _run_launch(

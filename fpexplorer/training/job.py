@@ -422,7 +422,9 @@ def run_job(
     stop = _StopFlag()
     try:
         if rank is not None:
-            writer: RunWriter | RankLogs = _rank_logs(config, rank, path, channel, job_writers)
+            writer: RunWriter | RankLogs = _rank_logs(
+                config, rank, path, channel, job_writers, lambda: _ranks_stream_lost(stop)
+            )
         elif config.out:
             writer = _JobWriter(path, channel=channel.binary, echo=channel.text,
                                 on_stream_lost=stop.stream_lost)  # fmt: skip
@@ -615,21 +617,31 @@ def _launch_settings(config: TrainConfig, rank: distributed.RankSetup) -> dict[s
             "parallel": rank.parallel}  # fmt: skip
 
 
+def _ranks_stream_lost(stop: _StopFlag) -> None:
+    """Rank 0's `--stream` reader went away: this rank stops (its end record says why) and
+    asks the launcher to stop the others, so that they all stop at the same step."""
+    stop.stream_lost()
+    distributed.stop_launcher()
+
+
 def _rank_logs(
     config: TrainConfig,
     rank: distributed.RankSetup,
     path: Path,
     channel: _RecordChannel,
     job_writers: list[_JobWriter],
+    on_stream_lost: Callable[[], None],
 ) -> RankLogs:
     """A rank's writers: its own log and, on rank 0, the merged log, which is also what
-    the stream channel carries (the panel shows the merged view live)."""
+    the stream channel carries (the panel shows the merged view live); `on_stream_lost`
+    when that channel's reader goes away."""
     context = rank.context
     own = _JobWriter(rank_log_path(path, context.rank))
     job_writers.append(own)
     merged = None
     if context.rank == 0:
-        merged = _JobWriter(path, channel=channel.binary, echo=channel.text)
+        merged = _JobWriter(path, channel=channel.binary, echo=channel.text,
+                            on_stream_lost=on_stream_lost)  # fmt: skip
         job_writers.append(merged)
     return RankLogs(
         path, context, stats_every=config.stats_every, parallel=rank.parallel,

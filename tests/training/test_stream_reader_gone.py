@@ -90,3 +90,42 @@ def test_closing_the_stream_pipe_stops_the_child(tmp_path: Path) -> None:
             process.wait()
     run = load_run(out)
     assert run.status == "stopped" and len(run.steps) < 100000
+
+
+@pytest.mark.slow  # two ranks through the launcher: seconds
+def test_closing_the_stream_pipe_stops_every_rank_of_a_launched_job(tmp_path: Path) -> None:
+    """Rank 0 carries the stream; when its reader goes away it asks the launcher to stop
+    every rank (as the panel's Stop does), instead of stopping alone while its peer waits
+    in a collective, or all of them training on with nobody watching."""
+    out = tmp_path / "ranked.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fpexplorer", "train", "--task", "mlp", "--precision", "bf16",
+         "--steps", "100000", "--stats-every", "0", "--device", "cpu", "--stream",
+         "--nproc-per-node", "2", "--out", str(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        while b'"type":"step"' not in process.stdout.readline():
+            assert process.poll() is None, process.stderr.read().decode()
+        process.stdout.close()  # what the panel's death does to the pipe
+        process.wait(timeout=120)  # a guard against a hang, not a measure of speed
+        stderr = process.stderr.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+    assert process.returncode == 0, stderr
+    assert "stopped by SIGTERM (2 ranks)" in stderr
+    merged = load_run(out)
+    assert merged.status == "stopped" and len(merged.steps) < 100000
+    assert merged.end is not None and merged.end.ranks
+    assert "went away" in (merged.end.ranks[0].error or "")  # rank 0 says why it stopped
+    for rank in (0, 1):
+        log = load_run(out.with_name(f"ranked.rank-{rank}.jsonl"))
+        assert log.status == "stopped", rank
+        assert len(log.steps) == len(merged.steps)  # every rank stopped at the same step
