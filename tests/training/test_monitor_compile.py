@@ -93,6 +93,14 @@ def recorded_binades(histogram: dict[str, Any]) -> dict[int, int]:
     }
 
 
+def fresh_counter() -> CompileCounterWithBackend:
+    """A frame counter over inductor, with dynamo's caches and counters emptied: each test
+    counts its own compilations."""
+    torch._dynamo.reset()
+    counters.clear()
+    return CompileCounterWithBackend("inductor")
+
+
 def steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [record for record in records if record["type"] == "step"]
 
@@ -106,9 +114,7 @@ def test_a_compiled_model_records_what_the_uncompiled_one_does_without_recompili
     # Before: fullgraph=True stopped at the first statistics step with dynamo's "Could not
     # guard on data-dependent expression" (the forward hooks' host reads); without it, every
     # forward broke the graph at each layer's hook and the hooks recompiled.
-    torch._dynamo.reset()
-    counters.clear()
-    counter = CompileCounterWithBackend("inductor")
+    counter = fresh_counter()
     frames: list[int] = []
 
     def compiled(model: nn.Module) -> tuple[Callable[..., torch.Tensor], nn.Module]:
@@ -175,9 +181,7 @@ def test_a_compiled_function_or_module_compile_runs_without_recompiling(
     # A compiled function calling the model: the monitor cannot see it when it starts; its
     # hooks find themselves being traced, do nothing there, and stay in place (removing one
     # would recompile). `model.compile()` traces the model's own hooks too.
-    torch._dynamo.reset()
-    counters.clear()
-    counter = CompileCounterWithBackend("inductor")
+    counter = fresh_counter()
     frames: list[int] = []
 
     def compiled(model: nn.Module) -> tuple[Callable[..., torch.Tensor], nn.Module]:
@@ -206,8 +210,7 @@ def test_a_compiled_models_forward_overflow_is_named_as_uncompiled(
 ) -> None:
     # The leaf outputs' extremes are taken inside the graph on statistics steps (one graph
     # with the checks, one without: no recompile after both have run once).
-    torch._dynamo.reset()
-    counter = CompileCounterWithBackend("inductor")
+    counter = fresh_counter()
     frames: list[int] = []
 
     def compiled(model: nn.Module) -> tuple[Callable[..., torch.Tensor], nn.Module]:
