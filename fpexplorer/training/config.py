@@ -62,6 +62,8 @@ TASKS: tuple[Choice, ...] = (
 TASK_NAMES: tuple[str, ...] = tuple(choice.name for choice in TASKS)
 # The task a run of the user's own loop (AmpMonitor) records: not one a job can run.
 USER_LOOP_TASK = "user loop"
+# The task of the demo runs `fpexplorer.gui.training.synthetic` makes: none was trained.
+SYNTHETIC_TASK = "synthetic"
 
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 PARALLEL_CHOICES: tuple[Choice, ...] = (
@@ -346,11 +348,16 @@ class TrainConfig:
         problems: dict[str, str] = {}
         if self.task not in TASK_NAMES:
             user = split_user_task(self.task)
-            if self.task == USER_LOOP_TASK:
-                # Its settings fill the form when such a run is selected in the panel.
+            # Runs no job made: their settings fill the form when one is selected in the
+            # panel, and the task says what the run is, not that it was mistyped.
+            made_by = {
+                USER_LOOP_TASK: "a run of your own training loop (AmpMonitor)",
+                SYNTHETIC_TASK: "a synthetic demo run (nothing was trained)",
+            }.get(self.task)
+            if made_by is not None:
                 problems["task"] = (
-                    "a run of your own training loop (AmpMonitor): it cannot be started "
-                    f"from here; use one of {', '.join(TASK_NAMES)} or path/to/file.py:factory"
+                    f"{made_by}: it cannot be started from here; use one of "
+                    f"{', '.join(TASK_NAMES)} or path/to/file.py:factory"
                 )
             elif user is None:
                 problems["task"] = (

@@ -158,6 +158,17 @@ def test_a_user_loops_task_says_what_it_is_not_unknown() -> None:
     assert "unknown" not in problem
 
 
+def test_a_synthetic_runs_task_says_what_it_is_not_unknown() -> None:
+    # A demo run of gui.training.synthetic selected in the panel read "unknown task
+    # 'synthetic'", with "Fix 1 field: Task", as if mistyped.
+    from fpexplorer.gui.training.synthetic import synthetic_records
+
+    header = next(iter(synthetic_records(1)))
+    problem = TrainConfig(task=header.config["task"]).validate()["task"]
+    assert problem.startswith("a synthetic demo run (nothing was trained): it cannot be started")
+    assert "unknown" not in problem
+
+
 def test_to_argv_parses_back_to_the_same_config() -> None:
     from fpexplorer.commands import train
 

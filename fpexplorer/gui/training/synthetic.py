@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from fpexplorer.training.config import SYNTHETIC_TASK
 from fpexplorer.training.precision import find_precision_mode
 from fpexplorer.training.records import (
     SCHEMA_VERSION,
@@ -190,7 +191,7 @@ def synthetic_records(
         else None
     )
     config = {
-        "task": "synthetic",
+        "task": SYNTHETIC_TASK,
         "precision": precision,
         "device": "cpu",
         "steps": steps,
