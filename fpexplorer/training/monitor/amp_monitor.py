@@ -345,8 +345,15 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._compiled = _is_compiled(model)
         self._traced = False
         # A `torch.compile` wrapper's leaf outputs are checked inside its graph, by hooks
-        # installed once (see _install_graph_checks).
-        self._graph_checks = self._compiled and _compiled_original(model) is not None
+        # installed once (see _install_graph_checks). Not in a compiled DDP model: dynamo
+        # splits its graph at DDP's buckets, and any forward hook's output there is read
+        # as a new frame's input, with a UserWarning about `.grad` of a non-leaf tensor on
+        # every compile (torch's, for a user's own hook too): its forward overflows are
+        # not named, as on a compiled function calling the model.
+        original = _compiled_original(model)
+        self._graph_checks = original is not None and not isinstance(
+            original, nn.parallel.DistributedDataParallel
+        )
         self._sharded = is_sharded(model)
         self._multi = _WatchedParams(optimizers, self._sharded) if len(optimizers) > 1 else None
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
@@ -1333,12 +1340,22 @@ def _is_compiled(model: nn.Module) -> bool:
 
 def _layer_name(model: nn.Module, name: str, module: nn.Module) -> str:
     """A layer's name as the model names it: a compiled model's layers read `0`, as they
-    do uncompiled, not `_orig_mod.0` (so its runs overlay the uncompiled model's)."""
-    if _compiled_original(model) is not None and (
-        name == "_orig_mod" or name.startswith("_orig_mod.")
-    ):
-        name = name[len("_orig_mod.") :]
+    do uncompiled, not `_orig_mod.0` (so its runs overlay the uncompiled model's), and so
+    do those of a compiled DDP model (`torch.compile(DDP(model))`), not `module.0`, as
+    the monitor names a DDP model's layers uncompiled (`reduction.watched_module`)."""
+    original = _compiled_original(model)
+    if original is not None:
+        name = _inside(name, "_orig_mod")
+        if isinstance(original, nn.parallel.DistributedDataParallel):
+            name = _inside(name, "module")
     return name or type(module).__name__
+
+
+def _inside(name: str, wrapper: str) -> str:
+    """A module's name as its wrapper's child `wrapper` names it ('' for that child)."""
+    if name == wrapper or name.startswith(wrapper + "."):
+        return name[len(wrapper) + 1 :]
+    return name
 
 
 def _strided(grads: list[torch.Tensor]) -> list[torch.Tensor]:
