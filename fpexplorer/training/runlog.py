@@ -5,9 +5,10 @@ records as JSON Lines:
 
 - `RunWriter` writes typed records to a file as JSON lines, holding an exclusive lock
   (`fcntl.flock`) so that a second writer on the same file is refused instead of
-  interleaving its lines; it may also send each line to a stream channel (a pipe). Plain
-  step records (no statistics, not skipped) are batched for at most `flush_interval`
-  (50 ms); every other record is written at once, with everything before it.
+  interleaving its lines; it may also send each line to a stream channel (a pipe). Step
+  records that are not skipped (statistics steps too) are batched for at most
+  `flush_interval` (50 ms); every other record is written at once, with everything before
+  it.
 - `RecordStream` is the one reader: bytes in (any chunking), typed records out. It holds
   back a line until its newline arrives, resynchronises on the next whole record after
   garbage (bytes of a user's print glued to a record), upgrades older schemas and refuses
@@ -22,10 +23,10 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
-import math
 import os
 import threading
 import time
+import types
 import typing
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -117,20 +118,20 @@ def _lock(fd: int, path: Path) -> None:
         ) from None
 
 
-# A plain step record waits at most this long (seconds) before it reaches the file and the
-# stream: a live panel sees it that late at worst, and a killed job loses at most the
-# plain steps of this window.
+# A step record that was not skipped waits at most this long (seconds) before it reaches
+# the file and the stream: a live panel sees it that late at worst, and a killed job loses
+# at most the unskipped steps of this window.
 FLUSH_INTERVAL = 0.05
 
 
+_SPELLED = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
+
+
 def _float_text(value: Any) -> str:
-    """A float as `json.dumps` writes it, non-finite ones spelled as the codec spells them."""
-    number = float(value)
-    if math.isfinite(number):
-        return float.__repr__(number)
-    if math.isnan(number):
-        return '"NaN"'
-    return '"Infinity"' if number > 0 else '"-Infinity"'
+    """A float as `json.dumps` writes it (its repr), non-finite ones spelled as the codec
+    spells them (repr writes them nan, inf, -inf)."""
+    text = float.__repr__(float(value))
+    return _SPELLED.get(text, text)
 
 
 def _scalar_text(hint: Any) -> Callable[[Any], str] | None:
@@ -146,41 +147,84 @@ def _scalar_text(hint: Any) -> Callable[[Any], str] | None:
     return None
 
 
-class _FlatEncoder:
-    """`encode_line` for a record whose fields are scalars (a step record without
-    statistics), written straight to text: about a fifth of the generic codec's cost, which
-    matters on every step of a fast loop. Derived from the dataclass like the codec (an added
-    field needs nothing here); a record with a nested value set returns None (use the codec).
-    `tests/training/test_runlog.py` holds it equal to `encode_line`."""
+def _int_list_text(values: Any) -> str:
+    """A tuple of ints (a histogram's counts) as the codec writes it: one join over the
+    ints' own repr (a bool is written as 1 or 0, as `int()` makes it); values that are not
+    ints (numpy integers, floats) go through `int()` one by one, as the codec takes them."""
+    try:
+        return "[" + ",".join(map(int.__repr__, values)) + "]"
+    except TypeError:
+        return "[" + ",".join([int.__repr__(int(value)) for value in values]) + "]"
+
+
+def _free_json_text(value: Any) -> str:
+    """A free-form (`Any`) field, as the codec writes it."""
+    return json.dumps(encode_json_value(value), separators=(",", ":"), allow_nan=False)
+
+
+def _text_of(hint: Any) -> Callable[[Any], str] | None:
+    """How a field of this type hint is written, as text (the codec's rule, `_codec_of`);
+    None for a shape the codec does not know (then `encode_line` writes the record)."""
+    if hint is Any:
+        return _free_json_text
+    scalar = _scalar_text(hint)
+    if scalar is not None:
+        return scalar
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
+        inner = _text_of(next(a for a in args if a is not type(None)))
+        if inner is None:
+            return None
+        present = inner
+        return lambda value: "null" if value is None else present(value)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if args[0] is int:
+            return _int_list_text
+        item = _text_of(args[0])
+        if item is None:
+            return None
+        each = item
+        return lambda values: "[" + ",".join([each(value) for value in values]) + "]"
+    if origin in (dict, Mapping) and args and args[0] is str:
+        item = _text_of(args[1])
+        if item is None:
+            return None
+        member = item
+        return lambda mapping: "{" + ",".join(
+            [json.dumps(str(key)) + ":" + member(value) for key, value in mapping.items()]
+        ) + "}"  # fmt: skip
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        nested = _TextEncoder(hint)
+        return nested.encode if nested.usable else None
+    return None
+
+
+class _TextEncoder:
+    """`encode_line` written straight to text, nested records, lists and mappings included:
+    a third to a fifth of the generic codec's cost (a dict per record, then `json.dumps`),
+    which matters on every step of a fast loop, statistics steps too. Derived from the
+    dataclass like the codec, field by field from the type hints (an added field needs
+    nothing here); a class with a field of a shape the codec does not know is not `usable`
+    (`encode_line` writes it). `tests/training/test_runlog_writer.py` holds it equal to
+    `encode_line`."""
 
     def __init__(self, cls: type) -> None:
         hints = typing.get_type_hints(cls)
         kind = cls.__dict__.get("kind")  # top-level records only: "type" leads the line
-        self.opening = f'{{"type":{json.dumps(kind)}'
+        self.opening = f'"type":{json.dumps(kind)}' if isinstance(kind, str) else None
         # (attribute, '"key":', writer, left out when None: else written null)
         self.fields: list[tuple[str, str, Callable[[Any], str], bool]] = []
-        self.nested: list[str] = []  # fields that must be None (left out) for a flat line
-        self.usable = isinstance(kind, str)
+        self.usable = True
         for item, key in zip(dataclasses.fields(cls), record_fields(cls), strict=True):
-            hint = hints[item.name]
-            omit_none = item.default is None
-            args = typing.get_args(hint)
-            optional = len(args) == 2 and type(None) in args
-            inner = next(a for a in args if a is not type(None)) if optional else hint
-            text = _scalar_text(inner)
+            text = _text_of(hints[item.name])
             if text is None:
-                if omit_none:
-                    self.nested.append(item.name)
-                else:
-                    self.usable = False
+                self.usable = False
                 continue
-            self.fields.append((item.name, json.dumps(key) + ":", text, omit_none))
+            self.fields.append((item.name, json.dumps(key) + ":", text, item.default is None))
 
-    def encode(self, record: Any) -> str | None:
-        for name in self.nested:
-            if getattr(record, name) is not None:
-                return None
-        parts = [self.opening]
+    def encode(self, record: Any) -> str:
+        parts = [] if self.opening is None else [self.opening]
         for name, key, text, omit_none in self.fields:
             value = getattr(record, name)
             if value is None:
@@ -188,23 +232,21 @@ class _FlatEncoder:
                     parts.append(key + "null")
                 continue
             parts.append(key + text(value))
-        return ",".join(parts) + "}"
+        return "{" + ",".join(parts) + "}"
 
 
-_FLAT_ENCODERS: dict[type, _FlatEncoder | None] = {}
+_TEXT_ENCODERS: dict[type, _TextEncoder | None] = {}
 
 
 def fast_encode_line(record: Record) -> str:
-    """`encode_line(record)`, the same text, faster for records without nested values."""
+    """`encode_line(record)`, the same text, written without the codec's dicts."""
     cls = type(record)
-    encoder = _FLAT_ENCODERS.get(cls, False)
+    encoder = _TEXT_ENCODERS.get(cls, False)
     if encoder is False:
-        built = _FlatEncoder(cls)
-        encoder = _FLAT_ENCODERS[cls] = built if built.usable else None
+        built = _TextEncoder(cls)
+        encoder = _TEXT_ENCODERS[cls] = built if built.usable else None
     if encoder is not None:
-        line = encoder.encode(record)  # type: ignore[union-attr]
-        if line is not None:
-            return line
+        return encoder.encode(record)  # type: ignore[union-attr]
     return encode_line(record)
 
 
@@ -239,13 +281,16 @@ class RunWriter:
     text stream, e.g. stdout for `--stream`) and/or `channel` (a binary file, e.g. the write
     end of a pipe to the panel).
 
-    Plain step records (no statistics, not skipped) are held for at most `flush_interval`
-    seconds (default 50 ms), then written together: a fast loop pays one system call per
-    window instead of one per step. Any other record (the header, a statistics step, a
-    skipped step, the end) is written at once, with everything held before it, and so is
-    everything at `flush()`, `close()` and the interpreter's exit; a background timer writes
-    what a stalled loop left held. A job killed at any moment (SIGKILL) therefore loses at
-    most the plain steps of the last `flush_interval`, and leaves every earlier record
+    Step records that are not skipped, with statistics or without, are held for at most
+    `flush_interval` seconds (default 50 ms), as records, then encoded and written together:
+    a fast loop pays one system call per window instead of one per step, and encodes its
+    records in one tight loop instead of between training steps, whose caches each encoding
+    would share (a statistics step of a small model encodes some 2 kB). Any other record
+    (the header, a skipped step, the end) is written at once, with everything held before
+    it, and so is everything at `flush()`, `close()` and the interpreter's exit; a
+    background timer writes what a stalled loop left held. A job killed at any moment
+    (SIGKILL) therefore loses at most the steps of the last `flush_interval` that were not
+    skipped (statistics steps among them), never a skip, and leaves every earlier record
     intact and at most one torn last line (each batch is one unbuffered `write`).
     `flush_interval=0` writes every record at once.
 
@@ -303,15 +348,14 @@ class RunWriter:
         """
         typed = record if type(record) is StepRecord else _typed_record(record)  # fast first
         held: str | Record = typed
-        plain = isinstance(typed, StepRecord) and typed.stats is None and not typed.skipped
-        if not plain or self.flush_interval <= 0:
+        if not isinstance(typed, StepRecord) or typed.skipped or self.flush_interval <= 0:
             held = fast_encode_line(typed) + "\n"
         with self._lock:
             if self._file.closed:
                 raise ValueError("write to a closed RunWriter")
             if self._timer_error is not None:
                 self._raise_timer_error()
-            # A plain step is held as the record itself and encoded with the others when
+            # A step is held as the record itself and encoded with the others when
             # the window is written: one tight loop over the same code, a fraction of the
             # cost of encoding between two training steps (measured in bench_monitor).
             self._held.append(held)

@@ -1,6 +1,6 @@
-"""RunWriter's fast path: the flat encoding of plain step records (equal to the codec's,
-for any field the contract adds) and the flush rules of batched plain steps (what reaches
-the file when, and what a killed writer can lose)."""
+"""RunWriter's fast path: the text encoding of records (equal to the codec's, statistics
+included, for any field the contract adds) and the flush rules of batched steps (what
+reaches the file when, and what a killed writer can lose)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,97 @@ def test_a_step_with_statistics_and_other_records_use_the_codec() -> None:
         assert fast_encode_line(record) == encode_line(record)
 
 
+NAMES = st.text(max_size=6)  # any text: quotes, escapes, non-ASCII
+COUNTS = st.lists(st.integers(min_value=0, max_value=2**40), max_size=8).map(tuple)
+HISTOGRAMS = st.builds(
+    Histogram,
+    lo=st.integers(min_value=-149, max_value=127),
+    counts=COUNTS,
+    zero=st.integers(min_value=0, max_value=10**6),
+    inf=st.integers(min_value=0, max_value=3),
+    nan=st.integers(min_value=0, max_value=3),
+    dtype=st.none() | st.sampled_from(["float32", "bfloat16"]),
+)
+BYTES = st.dictionaries(NAMES, st.integers(min_value=0, max_value=2**40), max_size=3)
+STATS = st.builds(
+    StepStats,
+    grad_hist=st.none() | HISTOGRAMS,
+    act_hist=st.none() | HISTOGRAMS,
+    act_zero_share=st.none() | ANY_FLOAT,
+    layers=st.lists(
+        st.builds(
+            records.LayerStats,
+            name=NAMES,
+            grad_norm=st.none() | ANY_FLOAT,
+            amax=ANY_FLOAT,
+            headroom_log2=st.none() | ANY_FLOAT,
+            underflow_share=ANY_FLOAT,
+            nonfinite=st.booleans(),
+        ),
+        max_size=3,
+    ).map(tuple),
+    first_nonfinite=st.none() | NAMES,
+    format_shares=st.dictionaries(
+        NAMES, st.builds(records.FormatShares, ANY_FLOAT, ANY_FLOAT, ANY_FLOAT), max_size=2
+    ),
+    lost_updates=st.none()
+    | st.builds(
+        records.LostUpdates,
+        share=ANY_FLOAT,
+        kind=NAMES,
+        intended=st.none() | st.integers(min_value=0, max_value=2**40),
+        sampled=st.none() | st.integers(min_value=0),
+        bound=st.none() | ANY_FLOAT,
+    ),
+    memory=st.none()
+    | st.builds(
+        records.Memory,
+        params=BYTES,
+        grads=BYTES,
+        optimizer=BYTES,
+        activations=BYTES,
+        peak_device=st.none() | st.integers(min_value=0),
+    ),
+    quant=st.lists(
+        st.builds(
+            records.QuantTensorStats,
+            layer=NAMES,
+            role=st.sampled_from(records.QUANT_ROLES),
+            format=NAMES,
+            amax=ANY_FLOAT,
+            scale=st.none() | ANY_FLOAT,
+            scale_hist=st.none() | HISTOGRAMS,
+            saturated=ANY_FLOAT,
+            flushed=ANY_FLOAT,
+            sqnr_db=ANY_FLOAT,
+        ),
+        max_size=2,
+    ).map(tuple),
+    activations_not_measured=st.none() | NAMES,
+)
+
+
+@given(stats=STATS, loss=ANY_FLOAT, outcomes=st.none() | st.lists(NAMES, max_size=2).map(tuple))
+def test_the_text_encoding_of_a_statistics_step_equals_the_codec(
+    stats: StepStats, loss: float, outcomes: tuple[str, ...] | None
+) -> None:
+    """Statistics steps are written by the text encoder too: nested records, lists of
+    records, mappings, non-finite values and any text must come out as the codec's."""
+    record = StepRecord(step=3, loss=loss, stats=stats, grad_amax=loss,
+                        optimizer_outcomes=outcomes)  # fmt: skip
+    assert fast_encode_line(record) == encode_line(record)
+
+
+def test_counts_that_are_not_python_ints_are_written_as_the_codec_writes_them() -> None:
+    # numpy integers and bools in a count tuple: the codec's int() of each.
+    import numpy as np
+
+    for counts in ((np.int64(3), np.int32(0)), (True, 2, False)):
+        record = StepRecord(step=0, loss=0.5,
+                            stats=StepStats(grad_hist=Histogram(lo=-3, counts=counts)))  # type: ignore[arg-type]  # fmt: skip
+        assert fast_encode_line(record) == encode_line(record)
+
+
 def _extended_step_record() -> type:
     """StepRecord with fields another feature might add: a float, an optional float left
     out when None, an optional int written as null, a string."""
@@ -121,7 +212,7 @@ def _plain(step: int) -> StepRecord:
     return StepRecord(step=step, loss=1.0 / (step + 1), grad_norm=0.5)
 
 
-def test_plain_steps_are_held_and_any_other_record_writes_them(tmp_path: Path) -> None:
+def test_steps_are_held_and_any_other_record_writes_them(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     stats = StepStats(grad_hist=Histogram(lo=0, counts=(1,)))
     with RunWriter(path, flush_interval=3600.0) as writer:
@@ -129,19 +220,21 @@ def test_plain_steps_are_held_and_any_other_record_writes_them(tmp_path: Path) -
         assert len(_lines(path)) == 1  # the header at once
         writer.write(_plain(0))
         writer.write(_plain(1))
-        assert len(_lines(path)) == 1  # plain steps are held...
         writer.write(StepRecord(step=2, loss=1.0, stats=stats))
-        assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2]  # ...until this
-        writer.write(_plain(3))
-        writer.write(StepRecord(step=4, loss=1.0, skipped=True))  # a skip: at once
-        assert [line.get("step") for line in _lines(path)][-2:] == [3, 4]
-        writer.write(_plain(5))
-        writer.flush()
-        assert _lines(path)[-1]["step"] == 5
+        assert len(_lines(path)) == 1  # steps are held, statistics steps too...
+        writer.write(StepRecord(step=3, loss=1.0, skipped=True))  # ...until a skip: at once
+        assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2, 3]
+        assert _lines(path)[3]["stats"]["grad_hist"]["counts"] == [1]
+        writer.write(_plain(4))
+        writer.write(StepRecord(step=5, loss=1.0, stats=stats, skipped=True))
+        assert [line.get("step") for line in _lines(path)][-2:] == [4, 5]
         writer.write(_plain(6))
+        writer.flush()
+        assert _lines(path)[-1]["step"] == 6
+        writer.write(_plain(7))
     # close() writes what is held; the order is the order written.
-    assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2, 3, 4, 5, 6]
-    assert writer.records_written == 8
+    assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2, 3, 4, 5, 6, 7]
+    assert writer.records_written == 9
 
 
 def test_held_steps_are_encoded_when_written_exactly_as_the_codec_encodes_them(
@@ -253,11 +346,12 @@ KILLED_WRITER = textwrap.dedent(
 
     writer = RunWriter(sys.argv[1], flush_interval=float(sys.argv[2]))
     writer.write(HeaderRecord(config={"task": "t"}))
-    for step in range(5):
-        writer.write(StepRecord(step=step, loss=1.0))
     stats = StepStats(grad_hist=Histogram(lo=0, counts=(1,)))
-    writer.write(StepRecord(step=5, loss=1.0, stats=stats))
-    for step in range(6, 9):
+    for step in range(5):
+        writer.write(StepRecord(step=step, loss=1.0, stats=stats if step == 2 else None))
+    writer.write(StepRecord(step=5, loss=1.0, skipped=True))
+    writer.write(StepRecord(step=6, loss=1.0, stats=stats))
+    for step in range(7, 9):
         writer.write(StepRecord(step=step, loss=1.0))
     os.kill(os.getpid(), signal.SIGKILL)
     """
@@ -265,12 +359,13 @@ KILLED_WRITER = textwrap.dedent(
 
 
 @pytest.mark.parametrize(("interval", "kept"), [(3600.0, 6), (0.0, 9)])
-def test_a_killed_writer_loses_at_most_the_held_plain_steps(
+def test_a_killed_writer_loses_at_most_the_held_steps(
     tmp_path: Path, interval: float, kept: int
 ) -> None:
-    """Killed (SIGKILL: no close, no flush) after three plain steps: with a window longer
-    than the run, exactly those three are lost and every record before them is intact;
-    with no window, nothing is lost."""
+    """Killed (SIGKILL: no close, no flush) after a statistics step and two plain steps
+    that followed a skip: with a window longer than the run, exactly those three are lost
+    and every record before them (the skip, and the statistics step held before it) is
+    intact; with no window, nothing is lost."""
     path = tmp_path / "run.jsonl"
     done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path), str(interval)],
                           capture_output=True, text=True, timeout=120)  # fmt: skip

@@ -337,6 +337,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._param_layer: list[tuple[int, nn.Parameter]] = [
             (index, param) for index, layer in enumerate(self._layers) for param in layer.params
         ]
+        self._all_param_layers = tuple(index for index, _ in self._param_layer)
         self._params = [param for _, param in self._param_layer]
         self._layer_names = tuple(layer.name for layer in self._layers)
         # A compiled model: no activation hook inside its graph (see the module docstring).
@@ -851,14 +852,17 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 check for forward_pass in self._used_passes() for check in forward_pass.checks
             ]
             measured = not (self._compiled or self._traced)
-            plan = self._queue_statistics(pack, norms, activations=measured, full=True)
+            plan = self._queue_statistics(pack, grads, norms, activations=measured, full=True)
             host = pack.fetch()  # the one host sync of the step
             signals = _CheapSignals(
                 loss=host.scalar("loss"),
                 grad_norm=host.scalar("grad_norm"),
                 scale_after=host.scalar("scale_after"),
                 growth_tracker=host.scalar("growth_tracker"),
-                found_inf=float(host["found_inf"].sum()),
+                found_inf=(
+                    host.scalar("found_inf") if self._multi is None
+                    else float(host["found_inf"].sum())
+                ),
                 grad_amax=host.scalar("grad_amax") if scaled else None,
                 found_by_optimizer=(
                     tuple(float(v) for v in host["found_inf"]) if self._multi is not None
@@ -900,7 +904,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             # its parameter gradients are not (a second host copy, on such steps only).
             late = HostPack(self.device)
             late_plan = self._queue_statistics(
-                late, _tensor_norms(grads), activations=False, full=False
+                late, grads, _tensor_norms(grads), activations=False, full=False
             )
             stats = late_plan.decode(late.fetch(), skipped=skipped)
         record = _make_step_record(
@@ -1207,22 +1211,29 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return None
 
     def _queue_statistics(
-        self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool, full: bool
+        self,
+        pack: HostPack,
+        grads: list[torch.Tensor],
+        norms: torch.Tensor | None,
+        *,
+        activations: bool,
+        full: bool,
     ) -> StatsPlan:
         """Queue every statistic as device tensors in `pack`; returns how to read them.
-        `full`: a statistics step (the lost updates too), not an alarm step's parameter
-        gradients; `activations`: with the activation statistics (not on a compiled model)."""
-        param_grads = [
-            (layer, _strided([local_tensor(p.grad)])[0])
-            for layer, p in self._param_layer
-            if p.grad is not None
-        ]
+        `grads`: the parameter gradients as step() read them (strided, this rank's), in the
+        order of `_param_layer`; `full`: a statistics step (the lost updates too), not an
+        alarm step's parameter gradients; `activations`: with the activation statistics
+        (not on a compiled model)."""
+        if len(grads) == len(self._param_layer):  # every parameter has its gradient
+            param_layers = self._all_param_layers
+        else:
+            param_layers = tuple(layer for layer, p in self._param_layer if p.grad is not None)
         act_segments = self._act_segments if activations else []
-        groups = self._param_groups([g for _, g in param_grads])
+        groups = self._param_groups(grads)
         lost_kind: str | None = None
         if groups and full:
             lost = (
-                self._lost_updates([g for _, g in param_grads]) if self._multi is None
+                self._lost_updates(grads) if self._multi is None
                 else self._lost_updates_of_optimizers(pack)
             )  # fmt: skip
             if lost is not None:
@@ -1234,7 +1245,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             layer_names=self._layer_names,
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
-            param_layers=tuple(layer for layer, _ in param_grads),
+            param_layers=param_layers,
             forward_layers=tuple(layer for layer, _ in self._forward_checks) if full
             else (),
             scale=self._scale_used,
@@ -1306,8 +1317,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         counted through one chunk buffer (no parameter-sized copy)."""
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for grad in grads:
-            dtype = grad.dtype if grad.dtype in (torch.float16, torch.bfloat16) else torch.float32
-            by_dtype.setdefault(dtype, []).append(grad.detach())
+            dtype = grad.dtype
+            if dtype not in _NARROW_DTYPES:
+                dtype = torch.float32
+            # A gradient with a graph (backward(create_graph=True)) is read detached; others
+            # as they are (a detach makes a tensor object: a microsecond per gradient).
+            by_dtype.setdefault(dtype, []).append(grad.detach() if grad.requires_grad else grad)
         groups: list[ParamGroup] = []
         for dtype, members in by_dtype.items():
             subgroups: list[tuple[list[torch.Tensor], bool | None]]
@@ -1332,10 +1347,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def _param_group(
         self, dtype: torch.dtype, members: list[torch.Tensor], top_exact: bool | None
     ) -> ParamGroup:
-        segment, nonzero = group_segment(
+        segment = group_segment(
             members, dtype, self._scratch, keep_patterns=self.format_shares, top_exact=top_exact
         )
-        return ParamGroup(segment, tuple(members), nonzero)
+        return ParamGroup(segment, tuple(members))
 
     def _lost_updates(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
         """[updates intended, updates intended and applied] (see `LostUpdateCheck.count`):
