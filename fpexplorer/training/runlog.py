@@ -5,10 +5,9 @@ records as JSON Lines:
 
 - `RunWriter` writes typed records to a file as JSON lines, holding an exclusive lock
   (`fcntl.flock`) so that a second writer on the same file is refused instead of
-  interleaving its lines; it may also send each line to a stream channel (a pipe). Step
-  records that are not skipped (statistics steps too) are batched for at most
-  `flush_interval` (50 ms); every other record is written at once, with everything before
-  it.
+  interleaving its lines; it may also send each line to a stream channel (a pipe). Plain
+  step records (no statistics, not skipped) are batched for at most `flush_interval`
+  (50 ms); every other record is written at once, with everything before it.
 - `RecordStream` is the one reader: bytes in (any chunking), typed records out. It holds
   back a line until its newline arrives, resynchronises on the next whole record after
   garbage (bytes of a user's print glued to a record), upgrades older schemas and refuses
@@ -118,9 +117,9 @@ def _lock(fd: int, path: Path) -> None:
         ) from None
 
 
-# A step record that was not skipped waits at most this long (seconds) before it reaches
-# the file and the stream: a live panel sees it that late at worst, and a killed job loses
-# at most the unskipped steps of this window.
+# A plain step record waits at most this long (seconds) before it reaches the file and the
+# stream: a live panel sees it that late at worst, and a killed job loses at most the
+# plain steps of this window.
 FLUSH_INTERVAL = 0.05
 
 
@@ -281,16 +280,13 @@ class RunWriter:
     text stream, e.g. stdout for `--stream`) and/or `channel` (a binary file, e.g. the write
     end of a pipe to the panel).
 
-    Step records that are not skipped, with statistics or without, are held for at most
-    `flush_interval` seconds (default 50 ms), as records, then encoded and written together:
-    a fast loop pays one system call per window instead of one per step, and encodes its
-    records in one tight loop instead of between training steps, whose caches each encoding
-    would share (a statistics step of a small model encodes some 2 kB). Any other record
-    (the header, a skipped step, the end) is written at once, with everything held before
-    it, and so is everything at `flush()`, `close()` and the interpreter's exit; a
-    background timer writes what a stalled loop left held. A job killed at any moment
-    (SIGKILL) therefore loses at most the steps of the last `flush_interval` that were not
-    skipped (statistics steps among them), never a skip, and leaves every earlier record
+    Plain step records (no statistics, not skipped) are held for at most `flush_interval`
+    seconds (default 50 ms), then written together: a fast loop pays one system call per
+    window instead of one per step. Any other record (the header, a statistics step, a
+    skipped step, the end) is written at once, with everything held before it, and so is
+    everything at `flush()`, `close()` and the interpreter's exit; a background timer writes
+    what a stalled loop left held. A job killed at any moment (SIGKILL) therefore loses at
+    most the plain steps of the last `flush_interval`, and leaves every earlier record
     intact and at most one torn last line (each batch is one unbuffered `write`).
     `flush_interval=0` writes every record at once.
 
@@ -348,14 +344,15 @@ class RunWriter:
         """
         typed = record if type(record) is StepRecord else _typed_record(record)  # fast first
         held: str | Record = typed
-        if not isinstance(typed, StepRecord) or typed.skipped or self.flush_interval <= 0:
+        plain = isinstance(typed, StepRecord) and typed.stats is None and not typed.skipped
+        if not plain or self.flush_interval <= 0:
             held = fast_encode_line(typed) + "\n"
         with self._lock:
             if self._file.closed:
                 raise ValueError("write to a closed RunWriter")
             if self._timer_error is not None:
                 self._raise_timer_error()
-            # A step is held as the record itself and encoded with the others when
+            # A plain step is held as the record itself and encoded with the others when
             # the window is written: one tight loop over the same code, a fraction of the
             # cost of encoding between two training steps (measured in bench_monitor).
             self._held.append(held)

@@ -1,5 +1,5 @@
 """RunWriter's fast path: the text encoding of records (equal to the codec's, statistics
-included, for any field the contract adds) and the flush rules of batched steps (what
+included, for any field the contract adds) and the flush rules of batched plain steps (what
 reaches the file when, and what a killed writer can lose)."""
 
 from __future__ import annotations
@@ -212,7 +212,7 @@ def _plain(step: int) -> StepRecord:
     return StepRecord(step=step, loss=1.0 / (step + 1), grad_norm=0.5)
 
 
-def test_steps_are_held_and_any_other_record_writes_them(tmp_path: Path) -> None:
+def test_plain_steps_are_held_and_any_other_record_writes_them(tmp_path: Path) -> None:
     path = tmp_path / "run.jsonl"
     stats = StepStats(grad_hist=Histogram(lo=0, counts=(1,)))
     with RunWriter(path, flush_interval=3600.0) as writer:
@@ -220,21 +220,19 @@ def test_steps_are_held_and_any_other_record_writes_them(tmp_path: Path) -> None
         assert len(_lines(path)) == 1  # the header at once
         writer.write(_plain(0))
         writer.write(_plain(1))
+        assert len(_lines(path)) == 1  # plain steps are held...
         writer.write(StepRecord(step=2, loss=1.0, stats=stats))
-        assert len(_lines(path)) == 1  # steps are held, statistics steps too...
-        writer.write(StepRecord(step=3, loss=1.0, skipped=True))  # ...until a skip: at once
-        assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2, 3]
-        assert _lines(path)[3]["stats"]["grad_hist"]["counts"] == [1]
-        writer.write(_plain(4))
-        writer.write(StepRecord(step=5, loss=1.0, stats=stats, skipped=True))
-        assert [line.get("step") for line in _lines(path)][-2:] == [4, 5]
-        writer.write(_plain(6))
+        assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2]  # ...until this
+        writer.write(_plain(3))
+        writer.write(StepRecord(step=4, loss=1.0, skipped=True))  # a skip: at once
+        assert [line.get("step") for line in _lines(path)][-2:] == [3, 4]
+        writer.write(_plain(5))
         writer.flush()
-        assert _lines(path)[-1]["step"] == 6
-        writer.write(_plain(7))
+        assert _lines(path)[-1]["step"] == 5
+        writer.write(_plain(6))
     # close() writes what is held; the order is the order written.
-    assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2, 3, 4, 5, 6, 7]
-    assert writer.records_written == 9
+    assert [line.get("step") for line in _lines(path)] == [None, 0, 1, 2, 3, 4, 5, 6]
+    assert writer.records_written == 8
 
 
 def test_held_steps_are_encoded_when_written_exactly_as_the_codec_encodes_them(
@@ -346,12 +344,11 @@ KILLED_WRITER = textwrap.dedent(
 
     writer = RunWriter(sys.argv[1], flush_interval=float(sys.argv[2]))
     writer.write(HeaderRecord(config={"task": "t"}))
-    stats = StepStats(grad_hist=Histogram(lo=0, counts=(1,)))
     for step in range(5):
-        writer.write(StepRecord(step=step, loss=1.0, stats=stats if step == 2 else None))
-    writer.write(StepRecord(step=5, loss=1.0, skipped=True))
-    writer.write(StepRecord(step=6, loss=1.0, stats=stats))
-    for step in range(7, 9):
+        writer.write(StepRecord(step=step, loss=1.0))
+    stats = StepStats(grad_hist=Histogram(lo=0, counts=(1,)))
+    writer.write(StepRecord(step=5, loss=1.0, stats=stats))
+    for step in range(6, 9):
         writer.write(StepRecord(step=step, loss=1.0))
     os.kill(os.getpid(), signal.SIGKILL)
     """
@@ -359,13 +356,12 @@ KILLED_WRITER = textwrap.dedent(
 
 
 @pytest.mark.parametrize(("interval", "kept"), [(3600.0, 6), (0.0, 9)])
-def test_a_killed_writer_loses_at_most_the_held_steps(
+def test_a_killed_writer_loses_at_most_the_held_plain_steps(
     tmp_path: Path, interval: float, kept: int
 ) -> None:
-    """Killed (SIGKILL: no close, no flush) after a statistics step and two plain steps
-    that followed a skip: with a window longer than the run, exactly those three are lost
-    and every record before them (the skip, and the statistics step held before it) is
-    intact; with no window, nothing is lost."""
+    """Killed (SIGKILL: no close, no flush) after three plain steps: with a window longer
+    than the run, exactly those three are lost and every record before them is intact;
+    with no window, nothing is lost."""
     path = tmp_path / "run.jsonl"
     done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(path), str(interval)],
                           capture_output=True, text=True, timeout=120)  # fmt: skip
