@@ -53,9 +53,11 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 SCHEMA_VERSION = 2
+
+_R = TypeVar("_R")
 
 # Binade exponents of any float format lie well within this (FP64's reach is -1074..1023).
 MAX_BINADE = 4096
@@ -787,6 +789,39 @@ class _FlatDecoder:
 
 
 _ABSENT = object()  # a key not on the line (None is a value: JSON null)
+
+
+def direct_constructor(cls: type[_R]) -> Callable[..., _R]:
+    """A function taking what the dataclass __init__ takes (the same parameters and
+    defaults) and making the record as it would, without calling it (the flat decoder's
+    rule, for writers): a frozen dataclass's __init__ sets each field through
+    object.__setattr__, and AmpMonitor makes a step record on every training step (0.8 us
+    instead of 1.8 here). Where __init__ does more (a __post_init__ check, a
+    default_factory), it is `cls` itself."""
+    namespace: dict[str, Any] = {"_record_new": object.__new__, "_record_cls": cls}
+    parameters, body = [], ["    _record = _record_new(_record_cls)"]
+    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+        slot: Any = cls.__dict__.get(item.name)  # the slot's member descriptor
+        if (
+            hasattr(cls, "__post_init__")
+            or not item.init
+            or item.default_factory is not dataclasses.MISSING
+            or not hasattr(slot, "__set__")
+        ):
+            return cls
+        name = item.name
+        namespace[f"_set_{name}"] = slot.__set__
+        if item.default is dataclasses.MISSING:
+            parameters.append(name)
+        else:
+            namespace[f"_default_{name}"] = item.default
+            parameters.append(f"{name}=_default_{name}")
+        body.append(f"    _set_{name}(_record, {name})")
+    # Generated, as dataclasses generates __init__: one call per field, no loop.
+    source = "\n".join([f"def make({', '.join(parameters)}):", *body, "    return _record"])
+    exec(source, namespace)  # field names only: identifiers, from the dataclass
+    make: Callable[..., _R] = namespace["make"]
+    return make
 
 
 _FLAT_DECODERS: dict[type, _FlatDecoder] = {}

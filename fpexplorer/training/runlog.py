@@ -22,10 +22,10 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import json
-import math
 import os
 import threading
 import time
+import types
 import typing
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -123,14 +123,14 @@ def _lock(fd: int, path: Path) -> None:
 FLUSH_INTERVAL = 0.05
 
 
+_SPELLED = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
+
+
 def _float_text(value: Any) -> str:
-    """A float as `json.dumps` writes it, non-finite ones spelled as the codec spells them."""
-    number = float(value)
-    if math.isfinite(number):
-        return float.__repr__(number)
-    if math.isnan(number):
-        return '"NaN"'
-    return '"Infinity"' if number > 0 else '"-Infinity"'
+    """A float as `json.dumps` writes it (its repr), non-finite ones spelled as the codec
+    spells them (repr writes them nan, inf, -inf)."""
+    text = float.__repr__(float(value))
+    return _SPELLED.get(text, text)
 
 
 def _scalar_text(hint: Any) -> Callable[[Any], str] | None:
@@ -146,41 +146,84 @@ def _scalar_text(hint: Any) -> Callable[[Any], str] | None:
     return None
 
 
-class _FlatEncoder:
-    """`encode_line` for a record whose fields are scalars (a step record without
-    statistics), written straight to text: about a fifth of the generic codec's cost, which
-    matters on every step of a fast loop. Derived from the dataclass like the codec (an added
-    field needs nothing here); a record with a nested value set returns None (use the codec).
-    `tests/training/test_runlog.py` holds it equal to `encode_line`."""
+def _int_list_text(values: Any) -> str:
+    """A tuple of ints (a histogram's counts) as the codec writes it: one join over the
+    ints' own repr (a bool is written as 1 or 0, as `int()` makes it); values that are not
+    ints (numpy integers, floats) go through `int()` one by one, as the codec takes them."""
+    try:
+        return "[" + ",".join(map(int.__repr__, values)) + "]"
+    except TypeError:
+        return "[" + ",".join([int.__repr__(int(value)) for value in values]) + "]"
+
+
+def _free_json_text(value: Any) -> str:
+    """A free-form (`Any`) field, as the codec writes it."""
+    return json.dumps(encode_json_value(value), separators=(",", ":"), allow_nan=False)
+
+
+def _text_of(hint: Any) -> Callable[[Any], str] | None:
+    """How a field of this type hint is written, as text (the codec's rule, `_codec_of`);
+    None for a shape the codec does not know (then `encode_line` writes the record)."""
+    if hint is Any:
+        return _free_json_text
+    scalar = _scalar_text(hint)
+    if scalar is not None:
+        return scalar
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType) and len(args) == 2 and type(None) in args:
+        inner = _text_of(next(a for a in args if a is not type(None)))
+        if inner is None:
+            return None
+        present = inner
+        return lambda value: "null" if value is None else present(value)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        if args[0] is int:
+            return _int_list_text
+        item = _text_of(args[0])
+        if item is None:
+            return None
+        each = item
+        return lambda values: "[" + ",".join([each(value) for value in values]) + "]"
+    if origin in (dict, Mapping) and args and args[0] is str:
+        item = _text_of(args[1])
+        if item is None:
+            return None
+        member = item
+        return lambda mapping: "{" + ",".join(
+            [json.dumps(str(key)) + ":" + member(value) for key, value in mapping.items()]
+        ) + "}"  # fmt: skip
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        nested = _TextEncoder(hint)
+        return nested.encode if nested.usable else None
+    return None
+
+
+class _TextEncoder:
+    """`encode_line` written straight to text, nested records, lists and mappings included:
+    a third to a fifth of the generic codec's cost (a dict per record, then `json.dumps`),
+    which matters on every step of a fast loop, statistics steps too. Derived from the
+    dataclass like the codec, field by field from the type hints (an added field needs
+    nothing here); a class with a field of a shape the codec does not know is not `usable`
+    (`encode_line` writes it). `tests/training/test_runlog_writer.py` holds it equal to
+    `encode_line`."""
 
     def __init__(self, cls: type) -> None:
         hints = typing.get_type_hints(cls)
         kind = cls.__dict__.get("kind")  # top-level records only: "type" leads the line
-        self.opening = f'{{"type":{json.dumps(kind)}'
+        self.opening = f'"type":{json.dumps(kind)}' if isinstance(kind, str) else None
         # (attribute, '"key":', writer, left out when None: else written null)
         self.fields: list[tuple[str, str, Callable[[Any], str], bool]] = []
-        self.nested: list[str] = []  # fields that must be None (left out) for a flat line
-        self.usable = isinstance(kind, str)
+        self.usable = True
         for item, key in zip(dataclasses.fields(cls), record_fields(cls), strict=True):
-            hint = hints[item.name]
-            omit_none = item.default is None
-            args = typing.get_args(hint)
-            optional = len(args) == 2 and type(None) in args
-            inner = next(a for a in args if a is not type(None)) if optional else hint
-            text = _scalar_text(inner)
+            text = _text_of(hints[item.name])
             if text is None:
-                if omit_none:
-                    self.nested.append(item.name)
-                else:
-                    self.usable = False
+                self.usable = False
                 continue
-            self.fields.append((item.name, json.dumps(key) + ":", text, omit_none))
+            self.fields.append((item.name, json.dumps(key) + ":", text, item.default is None))
 
-    def encode(self, record: Any) -> str | None:
-        for name in self.nested:
-            if getattr(record, name) is not None:
-                return None
-        parts = [self.opening]
+    def encode(self, record: Any) -> str:
+        parts = [] if self.opening is None else [self.opening]
         for name, key, text, omit_none in self.fields:
             value = getattr(record, name)
             if value is None:
@@ -188,23 +231,21 @@ class _FlatEncoder:
                     parts.append(key + "null")
                 continue
             parts.append(key + text(value))
-        return ",".join(parts) + "}"
+        return "{" + ",".join(parts) + "}"
 
 
-_FLAT_ENCODERS: dict[type, _FlatEncoder | None] = {}
+_TEXT_ENCODERS: dict[type, _TextEncoder | None] = {}
 
 
 def fast_encode_line(record: Record) -> str:
-    """`encode_line(record)`, the same text, faster for records without nested values."""
+    """`encode_line(record)`, the same text, written without the codec's dicts."""
     cls = type(record)
-    encoder = _FLAT_ENCODERS.get(cls, False)
+    encoder = _TEXT_ENCODERS.get(cls, False)
     if encoder is False:
-        built = _FlatEncoder(cls)
-        encoder = _FLAT_ENCODERS[cls] = built if built.usable else None
+        built = _TextEncoder(cls)
+        encoder = _TEXT_ENCODERS[cls] = built if built.usable else None
     if encoder is not None:
-        line = encoder.encode(record)  # type: ignore[union-attr]
-        if line is not None:
-            return line
+        return encoder.encode(record)  # type: ignore[union-attr]
     return encode_line(record)
 
 

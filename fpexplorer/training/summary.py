@@ -207,12 +207,7 @@ class RunSummarizer:
         else:
             self.nonfinite_losses += 1
         self.skipped += step.skipped
-        outcomes = step.optimizer_outcomes
-        if outcomes is not None and step.skipped:
-            counts = self.skipped_by_optimizer
-            counts += [0] * (len(outcomes) - len(counts))
-            for position, outcome in enumerate(outcomes):
-                counts[position] += outcome == "skipped"
+        count_optimizer_skips(self.skipped_by_optimizer, step)
         self.scale_min = min(self.scale_min, step.scale)
         self.scale_max = max(self.scale_max, step.scale)
         self.scale_final = step.scale
@@ -460,10 +455,22 @@ def _loss_scaled(summary: RunSummary) -> bool:
     return not summary.scale_min == summary.scale_max == 1.0
 
 
-def _skipped_by_optimizer(summary: RunSummary) -> str:
+def count_optimizer_skips(counts: list[int], step: StepRecord) -> None:
+    """Add a skipped step of a monitor watching several optimizers to `counts` (one per
+    optimizer, grown as optimizers appear): the optimizers its record says were skipped (a
+    step may skip more than one). Nothing for a step that was not skipped, or a run of one
+    optimizer (its records have no outcomes). The run summary and the panel count alike."""
+    outcomes = step.optimizer_outcomes
+    if outcomes is None or not step.skipped:
+        return
+    counts += [0] * (len(outcomes) - len(counts))
+    for position, outcome in enumerate(outcomes):
+        counts[position] += outcome == "skipped"
+
+
+def _skipped_by_optimizer(counts: Sequence[int]) -> str:
     """' (optimizer 0: 2, optimizer 1: 3)': the skips of each of several optimizers (a step
-    may skip more than one); '' with one optimizer."""
-    counts = summary.skipped_by_optimizer
+    may skip more than one); '' with one optimizer (no counts)."""
     if not counts:
         return ""
     return " (" + ", ".join(f"optimizer {i}: {n}" for i, n in enumerate(counts)) + ")"
@@ -509,7 +516,7 @@ def format_summary(summary: RunSummary) -> str:
         f"   min {_finite_or(summary.min_loss, 'none finite')}"
         f"   non-finite {summary.nonfinite_losses}",
         f"scale      {_scale_range(summary)}   skipped steps {summary.skipped_steps}"
-        + _skipped_by_optimizer(summary),
+        + _skipped_by_optimizer(summary.skipped_by_optimizer),
         f"act grads  {_act_zeros(summary)}   param grads zero {_share(summary.grad_zero_share)}",
     ]
     if summary.lost_update_share is not None:

@@ -279,3 +279,40 @@ def test_check_reduction_that_is_not_a_bool_is_refused_before_anything_is_writte
     with pytest.raises(TypeError, match=rf"check_reduction is True or False, not {value!r}"):
         AmpMonitor(model, optimizer, out=out, check_reduction=value)  # type: ignore[arg-type]
     assert not out.exists()
+
+
+@pytest.mark.slow  # DDP set-up and dynamo: a few seconds
+def test_a_compiled_ddp_model_is_named_and_checked_as_uncompiled(
+    one_rank_group: None, tmp_path: Path
+) -> None:
+    # `torch.compile(DDP(net))` was watched with its layers named `module.0`, `module.2`
+    # (not overlaying the same model's uncompiled runs, `0`, `2`), the pre-reduction check
+    # looked for a DDP model at the compiled wrapper and found none, and the monitor's
+    # forward checks in its graph made dynamo warn (an error under this suite's filter).
+    import torch
+    from torch import nn
+
+    from fpexplorer.training.monitor import AmpMonitor
+    from fpexplorer.training.monitor.amp_monitor import COMPILED_MODEL_UNCHECKED
+    from fpexplorer.training.monitor.reduction import check_before_reduction
+
+    torch._dynamo.reset()
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    ddp = nn.parallel.DistributedDataParallel(net)
+    compiled = torch.compile(ddp, backend="eager")
+    optimizer = torch.optim.SGD(compiled.parameters(), lr=0.1)
+    out = tmp_path / "run.jsonl"
+    with AmpMonitor(compiled, optimizer, out=out, stats_every=1) as monitor:
+        for _ in range(2):
+            optimizer.zero_grad()
+            loss = compiled(torch.ones(3, 4)).sum()
+            loss.backward()
+            optimizer.step()
+            monitor.step(loss)
+    steps = load_run(out).steps
+    stats = steps[-1].stats
+    assert stats is not None and [layer.name for layer in stats.layers] == ["0", "1", "2"]
+    # No checks in its graph (dynamo would warn on every compile): said so.
+    assert stats.activations_not_measured == COMPILED_MODEL_UNCHECKED
+    check = check_before_reduction(compiled)
+    assert check is not None and check is check_before_reduction(ddp)  # the DDP's own

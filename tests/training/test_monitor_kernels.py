@@ -391,7 +391,7 @@ def test_a_small_cpu_group_waits_and_gives_the_same_row(
     dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A small CPU parameter group is counted with the activation gradients at the step; its
-    # row must be the one counting it at once gives, and its non-zeros the same.
+    # row (its zeros included) must be the one counting it at once gives.
     generator = torch.Generator().manual_seed(7)
     members = [torch.randn(64, 30, generator=generator).t(), torch.randn(30, generator=generator)]
     members[0][3, :5] = 0.0
@@ -403,10 +403,8 @@ def test_a_small_cpu_group_waits_and_gives_the_same_row(
     rows = []
     for host_below in (kernels._HOST_BELOW, 0):
         monkeypatch.setattr(kernels, "_HOST_BELOW", host_below)
-        group, nonzero = kernels.group_segment(members, dtype, Scratch())
+        group = kernels.group_segment(members, dtype, Scratch())
         assert (group.layout == "pending") == (host_below > 0)
-        values = torch.cat([m.reshape(-1).to(dtype).float() for m in members])
-        assert int(nonzero) == int(torch.count_nonzero(values))
         found, _ = segment_rows([group, segment_of(0, act)])
         rows.append(found)
         assert np.array_equal(found[1, :CODES].numpy(), oracle_codes(act))

@@ -109,6 +109,36 @@ def test_every_field_of_every_record_round_trips() -> None:
         assert set(json.loads(line)) == {"type", *record_fields(cls)}
 
 
+def test_direct_constructors_make_what_the_dataclass_makes() -> None:
+    # records.direct_constructor (the monitor's step records): the same record as the
+    # dataclass's own __init__, given every field or only the required ones, and the
+    # class itself where __init__ does more (a __post_init__ check, a default_factory).
+    for cls in _record_classes():
+        make = records.direct_constructor(cls)
+        sample = _sample(cls, 1)
+        values = {item.name: getattr(sample, item.name) for item in dataclasses.fields(cls)}
+        if hasattr(cls, "__post_init__") or any(
+            item.default_factory is not dataclasses.MISSING for item in dataclasses.fields(cls)
+        ):
+            assert make is cls, cls.__name__
+            continue
+        assert make is not cls, cls.__name__
+        made = make(**values)
+        assert type(made) is cls and made == sample, cls.__name__
+        assert all(getattr(made, name) is value for name, value in values.items())
+        required = {
+            item.name: values[item.name]
+            for item in dataclasses.fields(cls)
+            if item.default is dataclasses.MISSING
+        }
+        assert make(**required) == cls(**required), cls.__name__
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.__setattr__(next(iter(values)), None)
+    assert records.direct_constructor(EndRecord) is EndRecord  # its status is checked
+    with pytest.raises(TypeError):
+        records.direct_constructor(StepRecord)(loss=1.0)  # step is required, as in __init__
+
+
 def test_a_new_step_field_travels_with_no_change_outside_the_contract(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

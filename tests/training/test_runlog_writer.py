@@ -1,6 +1,6 @@
-"""RunWriter's fast path: the flat encoding of plain step records (equal to the codec's,
-for any field the contract adds) and the flush rules of batched plain steps (what reaches
-the file when, and what a killed writer can lose)."""
+"""RunWriter's fast path: the text encoding of records (equal to the codec's, statistics
+included, for any field the contract adds) and the flush rules of batched plain steps (what
+reaches the file when, and what a killed writer can lose)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,97 @@ def test_a_step_with_statistics_and_other_records_use_the_codec() -> None:
         HeaderRecord(config={"task": "t", "lr": math.inf}),
         EndRecord(status="failed", error='bad "input"', steps=3, elapsed=0.25),
     ):
+        assert fast_encode_line(record) == encode_line(record)
+
+
+NAMES = st.text(max_size=6)  # any text: quotes, escapes, non-ASCII
+COUNTS = st.lists(st.integers(min_value=0, max_value=2**40), max_size=8).map(tuple)
+HISTOGRAMS = st.builds(
+    Histogram,
+    lo=st.integers(min_value=-149, max_value=127),
+    counts=COUNTS,
+    zero=st.integers(min_value=0, max_value=10**6),
+    inf=st.integers(min_value=0, max_value=3),
+    nan=st.integers(min_value=0, max_value=3),
+    dtype=st.none() | st.sampled_from(["float32", "bfloat16"]),
+)
+BYTES = st.dictionaries(NAMES, st.integers(min_value=0, max_value=2**40), max_size=3)
+STATS = st.builds(
+    StepStats,
+    grad_hist=st.none() | HISTOGRAMS,
+    act_hist=st.none() | HISTOGRAMS,
+    act_zero_share=st.none() | ANY_FLOAT,
+    layers=st.lists(
+        st.builds(
+            records.LayerStats,
+            name=NAMES,
+            grad_norm=st.none() | ANY_FLOAT,
+            amax=ANY_FLOAT,
+            headroom_log2=st.none() | ANY_FLOAT,
+            underflow_share=ANY_FLOAT,
+            nonfinite=st.booleans(),
+        ),
+        max_size=3,
+    ).map(tuple),
+    first_nonfinite=st.none() | NAMES,
+    format_shares=st.dictionaries(
+        NAMES, st.builds(records.FormatShares, ANY_FLOAT, ANY_FLOAT, ANY_FLOAT), max_size=2
+    ),
+    lost_updates=st.none()
+    | st.builds(
+        records.LostUpdates,
+        share=ANY_FLOAT,
+        kind=NAMES,
+        intended=st.none() | st.integers(min_value=0, max_value=2**40),
+        sampled=st.none() | st.integers(min_value=0),
+        bound=st.none() | ANY_FLOAT,
+    ),
+    memory=st.none()
+    | st.builds(
+        records.Memory,
+        params=BYTES,
+        grads=BYTES,
+        optimizer=BYTES,
+        activations=BYTES,
+        peak_device=st.none() | st.integers(min_value=0),
+    ),
+    quant=st.lists(
+        st.builds(
+            records.QuantTensorStats,
+            layer=NAMES,
+            role=st.sampled_from(records.QUANT_ROLES),
+            format=NAMES,
+            amax=ANY_FLOAT,
+            scale=st.none() | ANY_FLOAT,
+            scale_hist=st.none() | HISTOGRAMS,
+            saturated=ANY_FLOAT,
+            flushed=ANY_FLOAT,
+            sqnr_db=ANY_FLOAT,
+        ),
+        max_size=2,
+    ).map(tuple),
+    activations_not_measured=st.none() | NAMES,
+)
+
+
+@given(stats=STATS, loss=ANY_FLOAT, outcomes=st.none() | st.lists(NAMES, max_size=2).map(tuple))
+def test_the_text_encoding_of_a_statistics_step_equals_the_codec(
+    stats: StepStats, loss: float, outcomes: tuple[str, ...] | None
+) -> None:
+    """Statistics steps are written by the text encoder too: nested records, lists of
+    records, mappings, non-finite values and any text must come out as the codec's."""
+    record = StepRecord(step=3, loss=loss, stats=stats, grad_amax=loss,
+                        optimizer_outcomes=outcomes)  # fmt: skip
+    assert fast_encode_line(record) == encode_line(record)
+
+
+def test_counts_that_are_not_python_ints_are_written_as_the_codec_writes_them() -> None:
+    # numpy integers and bools in a count tuple: the codec's int() of each.
+    import numpy as np
+
+    for counts in ((np.int64(3), np.int32(0)), (True, 2, False)):
+        record = StepRecord(step=0, loss=0.5,
+                            stats=StepStats(grad_hist=Histogram(lo=-3, counts=counts)))  # type: ignore[arg-type]  # fmt: skip
         assert fast_encode_line(record) == encode_line(record)
 
 

@@ -43,6 +43,7 @@ from fpexplorer.training.records import (
     from_schema1_dict,
 )
 from fpexplorer.training.replay_scaler import EvidenceBuffer
+from fpexplorer.training.summary import count_optimizer_skips
 
 # The binade axis of the heatmap: fixed, so the image never reshapes. It covers FP32's
 # subnormals (2**-149) up to FP32's largest binade (2**127).
@@ -393,6 +394,7 @@ class RunModel:
         # later ones only counted, so memory stays bounded.
         self.skip_events: list[SkipEvent] = []
         self.skipped_count = 0
+        self.skipped_by_optimizer: list[int] = []  # with several optimizers, each one's skips
         self.first_nonfinite_event: SkipEvent | None = None  # the first step naming a layer
         self.first_nonfinite_step: int | None = None  # inf/NaN gradients, named or not
         self.first_nan_loss_step: int | None = None  # the first inf/NaN loss
@@ -516,6 +518,7 @@ class RunModel:
         )
         if record.skipped:
             self.skipped_count += 1
+            count_optimizer_skips(self.skipped_by_optimizer, record)
             if len(self.skip_events) < self.MAX_SKIP_EVENTS:
                 self.skip_events.append(event)
         # Runs without a scaler never skip, yet their gradients go inf/NaN all the same: the

@@ -395,11 +395,16 @@ def no_histogram_reason(model: RunModel | None, hist: Histogram | None) -> str:
 def skipped_text(model: RunModel) -> str:
     """ "skipped: N", and how many of them the plot marks when that is not all: a run
     keeps the first MAX_SKIP_EVENTS skips (their markers), the rest only counted (found on
-    an 850,000-step log: 3,397 skips, the markers stopped at step ~500,000 unexplained)."""
+    an 850,000-step log: 3,397 skips, the markers stopped at step ~500,000 unexplained),
+    and with several optimizers each one's skips, in their order."""
     marked = len(model.skip_events)
+    counts = model.skipped_by_optimizer
+    # Shorter than `runs summarize`'s "(optimizer 0: 2, optimizer 1: 3)": the label shares
+    # a narrow card with the growth tracker.
+    by_optimizer = f" (per optimizer: {', '.join(map(str, counts))})" if counts else ""
     if model.skipped_count > marked:
-        return f"skipped: {model.skipped_count} (× on the first {marked:,})"
-    return f"skipped: {model.skipped_count}"
+        return f"skipped: {model.skipped_count}{by_optimizer} (× on the first {marked:,})"
+    return f"skipped: {model.skipped_count}{by_optimizer}"
 
 
 def step_axis_label(overlay: Sequence[OverlayRun]) -> str:

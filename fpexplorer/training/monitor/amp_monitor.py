@@ -153,6 +153,9 @@ class _CheapSignals(NamedTuple):
     found_by_optimizer: tuple[float, ...] | None = None
 
 
+# A step record made on every step: its fields set directly (see records.direct_constructor).
+_make_step_record = records.direct_constructor(StepRecord)
+
 _NARROW_DTYPES = (torch.float16, torch.bfloat16)
 _PER_TENSOR = "per tensor"  # float64 and 16-bit gradients: no one dtype suits them all
 
@@ -334,6 +337,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._param_layer: list[tuple[int, nn.Parameter]] = [
             (index, param) for index, layer in enumerate(self._layers) for param in layer.params
         ]
+        self._all_param_layers = tuple(index for index, _ in self._param_layer)
         self._params = [param for _, param in self._param_layer]
         self._layer_names = tuple(layer.name for layer in self._layers)
         # A compiled model: no activation hook inside its graph (see the module docstring).
@@ -344,8 +348,15 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._compiled = _is_compiled(model)
         self._traced = False
         # A `torch.compile` wrapper's leaf outputs are checked inside its graph, by hooks
-        # installed once (see _install_graph_checks).
-        self._graph_checks = self._compiled and _compiled_original(model) is not None
+        # installed once (see _install_graph_checks). Not in a compiled DDP model: dynamo
+        # splits its graph at DDP's buckets, and any forward hook's output there is read
+        # as a new frame's input, with a UserWarning about `.grad` of a non-leaf tensor on
+        # every compile (torch's, for a user's own hook too): its forward overflows are
+        # not named, as on a compiled function calling the model.
+        original = _compiled_original(model)
+        self._graph_checks = original is not None and not isinstance(
+            original, nn.parallel.DistributedDataParallel
+        )
         self._sharded = is_sharded(model)
         self._multi = _WatchedParams(optimizers, self._sharded) if len(optimizers) > 1 else None
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
@@ -360,6 +371,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # when they change (model.half() after this, or one layer's .to(torch.bfloat16)).
         self._norm_key: set[torch.dtype] | None = None
         self._grad_norm_dtype: torch.dtype | str | None = None
+        self._plain_key: set[torch.dtype] | None = None  # the dtypes _plain_step takes
         self._scale_used = self._current_scale_host()
         self._autocast_dtype: torch.dtype | None = None
         # Per statistics step:
@@ -410,6 +422,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self._graph_checks:
             self._install_graph_checks()
         self._reduction_check = self._check_reduction(wrapped) if check_reduction else None
+        self._plain_ready = False  # whether step() may try _plain_step (see _plain_path)
         if precision is not None:
             self._write_header()
         self._arm(self.cadence.collect_next(0))
@@ -600,6 +613,20 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if not self._header_written:
             self._header_written = True
             self._write(self._header())
+            self._plain_ready = self._plain_path()
+
+    def _plain_path(self) -> bool:
+        """Whether this monitor's steps may take `_plain_step`: the header written, one
+        optimizer, unsharded, no check before the ranks' reduction (whose figures each
+        record carries), no hysteresis policy; not closed."""
+        return (
+            self._header_written
+            and not self.closed
+            and self._multi is None
+            and not self._sharded
+            and self._reduction_check is None
+            and not self._has_hysteresis
+        )
 
     def _write(self, record: Record) -> None:
         """Write a record unless writing already failed; a failure warns once and stops
@@ -775,6 +802,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         """Record the step just taken. Call after the optimizer step (and scaler.update()),
         before gradients are zeroed. Returns the record (written unless writing failed)."""
         entered = time.perf_counter()
+        # The common step (see _plain_step): one optimizer step since the last call, no
+        # statistics due. Anything else, or anything it does not expect, takes the general
+        # path below, which records every case.
+        if self._plain_ready and self._optimizer_calls[0] == 1 and not self._collecting:
+            record = self._plain_step(loss, entered)
+            if record is not None:
+                return record
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
         if not self._header_written:
@@ -818,14 +852,17 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 check for forward_pass in self._used_passes() for check in forward_pass.checks
             ]
             measured = not (self._compiled or self._traced)
-            plan = self._queue_statistics(pack, norms, activations=measured, full=True)
+            plan = self._queue_statistics(pack, grads, norms, activations=measured, full=True)
             host = pack.fetch()  # the one host sync of the step
             signals = _CheapSignals(
                 loss=host.scalar("loss"),
                 grad_norm=host.scalar("grad_norm"),
                 scale_after=host.scalar("scale_after"),
                 growth_tracker=host.scalar("growth_tracker"),
-                found_inf=float(host["found_inf"].sum()),
+                found_inf=(
+                    host.scalar("found_inf") if self._multi is None
+                    else float(host["found_inf"].sum())
+                ),
                 grad_amax=host.scalar("grad_amax") if scaled else None,
                 found_by_optimizer=(
                     tuple(float(v) for v in host["found_inf"]) if self._multi is not None
@@ -867,10 +904,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             # its parameter gradients are not (a second host copy, on such steps only).
             late = HostPack(self.device)
             late_plan = self._queue_statistics(
-                late, _tensor_norms(grads), activations=False, full=False
+                late, grads, _tensor_norms(grads), activations=False, full=False
             )
             stats = late_plan.decode(late.fetch(), skipped=skipped)
-        record = StepRecord(
+        record = _make_step_record(
             step=self.step_index,
             loss=loss_value,
             scale=self._scale_used,
@@ -917,6 +954,100 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self.step_index += 1
         collecting = cadence.collect_next(self.step_index)
         if collecting or self._collecting or self._module_handles:  # else nothing to change
+            self._arm(collecting)
+        return record
+
+    def _plain_step(self, loss: torch.Tensor | float, entered: float) -> StepRecord | None:
+        """The common step, recorded with as little work as possible: one optimizer (it
+        stepped once since the last call, so the call is no repeat and needs no warning), no
+        statistics due, strided gradients of the dtypes the general path last saw, a
+        GradScaler or no scaler, the signals all finite and no skip. Returns None, having
+        changed nothing, where any of that does not hold: the general path records it.
+
+        Every Python operation here runs between two training steps and evicts some of the
+        training step's caches, which makes it cost about twice as much in a real loop as
+        measured alone; hence one method, its attributes read once, no intermediate
+        objects (`benchmarks/bench_monitor.py` measures it in the loop)."""
+        grads = [grad for p in self._params if (grad := p.grad) is not None]
+        if not grads or {grad.dtype for grad in grads} != self._plain_key:
+            return None  # no gradient, or new dtypes: the general path finds their norm's
+        try:
+            norms = torch._foreach_norm(grads, 2, dtype=self._grad_norm_dtype)  # type: ignore[arg-type]
+        except RuntimeError:
+            # Tensors on several devices, or a sparse gradient (no norm kernel takes one:
+            # NotImplementedError is a RuntimeError): the general path makes it dense.
+            return None
+        scaled = self._scaling
+        found = self._found_inf
+        scaler = self._grad_scaler
+        scale_tensor = tracker_tensor = None
+        if scaler is not None:
+            scale_tensor = getattr(scaler, "_scale", None)
+            tracker_tensor = getattr(scaler, "_growth_tracker", None)
+            if not isinstance(scale_tensor, torch.Tensor) or not isinstance(
+                tracker_tensor, torch.Tensor
+            ):
+                return None
+        elif scaled:  # another kind of scaler (a policy object): the general path reads it
+            return None
+        if self._on_cpu:
+            loss_value = loss.item() if isinstance(loss, torch.Tensor) else float(loss)
+            grad_amax = _abs_max(grads).item() if scaled else None
+            grad_norm = math.hypot(*[norm.item() for norm in norms])
+            if scale_tensor is None:
+                scale_after, tracker = 1.0, 0.0
+            else:
+                scale_after = scale_tensor.item()
+                tracker = tracker_tensor.item()  # type: ignore[union-attr]
+            found_inf = found.item() if found is not None else 0.0  # a sum (_scaler_found_inf)
+        else:  # one host copy for all of them: each item() would be a device sync
+            queued = [loss.detach() if isinstance(loss, torch.Tensor) else None, *norms]
+            if scaled:
+                queued += [_abs_max(grads), scale_tensor, tracker_tensor]
+            if found is not None:
+                queued.append(found)
+            device = self.device
+            host = torch.stack([
+                t.reshape(()).to(device=device, dtype=torch.float64) for t in queued
+                if t is not None
+            ]).tolist()  # fmt: skip
+            loss_value = host.pop(0) if isinstance(loss, torch.Tensor) else float(loss)
+            grad_norm = math.hypot(*host[: len(norms)])
+            rest = host[len(norms) :]
+            grad_amax, scale_after, tracker = rest[:3] if scaled else (None, 1.0, 0.0)
+            found_inf = rest[-1] if found is not None else 0.0
+        if found_inf > 0 or not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            return None  # a skip or an overflow: its parameter-gradient statistics are due
+        now = time.perf_counter()
+        durations = self._recent_durations
+        durations.append(now - self._last_step_time)
+        record = _make_step_record(
+            step=self.step_index,
+            loss=loss_value,
+            scale=self._scale_used,
+            growth_tracker=int(tracker),
+            lr=float(self._lr_used),
+            grad_norm=grad_norm,
+            steps_per_s=len(durations) / max(sum(durations), 1e-9),
+            time=now - self._started,
+            grad_amax=grad_amax,
+        )
+        self._write(record)
+        self._scale_used = scale_after
+        self._optimizer_stepped = False
+        self._optimizer_calls[0] = 0
+        self._lr_next = self.optimizer.param_groups[0]["lr"]
+        first = grads[0]
+        self._last_grads = ((weakref.ref(first), first._version),)
+        self._last_record = record
+        self._found_inf = None
+        end = time.perf_counter()
+        duration, self._last_step_time = end - self._last_step_time, end
+        cadence = self.cadence
+        cadence.account(duration, statistics=False, alarm=False, monitor_time=end - entered)
+        self.step_index += 1
+        collecting = cadence.collect_next(self.step_index)
+        if collecting or self._module_handles:
             self._arm(collecting)
         return record
 
@@ -1015,6 +1146,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if dtypes != self._norm_key:
                 self._norm_key = dtypes
                 self._grad_norm_dtype = _grad_norm_dtype(dtypes)
+                # _plain_step takes these dtypes from now on (not float64 beside 16-bit).
+                plain = not isinstance(self._grad_norm_dtype, str)
+                self._plain_key = dtypes if plain else None
             dtype = self._grad_norm_dtype
             if isinstance(dtype, str):  # float64 beside 16-bit gradients: each its own
                 norms = list(_tensor_norms(grads).unbind())
@@ -1077,22 +1211,29 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return None
 
     def _queue_statistics(
-        self, pack: HostPack, norms: torch.Tensor | None, *, activations: bool, full: bool
+        self,
+        pack: HostPack,
+        grads: list[torch.Tensor],
+        norms: torch.Tensor | None,
+        *,
+        activations: bool,
+        full: bool,
     ) -> StatsPlan:
         """Queue every statistic as device tensors in `pack`; returns how to read them.
-        `full`: a statistics step (the lost updates too), not an alarm step's parameter
-        gradients; `activations`: with the activation statistics (not on a compiled model)."""
-        param_grads = [
-            (layer, _strided([local_tensor(p.grad)])[0])
-            for layer, p in self._param_layer
-            if p.grad is not None
-        ]
+        `grads`: the parameter gradients as step() read them (strided, this rank's), in the
+        order of `_param_layer`; `full`: a statistics step (the lost updates too), not an
+        alarm step's parameter gradients; `activations`: with the activation statistics
+        (not on a compiled model)."""
+        if len(grads) == len(self._param_layer):  # every parameter has its gradient
+            param_layers = self._all_param_layers
+        else:
+            param_layers = tuple(layer for layer, p in self._param_layer if p.grad is not None)
         act_segments = self._act_segments if activations else []
-        groups = self._param_groups([g for _, g in param_grads])
+        groups = self._param_groups(grads)
         lost_kind: str | None = None
         if groups and full:
             lost = (
-                self._lost_updates([g for _, g in param_grads]) if self._multi is None
+                self._lost_updates(grads) if self._multi is None
                 else self._lost_updates_of_optimizers(pack)
             )  # fmt: skip
             if lost is not None:
@@ -1104,7 +1245,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             layer_names=self._layer_names,
             param_groups=tuple(groups),
             act_segments=tuple(act_segments),
-            param_layers=tuple(layer for layer, _ in param_grads),
+            param_layers=param_layers,
             forward_layers=tuple(layer for layer, _ in self._forward_checks) if full
             else (),
             scale=self._scale_used,
@@ -1176,8 +1317,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         counted through one chunk buffer (no parameter-sized copy)."""
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for grad in grads:
-            dtype = grad.dtype if grad.dtype in (torch.float16, torch.bfloat16) else torch.float32
-            by_dtype.setdefault(dtype, []).append(grad.detach())
+            dtype = grad.dtype
+            if dtype not in _NARROW_DTYPES:
+                dtype = torch.float32
+            # A gradient with a graph (backward(create_graph=True)) is read detached; others
+            # as they are (a detach makes a tensor object: a microsecond per gradient).
+            by_dtype.setdefault(dtype, []).append(grad.detach() if grad.requires_grad else grad)
         groups: list[ParamGroup] = []
         for dtype, members in by_dtype.items():
             subgroups: list[tuple[list[torch.Tensor], bool | None]]
@@ -1202,10 +1347,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def _param_group(
         self, dtype: torch.dtype, members: list[torch.Tensor], top_exact: bool | None
     ) -> ParamGroup:
-        segment, nonzero = group_segment(
+        segment = group_segment(
             members, dtype, self._scratch, keep_patterns=self.format_shares, top_exact=top_exact
         )
-        return ParamGroup(segment, tuple(members), nonzero)
+        return ParamGroup(segment, tuple(members))
 
     def _lost_updates(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
         """[updates intended, updates intended and applied] (see `LostUpdateCheck.count`):
@@ -1274,6 +1419,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self.closed:
             return
         self.closed = True
+        self._plain_ready = False
         self._quant.arm(False)
         for handle in self._handles:
             handle.remove()
@@ -1318,12 +1464,22 @@ def _is_compiled(model: nn.Module) -> bool:
 
 def _layer_name(model: nn.Module, name: str, module: nn.Module) -> str:
     """A layer's name as the model names it: a compiled model's layers read `0`, as they
-    do uncompiled, not `_orig_mod.0` (so its runs overlay the uncompiled model's)."""
-    if _compiled_original(model) is not None and (
-        name == "_orig_mod" or name.startswith("_orig_mod.")
-    ):
-        name = name[len("_orig_mod.") :]
+    do uncompiled, not `_orig_mod.0` (so its runs overlay the uncompiled model's), and so
+    do those of a compiled DDP model (`torch.compile(DDP(model))`), not `module.0`, as
+    the monitor names a DDP model's layers uncompiled (`reduction.watched_module`)."""
+    original = _compiled_original(model)
+    if original is not None:
+        name = _inside(name, "_orig_mod")
+        if isinstance(original, nn.parallel.DistributedDataParallel):
+            name = _inside(name, "module")
     return name or type(module).__name__
+
+
+def _inside(name: str, wrapper: str) -> str:
+    """A module's name as its wrapper's child `wrapper` names it ('' for that child)."""
+    if name == wrapper or name.startswith(wrapper + "."):
+        return name[len(wrapper) + 1 :]
+    return name
 
 
 def _strided(grads: list[torch.Tensor]) -> list[torch.Tensor]:

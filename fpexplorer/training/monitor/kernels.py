@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -497,29 +498,31 @@ def group_segment(
     *,
     keep_patterns: bool = False,
     top_exact: bool | None = None,
-) -> tuple[Segment, torch.Tensor]:
-    """(the segment, the count of non-zero elements) of a parameter group: gradients of one
-    dtype class (`dtype`: float16, bfloat16, or float32 for any other). A small group on a
-    CPU, without the format shares' pattern counts, is only flattened and its non-zeros
-    counted here; its histogram is counted with the step's small activation gradients (a
-    pending segment, see `segment_rows`). Others: `group_code_counts`."""
+) -> Segment:
+    """The segment of a parameter group: gradients of one dtype class (`dtype`: float16,
+    bfloat16, or float32 for any other). A small group on a CPU, without the format shares'
+    pattern counts, is only flattened here (one call); its histogram is counted with the
+    step's small activation gradients (a pending segment, see `segment_rows`, which counts
+    its zeros too). Others: `group_code_counts`."""
     total = sum(g.numel() for g in members)
     float32 = dtype == torch.float32
     name = "float32" if float32 else dtype_name(dtype)
     if members[0].device.type == "cpu" and 0 < total < _HOST_BELOW and not keep_patterns:
-        values = [g.detach() if g.dtype == dtype else g.detach().to(dtype) for g in members]
+        # Detached only where a graph is attached: a detach per gradient costs its tensor.
+        values = [
+            (g.detach() if g.requires_grad else g) if g.dtype == dtype else g.detach().to(dtype)
+            for g in members
+        ]
         flat = flatten_dense_tensors(values) if len(values) > 1 else values[0].reshape(-1)
-        nonzero = torch.count_nonzero(flat)
-        segment = Segment(-1, name, total, name, _PENDING, total - nonzero if float32 else None,
-                          None, flat, None, top_exact, layout="pending")  # fmt: skip
-        return segment, nonzero
+        return Segment(-1, name, total, name, _PENDING, None, None, flat, None, top_exact,
+                       layout="pending")  # fmt: skip
     table = "float32_high" if float32 else name
     codes, counts, nonzero = group_code_counts(members, table, scratch,
                                                keep_patterns=keep_patterns)  # fmt: skip
     if float32:
         return Segment(-1, name, total, table, codes, total - nonzero, None, None, counts,
-                       top_exact), nonzero  # fmt: skip
-    return Segment(-1, name, total, table, codes, None, None, None, counts, True), nonzero
+                       top_exact)  # fmt: skip
+    return Segment(-1, name, total, table, codes, None, None, None, counts, True)
 
 
 def _count_in_chunks(
@@ -653,9 +656,9 @@ def _zeros(values: torch.Tensor) -> int:
 
 @functools.cache
 def _host_tables() -> dict[str, torch.Tensor]:
-    """The 16-bit code tables on the CPU, int32, times _LANES (see `_count_on_host`)."""
+    """The 16-bit code tables on the CPU, int32 (the index `_count_on_host` counts)."""
     tables = _code_tables(torch.device("cpu"))
-    return {name: tables[name].int() * _LANES for name in _PATTERN_TABLES}
+    return {name: tables[name].int() for name in _PATTERN_TABLES}
 
 
 _PATTERN_VALUES: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -712,8 +715,13 @@ def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]
     """`segment_rows` on a CPU: the counted segments placed by torch, then, in numpy on
     zero-copy views, the zeros (only where exponent field 0 is occupied) and the pending
     small tensors, each kind counted at once (`_count_on_host`)."""
-    rows, amax = _placed_rows(segments, host=True)
-    host_rows, host_amax = rows.numpy(), amax.numpy()
+    if any(segment.layout != "pending" for segment in segments):
+        rows, amax = _placed_rows(segments, host=True)
+        host_rows, host_amax = rows.numpy(), amax.numpy()
+    else:  # all pending (a small model): nothing for torch to place
+        host_rows = np.zeros((len(segments), CODES + 1), dtype=np.int64)
+        host_amax = np.zeros(len(segments), dtype=np.float32)
+        rows, amax = torch.from_numpy(host_rows), torch.from_numpy(host_amax)
     pending: dict[str, list[int]] = {}
     for index, segment in enumerate(segments):
         if segment.layout == "pending":
@@ -794,70 +802,98 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     npt.NDArray[np.int64], npt.NDArray[np.float32]
 ]:  # fmt: skip
     """([len(tensors), CODES + 1] code counts, max |x| of each) of small non-empty CPU
-    tensors of one kind (float16, bfloat16 or float32), counted together: one
-    concatenation of their bits (numpy, on zero-copy views), one count of (tensor, bin,
-    lane) triples (torch's bincount: faster than numpy's), one maximum per tensor
-    (`reduceat`), whatever their number. 16-bit bins are codes (a table lookup); float32
-    bins are exponent fields, whose zeros are counted where field 0 is occupied, the rest
-    left to the decoder as for any float32 row. The lane, an element's position modulo
-    _LANES, spreads the increments of one bin (a ReLU's zeros, one binade) over several
-    counters: a run of increments of one counter waits on each."""
+    tensors of one kind (float16, bfloat16 or float32), counted together: their bits read
+    (numpy, on zero-copy views) into one reused buffer, one count of (lane, tensor, bin)
+    triples (torch's bincount: faster than numpy's), one maximum per tensor (`reduceat`),
+    whatever their number. 16-bit bins are codes (a table lookup); float32 bins are
+    exponent fields, whose zeros are counted where field 0 is occupied, the rest left to
+    the decoder as for any float32 row. The lane, an element's position modulo _LANES,
+    spreads the increments of one bin (a ReLU's zeros, one binade) over several counters:
+    a run of increments of one counter waits on each. The lanes are the slowest index, so
+    that summing them is a few additions of whole rows."""
     sizes = tuple(t.numel() for t in tensors)
     count = len(tensors)
     if table in _PATTERN_TABLES:
-        starts, slots = _host_slots(sizes, CODES + 1)
-        bits = np.concatenate([t.view(torch.int16).numpy().ravel() for t in tensors])
-        patterns = np.bitwise_and(bits, 0x7FFF, dtype=np.int32)
+        layout = _host_layout(sizes, CODES + 1)
+        patterns = layout.values
+        for tensor, start, size in zip(tensors, layout.starts.tolist(), sizes, strict=True):
+            bits = tensor.view(torch.int16).numpy().reshape(-1)
+            np.bitwise_and(bits, 0x7FFF, out=patterns[start : start + size])
         # The lookup by torch: numpy's fancy indexing is 3-4x slower here.
-        bins = _host_tables()[table].index_select(0, torch.from_numpy(patterns))
-        bins += torch.from_numpy(slots)  # bins: code * _LANES + lane + the tensor's offset
-        rows = _lane_counts(bins, count, CODES + 1)
+        torch.index_select(_host_tables()[table], 0, layout.values_tensor, out=layout.bins_tensor)
+        layout.bins_tensor.add_(layout.slots_tensor)  # bins: the lane's and tensor's offset + code
+        rows = _lane_counts(layout, count, CODES + 1)
         peaks = pattern_values(torch.device("cpu"))[table].numpy()
-        return rows, peaks[np.maximum.reduceat(patterns, starts)]
-    starts, slots = _host_slots(sizes, EXPONENT_FIELDS)
-    bits = np.concatenate([t.numpy().view(np.int32).ravel() for t in tensors])
-    bits &= 0x7FFFFFFF
-    fields = bits >> (23 - _LANE_BITS)
-    fields &= -_LANES  # the exponent field times _LANES
-    fields += slots
+        return rows, peaks[np.maximum.reduceat(patterns, layout.starts)]
+    layout = _host_layout(sizes, EXPONENT_FIELDS)
+    magnitudes = layout.values  # the bits of |x|
+    for tensor, start, size in zip(tensors, layout.starts.tolist(), sizes, strict=True):
+        bits = tensor.numpy().view(np.int32).reshape(-1)
+        np.bitwise_and(bits, 0x7FFFFFFF, out=magnitudes[start : start + size])
+    fields = np.right_shift(magnitudes, 23, out=layout.bins)  # the exponent field
+    fields += layout.slots
     rows = np.zeros((count, CODES + 1), dtype=np.int64)
-    rows[:, _EXPONENT_COLUMN_ARRAY] = _lane_counts(torch.from_numpy(fields), count, EXPONENT_FIELDS)
+    rows[:, _EXPONENT_COLUMN_ARRAY] = _lane_counts(layout, count, EXPONENT_FIELDS)
+    starts = layout.starts
     for index in np.flatnonzero(rows[:, CODES]):  # field 0 occupied: count the zeros
         start = starts[index]
-        rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(bits[start : start + sizes[index]])
-    return rows, np.maximum.reduceat(bits, starts).view(np.float32)
+        part = magnitudes[start : start + sizes[index]]
+        rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(part)
+    return rows, np.maximum.reduceat(magnitudes, starts).view(np.float32)
 
 
 _LANE_BITS = 3
 _LANES = 1 << _LANE_BITS
 
 
-def _lane_counts(bins: torch.Tensor, count: int, width: int) -> npt.NDArray[np.int64]:
-    """[count, width] counts of (tensor, bin, lane) indices, the lanes summed."""
-    counted = torch.bincount(bins, minlength=count * width * _LANES)
-    lanes: npt.NDArray[np.int64] = counted.view(count, width, _LANES).sum(dim=2).numpy()
+def _lane_counts(layout: _HostLayout, count: int, width: int) -> npt.NDArray[np.int64]:
+    """[count, width] counts of the layout's (lane, tensor, bin) indices, the lanes summed."""
+    counted = torch.bincount(layout.bins_tensor, minlength=_LANES * count * width).numpy()
+    lanes: npt.NDArray[np.int64] = counted.reshape(_LANES, count, width).sum(axis=0)
     return lanes
 
 
-_SLOTS: dict[tuple[tuple[int, ...], int], tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = {}
+class _HostLayout(NamedTuple):
+    """The layout of one set of small tensors counted together on the host, and its work
+    buffers, kept for the next steps (the same sizes come back: a fresh buffer would cost
+    its page faults on every step)."""
+
+    starts: npt.NDArray[np.int64]  # where each tensor starts in the buffers
+    slots: npt.NDArray[np.int32]  # each element's bin offset: lane, then tensor
+    slots_tensor: torch.Tensor  # the same, shared with torch
+    values: npt.NDArray[np.int32]  # the elements' bits (read in)
+    values_tensor: torch.Tensor
+    bins: npt.NDArray[np.int32]  # the index counted
+    bins_tensor: torch.Tensor
 
 
-def _host_slots(
-    sizes: tuple[int, ...], width: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
-    """(where each tensor starts in the concatenation, the offset of each element's bin:
-    its tensor's index times `width` times _LANES, plus its lane), kept for the next steps
-    (the same sizes come back)."""
+_LAYOUTS_HELD = threading.local()  # per thread: two monitors' steps never share a buffer
+
+
+def _host_layout(sizes: tuple[int, ...], width: int) -> _HostLayout:
+    """The `_HostLayout` of tensors of these sizes counted into `width` bins each: element
+    i of tensor t goes to bin `(i % _LANES) * len(sizes) * width + t * width + b`."""
+    held: dict[tuple[tuple[int, ...], int], _HostLayout] | None = getattr(
+        _LAYOUTS_HELD, "layouts", None
+    )
+    if held is None:
+        held = _LAYOUTS_HELD.layouts = {}
     key = (sizes, width)
-    found = _SLOTS.get(key)
+    found = held.get(key)
     if found is None:
-        if len(_SLOTS) > 64:  # sizes that vary from step to step: keep a few
-            _SLOTS.clear()
-        counts = np.array(sizes)
+        if len(held) > 16:  # sizes that vary from step to step: keep a few
+            held.clear()
+        counts = np.array(sizes, dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(counts[:-1])]).astype(np.int64)
-        offsets = np.repeat(np.arange(len(sizes)) * width * _LANES, counts)
-        offsets += np.arange(offsets.size) % _LANES
-        found = _SLOTS[key] = (starts, offsets.astype(np.int32))
+        slots = np.repeat(np.arange(len(sizes)) * width, counts)
+        slots += (np.arange(slots.size) % _LANES) * (len(sizes) * width)
+        slots32 = slots.astype(np.int32)
+        values = np.empty(slots.size, dtype=np.int32)
+        bins = np.empty(slots.size, dtype=np.int32)
+        found = held[key] = _HostLayout(
+            starts, slots32, torch.from_numpy(slots32), values, torch.from_numpy(values),
+            bins, torch.from_numpy(bins),
+        )  # fmt: skip
     return found
 
 

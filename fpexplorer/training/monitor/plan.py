@@ -62,7 +62,8 @@ _FP16_MIN_SUBNORMAL_LOG2 = floor_log2(_FP16.smallest_positive)  # -24
 class HostPack:
     """Device values queued under names and brought to the host in one copy (one sync).
 
-    On a CPU there is nothing to synchronise with: each value is read as it is added."""
+    On a CPU there is nothing to synchronise with: each value is read as it is added, a
+    single value as a Python float (no array made for it)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -70,54 +71,69 @@ class HostPack:
         self._parts: list[torch.Tensor] = []
         self._names: list[tuple[str, int]] = []
         self._host: dict[str, npt.NDArray[np.float64]] = {}
+        self._scalars: dict[str, float] = {}
+
+    def _check_new(self, name: str) -> None:
+        if (
+            name in self._host
+            or name in self._scalars
+            or any(name == known for known, _ in self._names)
+        ):
+            raise ValueError(f"{name!r} is already in the pack")
 
     def add(self, name: str, values: torch.Tensor | float) -> None:
-        if name in self._host or any(name == known for known, _ in self._names):
-            raise ValueError(f"{name!r} is already in the pack")
+        self._check_new(name)
         if not isinstance(values, torch.Tensor):
-            self._host[name] = np.array([values], dtype=np.float64)
+            self._scalars[name] = float(values)
         elif self._on_host and values.device.type == "cpu":
             if values.numel() == 1:  # the cheap signals: item() is the fastest read
-                self._host[name] = np.array([values.item()], dtype=np.float64)
+                self._scalars[name] = float(values.item())
             else:  # a zero-copy view, converted by numpy (cheaper than a torch operation)
-                host = values.detach().numpy().reshape(-1)
+                data = values.detach() if values.requires_grad else values
+                host = data.numpy().reshape(-1)
                 self._host[name] = host.astype(np.float64, copy=host.dtype != np.float64)
         else:
             tensor = values.detach().to(device=self.device, dtype=torch.float64).reshape(-1)
             self._parts.append(tensor)
             self._names.append((name, tensor.numel()))
 
-    def add_host(self, name: str, values: Sequence[float]) -> None:
-        """Values already on the host (float64)."""
-        if name in self._host or any(name == known for known, _ in self._names):
-            raise ValueError(f"{name!r} is already in the pack")
+    def add_host(self, name: str, values: Sequence[float] | npt.NDArray[np.generic]) -> None:
+        """Values already on the host (kept as float64)."""
+        self._check_new(name)
         self._host[name] = np.asarray(values, dtype=np.float64)
 
     def fetch(self) -> HostValues:
-        host = dict(self._host)
+        host = self._host
         if self._parts:
+            host = dict(host)
             values = torch.cat(self._parts).cpu().numpy()
             offset = 0
             for name, size in self._names:
                 host[name] = values[offset : offset + size]
                 offset += size
-        return HostValues(host)
+        return HostValues(host, self._scalars)
 
 
 @dataclass(frozen=True, slots=True)
 class HostValues:
-    """The host copy of a `HostPack`: parts by name (float64; counts are exact below 2**53)."""
+    """The host copy of a `HostPack`: parts by name (float64; counts are exact below 2**53),
+    single values added on a CPU as floats (`scalars`; read as parts of one value too)."""
 
     parts: Mapping[str, npt.NDArray[np.float64]]
+    scalars: Mapping[str, float] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> npt.NDArray[np.float64]:
-        return self.parts[name]
+        part = self.parts.get(name)
+        if part is None:
+            return np.array([self.scalars[name]], dtype=np.float64)
+        return part
 
     def __contains__(self, name: object) -> bool:
-        return name in self.parts
+        return name in self.parts or name in self.scalars
 
     def scalar(self, name: str) -> float:
-        return float(self.parts[name][0])
+        value = self.scalars.get(name)
+        return float(self.parts[name][0]) if value is None else value
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +142,6 @@ class ParamGroup:
 
     segment: Segment
     members: tuple[torch.Tensor, ...]
-    nonzero: torch.Tensor  # count of non-zero gradients (device scalar)
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,11 @@ def check_before_reduction(model: nn.Module) -> PreReductionCheck | None:
     communication hook on a DDP model, a custom reduce-scatter on each FSDP2 module of a
     `fully_shard` model; None for a model that is neither. Raises ReductionInUse (one line,
     naming what is there) when the model's communication is already customised: it stays."""
+    # `torch.compile(DDP(model))`: the hook goes into the DDP inside the compiled wrapper
+    # (its reducer runs outside the graph, as uncompiled).
+    original = getattr(model, "_orig_mod", None)
+    if isinstance(original, nn.parallel.DistributedDataParallel):
+        model = original
     check = _installed.get(model)
     if check is not None:
         check.clear()

@@ -12,6 +12,7 @@ import pytest
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.synthetic import synthetic_records
 from fpexplorer.gui.training.view_model import OverlayRun, skipped_text, step_axis_label
+from fpexplorer.training.records import StepRecord
 
 
 def _run(steps: int, key: int = 0) -> OverlayRun:
@@ -58,3 +59,23 @@ def test_the_skip_count_says_when_not_every_skip_is_marked() -> None:
     every = RunModel()
     every.add_records(list(synthetic_records(400, overflow_every=50, stats_every=0)))
     assert skipped_text(every) == "skipped: 8"
+
+
+def test_the_skip_count_names_each_optimizers_skips() -> None:
+    # A GAN's two optimizers under one GradScaler: the panel said "skipped: 3" only, while
+    # `runs summarize` said which optimizer skipped (step 2 skipped both).
+    outcomes = [
+        ("stepped", "stepped"), ("skipped", "stepped"), ("skipped", "skipped"),
+        ("stepped", "skipped"), ("stepped", "stepped"),
+    ]  # fmt: skip
+    model = RunModel()
+    model.add_records([
+        StepRecord(step=i, loss=1.0, scale=2.0**16, skipped="skipped" in pair,
+                   optimizer_outcomes=pair)
+        for i, pair in enumerate(outcomes)
+    ])  # fmt: skip
+    assert skipped_text(model) == "skipped: 3 (per optimizer: 2, 2)"
+    # One optimizer: its records carry no outcomes, and the count stays as it was.
+    single = RunModel()
+    single.add_records([StepRecord(step=0, loss=1.0, skipped=True)])
+    assert skipped_text(single) == "skipped: 1"
