@@ -195,6 +195,77 @@ def test_float32_rows_need_a_second_look_only_for_subnormals_inf_and_nan(
     assert np.array_equal(rows[0, :CODES].numpy(), oracle_codes(plain))
 
 
+def normal_bfloat16_patterns() -> torch.Tensor:
+    """Every bfloat16 pattern with exponent field 1..254 (both signs), and +0.0 and -0.0."""
+    patterns = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    field = (patterns.int() & 0x7F80) >> 7
+    normal = patterns[(field > 0) & (field < 255)]
+    zeros = torch.tensor([0, -(2**15)], dtype=torch.int16)
+    return torch.cat([normal, zeros]).view(torch.bfloat16)
+
+
+def cpu_field_cases() -> list[torch.Tensor]:
+    """Gradients a CPU hook counts by their exponent fields: bfloat16, float32 (whose field
+    is the same), float64 (converted); contiguous, transposed, strided."""
+    generator = torch.Generator().manual_seed(7)
+    bf16 = normal_bfloat16_patterns()
+    wide = bf16.float()
+    low_bits = torch.randint(0, 2**16, wide.shape, generator=generator, dtype=torch.int32)
+    wide = torch.where(wide == 0, wide, (wide.view(torch.int32) | low_bits).view(torch.float32))
+    wide[::13] = 0.0
+    return [
+        bf16,
+        bf16.reshape(2, -1).t(),  # transposed
+        bf16[::2],  # strided
+        wide,
+        wide.reshape(2, -1).t(),
+        wide[1::3],
+        (torch.randn(20_000, dtype=torch.float64, generator=generator) * 1e-3),
+    ]
+
+
+def test_cpu_fields_place_every_normal_pattern_without_a_second_look() -> None:
+    # Every normal bfloat16 pattern (and the float32 values with the same exponent fields,
+    # every low bit set somewhere, zeros among them) counted in the hook by the 1024 field
+    # bins: exact as it comes, zeros counted there (-0.0 too), max |x| exact.
+    tensors = cpu_field_cases()
+    segments = [segment_of(0, tensor) for tensor in tensors]
+    assert [segment.layout for segment in segments] == ["exponents"] * len(tensors)
+    assert all(segment.tensor is None for segment in segments)  # nothing kept
+    histograms, amax = decoded(segments, segment_rows)
+    for tensor, histogram, peak in zip(tensors, histograms, amax, strict=True):
+        assert np.array_equal(histogram, oracle_codes(tensor))
+        assert peak == oracle_amax(tensor)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "odd"),
+    [
+        *((dtype, odd) for dtype in (torch.bfloat16, torch.float32)
+          for odd in ("subnormal", "inf", "nan")),
+        (torch.float32, "nan_low_bits"),
+    ],
+)  # fmt: skip
+def test_cpu_fields_count_exactly_where_the_fields_cannot_place(
+    dtype: torch.dtype, odd: str
+) -> None:
+    # A subnormal (exponent field 0 holding more than the zeros), an infinity or a NaN
+    # (field 255 holds both): the hook counts that gradient exactly instead.
+    generator = torch.Generator().manual_seed(8)
+    tensor = (torch.randn(20_000, generator=generator) * 1e-3).to(dtype)
+    tensor[::7] = 0.0
+    if odd == "nan_low_bits":  # a float32 NaN whose payload is only in its low 16 bits
+        tensor.view(torch.int32)[5] = 0x7F800001
+    else:
+        tensor[5] = {"subnormal": -(2.0**-130), "inf": -math.inf, "nan": math.nan}[odd]
+    segment = segment_of(0, tensor)
+    assert segment.layout == "codes"
+    histograms, amax = decoded([segment], segment_rows)
+    assert np.array_equal(histograms[0], oracle_codes(tensor))
+    expected = oracle_amax(tensor)
+    assert (math.isnan(amax[0]) and math.isnan(expected)) or amax[0] == expected
+
+
 def test_mixed_segments_keep_their_order(rows_of: RowsOf) -> None:
     # Layouts are stacked together: each row must still be its own segment's.
     generator = torch.Generator().manual_seed(5)

@@ -292,8 +292,9 @@ class Segment(NamedTuple):
     - "codes": CODES + 1 counts by histogram code; for float32 the last one holds the
       elements the bits could not place (zeros included), and ZERO_CODE is empty until
       `zeros` is added;
-    - "exponents": the counts of a float32's exponent field with its top two mantissa bits
-      (_FIELD_BINS), summed per field by `segment_rows` (one sum for all segments);
+    - "exponents": the counts of a float32's (or a bfloat16's: the same field) exponent
+      field with its top two mantissa bits (_FIELD_BINS), summed per field by
+      `segment_rows` (one sum for all segments);
     - "blocks": the counts of each exponent-field value of the 16-bit format `table`; its
       first and last values (zero and subnormals; inf and NaN) are placed from `edges`, the
       counts of their patterns;
@@ -329,7 +330,7 @@ class Segment(NamedTuple):
     @property
     def exact(self) -> bool:
         """Whether the counts place every element (16-bit patterns do, and a float32
-        activation gradient's codes counted exactly in its hook, see `_placed_now`); other
+        activation gradient's codes counted exactly in its hook, see `_fields_now`); other
         float32 rows may leave some for the values to place (see `StatsPlan._histograms`)."""
         return self.table in _PATTERN_TABLES or (
             self.layout == "codes" and self.table == "float32" and self.layer >= 0
@@ -551,17 +552,18 @@ def _count_in_chunks(
 def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
     """Counts of one activation gradient, made in backward with a handful of operations.
 
-    16-bit: the magnitude patterns (one mask), their maximum (max |x| exactly), then a table
-    lookup per element and a count by code (small tensors) or a count of the 32768 patterns
-    summed per exponent field. float32 (wider dtypes converted): |x| (one pass), its largest
-    bits (max |x| exactly), and the counts of its exponent field with the top two mantissa
-    bits (a shift in place; 1024 bins, summed to 256, count faster than 256: fewer
-    increments of one counter in a row). On a CPU the float32 zeros are counted only where
-    exponent field 0 is occupied, and a gradient the fields cannot place is counted exactly,
-    both here (reading the counts costs nothing there, see `_placed_now`); on an
-    accelerator, where reading them would be a host sync, every float32 gradient is counted
-    exactly by device operations (`_magnitude_codes`). Any strides: a view as integers of
-    the same width needs none.
+    On a CPU (`_fields_now`), float32 (wider dtypes converted) and bfloat16 alike: the
+    magnitude bits (|x| of a float32, the 15 bits below a bfloat16's sign: one pass), their
+    maximum (max |x| exactly), and the counts of their exponent field with the top two
+    mantissa bits (a shift in place; 1024 bins, summed to 256, count faster than 256: fewer
+    increments of one counter in a row); the zeros are counted only where exponent field 0
+    is occupied, and a gradient the fields cannot place is counted exactly, both there
+    (reading the counts costs nothing on a CPU). float16: the magnitude patterns, their
+    maximum, then a table lookup per element and a count by code (small tensors) or a count
+    of the 32768 patterns summed per exponent field. On an accelerator, where reading counts
+    in a hook would be a host sync, 16-bit gradients take the float16 path and float32 ones
+    are counted exactly by device operations (`_magnitude_codes`). Any strides: a view as
+    integers of the same width needs none.
     """
     data = tensor.detach()
     name = dtype_name(data.dtype)
@@ -578,6 +580,8 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
         values = data.clone() if data.dtype in _SMALL_DTYPES else data.float()
         table = name if name in _PATTERN_TABLES else "float32"
         return Segment(layer, name, numel, table, _PENDING, None, None, values, layout="pending")
+    if device.type in _READ_IN_HOOK_DEVICES and numel and data.dtype != torch.float16:
+        return _fields_now(layer, name, numel, data)
     if data.dtype in (torch.float16, torch.bfloat16):
         bits = data.view(torch.int16)
         if numel < _ACT_LOOKUP_BELOW:  # int32 patterns: the lookup's index
@@ -595,46 +599,59 @@ def segment_of(layer: int, tensor: torch.Tensor) -> Segment:
                        layout="blocks", edges=edges)  # fmt: skip
     values = data if data.dtype == torch.float32 else data.float()
     magnitudes = torch.abs(values.reshape(-1))
-    bits = magnitudes.view(torch.int32)
-    peak = bits.max() if numel else None
-    if device.type not in _READ_IN_HOOK_DEVICES:
-        # Counted exactly here by device operations alone (a host read would be a sync):
-        # two passes more than the fields, but nothing is kept until step(), neither the
-        # memory nor values that unscale_ or clipping may change in place before it (see
-        # `_placed_now`).
-        codes = _magnitude_codes(magnitudes)
-        return Segment(layer, name, numel, "float32", codes, None, peak, None)
-    binned = _count_bins(bits.bitwise_right_shift_(_FIELD_SHIFT), _FIELD_BINS)
-    return _placed_now(layer, name, numel, values, binned, peak)
+    peak = magnitudes.view(torch.int32).max() if numel else None
+    # Counted exactly here by device operations alone (a host read would be a sync): two
+    # passes more than the fields, but nothing is kept until step(), neither the memory nor
+    # values that unscale_ or clipping may change in place before it (see `_fields_now`).
+    codes = _magnitude_codes(magnitudes)
+    return Segment(layer, name, numel, "float32", codes, None, peak, None)
 
 
-_FIELD_LANES = 1 << (23 - _FIELD_SHIFT)  # bins per exponent field
 # Device types whose counts a backward hook reads at no cost (no queue to wait for).
 _READ_IN_HOOK_DEVICES = ("cpu",)
+# bfloat16 has float32's exponent field (and bias): the top 10 bits of either's magnitude
+# are the same 1024 bins, placed by the same columns ("exponents").
+_BFLOAT16_FIELD_SHIFT = _FIELD_SHIFT - 16
 
 
-def _placed_now(
-    layer: int, name: str, numel: int, values: torch.Tensor, binned: torch.Tensor,
-    peak: torch.Tensor | None,
-) -> Segment:  # fmt: skip
-    """A CPU float32 activation gradient's segment, complete in its hook (a CPU reads its
-    counts at no cost): the zeros where exponent field 0 is occupied, and the exact
-    histogram (`code_histogram`) where the fields cannot place every element (subnormals;
-    field 255, which holds NaNs as well as infinities). The values are not kept: the
-    gradient may become a parameter's `.grad`, changed in place before step() (a second
-    backward, unscale_, clipping), and backward frees it as usual."""
-    # The edge fields' few counts as Python ints: a numpy reduction of a 4-element slice
-    # costs several times as much in a backward hook (~17 us a hook, measured in a
-    # training step, against ~7 us read this way).
+def _fields_now(layer: int, name: str, numel: int, data: torch.Tensor) -> Segment:
+    """A CPU activation gradient's segment (bfloat16, or float32 after conversion; not
+    empty), complete in its hook (a CPU reads its counts at no cost): the counts of the
+    exponent field with two mantissa bits (`_FIELD_BINS`), the zeros where exponent field 0
+    is occupied, and the exact histogram (`code_histogram`) where the fields cannot place
+    every element (subnormals; field 255, which holds NaNs as well as infinities). The
+    values are not kept: the gradient may become a parameter's `.grad`, changed in place
+    before step() (a second backward, unscale_, clipping), and backward frees it as usual.
+    (A work tensor reused from hook to hook was slower in a training step: a fresh one
+    comes from memory just freed, still in cache; a kept one has been evicted by then.)"""
+    if data.dtype == torch.bfloat16:
+        values, table, top_field = data, "bfloat16", 0x7F80
+        work = torch.bitwise_and(data.view(torch.int16), 0x7FFF).reshape(-1)
+        shift = _BFLOAT16_FIELD_SHIFT
+    else:
+        values = data if data.dtype == torch.float32 else data.float()
+        table, top_field, shift = "float32", 0x7F800000, _FIELD_SHIFT
+        work = torch.abs(values.reshape(-1)).view(torch.int32)
+    peak = work.max()
+    binned = torch.bincount(work.bitwise_right_shift_(shift), minlength=_FIELD_BINS)
+    # Field 0's four bins read one by one: a numpy reduction of a 4-element slice costs
+    # several times as much in a backward hook. Field 255 is occupied when max |x| is in it.
     fields = binned.numpy()
-    low = sum(fields[:_FIELD_LANES].tolist())
-    # Compared with 0 (-0.0 included): numpy counts non-zero floats far slower.
-    zeros = int(np.count_nonzero(values.numpy() == 0)) if low else 0
-    if low > zeros or any(fields[-_FIELD_LANES:].tolist()):
+    low = int(fields[0]) + int(fields[1]) + int(fields[2]) + int(fields[3])
+    zeros = _zeros(values) if low else 0
+    if low > zeros or int(peak) >= top_field:
         codes = torch.zeros(CODES + 1, dtype=torch.int64)
         codes[:CODES] = code_histogram(values)
-        return Segment(layer, name, numel, "float32", codes, None, peak, None)
-    return Segment(layer, name, numel, "float32", binned, zeros, peak, None, layout="exponents")
+        return Segment(layer, name, numel, table, codes, None, peak, None)
+    return Segment(layer, name, numel, table, binned, zeros, peak, None, layout="exponents")
+
+
+def _zeros(values: torch.Tensor) -> int:
+    """The count of zeros (-0.0 included) of a CPU float32 or bfloat16 tensor, in numpy
+    (compared with 0: numpy counts non-zero floats far slower; bfloat16 by its bits)."""
+    if values.dtype == torch.float32:
+        return int(np.count_nonzero(values.numpy() == 0))
+    return int(np.count_nonzero(np.bitwise_and(values.view(torch.int16).numpy(), 0x7FFF) == 0))
 
 
 @functools.cache
