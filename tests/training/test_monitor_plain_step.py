@@ -260,3 +260,41 @@ def test_after_close_step_still_raises(tmp_path: Path) -> None:
     optimizer.step()
     with pytest.raises(RuntimeError, match="after close"):
         monitor.step(1.0)
+
+
+class FullDisk:
+    """A writer whose writes fail from its `fails_from`-th record on (a disk filling up)."""
+
+    path = Path("full.jsonl")
+
+    def __init__(self, fails_from: int) -> None:
+        self.fails_from = fails_from
+        self.written: list[Any] = []
+
+    def write(self, record: Any) -> None:
+        if len(self.written) + 1 >= self.fails_from:
+            raise OSError(28, "No space left on device")
+        self.written.append(record)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fails_from", [1, 4])  # the header (at step 0); a plain step
+def test_a_write_error_warns_once_at_the_users_line_and_training_goes_on(fails_from: int) -> None:
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    writer = FullDisk(fails_from)
+    with pytest.warns(RuntimeWarning, match="logging stopped") as warned:
+        monitor = AmpMonitor(model, optimizer, writer=writer, stats_every=0)  # type: ignore[arg-type]
+        records = []
+        for _ in range(6):
+            model(torch.ones(1, 3)).sum().backward()
+            optimizer.step()
+            records.append(monitor.step(1.0))
+        monitor.close()
+    assert len(warned) == 1
+    assert warned[0].filename == __file__  # this loop's line, not the monitor's
+    assert [record.step for record in records] == list(range(6))
+    # Record 4 is step 2's, on the plain path (step 0 found the gradients' dtypes).
+    assert len(writer.written) == fails_from - 1

@@ -612,7 +612,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def _write_header(self) -> None:
         if not self._header_written:
             self._header_written = True
-            self._write(self._header())
+            # Called from __init__ or step(): a failure points at the user's line.
+            self._write(self._header(), stacklevel=4)
             self._plain_ready = self._plain_path()
 
     def _plain_path(self) -> bool:
@@ -628,9 +629,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             and not self._has_hysteresis
         )
 
-    def _write(self, record: Record) -> None:
+    def _write(self, record: Record, *, stacklevel: int = 3) -> None:
         """Write a record unless writing already failed; a failure warns once and stops
-        the log, never the training loop."""
+        the log, never the training loop. The warning points `stacklevel` frames up (the
+        default: the caller of the method that called this one)."""
         if self.write_error is not None:
             return
         try:
@@ -641,7 +643,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 f"AmpMonitor: cannot write the run log {self.writer.path}: "
                 f"{error.strerror or error}; logging stopped, training goes on",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )
 
     # -- hooks ---------------------------------------------------------------------------
@@ -1032,7 +1034,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             time=now - self._started,
             grad_amax=grad_amax,
         )
-        self._write(record)
+        self._write(record, stacklevel=4)  # the user's line that called step()
         self._scale_used = scale_after
         self._optimizer_stepped = False
         self._optimizer_calls[0] = 0
