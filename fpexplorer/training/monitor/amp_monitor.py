@@ -413,7 +413,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._found_inf: torch.Tensor | None = None
         self._handles: list[RemovableHandle] = []
         self._module_handles: list[RemovableHandle] = []
-        self._static_bytes: tuple[tuple[int, int], dict[str, int], dict[str, int]] | None = None
+        self._static_bytes: tuple[tuple[int, ...], dict[str, int], dict[str, int]] | None = None
         self._header_config = (precision, dict(config or {}))
         self._header_written = False
         # Quantized linears (fp8/MX/NVFP4) report their casts on statistics steps.
@@ -1251,7 +1251,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             forward_layers=tuple(layer for layer, _ in self._forward_checks) if full
             else (),
             scale=self._scale_used,
-            memory=self._memory(),
+            memory=self._memory(grads),
             formats=self.formats if self.format_shares else (),
             lost_update_kind=lost_kind,
             lost_update_sampled=lost_kind is not None and self._updates.sampled,
@@ -1380,18 +1380,23 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         params: list[torch.Tensor] = [p for p in self._params if p.grad is not None]
         return [local_tensor(p) for p in params] if self._sharded else params
 
-    def _memory(self) -> Memory:
+    def _memory(self, grads: list[torch.Tensor]) -> Memory:
         """Bytes by dtype; the parameters' and optimizer state's are counted again only
-        when their number of tensors changes (the state appears at the first step)."""
-        state_tensors = [
-            value
-            for optimizer in self.optimizers
-            for state in optimizer.state.values()
-            for value in state.values()
-            if isinstance(value, torch.Tensor)
-        ]
-        key = (len(self._param_layer), len(state_tensors))
+        when the number of entries in the optimizers' state changes (the state appears at
+        the first step): the key is read from the state's dicts, not from its tensors.
+        `grads`: the gradients as step() read them (this rank's)."""
+        key = (
+            len(self._param_layer),
+            *(sum(map(len, optimizer.state.values())) for optimizer in self.optimizers),
+        )
         if self._static_bytes is None or self._static_bytes[0] != key:
+            state_tensors = [
+                value
+                for optimizer in self.optimizers
+                for state in optimizer.state.values()
+                for value in state.values()
+                if isinstance(value, torch.Tensor)
+            ]
             params = bytes_by_dtype(local_tensor(p) for _, p in self._param_layer)
             # FSDP2's optimizer state is sharded as its parameters are (DTensors): this
             # rank's share, not the global size.
@@ -1402,13 +1407,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if self.device.type == "cuda"
             else None
         )
-        grads = (p.grad for p in self._params if p.grad is not None)
         activations: dict[torch.dtype, int] = {}
         for (_, dtype), size in self._saved_at_once().items():
             activations[dtype] = activations.get(dtype, 0) + size
         return Memory(
             params=params,
-            grads=bytes_by_dtype(map(local_tensor, grads) if self._sharded else grads),
+            grads=bytes_by_dtype(grads),
             optimizer=optimizer,
             activations={dtype_name(dtype): size for dtype, size in activations.items()},
             peak_device=peak,

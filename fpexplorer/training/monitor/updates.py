@@ -7,12 +7,8 @@ The weights are read twice: before the optimizer step (`LostUpdateCheck.keep`: a
 all of them up to LOST_UPDATE_SAMPLE, of a fixed random sample of that many beyond) and
 after it (`LostUpdateCheck.count`). Both work in buffers kept from step to step (a fresh
 temporary the size of the model costs its page faults on every step on a CPU, often more
-than the arithmetic done in it), with dtype conversions and arithmetic only: on a CPU
-torch's element-wise comparisons take four to six times as long as a subtraction, and
-FP16 arithmetic is slower still. Two FP16 values are compared as the float32 difference of
-their float32 copies, clamped to +-65520 so that an infinity minus itself reads as equal
-(see `_values_differ`); a difference converted to bool is True where the values differ
-(NaN included, as NaN == NaN is False).
+than the arithmetic done in it), with dtype conversions, arithmetic and one comparison of
+FP16 values (`!=`: NaN differs from itself, each infinity equals itself, +0 equals -0).
 """
 
 from __future__ import annotations
@@ -27,10 +23,6 @@ import torch
 # share's bound at this confidence (Hoeffding), e.g. +-0.0019 when all 2**20 had updates.
 LOST_UPDATE_SAMPLE = 1 << 20
 LOST_UPDATE_CONFIDENCE = 0.999
-
-# Beyond every finite FP16 value (65504) and below float32's infinity: clamping the float32
-# copies of FP16 values to +-this maps +-inf onto values that equal only themselves.
-_PAST_FP16_MAX = 65520.0
 
 
 def hoeffding_bound(count: int, confidence: float = LOST_UPDATE_CONFIDENCE) -> float:
@@ -113,11 +105,16 @@ class _Buffers:
         self.old = torch.empty(size, dtype=torch.float32, device=device)
         self.work = torch.empty((2, size), dtype=torch.float32, device=device)
         self.half = torch.empty(size, dtype=torch.float16, device=device)
+        self.half_new = torch.empty(size, dtype=torch.float16, device=device)
         self.flags = torch.empty((2, size), dtype=torch.bool, device=device)
         sampled = self.sample.sampled
         self.old_views = [] if sampled else self._views(self.old)
-        self.new_views = [] if sampled else self._views(self.work[1])
-        self.changed_views = [] if sampled else self._views(self.flags[0])
+        # The rows and views each step uses, made once (a view is a tensor object each).
+        self.work_rows = self.work.unbind(0)  # (scratch, the weights after the step)
+        self.flag_rows = self.flags.unbind(0)  # (update intended, update shows)
+        self.flag_bytes = self.flags.view(torch.uint8)
+        self.new_views = [] if sampled else self._views(self.work_rows[1])
+        self.changed_views = [] if sampled else self._views(self.flag_rows[0])
 
     def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         views, offset = [], 0
@@ -217,7 +214,7 @@ class LostUpdateCheck:
             return
         buffers = self._buffers_for(params)
         if not self._kept_positions:  # the first optimizer of the step
-            buffers.flags[0].zero_()  # no update intended where nothing is kept
+            buffers.flag_rows[0].zero_()  # no update intended where nothing is kept
             self._intended = []
         changed: dict[int, torch.Tensor] = {}
         for position, grad in zip(positions, grads, strict=True):
@@ -225,7 +222,7 @@ class LostUpdateCheck:
                 changed[position] = grad.reshape(params[position].shape)
         with torch.no_grad():
             buffers.copy_in_part(buffers.old, buffers.old_views, {i: params[i] for i in positions})
-            buffers.copy_in_part(buffers.flags[0], buffers.changed_views, changed)  # != 0
+            buffers.copy_in_part(buffers.flag_rows[0], buffers.changed_views, changed)  # != 0
             self._intended += [torch.count_nonzero(grad) for grad in changed.values()]
         self._kept_positions.update(positions)
 
@@ -249,14 +246,14 @@ class LostUpdateCheck:
             return None
         kept = sorted(self._kept_positions)
         with torch.no_grad():
-            work, flags = buffers.work, buffers.flags  # flags: [changed, applied]
-            buffers.copy_in_part(work[1], buffers.new_views, {i: params[i] for i in kept})
+            (scratch, new), shows = buffers.work_rows, buffers.flag_rows[1]
+            buffers.copy_in_part(new, buffers.new_views, {i: params[i] for i in kept})
             # Where nothing was kept `old` and `new` hold what earlier steps left: their flags
             # are multiplied by the zeros of `changed` there.
-            update_shows(buffers.old, work[1], fp16_weights=self._fp16_weights, out=flags[1],
-                         work=work[0], half=buffers.half)  # fmt: skip
-            ones = work.copy_(flags.view(torch.uint8))
-            return torch.mv(ones, ones[0])
+            update_shows(buffers.old, new, fp16_weights=self._fp16_weights, out=shows,
+                         work=scratch, half=buffers.half, half_new=buffers.half_new)  # fmt: skip
+            ones = buffers.work.copy_(buffers.flag_bytes)  # [changed, shows] as 0/1
+            return torch.mv(ones, scratch)
 
     def count(
         self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]
@@ -276,15 +273,15 @@ class LostUpdateCheck:
                 return None
             grads = [g.reshape(shape) for g, shape in zip(grads, shapes, strict=True)]
         with torch.no_grad():
-            work, flags = buffers.work, buffers.flags  # flags: [changed, applied]
-            new = buffers.copy_in(work[1], buffers.new_views, params)
-            update_shows(buffers.old, new, fp16_weights=self._fp16_weights, out=flags[1],
-                         work=work[0], half=buffers.half)  # fmt: skip
-            buffers.copy_in(flags[0], buffers.changed_views, grads)  # as bool: != 0, NaN too
+            (scratch, new), (changed, shows) = buffers.work_rows, buffers.flag_rows
+            buffers.copy_in(new, buffers.new_views, params)
+            update_shows(buffers.old, new, fp16_weights=self._fp16_weights, out=shows,
+                         work=scratch, half=buffers.half, half_new=buffers.half_new)  # fmt: skip
+            buffers.copy_in(changed, buffers.changed_views, grads)  # as bool: != 0, NaN too
             # Both counts in one product of rows of 0/1 (the work rows are free again): sums
             # of integers below 2**24, exact in float32.
-            ones = work.copy_(flags.view(torch.uint8))
-            return torch.mv(ones, ones[0])
+            ones = buffers.work.copy_(buffers.flag_bytes)  # [changed, shows] as 0/1
+            return torch.mv(ones, scratch)
 
 
 def update_shows(
@@ -295,39 +292,25 @@ def update_shows(
     out: torch.Tensor | None = None,
     work: torch.Tensor | None = None,
     half: torch.Tensor | None = None,
+    half_new: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per weight, whether its update shows in FP16, from 1-D float32 tensors of the weights
     before (`old`) and after (`new`) the step: for FP16 weights, new != old; for others,
     FP16(FP16(old) + (new - old)) != FP16(old), in float32 arithmetic, as an FP16 weight
-    would be updated. `old` and `new` are overwritten. `out` (bool), `work` (float32) and
-    `half` (float16), of the same size, are the buffers used (made when not given)."""
+    would be updated. `old` and `new` are overwritten. `out` (bool), `work` (float32),
+    `half` and `half_new` (float16), of the same size, are the buffers used (made when not
+    given). The comparison is `!=` of FP16 values (NaN differs from itself, +-inf equal
+    themselves, the zeros each other), in one operation: on this torch as fast as the
+    subtraction it once was replaced by, and one operation instead of four."""
     out = torch.empty_like(old, dtype=torch.bool) if out is None else out
+    if fp16_weights:  # float32 copies of FP16 values compare as the FP16 values do
+        return torch.ne(new, old, out=out)
     fp16_old = torch.empty_like(old) if work is None else work
-    if fp16_weights:
-        _values_differ(old, new, fp16_old, out)
-        return out
     half = torch.empty_like(old, dtype=torch.float16) if half is None else half
+    half_new = torch.empty_like(old, dtype=torch.float16) if half_new is None else half_new
     half.copy_(old)  # FP16(w_old)
     fp16_old.copy_(half)
     old.sub_(new)  # w_old - w_new: exactly -(w_new - w_old) in float32
     torch.sub(fp16_old, old, out=new)  # FP16(w_old) + (w_new - w_old)
-    half.copy_(new)  # ... rounded to FP16
-    new.copy_(half)
-    _values_differ(fp16_old, new, old, out)
-    return out
-
-
-def _values_differ(
-    first: torch.Tensor, second: torch.Tensor, work: torch.Tensor, out: torch.Tensor
-) -> None:
-    """out = (first != second) for float32 tensors holding FP16 values (finite, +-inf or
-    NaN), without a comparison kernel; `first` and `second` are clamped in place.
-
-    For finite x and y, x - y == 0 exactly when x == y (gradual underflow; FP16 values are
-    far from float32's limits); +-inf are clamped to +-65520, which no other value takes, so
-    that inf == inf reads as equal; NaN stays NaN (clamp keeps it), a difference that is
-    True as a bool, as NaN == NaN is False. Zeros of either sign are equal."""
-    first.clamp_(-_PAST_FP16_MAX, _PAST_FP16_MAX)
-    second.clamp_(-_PAST_FP16_MAX, _PAST_FP16_MAX)
-    torch.sub(first, second, out=work)
-    out.copy_(work)  # bool: x != 0
+    half_new.copy_(new)  # ... rounded to FP16
+    return torch.ne(half_new, half, out=out)
