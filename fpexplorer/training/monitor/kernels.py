@@ -58,14 +58,15 @@ def binade_codes(values: torch.Tensor) -> torch.Tensor:
 def histogram_record(counts: Sequence[float] | np.ndarray, dtype: str | None = None) -> Histogram:
     """The run-log histogram of CODES counts: binade counts trimmed to the non-zero range."""
     binades = np.asarray(counts[:NUM_BINADES], dtype=np.int64)  # counts may arrive as floats
-    nonzero = np.flatnonzero(binades)
+    nonzero = binades.nonzero()[0]
     first, last = (int(nonzero[0]), int(nonzero[-1]) + 1) if nonzero.size else (0, 0)
+    zero, inf, nan = (int(count) for count in counts[ZERO_CODE : NAN_CODE + 1])
     return Histogram(
         lo=BINADE_LO + first if nonzero.size else 0,
         counts=tuple(binades[first:last].tolist()),
-        zero=int(counts[ZERO_CODE]),
-        inf=int(counts[INF_CODE]),
-        nan=int(counts[NAN_CODE]),
+        zero=zero,
+        inf=inf,
+        nan=nan,
         dtype=dtype,
     )
 
@@ -833,12 +834,12 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     layout = _host_layout(sizes, EXPONENT_FIELDS)
     magnitudes = layout.values  # the bits of |x| (as a float32)
     narrow: list[int] = []  # the bfloat16 tensors
-    for index, (tensor, start, size) in enumerate(
+    for position, (tensor, start, size) in enumerate(
         zip(tensors, layout.starts.tolist(), sizes, strict=True)
     ):
         part = magnitudes[start : start + size]
         if tensor.dtype == torch.bfloat16:
-            narrow.append(index)
+            narrow.append(position)
             np.bitwise_and(tensor.view(torch.int16).numpy().reshape(-1), 0x7FFF, out=part)
             np.left_shift(part, 16, out=part)
         else:
@@ -852,10 +853,10 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
         start = starts[index]
         part = magnitudes[start : start + sizes[index]]
         rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(part)
-    for index in narrow:
-        row = rows[index]
+    for position in narrow:
+        row = rows[position]
         if row[CODES] > row[ZERO_CODE] or row[INF_CODE]:  # subnormals, inf or NaN: rare
-            row[:CODES] = code_histogram(tensors[index]).numpy()
+            row[:CODES] = code_histogram(tensors[position]).numpy()
         row[CODES] = 0  # nothing left to place
     return rows, np.maximum.reduceat(magnitudes, starts).view(np.float32)
 
