@@ -11,10 +11,11 @@ than the arithmetic done in it), with dtype conversions and arithmetic only: on 
 torch's element-wise comparisons take four to six times as long as a subtraction, and
 FP16 arithmetic is slower still (measured again on torch 2.13: one `ne` of the FP16
 copies of the transformer's 114528 weights takes ~170 us, the four float32 operations
-below ~45 us; only below a few thousand weights is the single `ne` cheaper, by ~2 us). Two FP16 values are compared as the float32 difference of
-their float32 copies, clamped to +-65520 so that an infinity minus itself reads as equal
-(see `_values_differ`); a difference converted to bool is True where the values differ
-(NaN included, as NaN == NaN is False).
+below ~45 us; only below a few thousand weights is the single `ne` cheaper, by ~2 us).
+Two FP16 values are compared as the float32 difference of their float32 copies, clamped
+to +-65520 so that an infinity minus itself reads as equal (see `_values_differ`); a
+difference converted to bool is True where the values differ (NaN included, as NaN == NaN
+is False).
 """
 
 from __future__ import annotations
