@@ -842,7 +842,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         plan: StatsPlan | None = None
         if self._collecting:
             pack = HostPack(self.device)
-            pack.add("loss", loss.detach().reshape(()) if isinstance(loss, torch.Tensor) else loss)
+            if isinstance(loss, torch.Tensor):  # a scalar: read now on a CPU, else copied
+                loss = loss.item() if self._on_cpu else loss.detach().reshape(())
+            pack.add("loss", loss)
             norms = _tensor_norms(grads) if grads else None
             pack.add("grad_norm", torch.linalg.vector_norm(norms) if norms is not None else 0.0)
             pack.add("scale_after", self._scale_after_tensor())
