@@ -63,12 +63,13 @@ once, stops logging and goes on returning records.
 
 Cost: a plain step adds the gradient norm (one fused kernel), a few scalar reads (one host
 copy on an accelerator) and one record, held by `RunWriter` and encoded with the others of
-its window. On a CPU that is some 20 us measured alone (its encoding included), but inside
-a training loop, whose caches it shares, about 45 us in `step()` (half of it the norm and
-its reads) and some 20-35 us more in the next training step, which finds its caches
-colder: on the built-in mlp (0.48 ms a step) about 1.15x a bare loop, of which the
-gradient norm alone is 1.04x; on the built-in transformer (6.8 ms a step, 30 gradients:
-~130 us in `step()`) 1.01-1.03x (`benchmarks/bench_monitor.py` measures it). A
+its window; the common step takes one lean method (`_plain_step`). On a CPU that is some
+18 us measured alone (8 of them the norm and its reads), but inside a training loop, whose
+caches it shares, about 37 us in `step()` (21 the norm and its reads) and some 25-30 us
+more in the next training step, which finds its caches colder (the norm alone: some 5): on
+the built-in mlp (0.45-0.5 ms a step) 1.14-1.16x a bare loop, of which the gradient norm
+alone is 1.04-1.06x; on the built-in transformer (6.8 ms a step, 30 gradients: ~125 us in
+`step()`, ~105 of them the norm) 1.01-1.03x (`benchmarks/bench_monitor.py` measures it). A
 statistics step makes a fixed number of passes, no logarithms (see `kernels`),
 plus a few hundred small tensor operations, which on a CPU cost more than the passes on a
 small model. Memory: parameter-sized data are never copied whole; gradients are counted
