@@ -283,6 +283,21 @@ def test_mixed_segments_keep_their_order(rows_of: RowsOf) -> None:
     assert_segments_exact(tensors, rows_of)
 
 
+def test_many_small_tensors_counted_together(rows_of: RowsOf) -> None:
+    # Small CPU tensors wait and are counted together, in one buffer and one count, however
+    # many there are (float32 and bfloat16 alike): every row must still be its own tensor's.
+    generator = torch.Generator().manual_seed(11)
+    for count in (3, 16, 17, 40):
+        tensors = [
+            (torch.randn(50 + 7 * i, generator=generator) * 2.0 ** (i - 20)).to(
+                torch.bfloat16 if i % 3 == 0 else torch.float32
+            )
+            for i in range(count)
+        ]
+        tensors[1][::5] = 0.0
+        assert_segments_exact(tensors, rows_of)
+
+
 @pytest.mark.parametrize("route", ["one_copy", "chunks", "alone", "index_add"])
 @pytest.mark.parametrize("keep_patterns", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
