@@ -63,8 +63,10 @@ def run_loop(
     steps: int = 8,
     sparse: bool = False,
     stats_every: int | None = 0,
+    one_copy: bool = False,
 ) -> list[StepRecord]:
-    """A small loop (seed 0) watched by a monitor; returns what step() returned."""
+    """A small loop (seed 0) watched by a monitor; returns what step() returned. `one_copy`:
+    the signals read as on an accelerator (one host copy of them all), here on the CPU."""
     events = events or {}
     torch.manual_seed(0)
     if sparse:
@@ -84,6 +86,7 @@ def run_loop(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the misuse warnings: tested elsewhere
         with AmpMonitor(model, optimizer, scaler, out=path, **settings) as monitor:
+            monitor._on_cpu = not one_copy
             for step in range(steps):
                 event = events.get(step, "")
                 if event == "to_bf16":
@@ -158,6 +161,15 @@ def both_paths(
     return runs[0], runs[1], plain_steps
 
 
+def alarm_steps(records: list[dict[str, Any]]) -> list[int]:
+    """The steps with an alarm: skipped, or a loss or gradient norm that is not finite."""
+    return [
+        step for step, record in enumerate(records)
+        if record["skipped"] or not math.isfinite(decode_float(record["loss"]))
+        or not math.isfinite(decode_float(record["grad_norm"]))
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("scaler_kind", ["none", "grad", "disabled", "deepspeed"])
 @pytest.mark.parametrize("optimizer_kind", ["plain", "foreach", "fused"])
 def test_the_plain_path_records_what_the_general_path_records(
@@ -178,14 +190,29 @@ def test_the_plain_path_records_what_the_general_path_records(
     # the general path) and those with an alarm: skipped, or a loss or norm not finite
     # (their parameter-gradient statistics are taken at once). Without a scaler that skips,
     # the inf at step 3 reaches the weights: every later step is NaN.
-    alarms = [
-        step for step, record in enumerate(general)
-        if record["skipped"] or not math.isfinite(decode_float(record["loss"]))
-        or not math.isfinite(decode_float(record["grad_norm"]))
-    ]  # fmt: skip
+    alarms = alarm_steps(general)
     assert taken == [step for step in range(1, 9) if step not in alarms]
     assert alarms == ([3, 5] if scaler_kind == "grad" else [3, 4, 5, 6, 7, 8])
     assert all(plain[step].get("stats") is None for step in taken)
+
+
+@pytest.mark.parametrize("scaler_kind", ["none", "grad", "disabled"])
+@pytest.mark.parametrize("optimizer_kind", ["plain", "fused"])
+def test_the_accelerators_one_host_copy_reads_what_the_cpus_items_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scaler_kind: str, optimizer_kind: str
+) -> None:
+    # An accelerator reads the signals with one host copy (each item() would be a sync):
+    # run here on the CPU, the same records as the CPU's item() reads, on both paths.
+    loop = {"scaler_kind": scaler_kind, "optimizer_kind": optimizer_kind, "steps": 9,
+            "events": {3: "inf", 6: "float_loss"}}  # fmt: skip
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "items").mkdir()
+    plain, general, taken = both_paths(tmp_path / "copy", monkeypatch, one_copy=True, **loop)
+    assert plain == general
+    assert taken == [step for step in range(1, 9) if step not in alarm_steps(general)]
+    assert len(taken) >= 2
+    items, _, _ = both_paths(tmp_path / "items", monkeypatch, **loop)
+    assert plain == items
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
@@ -260,3 +287,41 @@ def test_after_close_step_still_raises(tmp_path: Path) -> None:
     optimizer.step()
     with pytest.raises(RuntimeError, match="after close"):
         monitor.step(1.0)
+
+
+class FullDisk:
+    """A writer whose writes fail from its `fails_from`-th record on (a disk filling up)."""
+
+    path = Path("full.jsonl")
+
+    def __init__(self, fails_from: int) -> None:
+        self.fails_from = fails_from
+        self.written: list[Any] = []
+
+    def write(self, record: Any) -> None:
+        if len(self.written) + 1 >= self.fails_from:
+            raise OSError(28, "No space left on device")
+        self.written.append(record)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fails_from", [1, 4])  # the header (at step 0); a plain step
+def test_a_write_error_warns_once_at_the_users_line_and_training_goes_on(fails_from: int) -> None:
+    model = nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    writer = FullDisk(fails_from)
+    with pytest.warns(RuntimeWarning, match="logging stopped") as warned:
+        monitor = AmpMonitor(model, optimizer, writer=writer, stats_every=0)  # type: ignore[arg-type]
+        records = []
+        for _ in range(6):
+            model(torch.ones(1, 3)).sum().backward()
+            optimizer.step()
+            records.append(monitor.step(1.0))
+        monitor.close()
+    assert len(warned) == 1
+    assert warned[0].filename == __file__  # this loop's line, not the monitor's
+    assert [record.step for record in records] == list(range(6))
+    # Record 4 is step 2's, on the plain path (step 0 found the gradients' dtypes).
+    assert len(writer.written) == fails_from - 1

@@ -416,7 +416,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._found_inf: torch.Tensor | None = None
         self._handles: list[RemovableHandle] = []
         self._module_handles: list[RemovableHandle] = []
-        self._static_bytes: tuple[tuple[int, int], dict[str, int], dict[str, int]] | None = None
+        self._static_bytes: tuple[tuple[int, ...], dict[str, int], dict[str, int]] | None = None
         self._header_config = (precision, dict(config or {}))
         self._header_written = False
         # Quantized linears (fp8/MX/NVFP4) report their casts on statistics steps.
@@ -615,7 +615,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     def _write_header(self) -> None:
         if not self._header_written:
             self._header_written = True
-            self._write(self._header())
+            # Called from __init__ or step(): a failure points at the user's line.
+            self._write(self._header(), stacklevel=4)
             self._plain_ready = self._plain_path()
 
     def _plain_path(self) -> bool:
@@ -631,9 +632,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             and not self._has_hysteresis
         )
 
-    def _write(self, record: Record) -> None:
+    def _write(self, record: Record, *, stacklevel: int = 3) -> None:
         """Write a record unless writing already failed; a failure warns once and stops
-        the log, never the training loop."""
+        the log, never the training loop. The warning points `stacklevel` frames up (the
+        default: the caller of the method that called this one)."""
         if self.write_error is not None:
             return
         try:
@@ -644,7 +646,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 f"AmpMonitor: cannot write the run log {self.writer.path}: "
                 f"{error.strerror or error}; logging stopped, training goes on",
                 RuntimeWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )
 
     # -- hooks ---------------------------------------------------------------------------
@@ -850,7 +852,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         plan: StatsPlan | None = None
         if self._collecting:
             pack = HostPack(self.device)
-            pack.add("loss", loss.detach().reshape(()) if isinstance(loss, torch.Tensor) else loss)
+            if isinstance(loss, torch.Tensor):  # a scalar: read now on a CPU, else copied
+                loss = loss.item() if self._on_cpu else loss.detach().reshape(())
+            pack.add("loss", loss)
             norms = _tensor_norms(grads) if grads else None
             pack.add("grad_norm", torch.linalg.vector_norm(norms) if norms is not None else 0.0)
             pack.add("scale_after", self._scale_after_tensor())
@@ -1042,7 +1046,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             time=now - self._started,
             grad_amax=grad_amax,
         )
-        self._write(record)
+        self._write(record, stacklevel=4)  # the user's line that called step()
         self._scale_used = scale_after
         self._optimizer_stepped = False
         self._optimizer_calls[0] = 0
@@ -1259,7 +1263,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             forward_layers=tuple(layer for layer, _ in self._forward_checks) if full
             else (),
             scale=self._scale_used,
-            memory=self._memory(),
+            memory=self._memory(grads),
             formats=self.formats if self.format_shares else (),
             lost_update_kind=lost_kind,
             lost_update_sampled=lost_kind is not None and self._updates.sampled,
@@ -1388,18 +1392,23 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         params: list[torch.Tensor] = [p for p in self._params if p.grad is not None]
         return [local_tensor(p) for p in params] if self._sharded else params
 
-    def _memory(self) -> Memory:
+    def _memory(self, grads: list[torch.Tensor]) -> Memory:
         """Bytes by dtype; the parameters' and optimizer state's are counted again only
-        when their number of tensors changes (the state appears at the first step)."""
-        state_tensors = [
-            value
-            for optimizer in self.optimizers
-            for state in optimizer.state.values()
-            for value in state.values()
-            if isinstance(value, torch.Tensor)
-        ]
-        key = (len(self._param_layer), len(state_tensors))
+        when the number of entries in the optimizers' state changes (the state appears at
+        the first step): the key is read from the state's dicts, not from its tensors.
+        `grads`: the gradients as step() read them (this rank's)."""
+        key = (
+            len(self._param_layer),
+            *(sum(map(len, optimizer.state.values())) for optimizer in self.optimizers),
+        )
         if self._static_bytes is None or self._static_bytes[0] != key:
+            state_tensors = [
+                value
+                for optimizer in self.optimizers
+                for state in optimizer.state.values()
+                for value in state.values()
+                if isinstance(value, torch.Tensor)
+            ]
             params = bytes_by_dtype(local_tensor(p) for _, p in self._param_layer)
             # FSDP2's optimizer state is sharded as its parameters are (DTensors): this
             # rank's share, not the global size.
@@ -1410,13 +1419,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if self.device.type == "cuda"
             else None
         )
-        grads = (p.grad for p in self._params if p.grad is not None)
         activations: dict[torch.dtype, int] = {}
         for (_, dtype), size in self._saved_at_once().items():
             activations[dtype] = activations.get(dtype, 0) + size
         return Memory(
             params=params,
-            grads=bytes_by_dtype(map(local_tensor, grads) if self._sharded else grads),
+            grads=bytes_by_dtype(grads),
             optimizer=optimizer,
             activations={dtype_name(dtype): size for dtype, size in activations.items()},
             peak_device=peak,

@@ -58,14 +58,15 @@ def binade_codes(values: torch.Tensor) -> torch.Tensor:
 def histogram_record(counts: Sequence[float] | np.ndarray, dtype: str | None = None) -> Histogram:
     """The run-log histogram of CODES counts: binade counts trimmed to the non-zero range."""
     binades = np.asarray(counts[:NUM_BINADES], dtype=np.int64)  # counts may arrive as floats
-    nonzero = np.flatnonzero(binades)
+    nonzero = binades.nonzero()[0]
     first, last = (int(nonzero[0]), int(nonzero[-1]) + 1) if nonzero.size else (0, 0)
+    zero, inf, nan = (int(count) for count in counts[ZERO_CODE : NAN_CODE + 1])
     return Histogram(
         lo=BINADE_LO + first if nonzero.size else 0,
         counts=tuple(binades[first:last].tolist()),
-        zero=int(counts[ZERO_CODE]),
-        inf=int(counts[INF_CODE]),
-        nan=int(counts[NAN_CODE]),
+        zero=zero,
+        inf=inf,
+        nan=nan,
         dtype=dtype,
     )
 
@@ -734,7 +735,9 @@ def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]
     pending: dict[str, list[int]] = {}
     for index, segment in enumerate(segments):
         if segment.layout == "pending":
-            pending.setdefault(segment.table, []).append(index)
+            # bfloat16 is counted by its exponent fields with the float32 ones (one count).
+            table = "float32" if segment.table == "bfloat16" else segment.table
+            pending.setdefault(table, []).append(index)
         elif segment.zeros is not None:
             host_rows[index, ZERO_CODE] += int(segment.zeros)
         elif segment.tensor is not None and host_rows[index, CODES]:
@@ -811,15 +814,18 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     npt.NDArray[np.int64], npt.NDArray[np.float32]
 ]:  # fmt: skip
     """([len(tensors), CODES + 1] code counts, max |x| of each) of small non-empty CPU
-    tensors of one kind (float16, bfloat16 or float32), counted together: their bits read
-    (numpy, on zero-copy views) into one reused buffer, one count of (lane, tensor, bin)
-    triples (torch's bincount: faster than numpy's), one maximum per tensor (`reduceat`),
-    whatever their number. 16-bit bins are codes (a table lookup); float32 bins are
-    exponent fields, whose zeros are counted where field 0 is occupied, the rest left to
-    the decoder as for any float32 row. The lane, an element's position modulo _LANES,
-    spreads the increments of one bin (a ReLU's zeros, one binade) over several counters:
-    a run of increments of one counter waits on each. The lanes are the slowest index, so
-    that summing them is a few additions of whole rows."""
+    tensors of one kind (float16, or float32 and bfloat16 together), counted together: their
+    bits read (numpy, on zero-copy views) into one reused buffer, one count of (lane,
+    tensor, bin) triples (torch's bincount: faster than numpy's), one maximum per tensor
+    (`reduceat`), whatever their number. float16 bins are codes (a table lookup). float32
+    and bfloat16 bins are exponent fields (a bfloat16's bits shifted 16 up are its float32
+    value's): their zeros are counted where field 0 is occupied; a float32 row leaves the
+    rest to the decoder as any float32 row does, a bfloat16 row is made exact here (its
+    subnormals, infinities and NaNs, when it has any, counted again from its patterns), as
+    16-bit rows are. The lane, an element's position modulo _LANES, spreads the increments
+    of one bin (a ReLU's zeros, one binade) over several counters: a run of increments of
+    one counter waits on each. The lanes are the slowest index, so that summing them is a
+    few additions of whole rows."""
     sizes = tuple(t.numel() for t in tensors)
     count = len(tensors)
     if table in _PATTERN_TABLES:
@@ -835,10 +841,18 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
         peaks = pattern_values(torch.device("cpu"))[table].numpy()
         return rows, peaks[np.maximum.reduceat(patterns, layout.starts)]
     layout = _host_layout(sizes, EXPONENT_FIELDS)
-    magnitudes = layout.values  # the bits of |x|
-    for tensor, start, size in zip(tensors, layout.starts.tolist(), sizes, strict=True):
-        bits = tensor.numpy().view(np.int32).reshape(-1)
-        np.bitwise_and(bits, 0x7FFFFFFF, out=magnitudes[start : start + size])
+    magnitudes = layout.values  # the bits of |x| (as a float32)
+    narrow: list[int] = []  # the bfloat16 tensors
+    for position, (tensor, start, size) in enumerate(
+        zip(tensors, layout.starts.tolist(), sizes, strict=True)
+    ):
+        part = magnitudes[start : start + size]
+        if tensor.dtype == torch.bfloat16:
+            narrow.append(position)
+            np.bitwise_and(tensor.view(torch.int16).numpy().reshape(-1), 0x7FFF, out=part)
+            np.left_shift(part, 16, out=part)
+        else:
+            np.bitwise_and(tensor.numpy().view(np.int32).reshape(-1), 0x7FFFFFFF, out=part)
     fields = np.right_shift(magnitudes, 23, out=layout.bins)  # the exponent field
     fields += layout.slots
     rows = np.zeros((count, CODES + 1), dtype=np.int64)
@@ -848,6 +862,11 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
         start = starts[index]
         part = magnitudes[start : start + sizes[index]]
         rows[index, ZERO_CODE] = sizes[index] - np.count_nonzero(part)
+    for position in narrow:
+        row = rows[position]
+        if row[CODES] > row[ZERO_CODE] or row[INF_CODE]:  # subnormals, inf or NaN: rare
+            row[:CODES] = code_histogram(tensors[position]).numpy()
+        row[CODES] = 0  # nothing left to place
     return rows, np.maximum.reduceat(magnitudes, starts).view(np.float32)
 
 
