@@ -224,12 +224,14 @@ def cpu_field_cases() -> list[torch.Tensor]:
     ]
 
 
-def test_cpu_fields_place_every_normal_pattern_without_a_second_look() -> None:
+@pytest.mark.parametrize("zeros_first", [False, True])
+def test_cpu_fields_place_every_normal_pattern_without_a_second_look(zeros_first: bool) -> None:
     # Every normal bfloat16 pattern (and the float32 values with the same exponent fields,
     # every low bit set somewhere, zeros among them) counted in the hook by the 1024 field
-    # bins: exact as it comes, zeros counted there (-0.0 too), max |x| exact.
+    # bins: exact as it comes, zeros counted there (-0.0 too; before the fields with the
+    # hint `zeros_first`, after them without), max |x| exact.
     tensors = cpu_field_cases()
-    segments = [segment_of(0, tensor) for tensor in tensors]
+    segments = [segment_of(0, tensor, zeros_first=zeros_first) for tensor in tensors]
     assert [segment.layout for segment in segments] == ["exponents"] * len(tensors)
     assert all(segment.tensor is None for segment in segments)  # nothing kept
     histograms, amax = decoded(segments, segment_rows)
@@ -246,8 +248,9 @@ def test_cpu_fields_place_every_normal_pattern_without_a_second_look() -> None:
         (torch.float32, "nan_low_bits"),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("zeros_first", [False, True])
 def test_cpu_fields_count_exactly_where_the_fields_cannot_place(
-    dtype: torch.dtype, odd: str
+    dtype: torch.dtype, odd: str, zeros_first: bool
 ) -> None:
     # A subnormal (exponent field 0 holding more than the zeros), an infinity or a NaN
     # (field 255 holds both): the hook counts that gradient exactly instead.
@@ -258,7 +261,7 @@ def test_cpu_fields_count_exactly_where_the_fields_cannot_place(
         tensor.view(torch.int32)[5] = 0x7F800001
     else:
         tensor[5] = {"subnormal": -(2.0**-130), "inf": -math.inf, "nan": math.nan}[odd]
-    segment = segment_of(0, tensor)
+    segment = segment_of(0, tensor, zeros_first=zeros_first)
     assert segment.layout == "codes"
     histograms, amax = decoded([segment], segment_rows)
     assert np.array_equal(histograms[0], oracle_codes(tensor))

@@ -51,7 +51,6 @@ class StatsCadence:
         self._alarm = False
         self._accounted = 0
         self._first: tuple[float, bool, float] | None = None  # the first step, not yet charged
-        self._follows_statistics = False  # the step being accounted comes after statistics
 
     @property
     def spent_share(self) -> float:
@@ -68,23 +67,11 @@ class StatsCadence:
         if self.every is not None:  # nothing to measure: called on every step, so at once
             return
         self._accounted += 1
-        follows_statistics, self._follows_statistics = self._follows_statistics, statistics
         if self._accounted == 1:
             # The first step pays for first calls (allocations, tables, caches): what the
             # monitor added to it is known only once a plain step has been measured.
             self._first = (duration, statistics, monitor_time)
             return
-        if follows_statistics and not statistics and self._plain:
-            # The step after a statistics step finds the caches full of its data (and the
-            # training step's own evicted): what it takes beyond a plain step is part of the
-            # statistics' cost, measured (on the built-in mlp some 0.15 ms, a third of a
-            # step; on the transformer 0.07 ms). Its monitor time is its own.
-            excess = max(duration - _median(self._plain), 0.0)
-            self._spent += excess
-            self._elapsed += excess
-            if self._last_extra is not None:
-                self._last_extra += excess
-            duration -= excess
         self._charge(duration, statistics=statistics, monitor_time=monitor_time)
         if self._first is not None and self._plain:
             first, self._first = self._first, None
