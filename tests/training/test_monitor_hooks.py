@@ -327,3 +327,35 @@ def test_activation_gradients_are_counted_as_backward_made_them(
     binades, zeros = numpy_binades([g for grads in captured.values() for g in grads])
     recorded = {hist["lo"] + i: c for i, c in enumerate(hist["counts"]) if c}
     assert (recorded, hist["zero"], hist["inf"], hist["nan"]) == (binades, zeros, 0, 0)
+
+
+def test_a_layer_whose_gradient_had_zeros_has_them_counted_first(tmp_path: Path) -> None:
+    # The gradient into a ReLU's input has zeros (where the ReLU was off): after a
+    # statistics step has seen them, the next counts them before its exponent fields (a
+    # hint for speed); the records stay numpy's counts, and a layer without zeros gets no
+    # hint.
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    captured: list[torch.Tensor] = []
+
+    def capture(module: nn.Module, inputs: Any, output: Any) -> None:
+        output.register_hook(lambda g: captured.append(g.clone()))
+
+    for module in model:
+        module.register_forward_hook(capture)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for step in range(3):
+            captured.clear()
+            optimizer.zero_grad()
+            loss = model(torch.randn(128, 16)).square().mean()  # 128 x 256: counted in the hook
+            loss.backward()
+            optimizer.step()
+            record = flat(monitor.step(loss))
+            # "0", the Linear before the ReLU, only: from the second step on, a hinted count.
+            assert monitor._zero_layers == {0}, step
+            hist = record["act_hist"]
+            binades, zeros = numpy_binades(captured)
+            assert zeros > 0
+            recorded = {hist["lo"] + i: c for i, c in enumerate(hist["counts"]) if c}
+            assert (recorded, hist["zero"], hist["inf"], hist["nan"]) == (binades, zeros, 0, 0)

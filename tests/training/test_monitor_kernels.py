@@ -224,12 +224,14 @@ def cpu_field_cases() -> list[torch.Tensor]:
     ]
 
 
-def test_cpu_fields_place_every_normal_pattern_without_a_second_look() -> None:
+@pytest.mark.parametrize("zeros_first", [False, True])
+def test_cpu_fields_place_every_normal_pattern_without_a_second_look(zeros_first: bool) -> None:
     # Every normal bfloat16 pattern (and the float32 values with the same exponent fields,
     # every low bit set somewhere, zeros among them) counted in the hook by the 1024 field
-    # bins: exact as it comes, zeros counted there (-0.0 too), max |x| exact.
+    # bins: exact as it comes, zeros counted there (-0.0 too; before the fields with the
+    # hint `zeros_first`, after them without), max |x| exact.
     tensors = cpu_field_cases()
-    segments = [segment_of(0, tensor) for tensor in tensors]
+    segments = [segment_of(0, tensor, zeros_first=zeros_first) for tensor in tensors]
     assert [segment.layout for segment in segments] == ["exponents"] * len(tensors)
     assert all(segment.tensor is None for segment in segments)  # nothing kept
     histograms, amax = decoded(segments, segment_rows)
@@ -246,8 +248,9 @@ def test_cpu_fields_place_every_normal_pattern_without_a_second_look() -> None:
         (torch.float32, "nan_low_bits"),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("zeros_first", [False, True])
 def test_cpu_fields_count_exactly_where_the_fields_cannot_place(
-    dtype: torch.dtype, odd: str
+    dtype: torch.dtype, odd: str, zeros_first: bool
 ) -> None:
     # A subnormal (exponent field 0 holding more than the zeros), an infinity or a NaN
     # (field 255 holds both): the hook counts that gradient exactly instead.
@@ -258,7 +261,7 @@ def test_cpu_fields_count_exactly_where_the_fields_cannot_place(
         tensor.view(torch.int32)[5] = 0x7F800001
     else:
         tensor[5] = {"subnormal": -(2.0**-130), "inf": -math.inf, "nan": math.nan}[odd]
-    segment = segment_of(0, tensor)
+    segment = segment_of(0, tensor, zeros_first=zeros_first)
     assert segment.layout == "codes"
     histograms, amax = decoded([segment], segment_rows)
     assert np.array_equal(histograms[0], oracle_codes(tensor))
@@ -281,6 +284,21 @@ def test_mixed_segments_keep_their_order(rows_of: RowsOf) -> None:
         torch.randn(9000, generator=generator).half(),
     ]
     assert_segments_exact(tensors, rows_of)
+
+
+def test_many_small_tensors_counted_together(rows_of: RowsOf) -> None:
+    # Small CPU tensors wait and are counted together, in one buffer and one count, however
+    # many there are (float32 and bfloat16 alike): every row must still be its own tensor's.
+    generator = torch.Generator().manual_seed(11)
+    for count in (3, 16, 17, 40):
+        tensors = [
+            (torch.randn(50 + 7 * i, generator=generator) * 2.0 ** (i - 20)).to(
+                torch.bfloat16 if i % 3 == 0 else torch.float32
+            )
+            for i in range(count)
+        ]
+        tensors[1][::5] = 0.0
+        assert_segments_exact(tensors, rows_of)
 
 
 @pytest.mark.parametrize("route", ["one_copy", "chunks", "alone", "index_add"])

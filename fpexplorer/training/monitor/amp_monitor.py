@@ -378,6 +378,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # Per statistics step:
         self._collecting = False
         self._act_segments: list[Segment] = []
+        # The layers whose activation gradient had zeros at its last count (a hint to
+        # `segment_of`, which then counts them first, at less cost).
+        self._zero_layers: set[int] = set()
         self._scratch = Scratch()
         # The step's forward passes, in order (see _ForwardPass): whether each leaf module's
         # output is finite, in forward order (read at once for a CPU tensor, else its
@@ -650,10 +653,17 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
     # -- hooks ---------------------------------------------------------------------------
 
     def _activation_hook(self, layer_index: int) -> Any:
+        zero_layers = self._zero_layers
 
         def on_backward(grad: torch.Tensor) -> None:
             # Counted now, so the gradient can be freed as backward goes on.
-            self._act_segments.append(segment_of(layer_index, grad))
+            # Zeros counted first where this layer's gradient had some at the last count.
+            segment = segment_of(layer_index, grad, zeros_first=layer_index in zero_layers)
+            self._act_segments.append(segment)
+            if isinstance(segment.zeros, int) and segment.zeros:  # never a device read
+                zero_layers.add(layer_index)
+            else:
+                zero_layers.discard(layer_index)
             self._backward_ran = True
 
         def on_forward(module: nn.Module, inputs: Any, output: Any) -> None:
