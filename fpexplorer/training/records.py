@@ -799,7 +799,10 @@ def direct_constructor(cls: type[_R]) -> Callable[..., _R]:
     instead of 1.8 here). Where __init__ does more (a __post_init__ check, a
     default_factory), it is `cls` itself."""
     namespace: dict[str, Any] = {"_record_new": object.__new__, "_record_cls": cls}
-    parameters, body = [], ["    _record = _record_new(_record_cls)"]
+    parameters: list[str] = []
+    body = ["    _record = _record_new(_record_cls)"]
+    # After a `*`, as __init__ takes them (a required one may follow defaults).
+    keyword_only: list[str] = []
     for item in dataclasses.fields(cls):  # type: ignore[arg-type]
         slot: Any = cls.__dict__.get(item.name)  # the slot's member descriptor
         if (
@@ -811,12 +814,15 @@ def direct_constructor(cls: type[_R]) -> Callable[..., _R]:
             return cls
         name = item.name
         namespace[f"_set_{name}"] = slot.__set__
+        taken = keyword_only if item.kw_only is True else parameters
         if item.default is dataclasses.MISSING:
-            parameters.append(name)
+            taken.append(name)
         else:
             namespace[f"_default_{name}"] = item.default
-            parameters.append(f"{name}=_default_{name}")
+            taken.append(f"{name}=_default_{name}")
         body.append(f"    _set_{name}(_record, {name})")
+    if keyword_only:
+        parameters += ["*", *keyword_only]
     # Generated, as dataclasses generates __init__: one call per field, no loop.
     source = "\n".join([f"def make({', '.join(parameters)}):", *body, "    return _record"])
     exec(source, namespace)  # field names only: identifiers, from the dataclass

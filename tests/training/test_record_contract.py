@@ -18,6 +18,7 @@ import dataclasses
 import json
 import math
 import typing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -137,6 +138,27 @@ def test_direct_constructors_make_what_the_dataclass_makes() -> None:
     assert records.direct_constructor(EndRecord) is EndRecord  # its status is checked
     with pytest.raises(TypeError):
         records.direct_constructor(StepRecord)(loss=1.0)  # step is required, as in __init__
+
+
+def test_a_direct_constructor_takes_keyword_only_fields_as_the_dataclass_does() -> None:
+    # A record with a keyword-only field (a required one after fields with defaults, as
+    # `field(kw_only=True)` allows): generating `def make(a=..., b)` was a SyntaxError at
+    # import for any record class that gained one.
+    @dataclass(frozen=True, slots=True)
+    class Later:
+        first: int
+        second: float = 0.5
+        added: str = field(kw_only=True)
+        optional: int | None = field(default=None, kw_only=True)
+
+    make = records.direct_constructor(Later)
+    assert make is not Later
+    assert make(1, added="x") == Later(1, added="x")
+    assert make(1, 2.0, added="y", optional=3) == Later(1, 2.0, added="y", optional=3)
+    with pytest.raises(TypeError):
+        make(1, 2.0, "z")  # keyword-only, as in __init__
+    with pytest.raises(TypeError):
+        make(1)  # `added` is required
 
 
 def test_a_new_step_field_travels_with_no_change_outside_the_contract(
