@@ -189,14 +189,28 @@ def _text_of(hint: Any) -> Callable[[Any], str] | None:
         item = _text_of(args[1])
         if item is None:
             return None
-        member = item
-        return lambda mapping: "{" + ",".join(
-            [json.dumps(str(key)) + ":" + member(value) for key, value in mapping.items()]
-        ) + "}"  # fmt: skip
+        return _mapping_text(item)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         nested = _TextEncoder(hint)
         return nested.encode if nested.usable else None
     return None
+
+
+class _NotText(Exception):
+    """A value the text encoder does not write as the codec would: `fast_encode_line` hands
+    the record to the codec, which writes it or refuses it."""
+
+
+def _mapping_text(member: Callable[[Any], str]) -> Callable[[Any], str]:
+    def text(mapping: Any) -> str:
+        parts = []
+        for key, value in mapping.items():
+            if type(key) is not str:  # the codec's str(key) may make two keys one
+                raise _NotText
+            parts.append(json.dumps(key) + ":" + member(value))
+        return "{" + ",".join(parts) + "}"
+
+    return text
 
 
 class _TextEncoder:
@@ -212,9 +226,11 @@ class _TextEncoder:
 
     def __init__(self, cls: type) -> None:
         hints = typing.get_type_hints(cls)
+        self.cls = cls
         kind = cls.__dict__.get("kind")  # top-level records only: "type" leads the line
         self.opening = f'"type":{json.dumps(kind)}' if isinstance(kind, str) else None
-        # (attribute, '"key":', writer, left out when None: else written null)
+        # (attribute, '"key":', writer, left out when None); a None kept is the writer's:
+        # null for an optional field, the codec's value or error for any other.
         self.fields: list[tuple[str, str, Callable[[Any], str], bool]] = []
         self.usable = True
         for item, key in zip(dataclasses.fields(cls), record_fields(cls), strict=True):
@@ -225,12 +241,15 @@ class _TextEncoder:
             self.fields.append((item.name, json.dumps(key) + ":", text, item.default is None))
 
     def encode(self, record: Any) -> str:
+        """The record's line. Raises `_NotText`, TypeError, ValueError or AttributeError for
+        a value its field's type hint does not describe (`fast_encode_line` then asks the
+        codec, which encodes by the value's own type)."""
+        if type(record) is not self.cls:  # a nested value of another type, None included
+            raise _NotText
         parts = [] if self.opening is None else [self.opening]
         for name, key, text, omit_none in self.fields:
             value = getattr(record, name)
-            if value is None:
-                if not omit_none:
-                    parts.append(key + "null")
+            if value is None and omit_none:
                 continue
             parts.append(key + text(value))
         return "{" + ",".join(parts) + "}"
@@ -247,7 +266,13 @@ def fast_encode_line(record: Record) -> str:
         built = _TextEncoder(cls)
         encoder = _TEXT_ENCODERS[cls] = built if built.usable else None
     if encoder is not None:
-        return encoder.encode(record)  # type: ignore[union-attr]
+        try:
+            return encoder.encode(record)  # type: ignore[union-attr]
+        except (_NotText, TypeError, ValueError, AttributeError):
+            # A value its field cannot hold (None for a float, a key that is not a string):
+            # the codec writes it as it does, or raises its own error for it (a line of
+            # `null` where a number goes would be refused by every reader of the log).
+            pass
     return encode_line(record)
 
 

@@ -359,3 +359,46 @@ def test_a_layer_whose_gradient_had_zeros_has_them_counted_first(tmp_path: Path)
             assert zeros > 0
             recorded = {hist["lo"] + i: c for i, c in enumerate(hist["counts"]) if c}
             assert (recorded, hist["zero"], hist["inf"], hist["nan"]) == (binades, zeros, 0, 0)
+
+
+def _bytes_by_dtype(tensors: list[torch.Tensor]) -> dict[str, int]:
+    """The test's own count: bytes of each dtype among `tensors`."""
+    totals: dict[str, int] = {}
+    for tensor in tensors:
+        name = str(tensor.dtype).removeprefix("torch.")
+        totals[name] = totals.get(name, 0) + tensor.numel() * tensor.element_size()
+    return totals
+
+
+def test_memory_figures_follow_a_layer_converted_and_a_reloaded_optimizer_mid_run(
+    tmp_path: Path,
+) -> None:
+    # Step 2 converts the second layer to bfloat16 (its momentum stays float32); step 4
+    # reloads the optimizer's state (load_state_dict casts it to the parameters' dtypes).
+    # Neither changes how many parameters or state entries there are: the figures were
+    # counted once and kept, and read float32 throughout.
+    torch.manual_seed(0)
+    first, second = nn.Linear(6, 5), nn.Linear(5, 3)
+    model = nn.Sequential(first, nn.ReLU(), second)
+    # One tensor at a time: float32 momentum steps bfloat16 weights (foreach would refuse).
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9, foreach=False)
+    seen, expected = [], []
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for step in range(6):
+            if step == 2:
+                second.to(torch.bfloat16)
+            if step == 4:
+                optimizer.load_state_dict(optimizer.state_dict())
+            hidden = torch.relu(first(torch.randn(8, 6)))
+            loss = second(hidden.to(second.weight.dtype)).float().square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            memory = monitor.step(loss).stats.memory  # type: ignore[union-attr]
+            assert memory is not None
+            seen.append((memory.params, memory.optimizer))
+            state = [v for s in optimizer.state.values() for v in s.values()]
+            expected.append((_bytes_by_dtype(list(model.parameters())), _bytes_by_dtype(state)))
+    assert seen == expected
+    assert "bfloat16" in seen[2][0] and "bfloat16" not in seen[3][1]
+    assert "bfloat16" in seen[5][1]

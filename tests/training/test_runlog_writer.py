@@ -12,12 +12,14 @@ import sys
 import textwrap
 import time
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_record_contract import _record_classes, _sample
 
 from fpexplorer.training import records
 from fpexplorer.training.records import (
@@ -164,6 +166,39 @@ def test_counts_that_are_not_python_ints_are_written_as_the_codec_writes_them() 
         assert fast_encode_line(record) == encode_line(record)
 
 
+def _encoding(encode: Callable[[Any], str], record: Any) -> str | type[BaseException]:
+    """What `encode` makes of `record`: its line, or the type of the error it raises."""
+    try:
+        return encode(record)
+    except Exception as error:  # the codec's own errors: TypeError, AttributeError
+        return type(error)
+
+
+@pytest.mark.parametrize("cls", _record_classes(), ids=lambda cls: cls.__name__)
+def test_none_in_any_field_is_written_as_the_codec_writes_it_or_refused_alike(
+    cls: type,
+) -> None:
+    """A None where the field does not take one (a caller's record built without the type
+    checker): the codec refuses a float, an int, a list or a record (TypeError), writes a
+    bool false and a string "None"; the text encoder must do the same, never write `null`
+    where the reader then refuses the whole line (`"loss":null` made a log that `load_run`
+    reports as malformed while the writer said nothing)."""
+    for item in dataclasses.fields(cls):
+        record = _sample(cls, 1)
+        object.__setattr__(record, item.name, None)  # past __init__, as a hostile caller can
+        assert _encoding(fast_encode_line, record) == _encoding(encode_line, record), item.name
+
+
+def test_a_mapping_whose_keys_collide_as_text_is_written_as_the_codec_writes_it() -> None:
+    # The codec writes str(key): 1 and "1" are one key, the last value kept; the text
+    # encoder wrote both (a line with a duplicate key).
+    for record in (
+        HeaderRecord(config={1: "a", "1": "b", "c": {2: 0, "2": 1}}),
+        StepRecord(step=0, loss=0.5, stats=StepStats(memory=records.Memory(params={1: 4, "1": 8}))),  # type: ignore[dict-item]
+    ):
+        assert fast_encode_line(record) == encode_line(record)
+
+
 def _extended_step_record() -> type:
     """StepRecord with fields another feature might add: a float, an optional float left
     out when None, an optional int written as null, a string."""
@@ -271,6 +306,25 @@ def test_a_held_step_that_cannot_be_encoded_is_reported_and_loses_no_other_recor
     writer.write(_plain(3))  # the writer goes on
     writer.close()
     assert [line["step"] for line in _lines(path)] == [0, 2, 3]
+
+
+def test_a_held_step_with_none_where_a_number_goes_is_refused_not_written_unreadable(
+    tmp_path: Path,
+) -> None:
+    """`loss=None` in a plain step: refused at the caller as the codec refuses it, not
+    written as `"loss":null`, a line the reader then reports as malformed."""
+    path = tmp_path / "run.jsonl"
+    writer = RunWriter(path, flush_interval=3600.0)
+    writer.write(HeaderRecord(config={"task": "t"}))
+    writer.write(_plain(0))
+    writer.write(StepRecord(step=1, loss=None))  # type: ignore[arg-type]
+    writer.write(_plain(2))
+    with pytest.raises(ValueError, match="cannot be written"):
+        writer.flush()
+    writer.close()
+    run = load_run(path)
+    assert [step.step for step in run.steps] == [0, 2]
+    assert run.problems == ()
 
 
 def test_an_unencodable_step_found_by_the_timer_reaches_the_next_write(tmp_path: Path) -> None:
