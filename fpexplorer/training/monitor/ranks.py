@@ -308,6 +308,14 @@ class RankLogs:
             own = dataclasses.replace(
                 end, status="failed", error=f"{cause}; here: {end.error}" if end.error else cause
             )
+            # The merged end lists this rank as its own log ends it: a rank stopped by its
+            # launcher (torchrun's agent stops the others when one dies) before it saw the
+            # loss itself was listed "stopped" there and "failed" in its own log.
+            ends = tuple(
+                dataclasses.replace(item, status=own.status, error=own.error)
+                if item.rank == self.context.rank else item
+                for item in ends
+            )  # fmt: skip
         self._put(self._rank_writer, own)
         if self.context.rank == 0:
             self._put(self._merged_writer, _merged_end(own, ends))
