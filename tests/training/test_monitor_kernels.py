@@ -301,6 +301,40 @@ def test_many_small_tensors_counted_together(rows_of: RowsOf) -> None:
         assert_segments_exact(tensors, rows_of)
 
 
+def test_small_tensors_counted_in_several_threads_at_once_keep_their_own_counts() -> None:
+    # Two monitors on two models in two threads: the buffers the small tensors are counted
+    # in are reused from step to step, per layout of sizes, and must be per thread (the same
+    # sizes in every thread here, each thread its own values and dtypes). A buffer shared by
+    # the threads, written by one while another counts it, gave wrong rows or an error.
+    import threading
+
+    failures: list[str] = []
+
+    def count_often(seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        dtype = torch.bfloat16 if seed % 2 else torch.float32
+        try:
+            for _ in range(40):
+                tensors = [
+                    (torch.randn(size, generator=generator) * 2.0 ** (8 * seed - 12)).to(dtype)
+                    for size in (3000, 5000, 7000)
+                ]
+                rows, _ = segment_rows([segment_of(0, tensor) for tensor in tensors])
+                for tensor, row in zip(tensors, rows.numpy(), strict=True):
+                    if not np.array_equal(row[:CODES], oracle_codes(tensor)):
+                        failures.append(f"thread {seed}: a row not its tensor's")
+                        return
+        except Exception as error:  # reported below: a thread's exception is lost otherwise
+            failures.append(f"thread {seed}: {error!r}")
+
+    threads = [threading.Thread(target=count_often, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
 @pytest.mark.parametrize("route", ["one_copy", "chunks", "alone", "index_add"])
 @pytest.mark.parametrize("keep_patterns", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
