@@ -101,10 +101,8 @@ def p3109_format(
         raise ValueError(f"P3109 K must be {MIN_WIDTH}..{MAX_WIDTH}, not {width}")
     top = width - 1 if signed else width
     if not 1 <= precision <= top:
-        kind = "signed" if signed else "unsigned"
-        raise ValueError(
-            f"P3109 P must be 1..{top} for a {kind} {width}-bit format, not {precision}"
-        )
+        kind = "a signed" if signed else "an unsigned"
+        raise ValueError(f"P3109 P must be 1..{top} for {kind} {width}-bit format, not {precision}")
     exponent_bits = width - precision + (0 if signed else 1)
     encoding = "p3109_extended" if extended else "p3109_finite"
     name = P3109Parameters(width, precision, signed, extended).name

@@ -30,8 +30,13 @@ SHORTCUTS_HELP = """<table>
 <tr><td><b>↑ ↓</b></td><td>next value up / down (in the bits; Alt+↑/↓ anywhere)</td></tr>
 <tr><td><b>Alt+Shift+↑/↓, Alt+→/←</b></td><td>exponent / fraction field ± 1</td></tr>
 <tr><td><b>Ctrl+L</b></td><td>type a value or a code</td></tr>
+<tr><td><b>Enter, Escape</b></td><td>in the value field: apply it / put back the last one</td></tr>
+<tr><td><b>Tab</b></td><td>value field, pickers, then each editor's picker, buttons, bits</td></tr>
 <tr><td><b>Ctrl+C</b></td><td>copy the exact value</td></tr>
 <tr><td><b>Ctrl+Shift+C</b></td><td>copy the code (hex)</td></tr>
+<tr><td><b>Ctrl+Alt+C</b></td><td>copy the shortest decimal that reads back</td></tr>
+<tr><td><b>Ctrl+Shift+A</b></td><td>add a format to the stack</td></tr>
+<tr><td><b>Ctrl+Shift+F</b></td><td>custom format…</td></tr>
 <tr><td><b>Ctrl+1, Ctrl+2</b></td><td>Formats / Training tab</td></tr>
 <tr><td><b>Ctrl+Q</b></td><td>quit</td></tr>
 </table>"""

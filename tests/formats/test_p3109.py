@@ -208,6 +208,9 @@ def test_named_p3109_formats_are_listed_and_bad_names_explain() -> None:
     assert {"binary8p3se", "binary8p4sf", "binary8p1ue", "binary8p8uf"} <= names
     with pytest.raises(ValueError, match=r"P must be 1\.\.7"):
         get_format("binary8p8se")
+    # Failed before: "for a unsigned 8-bit format".
+    with pytest.raises(ValueError, match=r"P must be 1\.\.8 for an unsigned 8-bit format, not 9"):
+        get_format("binary8p9ue")
     with pytest.raises(ValueError, match="K must be"):
         get_format("binary2p1se")
     with pytest.raises(ValueError, match="K must be"):

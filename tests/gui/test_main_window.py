@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from fpexplorer.formats import get_format
-from fpexplorer.gui.main_window import MainWindow
+from fpexplorer.gui.main_window import SHORTCUTS_HELP, MainWindow
 from fpexplorer.gui.settings import SettingsStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,6 +58,31 @@ def test_ctrl_c_copies_the_exact_value(qtbot: QtBot, window: MainWindow) -> None
     window.copy_code()
     assert QGuiApplication.clipboard().text() == "0x3DCCCCCD"
     assert "Copied" in window.statusBar().currentMessage()
+
+
+def test_f1_help_lists_the_copy_entry_and_stack_shortcuts(window: MainWindow) -> None:
+    # Failed before: Ctrl+Alt+C (copy shortest), Ctrl+Shift+A, Ctrl+Shift+F and the value
+    # field's Escape were missing from the list F1 shows.
+    wanted = [
+        window.copy_value_action,
+        window.copy_code_action,
+        window.copy_shortest_action,
+        window.focus_entry_action,
+        *(
+            action
+            for menu_action in window.menuBar().actions()
+            if menu_action.text() == "&View"
+            for action in menu_action.menu().actions()
+            if action.text() in ("&Add Format to Stack", "&Custom Format…")
+        ),
+    ]
+    keys = [
+        action.shortcut().toString(QKeySequence.SequenceFormat.PortableText) for action in wanted
+    ]
+    assert "Ctrl+Shift+A" in keys and "Ctrl+Shift+F" in keys
+    for key in keys:
+        assert f"<b>{key}</b>" in SHORTCUTS_HELP, key
+    assert "Escape" in SHORTCUTS_HELP
 
 
 def test_ctrl_q_closes_the_window(qtbot: QtBot, window: MainWindow) -> None:

@@ -179,6 +179,10 @@ class EditorRow(QFrame):
         self._shown_format: FloatFormat | None = None
         self.refresh()
 
+    def focus_chain(self) -> list[QWidget]:
+        """The row's keyboard stops in the order they sit on screen."""
+        return [self.picker, *self.step_buttons.values(), self.remove_button, self.bits]
+
     def detach(self) -> None:
         """Stop listening to the model (the row is being removed)."""
         self.editor.changed.disconnect(self.refresh)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
+from PySide6.QtGui import QAction, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -118,6 +118,13 @@ class EntryBar(QWidget):
         layout.addWidget(self.note)
 
         self.field.returnPressed.connect(lambda: self.session.enter_text(self.field.text()))
+        # Escape abandons an edit in progress: the field shows again what was last entered
+        # (what the editors show), instead of keeping half-typed text that nothing applied.
+        revert = QAction(self.field)
+        revert.setShortcut(QKeySequence(Qt.Key.Key_Escape))
+        revert.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        revert.triggered.connect(self.revert_field)
+        self.field.addAction(revert)
         self.rounding.activated.connect(
             lambda _: self.session.set_rounding(self.rounding.currentData())
         )
@@ -128,6 +135,10 @@ class EntryBar(QWidget):
         session.entry_changed.connect(self.refresh)
         session.changed.connect(self.refresh)
         self.refresh()
+
+    def revert_field(self) -> None:
+        """Put back the text last entered, dropping what was typed since."""
+        self.field.setText(self.session.entry_text)
 
     def refresh(self) -> None:
         session = self.session

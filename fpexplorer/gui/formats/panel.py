@@ -303,6 +303,14 @@ class FormatsPanel(QWidget):
             self.rows.append(row)
         for row in self.rows:
             row.set_removable(len(self.rows) > 1)
+        # Rows are built after the read-outs and views, so Qt's default (creation) order
+        # sent Tab from "+ Add format" past the editors to the read-outs and the views and
+        # only then to the editors; chain them where they sit, under the entry bar.
+        previous: QWidget = self.entry.add_button
+        for row in self.rows:
+            for widget in row.focus_chain():
+                QWidget.setTabOrder(previous, widget)
+                previous = widget
         self._fit_stack()
         self._on_session_changed()
 

@@ -652,3 +652,37 @@ def test_number_line_caption_for_a_typed_non_finite_value(
     shown = line.caption.text() + line.message.textItem.toPlainText()
     assert "Type a value above" not in shown
     assert "has no place on the number line" in shown
+
+
+def test_tab_from_the_entry_bar_reaches_every_editor_before_the_readouts(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    # Failed before: the rows are built after the read-outs and views, so Tab went from
+    # "+ Add format" to the read-outs, the view tabs and the plot, and only then to the bits.
+    panel.session.add_editor(get_format("e2m0"))
+    qtbot.waitUntil(lambda: panel.rows[-1].bits.isVisible())
+    panel.entry.add_button.setFocus()
+    assert panel.entry.add_button.hasFocus()
+    visited: list[object] = []
+    for _ in range(len(panel.rows) * 9):
+        qtbot.keyClick(panel.focusWidget(), Qt.Key.Key_Tab)
+        visited.append(panel.focusWidget())
+    # e2m0 has no fraction: its F-/F+ are disabled, and Tab rightly passes them by.
+    expected = [w for row in panel.rows for w in row.focus_chain() if w.isEnabled()]
+    assert visited[: len(expected)] == expected
+    assert panel.readouts.exact not in visited[: len(expected)]
+
+
+def test_escape_in_the_value_field_puts_back_the_last_entered_text(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    # Failed before: Escape did nothing, the half-typed text stayed in the field.
+    type_value(qtbot, panel, "65520")
+    code = panel.session.active.code
+    field = panel.entry.field
+    qtbot.keyClicks(field, "e9x")
+    assert field.text() == "65520e9x"
+    qtbot.keyClick(field, Qt.Key.Key_Escape)
+    assert field.text() == "65520"
+    assert panel.session.active.code == code
+    assert not panel.entry.message.isVisible()
