@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from fpexplorer.commands.output import json_number
+
 if TYPE_CHECKING:
     from fractions import Fraction
 
@@ -185,17 +187,6 @@ def _fraction_text(value: Fraction | None, max_digits: int | None = None) -> str
     return None if value is None else exact_decimal(value, max_digits)
 
 
-def _number(value: Fraction | None) -> float | None:
-    """A JSON number, or None when there is none (or float64 cannot hold it)."""
-    if value is None:
-        return None
-    try:
-        result = float(value)
-    except OverflowError:
-        return None
-    return result if result not in (float("inf"), float("-inf")) else None
-
-
 def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
     exact = fmt.to_exact(code)
     fields = fmt.fields(code)
@@ -252,9 +243,9 @@ def _describe_rounding(rounded: Rounded) -> dict[str, Any]:
             "input_exact": _exact_text(rounded.input),
             "rounding": rounded.rounding,
             "overflow_policy": rounded.overflow_policy,
-            "error_abs": _number(rounded.error_abs),
-            "error_rel": _number(rounded.error_rel),
-            "error_ulps": _number(rounded.error_ulps),
+            "error_abs": json_number(rounded.error_abs),
+            "error_rel": json_number(rounded.error_rel),
+            "error_ulps": json_number(rounded.error_ulps),
             "error_abs_exact": _fraction_text(rounded.error_abs),
             "error_rel_exact": _fraction_text(rounded.error_rel),
             "error_ulps_exact": _fraction_text(rounded.error_ulps),
