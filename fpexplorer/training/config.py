@@ -75,8 +75,9 @@ PARALLEL_NAMES: tuple[str, ...] = tuple(choice.name for choice in PARALLEL_CHOIC
 # `fpexplorer train` without them (TrainConfig.rank_config).
 LAUNCH_OPTIONS: tuple[str, ...] = ("nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_timeout")
 _ENDPOINT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
+MAX_INT64 = 2**63 - 1
 # torch seeds are 64-bit; tasks derive further seeds from it (seed + 1), so int64's top.
-MAX_SEED = 2**63 - 1
+MAX_SEED = MAX_INT64
 OPTIMIZER_CHOICES: tuple[Choice, ...] = (
     Choice("sgd", "stochastic gradient descent, no momentum"),
     Choice("adam", "Adam (eps 1e-4 with FP16 weights: 1e-8 is zero there)"),
@@ -585,9 +586,12 @@ class TrainConfig:
         if not (_positive_finite(self.backoff_factor) and self.backoff_factor < 1.0):
             problems["backoff_factor"] = "the backoff factor must lie between 0 and 1"
         if self.growth_interval is not None and (
-            not _is_int(self.growth_interval) or self.growth_interval < 1
+            not _is_int(self.growth_interval) or not 1 <= self.growth_interval <= MAX_INT64
         ):
-            problems["growth_interval"] = "the growth interval must be a whole number of at least 1"
+            # torch's scale update (`_amp_update_scale_`) takes it as a 64-bit integer.
+            problems["growth_interval"] = (
+                f"the growth interval must be a whole number from 1 to {MAX_INT64}"
+            )
         if self.hysteresis is not None and not _is_int(self.hysteresis):
             problems["hysteresis"] = "the hysteresis must be a whole number of at least 1"
         if self.min_scale is not None and not _positive_finite(self.min_scale):

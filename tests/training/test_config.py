@@ -95,6 +95,9 @@ def test_choices_have_descriptions() -> None:
         ({"growth_factor": 1.0}, "growth_factor"),
         ({"backoff_factor": 1.0}, "backoff_factor"),
         ({"growth_interval": 0}, "growth_interval"),
+        # torch's scale update takes an int64: above it the job failed on its first step
+        ({"growth_interval": 2**63}, "growth_interval"),
+        ({"scaler": "deepspeed", "growth_interval": 2**63}, "growth_interval"),
         ({"scaler": "apex"}, "scaler"),
         ({"scaler": "deepspeed", "precision": "bf16"}, "scaler"),
         ({"scaler": "megatron", "precision": "fp16-static"}, "scaler"),
