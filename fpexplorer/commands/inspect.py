@@ -74,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--bits", metavar="CODE",
-        help="decode CODE (0x.., 0b.. or decimal) of the one --format instead of rounding",
+        help="decode CODE (0x.., 0b.., 0|01111|0000000000 or decimal) of the one --format "
+        "instead of rounding",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -162,11 +163,14 @@ def _parse_code(text: str, fmt: FloatFormat) -> int:
             code = int(cleaned[2:], 16)
         elif cleaned.startswith("0b"):
             code = int(cleaned[2:], 2)
+        elif "|" in text:  # the fields as `inspect` prints them: 0|01111|0000000000
+            code = int(cleaned, 2)
         else:
             code = int(cleaned, 10)
     except ValueError:
         raise ValueError(
-            f"--bits {text!r}: not a code (expected 0x.., 0b.. or an integer)"
+            f"--bits {text!r}: not a code (expected 0x.., 0b.., bits as 0|01111|0000000000 "
+            "or an integer)"
         ) from None
     if not 0 <= code < (1 << fmt.width):
         raise ValueError(f"--bits {text!r}: out of range for the {fmt.width}-bit {fmt.name}")
