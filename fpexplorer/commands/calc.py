@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 # The same choices as `inspect` (kept equal to the engine's by tests/test_cli_contract.py).
 from fpexplorer.commands.inspect import OVERFLOW_POLICIES, ROUNDING_MODES
+from fpexplorer.commands.output import json_number
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -182,8 +183,8 @@ def _document(expression: str, texts: list[str], calculation: Calculation) -> di
                     if result.error_abs is None or result.error_is_approximate
                     else _exact_fraction(result.error_abs)
                 ),
-                "error_abs": _float(result.error_abs),
-                "error_ulps": _float(result.error_ulps),
+                "error_abs": json_number(result.error_abs),
+                "error_ulps": json_number(result.error_ulps),
                 "error_ulps_exact": (
                     None
                     if result.error_ulps is None or result.error_is_approximate
@@ -223,17 +224,7 @@ def _root_digits(value: ExactValue) -> str:
 def _number(value: ExactValue) -> float | None:
     if not value.is_finite:
         return None
-    return _float(value.fraction)
-
-
-def _float(value: Fraction | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        result = float(value)
-    except OverflowError:
-        return None
-    return result if result not in (float("inf"), float("-inf")) else None
+    return json_number(value.fraction)
 
 
 def _cut(text: str | None, digits: int = TEXT_DIGITS) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from fpexplorer.commands.output import json_number
+
 if TYPE_CHECKING:
     from fractions import Fraction
 
@@ -72,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--bits", metavar="CODE",
-        help="decode CODE (0x.., 0b.. or decimal) of the one --format instead of rounding",
+        help="decode CODE (0x.., 0b.., 0|01111|0000000000 or decimal) of the one --format "
+        "instead of rounding",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
@@ -160,11 +163,14 @@ def _parse_code(text: str, fmt: FloatFormat) -> int:
             code = int(cleaned[2:], 16)
         elif cleaned.startswith("0b"):
             code = int(cleaned[2:], 2)
+        elif "|" in text:  # the fields as `inspect` prints them: 0|01111|0000000000
+            code = int(cleaned, 2)
         else:
             code = int(cleaned, 10)
     except ValueError:
         raise ValueError(
-            f"--bits {text!r}: not a code (expected 0x.., 0b.. or an integer)"
+            f"--bits {text!r}: not a code (expected 0x.., 0b.., bits as 0|01111|0000000000 "
+            "or an integer)"
         ) from None
     if not 0 <= code < (1 << fmt.width):
         raise ValueError(f"--bits {text!r}: out of range for the {fmt.width}-bit {fmt.name}")
@@ -183,17 +189,6 @@ def _fraction_text(value: Fraction | None, max_digits: int | None = None) -> str
     from fpexplorer.formats import exact_decimal
 
     return None if value is None else exact_decimal(value, max_digits)
-
-
-def _number(value: Fraction | None) -> float | None:
-    """A JSON number, or None when there is none (or float64 cannot hold it)."""
-    if value is None:
-        return None
-    try:
-        result = float(value)
-    except OverflowError:
-        return None
-    return result if result not in (float("inf"), float("-inf")) else None
 
 
 def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
@@ -252,9 +247,9 @@ def _describe_rounding(rounded: Rounded) -> dict[str, Any]:
             "input_exact": _exact_text(rounded.input),
             "rounding": rounded.rounding,
             "overflow_policy": rounded.overflow_policy,
-            "error_abs": _number(rounded.error_abs),
-            "error_rel": _number(rounded.error_rel),
-            "error_ulps": _number(rounded.error_ulps),
+            "error_abs": json_number(rounded.error_abs),
+            "error_rel": json_number(rounded.error_rel),
+            "error_ulps": json_number(rounded.error_ulps),
             "error_abs_exact": _fraction_text(rounded.error_abs),
             "error_rel_exact": _fraction_text(rounded.error_rel),
             "error_ulps_exact": _fraction_text(rounded.error_ulps),

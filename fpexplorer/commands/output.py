@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 # What a negative VALUE can start with: argparse itself takes only -1 or -0.5 for a value
@@ -27,6 +28,18 @@ def print_document(
         raise UsageError(str(error)) from None
     print(json.dumps(document, indent=2, allow_nan=False) if as_json else render(document))
     return 0
+
+
+def json_number(value: Fraction | None) -> float | None:
+    """A JSON number, or None when there is none or float64 cannot hold it (JSON has no
+    inf: 1e400, or an error of 1e400, is null here and exact in its *_exact string)."""
+    if value is None:
+        return None
+    try:
+        result = float(value)
+    except OverflowError:
+        return None
+    return result if result not in (float("inf"), float("-inf")) else None
 
 
 def exact_or_rounded(exact: str | None, *, keep: int, shown: int) -> str:

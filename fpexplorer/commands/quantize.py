@@ -6,6 +6,8 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any
 
+from fpexplorer.commands.output import json_number
+
 if TYPE_CHECKING:
     from fractions import Fraction
 
@@ -321,7 +323,7 @@ def _describe_scale(fmt: BlockFormat, code: int) -> dict[str, Any]:
     return {
         "scale_code_hex": fmt.scale_format.code_to_hex(code),
         "scale_bits": fmt.scale_format.code_to_bits(code),
-        "scale": None if scale is None else float(scale),
+        "scale": json_number(scale),
         "scale_exact": "nan" if scale is None else exact_decimal(scale),
         "scale_text": "nan" if scale is None else _power_text(scale),
     }
@@ -347,7 +349,7 @@ def _describe_tensor_scale(value: Fraction | None) -> dict[str, Any] | None:
     float32 = get_format("float32")
     code = float32.from_value(value)
     return {
-        "value": float(value),
+        "value": json_number(value),
         "value_exact": exact_decimal(value),
         "value_text": display_decimal(value),
         "code_hex": float32.code_to_hex(code),
@@ -370,13 +372,13 @@ def _describe_element(
         "value": _json_float(value),
         "value_exact": str(value) if not value.is_finite else exact_decimal(value.fraction),
         "value_text": display_decimal(value),
-        "error": None if error is None else float(error),
+        "error": json_number(error),
         "error_text": None if error is None else display_decimal(error),
     }
 
 
 def _json_float(x: ExactValue) -> float | None:
-    return x.to_float() if x.is_finite else None
+    return json_number(x.fraction) if x.is_finite else None
 
 
 def _describe_stats(stats: ErrorStats) -> dict[str, Any]:

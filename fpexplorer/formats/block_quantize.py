@@ -271,12 +271,34 @@ def exact_error_stats(blocks: Sequence[ExactBlock]) -> ErrorStats:
     sqnr = math.inf if squared == 0 else -math.inf if signal == 0 else decibels(signal / squared)
     return ErrorStats(
         count=count,
-        max_abs_error=float(max_error),
-        rmse=math.sqrt(float(squared / count)),
+        max_abs_error=_float_or_inf(max_error),
+        rmse=_sqrt_float(squared / count),
         sqnr_db=sqnr,
         share_saturated=saturated / count,
         share_flushed=flushed / count,
     )
+
+
+def _float_or_inf(value: Fraction) -> float:
+    """float(value) for a value ≥ 0, +inf past float64's range (an error from a typed 1e400:
+    float() raised OverflowError)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _sqrt_float(value: Fraction) -> float:
+    """√value for a value ≥ 0 of any size: the square of an error of 1e200 is past float64's
+    range while its root is not, so the binary exponent is halved before float()."""
+    if value == 0:
+        return 0.0
+    shift = value.numerator.bit_length() - value.denominator.bit_length()
+    shift -= shift % 2
+    try:
+        return math.ldexp(math.sqrt(float(value / Fraction(2) ** shift)), shift // 2)
+    except OverflowError:
+        return math.inf
 
 
 def decibels(ratio: Fraction) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from fractions import Fraction
@@ -223,3 +224,36 @@ def test_shares_are_exact_or_marked_and_sqnr_keeps_its_unit(
     assert "summary of 1 finite value in 1 block:" in capsys.readouterr().out  # not "values"
     assert main(["quantize", "-f", "mxfp4", "--max-blocks", "0", "2"]) == 0
     assert "(1 more block not listed;" in capsys.readouterr().out
+
+
+def test_values_beyond_float64_are_null_in_json_and_exact_in_their_strings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Failed before: 1e400 typed into nvfp4 raised OverflowError (float() of its exact
+    # error), and into mxfp4 with --json raised ValueError (json cannot write inf).
+    document = _json(capsys, ["-f", "mxfp4", "1e400", "1"])
+    first, second = document["blocks"][0]["elements"]
+    assert first["input"] is None and first["input_exact"] == "1" + "0" * 400
+    assert second["input"] == 1.0
+    assert document["blocks"][0]["scale_exact"] == "nan"  # 1e400 is past E8M0's scales
+    document = _json(capsys, ["-f", "nvfp4", "1e400", "1"])
+    assert document["tensor_scale"]["code_hex"] == "0x7f7fffff"  # FP32's max, clamped
+    first = document["blocks"][0]["elements"][0]
+    # 6 x 448 x FP32 max, and the error to 1e400 is past float64: null, exact in text.
+    value = 6 * 448 * Fraction((2 - Fraction(1, 2**23)) * 2**127)
+    assert first["value_exact"] == str(int(value))
+    assert first["error"] is None and first["error_text"].startswith("-9.99999999…e399")
+    assert document["summary"]["max_abs_error"] is None
+    assert "block 0: scale 0x7e" in _text(capsys, ["-f", "nvfp4", "1e400", "1"])
+
+
+def test_exact_error_stats_keep_an_rmse_whose_square_is_past_float64() -> None:
+    # Failed before: float(squared / count) raised OverflowError for errors of 1e200.
+    from fpexplorer.formats import exact_error_stats, quantize_block_exact
+
+    block = quantize_block_exact(["1e200", "3e199"], "mxfp8_e4m3", scale_code=254)
+    errors = [abs(v.fraction - x.fraction) for x, v in zip(block.inputs, block.values, strict=True)]
+    stats = exact_error_stats([block])
+    expected = math.sqrt(float(sum(e * e for e in errors) / 2 / Fraction(10) ** 400)) * 1e200
+    assert stats.rmse == pytest.approx(expected, rel=1e-15)
+    assert stats.max_abs_error == float(max(errors))

@@ -117,6 +117,14 @@ def test_inspect_bits(capsys: pytest.CaptureFixture[str]) -> None:
         ][0]["class"]
         == "inf"
     )
+    # Failed before: the bits as `inspect` prints them were read as the decimal 111110...
+    # ("out of range"), so the code_bits of one answer could not be pasted into the next.
+    for name in ("fp16", "e4m3", "binary8p3se", "e2m0"):
+        fmt = get_format(name)
+        for code in (1, (1 << fmt.width) - 2):
+            bits = fmt.code_to_bits(code)
+            document = _json(capsys, ["inspect", "--bits", bits, "-f", name, "--json"])
+            assert document["results"][0]["code"] == code
     assert main(["inspect", "--bits", "0x7e", "-f", "e4m3"]) == 0
     assert "448" in capsys.readouterr().out
     assert main(["inspect", "--bits", "255", "-f", "e8m0"]) == 0

@@ -535,8 +535,9 @@ class BlockEditorView(LazyView):
         count = len(readout.rows)
         xs = np.arange(count, dtype=float)
         limit = float(readout.limit) if readout.limit is not None else math.nan
-        inputs = np.array([_bar_height(row.input, limit) for row in readout.rows])
-        values = np.array([_bar_height(row.value, limit) for row in readout.rows])
+        top = _bar_top(readout, limit)
+        inputs = np.array([_bar_height(row.input, top) for row in readout.rows])
+        values = np.array([_bar_height(row.value, top) for row in readout.rows])
         colors = plot_colors()
         normal = class_color("normal")
         # Not the quantized bars' red: a saturated input drawn in it read as its own result.
@@ -678,13 +679,24 @@ def _compact_rows(table: QTableWidget) -> None:
     header.setDefaultSectionSize(table.fontMetrics().height() + 6)
 
 
-def _bar_height(value: Any, limit: float) -> float:
+def _bar_top(readout: BlockReadout, limit: float) -> float:
+    """The height ±inf bars stand above: the block's limit, or under a NaN scale (no limit)
+    the largest finite input, so that inf never looks smaller than a finite element (it
+    was drawn at 1.2 whatever the others were: below an input of 2)."""
+    if math.isfinite(limit) and limit > 0:
+        return limit
+    heights = [abs(row.input.to_float()) for row in readout.rows if row.input.is_finite]
+    return max((h for h in heights if math.isfinite(h)), default=0.0) or 1.0
+
+
+def _bar_height(value: Any, top: float) -> float:
+    """A bar's height: ±inf, and finite values past float64 (1e400), stand at ±1.2 x top."""
     if value.is_nan:
         return 0.0
-    if value.is_inf:
-        top = limit if math.isfinite(limit) else 1.0
-        return -1.2 * top if value.negative else 1.2 * top
-    return float(value.to_float())
+    height = float(value.to_float())
+    if math.isinf(height):
+        return math.copysign(1.2 * top, height)
+    return height
 
 
 def _fraction(value: float) -> Any:

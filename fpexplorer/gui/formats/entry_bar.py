@@ -27,8 +27,8 @@ from fpexplorer.gui.theme import role_color
 ENTRY_HELP = (
     "Type a number and press Enter: 0.1, -2.5e-8, 1/3, 0x1.8p3 (hex float), inf, -inf, nan, "
     "-0, max, min_normal, min_subnormal, eps — or a raw code, read in the active editor's "
-    "format (0x3C00, 0b0011110000000000) or in the format named before it (fp16:0x3C00, "
-    "e5m2:0x7C, bf16:0x3F80)."
+    "format (0x3C00, 0b0011110000000000, 0|01111|0000000000) or in the format named before "
+    "it (fp16:0x3C00, e5m2:0x7C, bf16:0x3F80)."
 )
 ROUNDING_HELP = {
     "nearest_even": "Round to the nearest value; ties go to the even code (IEEE default).",

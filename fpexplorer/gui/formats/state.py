@@ -44,6 +44,8 @@ DEFAULT_OVERFLOW_LABEL = "format default"
 # At least one digit: "0x_" is not a code (it gets parse_value's message instead).
 _RAW_HEX = re.compile(r"^0x[0-9a-f_]*[0-9a-f][0-9a-f_]*$", re.IGNORECASE)
 _RAW_BIN = re.compile(r"^0b[01_|]*[01][01_|]*$", re.IGNORECASE)
+# The fields as the Binary read-out shows them (0|01111|0000000000): a code, pasted back.
+_FIELD_BITS = re.compile(r"^[01]+(?:\|[01]+)+$")
 
 
 class Signal:
@@ -122,6 +124,8 @@ def parse_code(text: str, fmt: FloatFormat) -> int | None:
         code = int(compact[2:].replace("_", ""), 16)
     elif _RAW_BIN.match(compact):
         code = int(compact[2:].replace("_", "").replace("|", ""), 2)
+    elif _FIELD_BITS.match(compact):
+        code = int(compact.replace("|", ""), 2)
     else:
         return None
     if code >= 1 << fmt.width:
@@ -146,7 +150,9 @@ def parse_code_entry(
         code = parse_code(compact, active)
         return None if code is None else (active, code)
     head = head.strip()
-    if not head or tail.strip().lower()[:2] not in ("0x", "0b"):
+    if not head or (
+        tail.strip().lower()[:2] not in ("0x", "0b") and not _FIELD_BITS.match(tail.strip())
+    ):
         return None  # not a code entry ("e5m2:fn" alone is a spec, not a value)
     by_name = {fmt.name: fmt for fmt in known}
     try:

@@ -362,3 +362,18 @@ def test_worst_blocks_table_never_cuts_a_number(
             assert item is not None
             width = metrics.horizontalAdvance(item.text())
             assert width + 6 <= table.columnWidth(column), (row, column, item.text())
+
+
+def test_an_infinite_input_stands_above_every_finite_one(view: BlockEditorView) -> None:
+    # Failed before: under a NaN scale (no limit lines) inf was drawn at 1.2, below the 2
+    # beside it; and 1e400 (past float64) had an infinite bar, which was not drawn at all.
+    view.state.set_format("mxfp8_e4m3")
+    assert view.state.load_text("1 inf 2 -inf")
+    assert cell(view, 1, "element") == "0"  # the scale is NaN: every element reads 0x00
+    heights = list(view.input_bars.opts["height"])
+    assert heights[:2] == [1.0, 2.4] and heights[2:] == [2.0, -2.4]
+    view.state.set_format("nvfp4")
+    assert view.state.load_text("1e400, 1")
+    heights = list(view.input_bars.opts["height"])
+    limit = float(view.state.readout().limit)
+    assert heights == [1.2 * limit, 1.0]

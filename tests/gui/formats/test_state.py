@@ -110,6 +110,20 @@ def test_bad_text_gives_a_message_and_keeps_the_state(bad: str) -> None:
     assert changes == []
 
 
+def test_the_binary_readout_pasted_back_reads_as_its_code() -> None:
+    # Failed before: "0|01111|0000000000", as the Binary read-out shows it, was "not a
+    # number"; only the 0b form was a code.
+    for name in ("fp16", "e5m2", "bf16", "e2m0", "binary8p3se"):
+        fmt = get_format(name)
+        for code in (1, (1 << fmt.width) - 2):
+            readout = build_readout(fmt, code, None)
+            assert parse_code(readout.binary_code, fmt) == code
+    session = FormatsSession([get_format("fp16")])
+    assert session.enter_text("fp16:0|11111|0000000000")
+    assert session.active.code == 0x7C00
+    assert not session.enter_text("1|2")  # not bits: still an error, not a code
+
+
 def test_raw_code_too_wide_for_the_format_is_refused() -> None:
     with pytest.raises(ValueError, match="16 bits"):
         parse_code("0x12345", get_format("fp16"))
