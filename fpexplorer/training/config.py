@@ -75,7 +75,11 @@ PARALLEL_NAMES: tuple[str, ...] = tuple(choice.name for choice in PARALLEL_CHOIC
 # `fpexplorer train` without them (TrainConfig.rank_config).
 LAUNCH_OPTIONS: tuple[str, ...] = ("nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_timeout")
 _ENDPOINT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})$")
+# What the engine can hold: step counters, sizes and seeds are int64 in torch;
+# GradScaler's growth tracker is an int32 tensor (a longer growth interval is never
+# reached); the growth factor multiplies a float32 scale (FLOAT32_MAX below).
 MAX_INT64 = 2**63 - 1
+MAX_INT32 = 2**31 - 1
 # torch seeds are 64-bit; tasks derive further seeds from it (seed + 1), so int64's top.
 MAX_SEED = MAX_INT64
 OPTIMIZER_CHOICES: tuple[Choice, ...] = (
@@ -373,18 +377,22 @@ class TrainConfig:
             )
         if not _DEVICE.match(self.device):
             problems["device"] = f"unknown device {self.device!r}: use auto, cpu, cuda or cuda:N"
-        if not _is_int(self.steps) or self.steps < 1:
-            problems["steps"] = "steps must be a whole number of at least 1"
+        if not _is_int(self.steps) or not 1 <= self.steps <= MAX_INT64:
+            problems["steps"] = f"steps must be a whole number from 1 to {MAX_INT64}"
         if self.lr is not None and not _positive_finite(self.lr):
             problems["lr"] = "the learning rate must be a positive finite number"
-        if self.batch_size is not None and (not _is_int(self.batch_size) or self.batch_size < 1):
-            problems["batch_size"] = "the batch size must be a whole number of at least 1"
+        if self.batch_size is not None and (
+            not _is_int(self.batch_size) or not 1 <= self.batch_size <= MAX_INT64
+        ):
+            problems["batch_size"] = f"the batch size must be a whole number from 1 to {MAX_INT64}"
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             problems["optimizer"] = f"unknown optimizer {self.optimizer!r}: use sgd or adam"
         if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
             problems["seed"] = f"the seed must be a whole number from 0 to {MAX_SEED}"
-        if not _is_int(self.stats_every) or self.stats_every < 0:
-            problems["stats_every"] = "stats-every must be a whole number of at least 0 (0: off)"
+        if not _is_int(self.stats_every) or not 0 <= self.stats_every <= MAX_INT64:
+            problems["stats_every"] = (
+                f"stats-every must be a whole number from 0 (off) to {MAX_INT64}"
+            )
         problems.update(self._scaler_problems())
         if not _positive_finite(self.loss_scale):
             problems["loss_scale"] = "the loss scale must be a positive finite number"
@@ -581,16 +589,21 @@ class TrainConfig:
             )
         if self.init_scale is not None and not _positive_finite(self.init_scale):
             problems["init_scale"] = "the initial scale must be a positive finite number"
-        if not (_positive_finite(self.growth_factor) and self.growth_factor > 1.0):
-            problems["growth_factor"] = "the growth factor must be greater than 1"
+        if not (_positive_finite(self.growth_factor) and 1.0 < self.growth_factor <= FLOAT32_MAX):
+            problems["growth_factor"] = (
+                f"the growth factor must be greater than 1 and at most {FLOAT32_MAX:.8g} "
+                "(it multiplies a float32 scale)"
+            )
         if not (_positive_finite(self.backoff_factor) and self.backoff_factor < 1.0):
             problems["backoff_factor"] = "the backoff factor must lie between 0 and 1"
         if self.growth_interval is not None and (
-            not _is_int(self.growth_interval) or not 1 <= self.growth_interval <= MAX_INT64
+            not _is_int(self.growth_interval) or not 1 <= self.growth_interval <= MAX_INT32
         ):
-            # torch's scale update (`_amp_update_scale_`) takes it as a 64-bit integer.
+            # Above int64 torch's scale update raised on the first step; above int32 the
+            # interval is never reached by GradScaler's int32 growth tracker.
             problems["growth_interval"] = (
-                f"the growth interval must be a whole number from 1 to {MAX_INT64}"
+                f"the growth interval must be a whole number from 1 to {MAX_INT32} "
+                "(GradScaler counts clean steps in an int32)"
             )
         if self.hysteresis is not None and not _is_int(self.hysteresis):
             problems["hysteresis"] = "the hysteresis must be a whole number of at least 1"

@@ -95,9 +95,16 @@ def test_choices_have_descriptions() -> None:
         ({"growth_factor": 1.0}, "growth_factor"),
         ({"backoff_factor": 1.0}, "backoff_factor"),
         ({"growth_interval": 0}, "growth_interval"),
-        # torch's scale update takes an int64: above it the job failed on its first step
+        # torch's scale update takes an int64: above it the job failed on its first step;
+        # GradScaler's growth tracker is an int32, so above 2^31 - 1 it is never reached
         ({"growth_interval": 2**63}, "growth_interval"),
-        ({"scaler": "deepspeed", "growth_interval": 2**63}, "growth_interval"),
+        ({"growth_interval": 2**31}, "growth_interval"),
+        ({"scaler": "deepspeed", "growth_interval": 2**31}, "growth_interval"),
+        ({"growth_factor": 1e39}, "growth_factor"),  # the scale would grow to inf (float32)
+        # torch's int64 counters: the form refused these, the CLI ran them
+        ({"steps": 2**63}, "steps"),
+        ({"batch_size": 2**63}, "batch_size"),
+        ({"stats_every": 2**63}, "stats_every"),
         ({"scaler": "apex"}, "scaler"),
         ({"scaler": "deepspeed", "precision": "bf16"}, "scaler"),
         ({"scaler": "megatron", "precision": "fp16-static"}, "scaler"),
@@ -331,3 +338,16 @@ def test_a_header_from_before_an_option_reads_as_the_run_it_was() -> None:
     other = {key: value for key, value in TrainConfig(precision="fp16").to_dict().items()
              if key not in ("nvfp4_weight_blocks", "hadamard")}  # fmt: skip
     assert TrainConfig.from_dict(other) == TrainConfig(precision="fp16")
+
+
+def test_the_largest_values_the_engine_holds_are_accepted() -> None:
+    """The bounds are the engine's own: int64 counters, GradScaler's int32 growth tracker,
+    a float32 growth factor; each largest value passes (what the form and CLI both ask)."""
+    largest = TrainConfig(
+        steps=2**63 - 1,
+        batch_size=2**63 - 1,
+        stats_every=2**63 - 1,
+        growth_interval=2**31 - 1,
+        growth_factor=float(np.finfo(np.float32).max),
+    )
+    assert largest.validate() == {}

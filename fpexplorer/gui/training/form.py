@@ -28,7 +28,6 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.gui.theme import role_hex
 from fpexplorer.training.config import (
-    FLOAT32_MAX,
     OPTIMIZER_CHOICES,
     PARALLEL_CHOICES,
     PARALLEL_NAMES,
@@ -40,20 +39,6 @@ from fpexplorer.training.config import (
 )
 
 _DEFAULTS = TrainConfig()
-
-# What the engine can hold, per numeric field, beyond what TrainConfig.validate() checks
-# (it owns the float32 limits of the loss scales): step counters, sizes and seeds are
-# int64 in torch; GradScaler's growth tracker is an int32 tensor, so a longer growth
-# interval is never reached; the growth factor multiplies a float32 scale.
-INT64_MAX = 2**63 - 1
-INT32_MAX = 2**31 - 1
-LIMITS: dict[str, tuple[float, str]] = {
-    "steps": (INT64_MAX, "int64"),
-    "batch_size": (INT64_MAX, "int64"),
-    "stats_every": (INT64_MAX, "int64"),
-    "growth_interval": (INT32_MAX, "GradScaler's int32 growth tracker"),
-    "growth_factor": (FLOAT32_MAX, "float32"),
-}
 
 
 def _parse_float(text: str) -> float:
@@ -372,15 +357,6 @@ class TrainForm(QWidget):
                 shown = text if len(text) <= 24 else text[:23] + "…"
                 errors[name] = f"“{shown}” is not {kind}"
                 continue
-            limit = LIMITS.get(name)
-            value = values[name]
-            if limit is not None and value is not None and abs(value) > limit[0]:
-                top = (
-                    f"{limit[0]:g}"
-                    if isinstance(limit[0], float)
-                    else f"2^{limit[0].bit_length()} - 1"
-                )
-                errors[name] = f"at most {top} ({limit[1]})"
         # An option that does nothing with the other settings (an fp16 scaler setting
         # under bf16, the FP8 options under fp16, ...) starts the job at its default: what
         # a greyed-out field holds must neither travel nor keep Start off.
