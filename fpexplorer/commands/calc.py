@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 # The same choices as `inspect` (kept equal to the engine's by tests/test_cli_contract.py).
 from fpexplorer.commands.inspect import OVERFLOW_POLICIES, ROUNDING_MODES
-from fpexplorer.commands.output import json_number
+from fpexplorer.commands.output import json_number, seed_text, stochastic_seed
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -132,12 +132,14 @@ def build(
 
     if seed is not None and rounding != "stochastic":
         raise ValueError("--seed goes with --rounding stochastic only")  # nothing draws
+    if rounding == "stochastic":
+        seed = stochastic_seed(seed)
     fmt = get_format(format_name)
     operation, texts = parse_expression(expression, fmt)
     operands = [parse_value(text, fmt) for text in texts]
     modes = (rounding,) if rounding else DETERMINISTIC_MODES
     calculation = calculate(operation, operands, fmt, modes=modes, overflow=overflow, seed=seed)
-    return _document(expression, texts, calculation)
+    return {**_document(expression, texts, calculation), "seed": seed}
 
 
 def _document(expression: str, texts: list[str], calculation: Calculation) -> dict[str, Any]:
@@ -244,7 +246,7 @@ def render_text(document: dict[str, Any]) -> str:
 
     lines = [
         f"{document['expression'].strip()}  in {document['format']}  "
-        f"(overflow {document['overflow_policy']})",
+        f"(overflow {document['overflow_policy']}){seed_text(document['seed'])}",
         "",
     ]
     for index, operand in enumerate(document["operands"]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from fpexplorer.commands.output import json_number
+from fpexplorer.commands.output import json_number, seed_text, stochastic_seed
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -130,9 +130,12 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
                 args.value = args.formats.pop()
         if args.value is None:
             raise ValueError("give a VALUE to round (or --bits CODE --format NAME)")
-    if args.seed is not None and args.rounding != "stochastic":
-        # As --random-bits: a seed that nothing draws from must not pass silently.
-        raise ValueError("--seed goes with --rounding stochastic only")
+    if args.rounding != "stochastic":
+        # A seed or a bit count that nothing draws from must not pass silently.
+        for option, given in (("--seed", args.seed), ("--random-bits", args.random_bits)):
+            if given is not None:
+                raise ValueError(f"{option} goes with --rounding stochastic only")
+    seed = args.seed if args.rounding != "stochastic" else stochastic_seed(args.seed)
     formats = _resolve_formats(args)
     from fpexplorer.formats import parse_value
 
@@ -140,7 +143,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     for fmt in formats:
         exact = parse_value(args.value, fmt)
         rounded = fmt.round(
-            exact, args.rounding, args.overflow, seed=args.seed, random_bits=args.random_bits
+            exact, args.rounding, args.overflow, seed=seed, random_bits=args.random_bits
         )
         results.append(_describe_rounding(rounded))
     try:
@@ -152,6 +155,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         "input_exact": _exact_text(common_input),
         "rounding": args.rounding,
         "overflow": args.overflow or "default",
+        "seed": seed,
         "results": results,
     }
 
@@ -291,7 +295,7 @@ def _render_text(document: dict[str, Any]) -> str:
     if "input" in document:
         lines.append(
             f"input {document['input']}  rounding {document['rounding']}  "
-            f"overflow {document['overflow']}"
+            f"overflow {document['overflow']}{seed_text(document['seed'])}"
         )
     for result in document["results"]:
         lines.append("")

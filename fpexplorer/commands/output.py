@@ -42,6 +42,19 @@ def json_number(value: Fraction | None) -> float | None:
     return result if result not in (float("inf"), float("-inf")) else None
 
 
+def stochastic_seed(seed: int | None) -> int:
+    """The seed stochastic rounding draws from: the one given, else a fresh one, which the
+    answer reports so that `--seed N` repeats the draw (an unreported one could not be)."""
+    import secrets
+
+    return seed if seed is not None else secrets.randbits(32)
+
+
+def seed_text(seed: int | None) -> str:
+    """The header's note of the seed ("" without stochastic rounding)."""
+    return "" if seed is None else f"  seed {seed} (--seed {seed} repeats the draw)"
+
+
 def exact_or_rounded(exact: str | None, *, keep: int, shown: int) -> str:
     """An exact decimal (as `exact_decimal` writes it) for a terminal: every digit when it
     has at most `keep` significant digits, else rounded to `shown` and marked "≈", so that a

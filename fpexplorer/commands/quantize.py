@@ -6,7 +6,7 @@ import argparse
 import re
 from typing import TYPE_CHECKING, Any
 
-from fpexplorer.commands.output import json_number
+from fpexplorer.commands.output import json_number, seed_text, stochastic_seed
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -64,7 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed for stochastic rounding")
     parser.add_argument("--npy", metavar="FILE", help="read the values from a .npy file")
     parser.add_argument("--csv", metavar="FILE", help="read the values from a CSV file")
-    parser.add_argument("--axis", type=int, default=-1, help="axis the blocks run along")
+    parser.add_argument(
+        "--axis", type=int, default=None, help="axis the blocks run along (default: the last)"
+    )
     parser.add_argument(
         "--scale-code", metavar="CODE",
         help="force every block's scale code (0x.., 0b.. or decimal), as the block editor does",
@@ -93,9 +95,14 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("give VALUES, --npy FILE or --csv FILE (exactly one of them)")
     if args.max_blocks < 0:
         raise ValueError("--max-blocks must not be negative")
+    if args.values and args.axis is not None:
+        raise ValueError("--axis goes with --npy or --csv (typed VALUES are one row)")
+    if args.rounding != "stochastic" and args.seed is not None:
+        raise ValueError("--seed goes with --rounding stochastic only")  # nothing draws
+    args.seed = stochastic_seed(args.seed) if args.rounding == "stochastic" else None
     fmt = get_block_format(args.format, args.scale_rule)
     scale_code = None if args.scale_code is None else _parse_code(args.scale_code)
-    head = _describe_format(fmt, args.rounding)
+    head = {**_describe_format(fmt, args.rounding), "seed": args.seed}
     if args.values:
         return {**head, **_from_values(args, fmt, scale_code)}
     return {**head, **_from_array(args, fmt, scale_code)}
@@ -194,7 +201,12 @@ def _from_array(
 
     data, source = _load(args)
     quantized = quantize(
-        data, fmt, args.rounding, args.axis, scale_codes=scale_code, seed=args.seed
+        data,
+        fmt,
+        args.rounding,
+        -1 if args.axis is None else args.axis,
+        scale_codes=scale_code,
+        seed=args.seed,
     )
     stats = quantized.block_stats()
     # Blocks are listed with the block axis last (the order they are cut in); every index
@@ -416,7 +428,8 @@ def _render_text(document: dict[str, Any]) -> str:
     lines = [
         f"{document['format']}: {document['element_format']} elements in blocks of "
         f"{document['block_size']}, {document['scale_format']} scale, rule "
-        f"{document['scale_rule']}; elements round {document['rounding']}",
+        f"{document['scale_rule']}; elements round {document['rounding']}"
+        f"{seed_text(document['seed'])}",
     ]
     tensor_scale = document["tensor_scale"]
     if tensor_scale is not None:

@@ -257,3 +257,21 @@ def test_exact_error_stats_keep_an_rmse_whose_square_is_past_float64() -> None:
     expected = math.sqrt(float(sum(e * e for e in errors) / 2 / Fraction(10) ** 400)) * 1e200
     assert stats.rmse == pytest.approx(expected, rel=1e-15)
     assert stats.max_abs_error == float(max(errors))
+
+
+def test_options_that_nothing_uses_are_refused_and_a_stochastic_seed_is_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Failed before: --axis 5 with typed values and --seed without stochastic rounding were
+    # ignored in silence, and an unseeded stochastic run could not be repeated.
+    for extra, words in ((["--axis", "5"], "--axis goes with"), (["--seed", "1"], "--seed goes")):
+        assert main(["quantize", "-f", "mxfp4", *extra, "1", "0.3"]) == 2
+        assert words in capsys.readouterr().err
+    argv = ["-f", "mxfp4", "--rounding", "stochastic", "1", "0.3", "1/3", "-0.7"]
+    first = _json(capsys, argv)
+    seed = first["seed"]
+    assert isinstance(seed, int)
+    again = _json(capsys, [*argv, "--seed", str(seed)])
+    assert again["blocks"] == first["blocks"]
+    assert _json(capsys, ["-f", "mxfp4", "1"])["seed"] is None
+    assert "seed 3 (--seed 3 repeats the draw)" in _text(capsys, [*argv, "--seed", "3"])

@@ -146,3 +146,17 @@ def test_calc_text_errors_exact_or_marked_and_columns_aligned(
                     assert Fraction(Decimal(shown[1:])) != exact, (line, shown)
                 else:
                     assert Fraction(Decimal(shown)) == exact, (line, shown)
+
+
+def test_stochastic_calc_reports_the_seed_that_repeats_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Failed before: an unseeded stochastic result could not be repeated (no seed shown).
+    argv = ["1 / 3", "-f", "e4m3", "--rounding", "stochastic"]
+    first = _json(capsys, argv)
+    seed = first["seed"]
+    assert isinstance(seed, int)
+    assert _json(capsys, [*argv, "--seed", str(seed)])["results"] == first["results"]
+    assert main(["calc", *argv, "--seed", "11"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("seed 11 (--seed 11 repeats the draw)")
+    assert _json(capsys, ["1 / 3", "-f", "e4m3"])["seed"] is None

@@ -323,3 +323,29 @@ def test_a_seed_without_stochastic_rounding_is_a_usage_error(
     assert main(argv) == 2
     assert "--seed goes with --rounding stochastic only" in capsys.readouterr().err
     assert main([*argv, "--rounding", "stochastic"]) == 0
+
+
+def test_stochastic_rounding_reports_its_seed_and_the_seed_repeats_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Failed before: without --seed the draw was random and nothing said which it was, so an
+    # answer could not be repeated; and --random-bits alone blamed "rounding='stochastic'".
+    argv = ["inspect", "1/3", "-f", "fp16", "bf16", "e4m3", "--rounding", "stochastic"]
+    first = _json(capsys, [*argv, "--random-bits", "8", "--json"])
+    seed = first["seed"]
+    assert isinstance(seed, int)
+    again = _json(capsys, [*argv, "--random-bits", "8", "--seed", str(seed), "--json"])
+    assert again["seed"] == seed
+    assert [r["code"] for r in again["results"]] == [r["code"] for r in first["results"]]
+    for fmt, result in zip(("fp16", "bf16", "e4m3"), first["results"], strict=True):
+        expected = get_format(fmt).from_value("1/3", "stochastic", seed=seed, random_bits=8)
+        assert result["code"] == expected
+    assert main([*argv, "--seed", "5"]) == 0
+    assert "seed 5 (--seed 5 repeats the draw)" in capsys.readouterr().out.splitlines()[0]
+    assert _json(capsys, ["inspect", "1/3", "-f", "fp16", "--json"])["seed"] is None
+    assert main(["inspect", "1/3", "--random-bits", "3"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("--random-bits goes with --rounding stochastic only")
+    )
