@@ -93,6 +93,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 from torch.amp.grad_scaler import OptState
@@ -112,7 +113,7 @@ from fpexplorer.training.monitor.kernels import (
     segment_of,
     segment_rows,
 )
-from fpexplorer.training.monitor.plan import HostPack, ParamGroup, StatsPlan
+from fpexplorer.training.monitor.plan import HostPack, HostValues, ParamGroup, StatsPlan
 from fpexplorer.training.monitor.quant import QuantCollector
 from fpexplorer.training.monitor.ranks import (
     DISTRIBUTED_STATS_EVERY,
@@ -868,7 +869,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             ]
             measured = not (self._compiled or self._traced)
             plan = self._queue_statistics(pack, grads, norms, activations=measured, full=True)
-            host = pack.fetch()  # the one host sync of the step
+            host = _without_norm_overflow(pack.fetch(), grads)  # the one host sync of the step
             signals = _CheapSignals(
                 loss=host.scalar("loss"),
                 grad_norm=host.scalar("grad_norm"),
@@ -921,7 +922,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             late_plan = self._queue_statistics(
                 late, grads, _tensor_norms(grads), activations=False, full=False
             )
-            stats = late_plan.decode(late.fetch(), skipped=skipped)
+            stats = late_plan.decode(_without_norm_overflow(late.fetch(), grads), skipped=skipped)
         record = _make_step_record(
             step=self.step_index,
             loss=loss_value,
@@ -1207,6 +1208,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             scale_after = host.pop(0) if scaler else self._current_scale_host()
             tracker = host.pop(0) if scaler and scaler[1] is not None else 0.0
             found_values = host if found is not None else [0.0]
+        if math.inf in norm_values and len(norm_values) == len(grads):
+            norm_values = _norms_again_in_float64(norm_values, grads)
         grad_norm = math.hypot(*norm_values)  # scaled: no overflow of the squares
         if not math.isfinite(grad_norm) and any(map(math.isnan, norm_values)):
             grad_norm = math.nan  # hypot says inf when an inf is among NaNs; the norm, NaN
@@ -1533,6 +1536,34 @@ def _tensor_norms(grads: Sequence[torch.Tensor]) -> torch.Tensor:
             torch.linalg.vector_norm(g, dtype=torch.float32 if small else None).double()
             for g, small in zip(grads, narrow, strict=True)
         ]
+    )
+
+
+def _norms_again_in_float64(norms: Sequence[float], grads: Sequence[torch.Tensor]) -> list[float]:
+    """Each gradient's norm, taken again in float64 where it came out inf: a float32 sum of
+    squares overflows for a norm above ~1.8e19 though every element is finite (an
+    exploding run's). Runs only on such a step; an inf element still gives inf."""
+    return [
+        torch.linalg.vector_norm(grad, dtype=torch.float64).item() if norm == math.inf else norm
+        for norm, grad in zip(norms, grads, strict=True)
+    ]
+
+
+def _without_norm_overflow(host: HostValues, grads: Sequence[torch.Tensor]) -> HostValues:
+    """`host` with the gradient norms that float32 overflowed taken again in float64 (and
+    the total norm from them); unchanged, at the cost of one numpy call, on other steps."""
+    if "norms" not in host:
+        return host
+    norms = host["norms"]
+    if not np.isposinf(norms).any() or len(norms) != len(grads):
+        return host
+    fixed = _norms_again_in_float64(norms.tolist(), grads)
+    scalars = host.scalars
+    if not np.isnan(norms).any():  # with a NaN among them the total is NaN as it was
+        # HostPack's name of the total norm (the one the step's signals read), not a record.
+        scalars = dict(scalars, grad_norm=math.hypot(*fixed))
+    return dataclasses.replace(
+        host, parts={**host.parts, "norms": np.array(fixed, dtype=np.float64)}, scalars=scalars
     )
 
 
