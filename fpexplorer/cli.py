@@ -60,7 +60,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(command_parser)
-        command_parser.set_defaults(_module=module)
+        command_parser.set_defaults(_module=module, _parser=command_parser)
     return parser
 
 
@@ -70,7 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not arguments:
         arguments = ["gui"]
     parser = build_parser(arguments[0] if arguments[0] in COMMANDS else None)
-    args = parser.parse_args(arguments)
+    args, extra = parser.parse_known_args(arguments)
+    if extra:
+        # The sub-command's parser names itself ("fpexplorer formats: error: ..."), as its
+        # other errors do; the top-level one said "fpexplorer: error".
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "_module", None) is None:
         parser.print_help(sys.stderr)
         return 2

@@ -5,6 +5,8 @@ from __future__ import annotations
 from PySide6.QtCore import QByteArray, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QShowEvent
 from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
     QFrame,
     QLabel,
     QMainWindow,
@@ -32,7 +34,7 @@ SHORTCUTS_HELP = """<table>
 <tr><td><b>Ctrl+L</b></td><td>type a value or a code</td></tr>
 <tr><td><b>Enter, Escape</b></td><td>in the value field: apply it / put back the last one</td></tr>
 <tr><td><b>Tab</b></td><td>value field, pickers, then each editor's picker, buttons, bits</td></tr>
-<tr><td><b>Ctrl+C</b></td><td>copy the exact value</td></tr>
+<tr><td><b>Ctrl+C</b></td><td>copy the exact value (in a table: its selected rows)</td></tr>
 <tr><td><b>Ctrl+Shift+C</b></td><td>copy the code (hex)</td></tr>
 <tr><td><b>Ctrl+Alt+C</b></td><td>copy the shortest decimal that reads back</td></tr>
 <tr><td><b>Ctrl+Shift+A</b></td><td>add a format to the stack</td></tr>
@@ -43,6 +45,20 @@ SHORTCUTS_HELP = """<table>
 
 
 DEFAULT_SIZE = QSize(1280, 800)
+
+
+def _selected_cells_text(widget: QWidget | None) -> str | None:
+    """The selected cells of a focused table as tab-separated rows, None when `widget` is
+    not a table or nothing is selected. Cells are copied as shown, "…" marks included."""
+    if not isinstance(widget, QAbstractItemView) or widget.model() is None:
+        return None
+    indexes = sorted(widget.selectionModel().selectedIndexes(), key=lambda i: (i.row(), i.column()))
+    if not indexes:
+        return None
+    rows: dict[int, list[str]] = {}
+    for index in indexes:
+        rows.setdefault(index.row(), []).append(str(index.data() or ""))
+    return "\n".join("\t".join(cells) for cells in rows.values())
 
 
 def default_size() -> QSize:
@@ -263,6 +279,13 @@ class MainWindow(QMainWindow):
         self.status.showMessage(f"Copied {what}: {shown}", 5000)
 
     def copy_value(self) -> None:
+        cells = _selected_cells_text(QApplication.focusWidget())
+        if cells is not None:
+            # Ctrl+C in a table copies what is selected there, not the editor's value (a
+            # row of the All formats table or the block editor's was silently replaced by
+            # the active editor's number).
+            self._copy(cells, "the selected cells as shown")
+            return
         self._copy(self.session.active.readout().exact, "exact value")
 
     def copy_code(self) -> None:

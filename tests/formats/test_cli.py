@@ -349,3 +349,25 @@ def test_stochastic_rounding_reports_its_seed_and_the_seed_repeats_it(
         .err.strip()
         .endswith("--random-bits goes with --rounding stochastic only")
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "prefix"),
+    [
+        (["formats", "extra"], "fpexplorer formats: error: unrecognized arguments: extra"),
+        (
+            ["inspect", "--", "0.1", "-f", "fp16"],
+            "fpexplorer inspect: error: unrecognized arguments: -f fp16",
+        ),
+        (["calc", "1 + 1", "2"], "fpexplorer calc: error: unrecognized arguments: 2"),
+    ],
+)
+def test_an_extra_argument_is_named_by_its_command(
+    capsys: pytest.CaptureFixture[str], argv: list[str], prefix: str
+) -> None:
+    # Failed before: "fpexplorer: error: unrecognized arguments", not naming the command
+    # whose other errors say "fpexplorer formats: error".
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == prefix

@@ -60,6 +60,25 @@ def test_ctrl_c_copies_the_exact_value(qtbot: QtBot, window: MainWindow) -> None
     assert "Copied" in window.statusBar().currentMessage()
 
 
+def test_ctrl_c_in_a_table_copies_its_selected_row(qtbot: QtBot, window: MainWindow) -> None:
+    # Failed before: Ctrl+C with a row of the All formats table selected copied the active
+    # editor's value (FP32's 0.100000001490116119384765625), not the row.
+    window.session.enter_text("0.1")
+    window.formats_panel.show_view("table")
+    table = window.formats_panel.cross_table.table
+    row = next(r for r in range(table.rowCount()) if table.item(r, 0).text() == "float16")
+    table.setFocus()
+    table.selectRow(row)
+    qtbot.keyClick(table, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    copied = QGuiApplication.clipboard().text().split("\t")
+    assert copied[:4] == ["float16", "0x2E66", "0.0999755859375", "normal"]
+    window.formats_panel.rows[0].bits.setFocus()
+    qtbot.keyClick(
+        window.formats_panel.rows[0].bits, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier
+    )
+    assert QGuiApplication.clipboard().text() == "0.100000001490116119384765625"
+
+
 def test_f1_help_lists_the_copy_entry_and_stack_shortcuts(window: MainWindow) -> None:
     # Failed before: Ctrl+Alt+C (copy shortest), Ctrl+Shift+A, Ctrl+Shift+F and the value
     # field's Escape were missing from the list F1 shows.
