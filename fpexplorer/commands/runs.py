@@ -87,6 +87,7 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
     from fpexplorer.training.replay_scaler import ScalerReplay, format_replay
     from fpexplorer.training.runlog import READ_CHUNK_BYTES, RecordStream
     from fpexplorer.training.scaler_rules import resolve_settings, settings_from_config
+    from fpexplorer.training.summary import steps_text
 
     given = {name: getattr(args, name) for name in SCALER_FIELDS if name != "scaler"}
     stream = RecordStream()
@@ -136,7 +137,7 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
                 break
     if replay is None:
         raise UsageError(f"{path}: no header record: not a run log")
-    print(f"{path}: {replay.steps} steps")
+    print(f"{path}: {steps_text(replay.steps)}")
     print(format_replay(replay, logged))
     if not ended:
         print("no end record: the job was killed or still runs (its logged steps replayed)")
@@ -156,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         format_summary,
         format_table,
         incomplete_reason,
+        steps_text,
         summarize_file,
     )
 
@@ -186,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
                 state = f"not ok: {incomplete_reason(summary)}"
             else:
                 state = "ok"
-            print(f"{summary.path}: {summary.steps} steps, {summary.status}, {state}")
+            print(f"{summary.path}: {steps_text(summary.steps)}, {summary.status}, {state}")
             for problem in problems:
                 print(f"  {problem}")
             if problems:

@@ -49,6 +49,7 @@ from fpexplorer.training.records import (
 )
 from fpexplorer.training.runlog import RunWriter
 from fpexplorer.training.scalers import make_grad_scaler
+from fpexplorer.training.summary import steps_text
 from fpexplorer.training.tasks import Task, TaskSettingsError, make_task
 
 
@@ -676,7 +677,7 @@ def run_job_cli(config: TrainConfig) -> int:
     if result.log_error:
         _say(
             f"fpexplorer train: error: cannot write the run log {result.path}: "
-            f"{result.log_error} (training went on: {result.steps} steps, log incomplete)"
+            f"{result.log_error} (training went on: {steps_text(result.steps)}, log incomplete)"
         )
         return 1
     # A rank of a launched run names its own log (the launcher then names the merged one).
@@ -684,7 +685,7 @@ def run_job_cli(config: TrainConfig) -> int:
     where = f"run log: {result.path}"
     if launched_world_size() > 1 and rank.isdigit():
         where = f"rank {rank}'s log: {rank_log_path(result.path, int(rank))}"
-    _say(f"fpexplorer train: {result.state.value} after {result.steps} steps; {where}")
+    _say(f"fpexplorer train: {result.state.value} after {steps_text(result.steps)}; {where}")
     return 0
 
 

@@ -334,6 +334,11 @@ def _counted(count: int, one: str, many: str) -> str:
     return one if count == 1 else f"{count} {many}"
 
 
+def steps_text(count: int) -> str:
+    """'1 step', '0 steps', '300 steps': a count of steps as the CLI prints it."""
+    return f"{count} step" if count == 1 else f"{count} steps"
+
+
 def summarize(run: Run) -> RunSummary:
     """The summary of a run already in memory (`load_run`)."""
     summarizer = RunSummarizer(run.path)
@@ -500,7 +505,7 @@ def format_summary(summary: RunSummary) -> str:
         f"run        {summary.path}",
         f"task       {summary.task}   precision {summary.precision_label or summary.precision}"
         f"   device {summary.device}",
-        f"status     {summary.status} after {summary.steps} steps"
+        f"status     {summary.status} after {steps_text(summary.steps)}"
         + (f": {summary.error}" if summary.error else "")
         + ("" if summary.complete else f" ({incomplete_reason(summary)})"),
     ]

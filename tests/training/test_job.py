@@ -636,7 +636,7 @@ def test_the_jobs_lines_are_each_one_write(tmp_path: Path, monkeypatch: pytest.M
     assert run_job_cli(config) == 0
     lines = [call for call in stderr.calls if call.startswith("fpexplorer train:")]
     assert any("linear layers in nvfp4" in line for line in lines)
-    assert any("completed after 1 steps" in line for line in lines)
+    assert any("completed after 1 step;" in line for line in lines)  # was "1 steps"
     assert all(line.endswith("\n") and line.count("\n") == 1 for line in lines), lines
 
 

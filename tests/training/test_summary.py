@@ -32,6 +32,13 @@ def test_a_run_without_steps_says_so_instead_of_nan(tmp_path: Path) -> None:
     assert "nan" not in text.lower()
 
 
+def test_one_step_is_one_step_not_1_steps(tmp_path: Path) -> None:
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "skipped": False}
+    end = {"type": "end", "status": "stopped", "steps": 1}
+    text = _summary_text(tmp_path / "one.jsonl", [HEADER, step, end])
+    assert "status     stopped after 1 step\n" in text  # said "after 1 steps"
+
+
 def test_a_run_whose_losses_are_all_nan_says_none_finite(tmp_path: Path) -> None:
     steps = [
         {"type": "step", "step": i, "loss": float("nan"), "scale": 2.0**16 / 2**i,
