@@ -198,6 +198,7 @@ def _fraction_text(value: Fraction | None, max_digits: int | None = None) -> str
 def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
     exact = fmt.to_exact(code)
     fields = fmt.fields(code)
+    special = not exact.is_finite
     value = exact.to_float()
     neighbours = {}
     for key, step, gap in (
@@ -231,12 +232,14 @@ def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
         "value_exact": _exact_text(exact),
         "value": value if exact.is_finite and abs(value) != float("inf") else None,
         "shortest": fmt.shortest_decimal(code),
+        # inf and NaN are special codes: no power of two, no significand (FP16's inf read as
+        # 2^16 x 1 was 65536), null as the text output says.
         "fields": {
             "sign": fields.sign,
             "biased_exponent": fields.biased_exponent,
-            "unbiased_exponent": fields.unbiased_exponent,
+            "unbiased_exponent": None if special else fields.unbiased_exponent,
             "fraction": fields.fraction,
-            "significand": _fraction_text(fields.significand),
+            "significand": None if special else _fraction_text(fields.significand),
             "is_subnormal": fields.is_subnormal,
         },
         **neighbours,

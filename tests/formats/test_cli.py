@@ -371,3 +371,17 @@ def test_an_extra_argument_is_named_by_its_command(
         main(argv)
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip() == prefix
+
+
+def test_json_fields_of_inf_and_nan_have_no_power_of_two_or_significand(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Failed before: FP16's inf had "unbiased_exponent": 16 and "significand": "1" (65536),
+    # its NaN "1.5", while the text output says a special code has neither.
+    for value, name in (("inf", "fp16"), ("nan", "fp16"), ("nan", "e4m3"), ("nan", "e8m0")):
+        (result,) = _json(capsys, ["inspect", value, "-f", name, "--json"])["results"]
+        fields = result["fields"]
+        assert fields["unbiased_exponent"] is None and fields["significand"] is None
+        assert fields["biased_exponent"] == get_format(name).fields(result["code"]).biased_exponent
+    (one,) = _json(capsys, ["inspect", "--bits", "0x3c00", "-f", "fp16", "--json"])["results"]
+    assert one["fields"]["unbiased_exponent"] == 0 and one["fields"]["significand"] == "1"
