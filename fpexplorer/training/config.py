@@ -169,6 +169,19 @@ def scaler_settings_problems(settings: ScalerSettings) -> dict[str, str]:
         problem = scale_problem("the initial scale", settings.init_scale)
         if problem is not None:
             problems["init_scale"] = problem
+    # What the engine holds: above int64 torch's scale update raised on the first step,
+    # above int32 GradScaler's growth tracker never reaches the interval; a growth factor
+    # beyond float32 makes the first growth inf (a replay in float64 would go on from it).
+    if "growth_interval" not in problems and settings.growth_interval > MAX_INT32:
+        problems["growth_interval"] = (
+            f"the growth interval must be a whole number from 1 to {MAX_INT32} "
+            "(GradScaler counts clean steps in an int32)"
+        )
+    if "growth_factor" not in problems and settings.growth_factor > FLOAT32_MAX:
+        problems["growth_factor"] = (
+            f"the growth factor must be greater than 1 and at most {FLOAT32_MAX:.8g} "
+            "(it multiplies a float32 scale)"
+        )
     return problems
 
 
@@ -589,22 +602,14 @@ class TrainConfig:
             )
         if self.init_scale is not None and not _positive_finite(self.init_scale):
             problems["init_scale"] = "the initial scale must be a positive finite number"
-        if not (_positive_finite(self.growth_factor) and 1.0 < self.growth_factor <= FLOAT32_MAX):
-            problems["growth_factor"] = (
-                f"the growth factor must be greater than 1 and at most {FLOAT32_MAX:.8g} "
-                "(it multiplies a float32 scale)"
-            )
+        if not (_positive_finite(self.growth_factor) and self.growth_factor > 1.0):
+            problems["growth_factor"] = "the growth factor must be greater than 1"
         if not (_positive_finite(self.backoff_factor) and self.backoff_factor < 1.0):
             problems["backoff_factor"] = "the backoff factor must lie between 0 and 1"
         if self.growth_interval is not None and (
-            not _is_int(self.growth_interval) or not 1 <= self.growth_interval <= MAX_INT32
+            not _is_int(self.growth_interval) or self.growth_interval < 1
         ):
-            # Above int64 torch's scale update raised on the first step; above int32 the
-            # interval is never reached by GradScaler's int32 growth tracker.
-            problems["growth_interval"] = (
-                f"the growth interval must be a whole number from 1 to {MAX_INT32} "
-                "(GradScaler counts clean steps in an int32)"
-            )
+            problems["growth_interval"] = "the growth interval must be a whole number of at least 1"
         if self.hysteresis is not None and not _is_int(self.hysteresis):
             problems["hysteresis"] = "the hysteresis must be a whole number of at least 1"
         if self.min_scale is not None and not _positive_finite(self.min_scale):

@@ -236,6 +236,23 @@ def test_cli_replay_scaler_refuses_a_scale_float32_cannot_hold(scale: str) -> No
     assert len(refused.stderr.strip().splitlines()) == 1 and not refused.stdout
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--growth-factor", "1e39", "it multiplies a float32 scale"),
+        ("--growth-interval", str(2**31), "GradScaler counts clean steps in an int32"),
+    ],
+)
+def test_cli_replay_scaler_refuses_what_train_refuses(option: str, value: str, said: str) -> None:
+    """The engine's limits on the scaler's settings: the replay ran them (in float64, the
+    growth factor past float32's inf) where `train` refuses them."""
+    run = Path(__file__).parents[1] / "gui" / "training" / "data" / "overflow-fp16-scaler.jsonl"
+    refused = run_cli("runs", "replay-scaler", str(run), option, value)
+    assert refused.returncode == 2, refused.stdout
+    assert said in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and not refused.stdout
+
+
 @pytest.mark.slow  # child processes: a third of a second
 def test_cli_replay_scaler_says_when_the_run_has_no_end(tmp_path: Path) -> None:
     """A killed run (no end record) is replayed as far as it goes, and says it is cut short
