@@ -493,7 +493,8 @@ def _stats_text(stats: dict[str, Any]) -> str:
     def error(value: float | None) -> str:
         if value is None:
             return "inf" if stats["count"] else "n/a"
-        return "0" if value == 0 else f"≈{value:.4g}"
+        # The element rows' notation (display_decimal: 2.69008283…e31), not Python's e+31.
+        return "0" if value == 0 else "≈" + re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{value:.4g}")
 
     # "inf (no error)" reads "SQNR inf dB (no error)", the unit beside its number.
     sqnr, _, note = stats["sqnr_db_text"].partition(" (")

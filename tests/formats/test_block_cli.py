@@ -275,3 +275,10 @@ def test_options_that_nothing_uses_are_refused_and_a_stochastic_seed_is_reported
     assert again["blocks"] == first["blocks"]
     assert _json(capsys, ["-f", "mxfp4", "1"])["seed"] is None
     assert "seed 3 (--seed 3 repeats the draw)" in _text(capsys, [*argv, "--seed", "3"])
+
+
+def test_summary_errors_use_the_rows_exponent_notation(capsys: pytest.CaptureFixture[str]) -> None:
+    # Failed before: the rows said -2.69008283…e31, the summary ≈2.69e+31 (and ≈1.863e-08).
+    text = _text(capsys, ["-f", "nvfp4", "1e39", "1"])
+    assert "-2.69008283…e31" in text and "max |error| ≈2.69e31, RMSE ≈1.902e31" in text
+    assert "max |error| ≈1.863e-8" in _text(capsys, ["-f", "nvfp4", "inf", "1"])
