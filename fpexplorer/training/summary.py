@@ -555,10 +555,28 @@ TABLE_COLUMNS = (
 )  # fmt: skip
 
 
+def run_names(paths: Sequence[str]) -> list[str]:
+    """Each run by its file name, or by as many trailing folders as tell it from the other
+    runs of the same name (every multi-rank run's merged log is a `run.jsonl`)."""
+    parts = [Path(path).parts for path in paths]
+    depth = [1] * len(paths)
+    while True:
+        names = [str(Path(*p[-d:])) for p, d in zip(parts, depth, strict=True)]
+        counts = Counter(names)
+        clashing = [
+            i for i, name in enumerate(names) if counts[name] > 1 and depth[i] < len(parts[i])
+        ]
+        if not clashing:  # unique, or the same file given twice
+            return names
+        for i in clashing:
+            depth[i] += 1
+
+
 def format_table(summaries: Sequence[RunSummary]) -> str:
     """A Markdown table comparing runs, one row each, named by file and task."""
     rows = [list(TABLE_COLUMNS)]
-    for s in summaries:
+    names = run_names([str(s.path) for s in summaries])
+    for s, name in zip(summaries, names, strict=True):
         if not s.steps:
             scale = "-"  # no step, no scale (not "nan–nan")
         elif not _loss_scaled(s):
@@ -569,7 +587,7 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
             scale = f"{_scale_text(s.scale_min)}–{_scale_text(s.scale_max)}"
         rows.append(
             [
-                Path(s.path).name.replace("|", "\\|"),
+                name.replace("|", "\\|"),
                 s.task.replace("\\", "/").rsplit("/", 1)[-1].replace("|", "\\|"),
                 (s.precision_label or s.precision).replace("|", "\\|"),
                 s.status,

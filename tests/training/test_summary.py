@@ -381,3 +381,20 @@ def test_a_torn_last_line_past_the_problem_limit_is_counted_exactly(tmp_path: Pa
     summary = summarize_file(path)
     assert summary.torn_last_line and summary.problem_count == MAX_PROBLEMS + 10
     assert summary.problems[-1] == "... and 11 more problems"
+
+
+def test_runs_of_the_same_file_name_are_told_apart_in_the_table(tmp_path: Path) -> None:
+    """Two multi-rank runs both have a merged `run.jsonl`: their rows read the same name
+    (and so did their ranks' logs); each is named by as many folders as tell it apart."""
+    summaries = []
+    for folder, loss in (("ddp-a", 1.0), ("ddp-b", 2.0), ("single", 3.0)):
+        name = "other.jsonl" if folder == "single" else "run.jsonl"
+        path = tmp_path / folder / name
+        path.parent.mkdir()
+        step = {"type": "step", "step": 0, "loss": loss, "scale": 1.0, "skipped": False}
+        _summary_text(path, [HEADER, step])
+        summaries.append(summarize(load_run(path)))
+    rows = format_table(summaries).splitlines()[2:]
+    assert [row.split("|")[1].strip() for row in rows] == [
+        "ddp-a/run.jsonl", "ddp-b/run.jsonl", "other.jsonl",
+    ]  # fmt: skip
