@@ -24,7 +24,7 @@ from fpexplorer.gui.settings import SettingsStore
 
 STATE_PREFIX = "formats/"
 TRAINING_PANEL_DELAY_MS = 300  # after the first paint of the window
-SHORTCUTS_HELP = """<table>
+SHORTCUTS_HELP = """<table cellspacing="0" cellpadding="3">
 <tr><td><b>Click / drag</b></td><td>toggle a bit / paint several bits</td></tr>
 <tr><td><b>← →</b></td><td>move between bits (click the bit row first)</td></tr>
 <tr><td><b>Space, Enter</b></td><td>toggle the bit under the cursor</td></tr>
