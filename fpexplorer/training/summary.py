@@ -25,10 +25,12 @@ from fpexplorer.training.precision import PRECISION_NAMES, precision_mode
 from fpexplorer.training.records import (
     EndRecord,
     HeaderRecord,
+    Histogram,
+    LayerStats,
+    LostUpdates,
     Memory,
     Record,
     StepRecord,
-    StepStats,
 )
 from fpexplorer.training.runlog import RecordStream, Run
 
@@ -231,7 +233,9 @@ class RunSummarizer:
         if stats.grad_hist is not None:
             self.grad_zero += stats.grad_hist.zero
             self.grad_total += stats.grad_hist.total
-        if stats.lost_updates is not None and lost_share_means_something(stats):
+        if stats.lost_updates is not None and lost_share_means_something(
+            stats.lost_updates, stats.grad_hist, stats.layers
+        ):
             self.lost_sum += stats.lost_updates.share
             self.lost_count += 1
             self.lost_kind = stats.lost_updates.kind
@@ -341,17 +345,17 @@ def _counted(count: int, one: str, many: str) -> str:
     return one if count == 1 else f"{count} {many}"
 
 
-def lost_share_means_something(stats: StepStats) -> bool:
+def lost_share_means_something(
+    lost: LostUpdates | None, grad_hist: Histogram | None, layers: Sequence[LayerStats]
+) -> bool:
     """Whether a step's lost-update share measures updates: not on a step whose gradients
     held inf/NaN (there was no finite update to lose; the panel says "n/a" there, and the
     run's mean leaves it out)."""
-    lost = stats.lost_updates
     if lost is None or not math.isfinite(lost.share):
         return False
-    hist = stats.grad_hist
-    if hist is not None and hist.inf + hist.nan > 0:
+    if grad_hist is not None and grad_hist.inf + grad_hist.nan > 0:
         return False
-    return not any(layer.nonfinite for layer in stats.layers)
+    return not any(layer.nonfinite for layer in layers)
 
 
 def steps_text(count: int) -> str:

@@ -344,9 +344,10 @@ def test_the_lost_update_mean_leaves_out_steps_whose_gradients_were_not_finite(
 
     def step(index: int, share: float, nan: int) -> dict[str, object]:
         hist = {"lo": -10, "counts": [10 - nan], "zero": 0, "inf": 0, "nan": nan}
-        return {"type": "step", "step": index, "loss": 1.0 if not nan else math.nan,
-                "scale": 1.0, "skipped": False, "grad_hist": hist,
-                "lost_updates": {"share": share, "kind": "fp16_would_lose", "intended": 10}}  # fmt: skip
+        lost = {"share": share, "kind": "fp16_would_lose", "intended": 10}
+        loss = 1.0 if not nan else math.nan
+        return {"type": "step", "step": index, "loss": loss, "scale": 1.0, "skipped": False,
+                "grad_hist": hist, "lost_updates": lost}  # fmt: skip
 
     records = [HEADER, step(0, 0.2, 0), step(1, 0.4, 0), step(2, 0.0, 3), step(3, 0.0, 10)]
     text = _summary_text(tmp_path / "run.jsonl", records)

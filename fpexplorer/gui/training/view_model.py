@@ -788,7 +788,7 @@ def lost_updates_text(model: RunModel | None) -> str:
     if stats is None or not lost:
         return "lost updates: –"
     share = lost.share
-    if not lost_share_means_something(stats):
+    if not lost_share_means_something(lost, stats.grad_hist, stats.layers):
         return (
             f"lost updates: n/a on step {stats.step} (its gradients held inf/NaN: there "
             "was no finite update to lose)"
