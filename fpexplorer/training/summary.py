@@ -22,7 +22,14 @@ from typing import Any, BinaryIO
 from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.training.config import options_before_logged
 from fpexplorer.training.precision import PRECISION_NAMES, precision_mode
-from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
+from fpexplorer.training.records import (
+    EndRecord,
+    HeaderRecord,
+    Memory,
+    Record,
+    StepRecord,
+    StepStats,
+)
 from fpexplorer.training.runlog import RecordStream, Run
 
 CHECKPOINTS = 64  # step offsets kept for the final-loss pass (halved when full)
@@ -224,7 +231,7 @@ class RunSummarizer:
         if stats.grad_hist is not None:
             self.grad_zero += stats.grad_hist.zero
             self.grad_total += stats.grad_hist.total
-        if stats.lost_updates is not None:
+        if stats.lost_updates is not None and lost_share_means_something(stats):
             self.lost_sum += stats.lost_updates.share
             self.lost_count += 1
             self.lost_kind = stats.lost_updates.kind
@@ -332,6 +339,19 @@ class RunSummarizer:
 
 def _counted(count: int, one: str, many: str) -> str:
     return one if count == 1 else f"{count} {many}"
+
+
+def lost_share_means_something(stats: StepStats) -> bool:
+    """Whether a step's lost-update share measures updates: not on a step whose gradients
+    held inf/NaN (there was no finite update to lose; the panel says "n/a" there, and the
+    run's mean leaves it out)."""
+    lost = stats.lost_updates
+    if lost is None or not math.isfinite(lost.share):
+        return False
+    hist = stats.grad_hist
+    if hist is not None and hist.inf + hist.nan > 0:
+        return False
+    return not any(layer.nonfinite for layer in stats.layers)
 
 
 def steps_text(count: int) -> str:
@@ -529,7 +549,7 @@ def format_summary(summary: RunSummary) -> str:
         # Skipped steps made no update and have no share: a run that skipped all but one
         # step must not read as one that lost nothing.
         count = summary.lost_update_steps
-        over = f"{count} statistics step{'' if count == 1 else 's'} that updated"
+        over = f"{count} statistics step{'' if count == 1 else 's'} with finite updates"
         lines.append(f"updates    {kind}: {_share(summary.lost_update_share)} (mean of {over})")
     if summary.first_nonfinite_forward:
         origins = ", ".join(f"{n} ({c})" for n, c in summary.first_nonfinite_forward[:5])

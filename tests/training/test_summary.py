@@ -329,9 +329,28 @@ def test_the_lost_update_share_says_how_many_steps_it_is_the_mean_of(tmp_path: P
         for i in range(3)
     ]  # fmt: skip
     text = _summary_text(tmp_path / "run.jsonl", [HEADER, *steps])
-    assert "updates    FP16 weights would lose: 0.0% (mean of 1 statistics step that updated)" in (
-        text
+    assert (
+        "updates    FP16 weights would lose: 0.0% (mean of 1 statistics step with finite updates)"
+        in text
     )
+
+
+def test_the_lost_update_mean_leaves_out_steps_whose_gradients_were_not_finite(
+    tmp_path: Path,
+) -> None:
+    """fp16-noscale on the overflow task: 286 of 300 steps had NaN gradients (not skipped:
+    no scaler), and their shares went into the run's mean ("0.7% (mean of 300 ...)") while
+    the panel says n/a on each of them: a share over inf/NaN updates means nothing."""
+
+    def step(index: int, share: float, nan: int) -> dict[str, object]:
+        hist = {"lo": -10, "counts": [10 - nan], "zero": 0, "inf": 0, "nan": nan}
+        return {"type": "step", "step": index, "loss": 1.0 if not nan else math.nan,
+                "scale": 1.0, "skipped": False, "grad_hist": hist,
+                "lost_updates": {"share": share, "kind": "fp16_would_lose", "intended": 10}}  # fmt: skip
+
+    records = [HEADER, step(0, 0.2, 0), step(1, 0.4, 0), step(2, 0.0, 3), step(3, 0.0, 10)]
+    text = _summary_text(tmp_path / "run.jsonl", records)
+    assert "FP16 weights would lose: 30.0% (mean of 2 statistics steps with finite updates)" in text
 
 
 def test_a_killed_runs_torn_last_line_is_incomplete_not_damage(

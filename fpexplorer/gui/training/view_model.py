@@ -44,6 +44,7 @@ from fpexplorer.gui.training.run_model import (
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.precision import find_precision_mode
 from fpexplorer.training.records import Histogram
+from fpexplorer.training.summary import lost_share_means_something
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -787,10 +788,7 @@ def lost_updates_text(model: RunModel | None) -> str:
     if stats is None or not lost:
         return "lost updates: –"
     share = lost.share
-    hist = stats.grad_hist
-    nonfinite_grads = hist is not None and (hist.inf + hist.nan) > 0
-    layers_bad = any(layer.nonfinite for layer in stats.layers)
-    if not math.isfinite(share) or nonfinite_grads or layers_bad:
+    if not lost_share_means_something(stats):
         return (
             f"lost updates: n/a on step {stats.step} (its gradients held inf/NaN: there "
             "was no finite update to lose)"
