@@ -28,6 +28,7 @@ import numpy as np
 from fpexplorer.formats import ExactValue, FloatFormat, get_format, parse_value, to_exact_value
 from fpexplorer.formats.block import (
     INT_ROUNDING_MODES,
+    NVFP4_GLOBAL_DIVISOR,
     POWER_OF_TWO_RULES,
     BlockFormat,
     IntElement,
@@ -774,6 +775,9 @@ class BlockEditorState:
             tensor_text = display_decimal(block.tensor_scale)
             if self._forced_tensor_scale is None:
                 tensor_source = "from this block's amax / (448·6)"
+                if amax / NVFP4_GLOBAL_DIVISOR > FLOAT32.max:
+                    # 1e400 typed: the quotient is past FP32, the scale its max, not it.
+                    tensor_source = "FP32's max: this block's amax / (448·6) is past it"
             elif (
                 self._tensor is not None
                 and self._forced_tensor_scale == self._tensor_scale_of_tensor()

@@ -103,6 +103,18 @@ def test_scale_code_nan_and_negative() -> None:
     assert nvfp4.readout().scale_code == code
 
 
+def test_a_tensor_scale_clamped_at_fp32_max_says_so() -> None:
+    # Failed before: 1e400 typed read "3.40282346…e38 from this block's amax / (448·6)",
+    # which that quotient (3.7e396) is not.
+    state = BlockEditorState("nvfp4")
+    assert state.load_text("1e400, 1")
+    readout = state.readout()
+    assert readout.tensor_scale_code == 0x7F7FFFFF
+    assert readout.tensor_scale_source == "FP32's max: this block's amax / (448·6) is past it"
+    assert state.load_text("1e39, 1")  # 3.7e35: FP32 holds it
+    assert state.readout().tensor_scale_source == "from this block's amax / (448·6)"
+
+
 def test_nvfp4_tensor_scale_bits() -> None:
     state = BlockEditorState("nvfp4")
     readout = state.readout()
