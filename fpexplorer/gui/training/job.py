@@ -32,6 +32,7 @@ from fpexplorer.entry import self_command
 from fpexplorer.gui.training.job_state import JobState, JobStateError, JobStateMachine
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.runlog import EndRecord, Record, RecordStream
+from fpexplorer.training.summary import steps_text
 
 PAUSE_SUPPORTED = hasattr(signal, "SIGSTOP") and sys.platform != "win32"
 MAX_STDERR_LINES = 200
@@ -304,7 +305,7 @@ class TrainingJob(QObject):
         crashed = exit_status == QProcess.ExitStatus.CrashExit
         end = self.end_record
         if end is not None and end.status in ("completed", "stopped"):
-            summary = f"job {end.status} after {end.steps} steps"
+            summary = f"job {end.status} after {steps_text(end.steps)}"
             self._move("finish")
         elif end is None and self._stop_sent and not self._killed_by_us and crashed:
             # Stop pressed while the job was still starting (importing torch takes seconds):

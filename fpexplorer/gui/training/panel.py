@@ -65,6 +65,7 @@ from fpexplorer.gui.training.view_model import (
 from fpexplorer.paths import run_directory
 from fpexplorer.training.ranked import NoRunError, find_run
 from fpexplorer.training.records import HeaderRecord, Record
+from fpexplorer.training.summary import steps_text
 
 __all__ = ["RunEntry", "TrainingPanel"]
 
@@ -385,9 +386,10 @@ class TrainingPanel(QWidget):
         if ranks and added:
             self._select(added[0])  # the merged view first; the ranks overlaid on it
             if not self.loading:
+                merged = added[0].model
                 self._show_status(
                     f"Opened {elide(files.merged.name, 60)} (merged) and {len(ranks)} rank "
-                    f"logs beside it: {added[0].model.steps_seen} steps, {added[0].model.status}."
+                    f"logs beside it: {steps_text(merged.steps_seen)}, {merged.status}."
                 )
 
     def _load_run_file(self, path: Path, in_background: bool) -> None:
@@ -491,7 +493,7 @@ class TrainingPanel(QWidget):
                 self._select(entry)
             if entry is self.run_list_state.current:
                 self._show_settings_of(entry)
-            note = f"Opened {elide(path.name, 60)}: {model.steps_seen} steps, {model.status}."
+            note = f"Opened {elide(path.name, 60)}: {steps_text(model.steps_seen)}, {model.status}."
             end = model.end
             failed = end is not None and end.status == "failed"
             if end is not None and failed:

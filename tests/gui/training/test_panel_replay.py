@@ -273,3 +273,8 @@ def test_skipped_step_is_in_the_legend_only_when_a_run_skipped(panel, make_run) 
     assert legend.getLabel(panel.scale_plot.skips) is None
     panel.load_run(make_run("skips.jsonl", steps=50, overflow_every=20))
     assert legend.getLabel(panel.scale_plot.skips) is not None
+
+
+def test_a_run_of_one_step_reads_1_step(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    panel.load_run(make_run("one.jsonl", steps=1))
+    assert "Opened one.jsonl: 1 step, completed" in panel.status_label.text()  # "1 steps"
