@@ -922,12 +922,16 @@ def progress_view(model: RunModel, job_active: bool, state: str | None) -> Progr
 
 
 def throughput_text(model: RunModel | None) -> str:
+    """The latest step's rate, said to be recent: the monitor's records give it over the
+    last few steps (10), while `runs compare` gives steps over the whole run's time, and
+    the two differ on a run that slowed down or was paused."""
     rate = model.steps_per_second() if model is not None else None
     if model is None or rate is None:
         return "throughput: –"
     done, planned = model.progress()
     of = f" of {elide(str(planned), 20)}" if planned else ""
-    return f"throughput: {rate:.1f} steps/s · step {elide(str(done), 20)}{of}"
+    # No "throughput:" before it: the card's title says so, and the line must fit 1024 px.
+    return f"{rate:.1f} steps/s (recent) · step {elide(str(done), 20)}{of}"
 
 
 def summarize_problems(problems: dict[str, str], titles: dict[str, str]) -> str:

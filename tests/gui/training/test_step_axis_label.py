@@ -11,7 +11,12 @@ import pytest
 
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.synthetic import synthetic_records
-from fpexplorer.gui.training.view_model import OverlayRun, skipped_text, step_axis_label
+from fpexplorer.gui.training.view_model import (
+    OverlayRun,
+    skipped_text,
+    step_axis_label,
+    throughput_text,
+)
 from fpexplorer.training.records import StepRecord
 
 
@@ -79,3 +84,13 @@ def test_the_skip_count_names_each_optimizers_skips() -> None:
     single = RunModel()
     single.add_records([StepRecord(step=0, loss=1.0, skipped=True)])
     assert skipped_text(single) == "skipped: 1"
+
+
+def test_the_throughput_says_it_is_recent() -> None:
+    # The panel's "throughput: 35.1 steps/s" (the last record's rate over its last 10 steps)
+    # sat beside `runs compare`'s 58.3 steps/s for the same killed run (steps over the whole
+    # run's time) with nothing saying they measure different things.
+    model = RunModel()
+    model.add_records([StepRecord(step=i, loss=1.0, steps_per_s=35.125) for i in range(3)])
+    assert throughput_text(model) == "35.1 steps/s (recent) · step 3"
+    assert throughput_text(RunModel()) == "throughput: –"
