@@ -738,21 +738,16 @@ class _FlatDecoder:
             for key, name, exact, decode, required in self.fields
         }
         for item in dataclasses.fields(cls):
-            slot: Any = cls.__dict__.get(item.name)  # the slot's member descriptor
-            if (
-                hasattr(cls, "__post_init__")
-                or not item.init
-                or item.default_factory is not dataclasses.MISSING
-                or not hasattr(slot, "__set__")
-            ):
+            setter = _direct_setter(cls, item)
+            if setter is None:
                 self.direct, self.nested_defaults = [], []
                 self.usable_directly = False
                 break
             if item.name in read:
                 key, exact, decode, required = read[item.name]
-                self.direct.append((key, slot.__set__, exact, decode, required, item.default))
+                self.direct.append((key, setter, exact, decode, required, item.default))
             else:
-                self.nested_defaults.append((slot.__set__, item.default))
+                self.nested_defaults.append((setter, item.default))
         else:
             self.usable_directly = True
 
@@ -791,6 +786,22 @@ class _FlatDecoder:
 _ABSENT = object()  # a key not on the line (None is a value: JSON null)
 
 
+def _direct_setter(cls: type, item: dataclasses.Field[Any]) -> Callable[[Any, Any], None] | None:
+    """The setter of a record's field (its slot's member descriptor) where the field can be
+    set on a bare instance with what __init__ would store: no `__post_init__` check, an
+    init field without a default_factory, a slot. None otherwise."""
+    slot: Any = cls.__dict__.get(item.name)
+    if (
+        hasattr(cls, "__post_init__")
+        or not item.init
+        or item.default_factory is not dataclasses.MISSING
+        or not hasattr(slot, "__set__")
+    ):
+        return None
+    setter: Callable[[Any, Any], None] = slot.__set__
+    return setter
+
+
 def direct_constructor(cls: type[_R]) -> Callable[..., _R]:
     """A function taking what the dataclass __init__ takes (the same parameters and
     defaults) and making the record as it would, without calling it (the flat decoder's
@@ -804,16 +815,11 @@ def direct_constructor(cls: type[_R]) -> Callable[..., _R]:
     # After a `*`, as __init__ takes them (a required one may follow defaults).
     keyword_only: list[str] = []
     for item in dataclasses.fields(cls):  # type: ignore[arg-type]
-        slot: Any = cls.__dict__.get(item.name)  # the slot's member descriptor
-        if (
-            hasattr(cls, "__post_init__")
-            or not item.init
-            or item.default_factory is not dataclasses.MISSING
-            or not hasattr(slot, "__set__")
-        ):
+        setter = _direct_setter(cls, item)
+        if setter is None:
             return cls
         name = item.name
-        namespace[f"_set_{name}"] = slot.__set__
+        namespace[f"_set_{name}"] = setter
         taken = keyword_only if item.kw_only is True else parameters
         if item.default is dataclasses.MISSING:
             taken.append(name)

@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 import torch
+from test_monitor_cheap_signals import make_scaler  # the loops' scalers, by kind
 from torch import nn
 
 from fpexplorer.training.monitor import AmpMonitor
 from fpexplorer.training.records import StepRecord, decode_float
 from fpexplorer.training.runlog import load_run
-from fpexplorer.training.scaler_rules import resolve_settings
-from fpexplorer.training.scalers import make_grad_scaler
 
 
 class TwoLayers(nn.Module):
@@ -36,17 +35,6 @@ class TwoLayers(nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         hidden = torch.relu(self.first(inputs.to(self.first.weight.dtype)))
         return self.second(hidden.to(self.second.weight.dtype))
-
-
-def make_scaler(kind: str) -> Any:
-    if kind == "none":
-        return None
-    if kind == "grad":
-        return torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)
-    if kind == "disabled":
-        return torch.amp.GradScaler("cpu", enabled=False)
-    assert kind == "deepspeed"
-    return make_grad_scaler(resolve_settings("deepspeed"), "cpu")
 
 
 # What a loop does at each step, beyond a plain training step (the step index is the key).
