@@ -477,8 +477,7 @@ def test_a_batch_size_above_the_dataset_is_a_usage_error(tmp_path: Path) -> None
     run = load_run(out)
     assert run.status == "failed" and run.end is not None  # the log says why, too
     assert run.end.error == (
-        "TaskSettingsError: the batch size 100000 is larger than the task's dataset"
-        " (2048 samples)"
+        "TaskSettingsError: the batch size 100000 is larger than the task's dataset (2048 samples)"
     )
 
 
