@@ -220,7 +220,7 @@ def _root_digits(value: ExactValue) -> str:
     digits, exponent, _ = leading_digits(value, ROOT_DIGITS)
     if -6 <= exponent <= ROOT_DIGITS:
         return exact_decimal(value, ROOT_DIGITS)
-    return f"{digits[0]}.{digits[1:]}…e{exponent:+d}"
+    return f"{digits[0]}.{digits[1:]}…e{exponent}"  # the display rule's notation: e40, e-40
 
 
 def _number(value: ExactValue) -> float | None:
@@ -236,13 +236,18 @@ def _cut(text: str | None, digits: int = TEXT_DIGITS) -> str:
     if significant <= digits:
         return text
     from decimal import Decimal
+    from fractions import Fraction
 
-    return f"≈{Decimal(text.rstrip('…')):.{digits - 1}e}"
+    from fpexplorer.formats.decimal import approximate_decimal
+
+    value = Fraction(Decimal(text.rstrip("…")))
+    return approximate_decimal(value, keep=digits, shown=digits, inexact=True)
 
 
 def render_text(document: dict[str, Any]) -> str:
     """The document as lines for a terminal."""
     from fpexplorer.commands.output import exact_or_rounded
+    from fpexplorer.formats.decimal import approximate_decimal
 
     lines = [
         f"{document['expression'].strip()}  in {document['format']}  "
@@ -268,8 +273,10 @@ def render_text(document: dict[str, Any]) -> str:
         error = "-"
         if result["error_abs"] is not None:
             if result["error_is_approximate"]:  # an irrational root: no exact error to show
-                error = f"≈{result['error_abs']:.3g}"
-                ulps = None if result["error_ulps"] is None else f"≈{result['error_ulps']:.3g}"
+                error = approximate_decimal(result["error_abs"], keep=3, shown=3, inexact=True)
+                ulps = None
+                if result["error_ulps"] is not None:
+                    ulps = approximate_decimal(result["error_ulps"], keep=3, shown=3, inexact=True)
             else:
                 error = exact_or_rounded(result["error_abs_exact"], keep=12, shown=3)
                 ulps = exact_or_rounded(result["error_ulps_exact"], keep=6, shown=3)

@@ -71,13 +71,20 @@ def _describe(fmt: Any) -> dict[str, Any]:
 
 
 def _render_text(rows: list[dict[str, Any]]) -> str:
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from fpexplorer.formats.decimal import approximate_decimal
+
     def number(row: dict[str, Any], key: str, width: int) -> str:
-        # Exact when it fits (FP16's max is 65504, not 6.55e+04), else 4 digits marked "≈":
-        # FP16's eps 0.0009765625 is not 0.0009766.
+        # Exact when it fits (FP16's max is 65504, not 6.55e4), else 4 digits marked "≈"
+        # (FP16's eps 0.0009765625 is not 0.0009766), in the app's notation: ≈1.798e308.
         value, exact = row[key], row[f"{key}_exact"]
         if value is None:
             return "-"
-        return exact if len(exact) <= width else f"≈{value:.4g}"
+        if len(exact) <= width:
+            return exact
+        return approximate_decimal(Fraction(Decimal(exact)), keep=4, shown=4)
 
     header = (
         f"{'format':<19}{'bits':>4} {'E':>2} {'M':>2} {'bias':>5}  {'max':>11} "

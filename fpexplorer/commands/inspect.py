@@ -161,23 +161,19 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parse_code(text: str, fmt: FloatFormat) -> int:
-    cleaned = text.strip().lower().replace("_", "").replace("|", "")
+    """--bits CODE, read by the GUI's rules (`formats.parse_code`), where a plain integer
+    is a code too: nothing else can be meant here."""
+    from fpexplorer.formats import parse_code
+
     try:
-        if cleaned.startswith("0x"):
-            code = int(cleaned[2:], 16)
-        elif cleaned.startswith("0b"):
-            code = int(cleaned[2:], 2)
-        elif "|" in text:  # the fields as `inspect` prints them: 0|01111|0000000000
-            code = int(cleaned, 2)
-        else:
-            code = int(cleaned, 10)
-    except ValueError:
+        code = parse_code(text, fmt, decimal=True)
+    except ValueError as error:
+        raise ValueError(f"--bits: {error}") from None
+    if code is None:
         raise ValueError(
-            f"--bits {text!r}: not a code (expected 0x.., 0b.., bits as 0|01111|0000000000 "
-            "or an integer)"
-        ) from None
-    if not 0 <= code < (1 << fmt.width):
-        raise ValueError(f"--bits {text!r}: out of range for the {fmt.width}-bit {fmt.name}")
+            f"--bits {text.strip()[:60]!r}: not a code (expected 0x.., 0b.., the fields "
+            "0|01111|0000000000 or an integer)"
+        )
     return code
 
 
@@ -196,6 +192,8 @@ def _fraction_text(value: Fraction | None, max_digits: int | None = None) -> str
 
 
 def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
+    from fpexplorer.formats.decimal import shortest_display
+
     exact = fmt.to_exact(code)
     fields = fmt.fields(code)
     special = not exact.is_finite
@@ -231,7 +229,8 @@ def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
         "class": fmt.classify(code),
         "value_exact": _exact_text(exact),
         "value": value if exact.is_finite and abs(value) != float("inf") else None,
-        "shortest": fmt.shortest_decimal(code),
+        "shortest": fmt.shortest_decimal(code),  # repr style: float64's is repr(float)
+        "shortest_text": shortest_display(fmt, code),  # the same digits, the app's notation
         # inf and NaN are special codes: no power of two, no significand (FP16's inf read as
         # 2^16 x 1 was 65536), null as the text output says.
         "fields": {
@@ -279,16 +278,18 @@ def _cut(text: str | None, digits: int = TEXT_DIGITS, note: bool = True) -> str:
     significant = sum(ch.isdigit() for ch in text.lstrip("-0."))
     if significant <= digits:
         return text
-    from decimal import ROUND_DOWN, Context, Decimal
+    from decimal import Decimal
+    from fractions import Fraction
 
-    number = Decimal(text.rstrip("…"))
+    from fpexplorer.formats.decimal import approximate_decimal, display_decimal
+
+    number = Fraction(Decimal(text.rstrip("…")))
     if not note:
-        return f"≈{number:.{digits - 1}e}"
+        return approximate_decimal(number, keep=digits, shown=digits, inexact=True)
     # The value's own first digits, cut and marked "…" as the app shows them: rounded, the
     # last one shown of float64's max read 2854 where its digits run 28538…
-    kept = Context(prec=digits, rounding=ROUND_DOWN).create_decimal(number)
-    mantissa, _, exponent = f"{kept:e}".partition("e")
-    return f"{mantissa}…e{exponent} ({significant} digits, all in --json)"
+    cut = display_decimal(number, exact_digits=digits, cut_digits=digits)
+    return f"{cut} ({significant} digits, all in --json)"
 
 
 def _render_text(document: dict[str, Any]) -> str:
@@ -309,7 +310,7 @@ def _render_text(document: dict[str, Any]) -> str:
             ("code", f"{result['code_hex']}  {result['code_bits']}   ({layout})"),
             ("class", result["class"]),
             ("value", _cut(result["value_exact"])),
-            ("shortest", result["shortest"]),
+            ("shortest", result["shortest_text"]),
         ]
         fields = result["fields"]
         rows.append(

@@ -58,24 +58,19 @@ def seed_text(seed: int | None) -> str:
 def exact_or_rounded(exact: str | None, *, keep: int, shown: int) -> str:
     """An exact decimal (as `exact_decimal` writes it) for a terminal: every digit when it
     has at most `keep` significant digits, else rounded to `shown` and marked "≈", so that a
-    rounded number never reads as an exact one. "-" for None.
-
-    Exact values whose leading zeros would fill a line (1e-400) are written "1e-400".
+    rounded number never reads as an exact one; in the display rule's notation (1e-400,
+    ≈1.487e284: `approximate_decimal`). "-" for None; a cut decimal ("0.333…") is "≈".
     """
     from decimal import Decimal
+
+    from fpexplorer.formats.decimal import approximate_decimal
 
     if exact is None:
         return "-"
     if not exact or not (exact[-1].isdigit() or exact.endswith("…")) or "e" in exact:
         return exact  # inf, nan, or already scientific
-    # Significant digits: leading zeros and an integer's trailing zeros (10**30) do not count.
-    digits = exact.lstrip("-").replace(".", "").strip("0").rstrip("…")
-    number = Decimal(exact.rstrip("…"))
-    if exact.endswith("…") or len(digits) > keep:
-        return f"≈{number:.{shown}g}"
-    if len(exact) > keep + 8:  # few digits, many zeros: 1e-400, 3e+200
-        return f"{number.normalize():e}"  # exact: at most `keep` (< 28) digits
-    return exact
+    value = Fraction(Decimal(exact.rstrip("…")))
+    return approximate_decimal(value, keep=keep, shown=shown, inexact=exact.endswith("…"))
 
 
 def accept_negative_values(parser: argparse.ArgumentParser) -> None:

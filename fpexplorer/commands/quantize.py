@@ -101,7 +101,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--seed goes with --rounding stochastic only")  # nothing draws
     args.seed = stochastic_seed(args.seed) if args.rounding == "stochastic" else None
     fmt = get_block_format(args.format, args.scale_rule)
-    scale_code = None if args.scale_code is None else _parse_code(args.scale_code)
+    scale_code = None if args.scale_code is None else _parse_code(args.scale_code, fmt)
     head = {**_describe_format(fmt, args.rounding), "seed": args.seed}
     if args.values:
         return {**head, **_from_values(args, fmt, scale_code)}
@@ -119,11 +119,20 @@ def _describe_format(fmt: BlockFormat, rounding: str) -> dict[str, Any]:
     }
 
 
-def _parse_code(text: str) -> int:
+def _parse_code(text: str, fmt: BlockFormat) -> int:
+    """--scale-code CODE by the one reader of codes (`formats.parse_code`, as `inspect
+    --bits` and the GUI): 0x.., 0b.., fields or an integer; 0o17 or -1 are refused."""
+    from fpexplorer.formats import parse_code
+
     try:
-        return int(text.replace("_", ""), 0)
-    except ValueError:
-        raise ValueError(f"--scale-code {text!r} is not a code (0x.., 0b.. or decimal)") from None
+        code = parse_code(text, fmt.scale_format, decimal=True)
+    except ValueError as error:
+        raise ValueError(f"--scale-code: {error}") from None
+    if code is None:
+        raise ValueError(
+            f"--scale-code {text.strip()[:60]!r} is not a code (0x.., 0b.. or decimal)"
+        )
+    return code
 
 
 def _from_values(
@@ -394,21 +403,65 @@ def _json_float(x: ExactValue) -> float | None:
 
 
 def _describe_stats(stats: ErrorStats) -> dict[str, Any]:
-    """Floats (null where not finite) with a text form that keeps inf and nan."""
+    """Floats (null where not finite or past float64's range), the exact max |error| where
+    the exact path knows it, and text forms that keep inf and nan."""
     import math
+
+    from fpexplorer.formats import exact_decimal
 
     def number(value: float) -> float | None:
         return value if math.isfinite(value) else None
 
+    exact_max = stats.max_abs_error_exact
     return {
         "count": stats.count,
         "max_abs_error": number(stats.max_abs_error),
+        "max_abs_error_exact": None if exact_max is None else exact_decimal(exact_max),
+        "max_abs_error_text": _error_text(stats.max_abs_error, exact_max, stats.count),
         "rmse": number(stats.rmse),
+        "rmse_text": _error_text(stats.rmse, _root(stats.mean_squared_error_exact), stats.count),
         "sqnr_db": number(stats.sqnr_db),
         "sqnr_db_text": _sqnr_text(stats.sqnr_db),
         "share_saturated": number(stats.share_saturated),
         "share_flushed": number(stats.share_flushed),
     }
+
+
+def _root(square: Fraction | None) -> tuple[Fraction, bool] | None:
+    """(√square, exact?): exact when square is the square of a fraction, else to about 70
+    bits, from integers (float() overflows past 1e308, as the RMSE of an error of 1e400)."""
+    import math
+    from fractions import Fraction
+
+    if square is None:
+        return None
+    numerator, denominator = square.numerator, square.denominator
+    root_n, root_d = math.isqrt(numerator), math.isqrt(denominator)
+    if root_n * root_n == numerator and root_d * root_d == denominator:
+        return Fraction(root_n, root_d), True
+    # square × 4**shift holds about 140 bits in its integer part; its root about 70.
+    shift = max(0, (140 - (numerator.bit_length() - denominator.bit_length())) // 2)
+    return Fraction(math.isqrt(numerator * 4**shift // denominator), 2**shift), False
+
+
+def _error_text(value: float, exact: Fraction | tuple[Fraction, bool] | None, count: int) -> str:
+    """An error for the summary: from the exact value where there is one (exact when it has
+    at most 4 digits, else "≈" 4 digits; never "inf" for a finite error past float64's
+    range), else the float64 figure marked "≈" (its sums and differences rounded)."""
+    import math
+
+    from fpexplorer.formats.decimal import approximate_decimal
+
+    if math.isnan(value):
+        return "n/a"
+    if math.isinf(value) and exact is None:
+        return "inf" if count else "n/a"  # a NaN block scale: no finite value to compare
+    if exact is None:
+        return approximate_decimal(value, keep=4, shown=4, inexact=value != 0)
+    if isinstance(exact, tuple):
+        root, is_exact = exact
+        return approximate_decimal(root, keep=4, shown=4, inexact=not is_exact)
+    return approximate_decimal(exact, keep=4, shown=4)
 
 
 def _sqnr_text(value: float) -> str:
@@ -490,17 +543,11 @@ def _stats_text(stats: dict[str, Any]) -> str:
         # 3 of 7 is ≈42.86%, not 42.86%.
         return "n/a" if value is None else share_percent(value, stats["count"])
 
-    def error(value: float | None) -> str:
-        if value is None:
-            return "inf" if stats["count"] else "n/a"
-        # The element rows' notation (display_decimal: 2.69008283…e31), not Python's e+31.
-        return "0" if value == 0 else "≈" + re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{value:.4g}")
-
     # "inf (no error)" reads "SQNR inf dB (no error)", the unit beside its number.
     sqnr, _, note = stats["sqnr_db_text"].partition(" (")
     sqnr += f" dB ({note}" if note else " dB"
     return (
-        f"max |error| {error(stats['max_abs_error'])}, RMSE {error(stats['rmse'])}, "
+        f"max |error| {stats['max_abs_error_text']}, RMSE {stats['rmse_text']}, "
         f"SQNR {sqnr}, saturated {share(stats['share_saturated'])}, "
         f"flushed to zero {share(stats['share_flushed'])}"
     )

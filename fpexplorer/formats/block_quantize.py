@@ -76,6 +76,10 @@ class ErrorStats:
     block scale); `sqnr_db` = 10·log10(Σx² / Σ(x - q)²), +inf when there is no error;
     `share_saturated`: inputs beyond ±max_elem × scale (clipped); `share_flushed`: nonzero
     inputs that became zero. Shares and errors are NaN where `count` is 0.
+
+    The exact path (`exact_error_stats`) also keeps the exact max |error| and mean squared
+    error: a finite error past float64's range (2**1100) is +inf as a float, and a reader
+    must not call it infinite. The float64 path leaves them None.
     """
 
     count: int
@@ -84,6 +88,8 @@ class ErrorStats:
     sqnr_db: float
     share_saturated: float
     share_flushed: float
+    max_abs_error_exact: Fraction | None = None
+    mean_squared_error_exact: Fraction | None = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -276,6 +282,8 @@ def exact_error_stats(blocks: Sequence[ExactBlock]) -> ErrorStats:
         sqnr_db=sqnr,
         share_saturated=saturated / count,
         share_flushed=flushed / count,
+        max_abs_error_exact=max_error,
+        mean_squared_error_exact=squared / count,
     )
 
 

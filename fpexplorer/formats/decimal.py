@@ -12,7 +12,9 @@ padded exponent digits).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -190,10 +192,63 @@ def _comparable(value: ValueLike) -> object:
     return ("finite", fraction < 0, abs(fraction))
 
 
-def _written(negative: bool, digits: str, exponent10: int, *, cut: bool) -> str:
-    """Digits d1d2… meaning d1.d2… × 10**exponent10, in the app's one notation."""
+def approximate_decimal(
+    x: ValueLike | Decimal | float, *, keep: int, shown: int, inexact: bool = False
+) -> str:
+    """A value for a read-out that has room for a few digits, in the display rule's notation:
+    exact when its decimal has at most `keep` significant digits, else rounded to nearest
+    (ties to even) to `shown` digits and marked "≈" ("≈1.86e-8", "≈1.798e308", never
+    Python's "1.86e-08" or "1.798e+308"). `inexact` marks a value that is itself already
+    rounded (a float64 sum, a square root): it is never shown without "≈".
+
+    >>> approximate_decimal(Fraction(1, 4), keep=4, shown=4)
+    '0.25'
+    >>> approximate_decimal(2**1024, keep=4, shown=4), approximate_decimal(2**-27, keep=4, shown=3)
+    ('≈1.798e308', '≈7.45e-9')
+    """
+    if keep < 1 or shown < 1:
+        raise ValueError("keep and shown must be at least 1")
+    if isinstance(x, ExactValue):
+        if not x.is_finite:
+            return str(x)
+        negative, magnitude = x.negative, x.magnitude
+    else:
+        if isinstance(x, float | Decimal) and not math.isfinite(x):
+            return str(float(x))  # "inf", "-inf", "nan"
+        value = Fraction(x)
+        negative, magnitude = value < 0, abs(value)
+    if magnitude == 0:
+        return "-0" if negative else "0"
+    digits, exponent10, exact = leading_digits(magnitude, keep)
+    if exact and not inexact:
+        return _written(negative, digits, exponent10, cut=False)
+    digits, exponent10, _ = leading_digits(magnitude, shown)
+    unit = Fraction(10) ** (exponent10 - shown + 1)  # the place of the last digit kept
+    kept = int(digits.ljust(shown, "0"))
+    rest = magnitude - kept * unit
+    if 2 * rest > unit or (2 * rest == unit and kept % 2):
+        kept += 1
+        if kept == 10**shown:  # 9.999 -> 10.00
+            kept, exponent10 = 10 ** (shown - 1), exponent10 + 1
+    # Placed with every kept digit (10.00 is positional, "10"; 65500 of 3 digits is not),
+    # then the trailing zeros of the fraction dropped.
+    mantissa, e, exponent = _written(negative, str(kept), exponent10, cut=True, mark="").partition(
+        "e"
+    )
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"≈{mantissa}{e}{exponent}"
+
+
+def _written(
+    negative: bool, digits: str, exponent10: int, *, cut: bool, mark: str | None = None
+) -> str:
+    """Digits d1d2… meaning d1.d2… × 10**exponent10, in the app's one notation. `cut` digits
+    (marked "…" unless `mark` says otherwise) are positional only when every integer digit
+    is among them."""
     sign = "-" if negative else ""
-    mark = "…" if cut else ""
+    if mark is None:
+        mark = "…" if cut else ""
     # Positional only when every shown digit keeps its place (a cut value needs its whole
     # integer part among the shown digits: "123456789…" would hide where the point is).
     if exponent10 in POSITIONAL_EXPONENTS and (not cut or exponent10 < len(digits)):

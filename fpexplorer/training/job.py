@@ -74,6 +74,10 @@ class JobResult:
     error: str | None  # one line
     traceback: str | None = None  # the task's failure, as Python printed it
     log_error: str | None = None  # the run log could not be written (training went on)
+    # The run failed on a setting the task cannot take (TaskSettingsError: a batch larger
+    # than its dataset): the one line the user must act on. `fpexplorer train` makes it a
+    # usage error (exit 2), not a failed task (exit 1).
+    settings_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -537,6 +541,7 @@ def run_job(
         interrupted = isinstance(error, KeyboardInterrupt) or (rank is not None and stop.requested)
         state = RunState.STOPPED if interrupted else RunState.FAILED
         message = None if interrupted else one_line_error(error)
+        settings_error = str(error) if isinstance(error, TaskSettingsError) else None
         trace = None
         if not interrupted and not isinstance(error, (EmptyBatchesError, TaskSettingsError)):
             trace = "".join(traceback_module.format_exception(error))
@@ -552,11 +557,13 @@ def run_job(
                 )
             except OSError as write_error:
                 return JobResult(
-                    state, 0, path, message, trace, f"{write_error.strerror or write_error}"
-                )
+                    state, 0, path, message, trace, f"{write_error.strerror or write_error}",
+                    settings_error,
+                )  # fmt: skip
         else:
             monitor.close(state.value, message)
-        return JobResult(state, steps_done, path, message, trace, _log_error(monitor, writer))
+        return JobResult(state, steps_done, path, message, trace, _log_error(monitor, writer),
+                         settings_error)  # fmt: skip
     finally:
         log_warnings.__exit__(None, None, None)
         if handle_signals:
@@ -653,7 +660,7 @@ def _rank_logs(
 
 def run_job_cli(config: TrainConfig) -> int:
     """`fpexplorer train`: exit status 0 (completed or stopped), 1 (the task failed),
-    2 (the job could not start; raised as UsageError)."""
+    2 (the job could not start, or the task refused a setting: raised as UsageError)."""
     from fpexplorer.errors import UsageError
 
     if config.launches:
@@ -668,6 +675,10 @@ def run_job_cli(config: TrainConfig) -> int:
         result = run_job(config)
     except JobSetupError as error:
         raise UsageError(str(error)) from None
+    if result.settings_error is not None:
+        # A setting the task cannot take is the user's to change, like an unknown option:
+        # a usage error, one line (the run log still ends `failed`, saying why).
+        raise UsageError(result.settings_error)
     if result.traceback:
         _say(result.traceback.rstrip("\n"))
     if result.state is RunState.FAILED:

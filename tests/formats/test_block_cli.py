@@ -134,7 +134,7 @@ def test_forced_scale_code_and_rule(capsys: pytest.CaptureFixture[str]) -> None:
         (["-f", "mxfp4", "--npy", "/nonexistent.npy"], "no such file"),
         (["-f", "mxfp4", "abc"], "'abc': not a number"),
         (["-f", "mxfp4", "--rounding", "up", "1"], "unknown rounding mode 'up'"),
-        (["-f", "mxfp4", "--scale-code", "0x1ff", "1"], "scale code is 0..0xff"),
+        (["-f", "mxfp4", "--scale-code", "0x1ff", "1"], "more than 8 bits"),
         (["-f", "mxfp4", "--scale-code", "zz", "1"], "is not a code"),
         (["-f", "nvfp4", "--scale-code", "0x80", "1"], "non-negative"),
         (["-f", "mxfp4", "--scale-rule", "nearest", "1"], "does not fit"),
@@ -282,3 +282,37 @@ def test_summary_errors_use_the_rows_exponent_notation(capsys: pytest.CaptureFix
     text = _text(capsys, ["-f", "nvfp4", "1e39", "1"])
     assert "-2.69008283…e31" in text and "max |error| ≈2.69e31, RMSE ≈1.902e31" in text
     assert "max |error| ≈1.863e-8" in _text(capsys, ["-f", "nvfp4", "inf", "1"])
+
+
+def test_a_finite_error_past_float64_is_never_called_inf(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 1e400 saturates to 6 under a forced scale of 1: an error of 1e400 - 6, finite. The
+    # summary said "max |error| inf, RMSE inf" and --json had nothing but null.
+    argv = ["-f", "mxfp4", "1e400", "1", "--scale-code", "0x7f"]
+    assert main(["quantize", *argv]) == 0
+    out = capsys.readouterr().out
+    summary = out.strip().splitlines()[-1]
+    assert "max |error| ≈1e400, RMSE ≈7.071e399," in summary, summary
+    assert "inf" not in summary
+    document = _json(capsys, argv)
+    stats = document["summary"]
+    error = Fraction(10**400 - 6)
+    assert stats["max_abs_error"] is None  # JSON numbers stop at float64's range
+    assert Fraction(stats["max_abs_error_exact"]) == error
+    assert stats["max_abs_error_text"] == "≈1e400"
+    assert stats["rmse_text"] == "≈7.071e399"  # √((error² + 0) / 2) = error / √2
+    assert document["blocks"][0]["stats"]["max_abs_error_exact"] == stats["max_abs_error_exact"]
+    # A NaN block scale still reads inf: there the finite inputs did become NaN.
+    nan_scale = _json(capsys, ["-f", "mxfp4", "1e400", "1"])["summary"]
+    assert nan_scale["max_abs_error_text"] == "inf" and nan_scale["max_abs_error_exact"] is None
+
+
+def test_summary_errors_are_exact_when_short_and_rounded_otherwise(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    stats = _json(capsys, ["-f", "mxfp4", "1", "-0.75", "0.3", "5"])["summary"]
+    # Errors 0, 0.25, 0.2, 1: max 1 exactly (it read "≈1"), RMSE √0.275625 = 0.525 exactly.
+    assert (stats["max_abs_error_text"], stats["rmse_text"]) == ("1", "0.525")
+    stats = _json(capsys, ["-f", "mxfp4", "1", "0.3"])["summary"]
+    assert stats["rmse_text"] == "≈0.03536"  # 0.3 -> 0.25 under scale 2^-2: √(0.05² / 2)

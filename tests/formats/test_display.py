@@ -148,3 +148,49 @@ def test_share_percent_is_exact_or_marked() -> None:
             assert abs(shown - exact) <= Fraction(1, 200), (hits, count, text)
             assert text.startswith("≈") == (shown != exact), (hits, count, text)
     assert share_percent(3 / 7, 7) == "≈42.86%" and share_percent(0.2, 5) == "20.00%"
+
+
+@given(
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.integers(min_value=-1200, max_value=1200),
+    st.integers(min_value=1, max_value=8),
+)
+def test_approximate_decimal_is_exact_or_rounded_to_nearest_and_marked(
+    mantissa: int, exponent: int, shown: int
+) -> None:
+    from decimal import ROUND_HALF_EVEN, Context, Decimal
+
+    from fpexplorer.formats.decimal import approximate_decimal
+
+    value = Fraction(mantissa) * Fraction(2) ** exponent
+    text = approximate_decimal(value, keep=shown, shown=shown)
+    written = text.removeprefix("≈")
+    assert NOTATION.fullmatch(written) and "…" not in written, text
+    # The oracle: the decimal module, exact (a dyadic value has a finite decimal), then
+    # rounded once to `shown` digits, ties to even.
+    wide = Context(prec=2000, Emax=10**6, Emin=-(10**6))
+    exact = wide.divide(Decimal(value.numerator), Decimal(value.denominator))
+    assert Fraction(exact) == value
+    rounded = Context(prec=shown, rounding=ROUND_HALF_EVEN, Emax=10**6, Emin=-(10**6))
+    expected = Fraction(rounded.plus(exact))
+    assert Fraction(Decimal(written)) == expected, text
+    assert text.startswith("≈") == (expected != value), text
+
+
+def test_command_line_tables_use_the_display_notation(capsys: pytest.CaptureFixture[str]) -> None:
+    # `formats` printed 1.798e+308 and 1.192e-07 where `inspect` and the GUI print e308, e-7.
+    from fpexplorer.cli import main
+
+    python_style = re.compile(r"[0-9…]e\+|[0-9…]e-?0[0-9]")
+    for argv in (
+        ["formats"],
+        ["inspect", "1e300", "-f", "fp64", "fp16", "bf16"],
+        ["inspect", "1e-40", "-f", "fp32", "e8m0"],
+        ["calc", "sqrt(2e300)", "-f", "fp64"],
+        ["calc", "1e-300 * 3", "-f", "fp64"],
+        ["quantize", "-f", "mxfp8_e4m3", "1e-30", "3e30", "0.1"],
+        ["quantize", "-f", "nvfp4", "1e-30", "3e30", "0.1"],
+    ):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert python_style.search(out) is None, (argv, python_style.search(out))

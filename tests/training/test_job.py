@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from training_helpers import REPO, run_cli
 
+from fpexplorer.errors import UsageError
 from fpexplorer.training.config import PRECISION_NAMES, TrainConfig
 from fpexplorer.training.job import RunState, run_job
 from fpexplorer.training.runlog import Run, load_run, parse_record
@@ -462,16 +463,44 @@ def test_stream_is_a_channel_the_tasks_output_cannot_reach(tmp_path: Path) -> No
 
 
 @pytest.mark.slow  # a child process that imports torch: a second
-def test_a_batch_size_above_the_dataset_fails_at_once(tmp_path: Path) -> None:
+def test_a_batch_size_above_the_dataset_is_a_usage_error(tmp_path: Path) -> None:
+    """A setting the task cannot take is the user's to change: exit 2 and one line, as for
+    any other usage error (it exited 1, "the task failed: TaskSettingsError: ...")."""
     out = tmp_path / "big.jsonl"
     result = run_cli("train", "--task", "mlp", "--batch-size", "100000", "--steps", "3",
                      "--device", "cpu", "--out", str(out), timeout=60)  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "fpexplorer train: error: the task failed: TaskSettingsError: the batch size 100000 is"
-        " larger than the task's dataset (2048 samples)"
+        "fpexplorer train: error: the batch size 100000 is larger than the task's dataset"
+        " (2048 samples)"
     ]  # one line: a setting, not a bug, so no traceback
-    assert load_run(out).status == "failed"
+    run = load_run(out)
+    assert run.status == "failed" and run.end is not None  # the log says why, too
+    assert run.end.error == (
+        "TaskSettingsError: the batch size 100000 is larger than the task's dataset (2048 samples)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("task", "samples"), [("mlp", 2048), ("underflow", 4096), ("overflow", 8192),
+                          ("regression", 4096)],
+)  # fmt: skip
+def test_every_task_with_a_dataset_refuses_a_larger_batch(
+    tmp_path: Path, task: str, samples: int
+) -> None:
+    """Every built-in task that samples a fixed dataset: a settings error (the CLI's exit 2),
+    before any step. The transformer samples windows of its text with replacement: any
+    batch size runs (not listed)."""
+    from fpexplorer.training.job import run_job_cli
+
+    config = TrainConfig(task=task, batch_size=samples + 1, steps=3, device="cpu",
+                         out=str(tmp_path / f"{task}.jsonl"))  # fmt: skip
+    with pytest.raises(UsageError) as raised:
+        run_job_cli(config)
+    assert str(raised.value) == (
+        f"the batch size {samples + 1} is larger than the task's dataset ({samples} samples)"
+    )
+    assert load_run(tmp_path / f"{task}.jsonl").steps == ()
 
 
 def test_an_empty_batch_source_is_a_failure_not_a_completed_run(tmp_path: Path) -> None:

@@ -180,6 +180,50 @@ def test_memory_figures_equal_those_counted_by_hand(tmp_path: Path) -> None:
     assert first.optimizer == last.optimizer == {"float32": state}
 
 
+def saved_bytes_by_hand(model: nn.Module, inputs: torch.Tensor) -> dict[str, int]:
+    """The bytes autograd saves for backward in `model(inputs)` (not the parameters), by
+    dtype, counted by a saved-tensor hook of the test's own."""
+    params = {p.data_ptr() for p in model.parameters()}
+    saved: dict[tuple[int, torch.dtype], int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.data_ptr() not in params:
+            saved.setdefault((tensor.data_ptr(), tensor.dtype), tensor.numel() * 4)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(inputs)
+    return {"float32": sum(saved.values())} if saved else {}
+
+
+def test_two_monitors_on_one_model_both_count_the_saved_activations(tmp_path: Path) -> None:
+    # Saved-tensor hooks are a stack of which autograd calls only the top pair: the first
+    # monitor's activations read {} while the second's were right (this failed before).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = torch.randn(16, 8)
+    expected = saved_bytes_by_hand(model, inputs)
+    assert expected["float32"] > 0
+    first = AmpMonitor(model, optimizer, None, out=tmp_path / "first.jsonl", stats_every=1)
+    second = AmpMonitor(model, optimizer, None, out=tmp_path / "second.jsonl", stats_every=1)
+    seen: list[tuple[dict[str, int], ...]] = []
+    for step in range(3):
+        if step == 2:
+            second.close()  # the first goes on measuring alone
+        loss = model(inputs).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        monitors = (first,) if step == 2 else (first, second)
+        memories = [monitor.step(loss).stats for monitor in monitors]
+        seen.append(tuple(m.memory.activations if m and m.memory else {} for m in memories))
+    first.close()
+    assert seen == [(expected, expected), (expected, expected), (expected,)]
+    # Every monitor gone: autograd's stack holds no hook of theirs (none is called).
+    assert saved_bytes_by_hand(model, inputs) == expected
+
+
 def test_forward_checks_read_on_the_host_and_on_the_device_keep_their_order(
     tmp_path: Path,
 ) -> None:

@@ -254,6 +254,45 @@ def test_a_gan_loop_records_each_optimizers_step_and_their_lost_updates(tmp_path
     assert any(r.lost_updates is not None and r.lost_updates.share > 0 for r in records)
 
 
+def test_a_param_group_added_after_the_monitor_is_watched(tmp_path: Path) -> None:
+    # Layers unfrozen mid-run: a group added to the second optimizer after the monitor was
+    # built. Its parameters' updates were missing from the lost-update count with several
+    # optimizers (the layout was read once; one optimizer re-reads it): this failed before.
+    torch.manual_seed(0)
+    encoder, head, late = nn.Linear(4, 6), nn.Linear(6, 2), nn.Linear(4, 2)
+    model = nn.ModuleDict({"encoder": encoder, "head": head, "late": late})
+    optimizer_a = torch.optim.SGD(encoder.parameters(), lr=1e-2, foreach=False)
+    optimizer_b = torch.optim.SGD(head.parameters(), lr=1e-2, foreach=False)
+    inputs = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    records, truth = [], []
+    with AmpMonitor(model, (optimizer_a, optimizer_b), None, out=tmp_path / "run.jsonl",
+                    stats_every=1) as monitor:  # fmt: skip
+        for step in range(3):
+            if step == 1:  # a tiny lr: FP16 weights would lose these updates
+                optimizer_b.add_param_group({"params": list(late.parameters()), "lr": 1e-7})
+            optimizer_a.zero_grad()
+            optimizer_b.zero_grad()
+            loss = head(torch.tanh(encoder(inputs))).square().mean() + late(inputs).sum()
+            loss.backward()
+            stepping = [encoder, head, *([late] if step >= 1 else [])]
+            old = [w for module in stepping for w in weights(module)]
+            grads = [p.grad.clone() for module in stepping for p in module.parameters()]
+            everything = [p.grad for p in model.parameters() if p.grad is not None]
+            norm = math.sqrt(sum(float(g.double().square().sum()) for g in everything))
+            optimizer_a.step()
+            optimizer_b.step()
+            new = [w for module in stepping for w in weights(module)]
+            truth.append((norm, fp16_lost_updates(old, new, grads)))
+            records.append(monitor.step(loss))
+    for record, (norm, (intended, lost_count)) in zip(records, truth, strict=True):
+        assert record.grad_norm == pytest.approx(norm, rel=1e-6)
+        lost = record.lost_updates
+        assert lost is not None and lost.intended == intended
+        assert lost.share == pytest.approx(lost_count / intended, abs=0, rel=1e-12)
+    assert truth[1][1][0] == truth[0][1][0] + late.weight.numel() + late.bias.numel()
+    assert records[1].lost_updates is not None and records[1].lost_updates.share > 0
+
+
 def test_two_optimizers_stepping_once_each_is_one_step_and_twice_warns(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 2))

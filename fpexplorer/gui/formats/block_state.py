@@ -42,7 +42,7 @@ from fpexplorer.formats.block_quantize import (
     quantize,
     quantize_block_exact,
 )
-from fpexplorer.formats.decimal import display_decimal, share_percent
+from fpexplorer.formats.decimal import approximate_decimal, display_decimal, share_percent
 from fpexplorer.formats.format import ROUNDING_MODES
 from fpexplorer.gui.formats.state import Signal
 from fpexplorer.gui.formats.text import power_of_two
@@ -292,7 +292,7 @@ def analyse_tensor(
     summary = (
         f"{source}: {'×'.join(str(n) for n in array.shape)} {array.dtype}, "
         f"{sqnr.size} blocks of {fmt.block_size}; tensor SQNR ≈ {_db(tensor.sqnr_db)}, "
-        f"max |error| ≈ {tensor.max_abs_error:.4g}, "
+        f"max |error| {approximate_decimal(tensor.max_abs_error, keep=4, shown=4, inexact=True)}, "
         f"{share_percent(tensor.share_saturated, tensor.count)} saturated, "
         f"{share_percent(tensor.share_flushed, tensor.count)} flushed to zero"
     )

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.decimal import approximate_decimal, display_decimal
 from fpexplorer.gui.formats.bit_row import BitRow
 from fpexplorer.gui.formats.block_state import (
     FLOAT32,
@@ -710,7 +710,7 @@ def _approx(value: float) -> str:
         return "∞ (NaN)"
     if value == 0:
         return "0"
-    return f"≈ {value:.4g}"
+    return approximate_decimal(value, keep=4, shown=4, inexact=True)
 
 
 def _hex(color: QColor) -> str:

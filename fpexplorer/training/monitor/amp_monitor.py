@@ -28,7 +28,8 @@ steps, since any forward hook sends every module call through PyTorch's slower p
   together at the step.
 - forward pre/post hooks on the model enter saved-tensor hooks that count the bytes autograd
   saves for backward (activations, and autocast's low-precision copies of the weights), and
-  note the autocast dtype in use (the header's precision label when none is given).
+  note the autocast dtype in use (the header's precision label when none is given). Two
+  monitors on one model share one pair of them (autograd calls only the innermost pair).
 - an optimizer step pre-hook. A skipped step is recognised from the scaler's own
   found-inf state: a plain or foreach optimizer is not called at all when the scaler
   skips; a fused one (`AdamW(fused=True)`) is always called and skips inside its kernel,
@@ -84,11 +85,12 @@ import datetime
 import math
 import operator
 import os
+import threading
 import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
@@ -219,9 +221,25 @@ class _WatchedParams:
         self.params = tuple(params)
         self.positions = tuple(positions)
         self.sharded = sharded
+        self.layout = param_groups_layout(optimizers)
+
+    def current(self, optimizers: Sequence[torch.optim.Optimizer]) -> _WatchedParams:
+        """These, or the parameters read again where the optimizers' groups changed since
+        (`add_param_group`: layers unfrozen in the middle of a run)."""
+        if param_groups_layout(optimizers) == self.layout:
+            return self
+        return _WatchedParams(optimizers, self.sharded)
 
     def tensors(self) -> list[torch.Tensor]:
         return [local_tensor(p) for p in self.params] if self.sharded else list(self.params)
+
+
+def param_groups_layout(
+    optimizers: Sequence[torch.optim.Optimizer],
+) -> tuple[tuple[int, ...], ...]:
+    """How many parameters each group of each optimizer holds (a few microseconds to read):
+    it changes when a group is added or a group's list grows."""
+    return tuple(tuple(len(group["params"]) for group in o.param_groups) for o in optimizers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +249,43 @@ class _Layer:
 
 
 _ForwardCheck = bool | tuple[torch.Tensor, torch.Tensor]  # finite flag, or (min, max)
+
+
+class _SavedTensorTap(threading.local):
+    """The one pair of saved-tensor hooks of a thread's monitors, each monitor's counter
+    called for every tensor autograd saves while any of them is in a forward.
+
+    `torch.autograd.graph.saved_tensors_hooks` is a stack and autograd calls only its top
+    pair: two monitors on one model, each entering its own pair, left the first one's
+    saved-activation bytes empty. Monitors join this pair instead (it is entered by the
+    first to join and left by the last to leave). Per thread, as torch's stack is."""
+
+    def __init__(self) -> None:
+        self.counters: list[Callable[[torch.Tensor], None]] = []
+        self._hooks: AbstractContextManager[None] | None = None
+
+    def join(self, counter: Callable[[torch.Tensor], None]) -> None:
+        self.counters.append(counter)
+        if self._hooks is None:
+            self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack_saved)
+            self._hooks.__enter__()
+
+    def leave(self, counter: Callable[[torch.Tensor], None]) -> None:
+        self.counters.remove(counter)
+        if not self.counters and self._hooks is not None:
+            hooks, self._hooks = self._hooks, None
+            hooks.__exit__(None, None, None)
+
+    def _pack(self, tensor: torch.Tensor) -> tuple[torch.Tensor]:
+        for counter in self.counters:
+            counter(tensor)
+        return (tensor,)  # unpacked by a C function: no Python frame per tensor in backward
+
+
+# The tensor back from `_SavedTensorTap._pack`'s tuple (called for every saved tensor in
+# backward).
+_unpack_saved = operator.itemgetter(0)
+_SAVED_TENSOR_TAP = _SavedTensorTap()
 
 
 @dataclass(slots=True, eq=False)
@@ -388,12 +443,12 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # extremes, kept on the device until step()), and the bytes saved for backward.
         self._pass = _ForwardPass(0)  # the pass leaf outputs are checked into
         self._passes: list[_ForwardPass] = [self._pass]
-        self._saved = self._pass.saved  # the current pass's, filled by _on_pack
+        self._saved = self._pass.saved  # the current pass's, filled by _count_saved
         self._backward_ran = False  # since the current pass began
         # Whether each leaf module's output is finite, of the passes a backward used.
         self._forward_checks: list[tuple[int, _ForwardCheck]] = []
         self._param_ptrs: set[int] = set()
-        self._saved_hooks: AbstractContextManager[None] | None = None
+        self._tapping = False  # joined _SAVED_TENSOR_TAP for the current forward
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
         # Steps of each optimizer since the last step() (by position in `optimizers`): one
@@ -716,7 +771,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if torch.compiler.is_compiling():  # a compiled function calls the model
             self._traced = True
             return
-        if not self._collecting or not torch.is_grad_enabled() or self._saved_hooks is not None:
+        if not self._collecting or not torch.is_grad_enabled() or self._tapping:
             return
         # A new pass; after a backward, in a new group (the passes before it were freed).
         group = self._pass.group + self._backward_ran
@@ -725,25 +780,21 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._passes.append(self._pass)
         self._saved = self._pass.saved
         self._param_ptrs = {p.data_ptr() for p in self._params}  # every parameter, once
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._on_pack, self._on_unpack)
-        self._saved_hooks.__enter__()
+        self._tapping = True
+        _SAVED_TENSOR_TAP.join(self._count_saved)
 
     def _on_model_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        if self._saved_hooks is not None:
-            hooks, self._saved_hooks = self._saved_hooks, None
-            hooks.__exit__(None, None, None)
+        if self._tapping:
+            self._tapping = False
+            _SAVED_TENSOR_TAP.leave(self._count_saved)
 
-    def _on_pack(self, tensor: torch.Tensor) -> tuple[torch.Tensor]:
+    def _count_saved(self, tensor: torch.Tensor) -> None:
         # Parameters saved for backward cost nothing extra; a tensor saved twice counts once.
         # Bytes by dtype are summed at step().
         pointer = tensor.data_ptr()
         if pointer not in self._param_ptrs:
             size = tensor.numel() * tensor.element_size()  # nbytes fails on sparse tensors
             self._saved.setdefault((pointer, tensor.dtype), size)
-        return (tensor,)  # unpacked by a C function: no Python frame per tensor in backward
-
-    # The tensor back from `_on_pack`'s tuple (called for every saved tensor in backward).
-    _on_unpack = staticmethod(operator.itemgetter(0))
 
     def _on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
@@ -763,6 +814,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if self._multi is None:
             self._updates.keep(self._params_with_grads())
         else:
+            self._multi = self._multi.current(self.optimizers)
             tensors, positions = self._multi.tensors(), self._multi.positions[position]
             grads = [self._multi.params[i].grad for i in positions]
             self._updates.keep_part(tensors, positions, [
@@ -1454,9 +1506,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         for handle in self._handles:
             handle.remove()
         self._remove_module_hooks()
-        if self._saved_hooks is not None:
-            self._saved_hooks.__exit__(None, None, None)
-            self._saved_hooks = None
+        if self._tapping:
+            self._tapping = False
+            _SAVED_TENSOR_TAP.leave(self._count_saved)
         self._write_header()
         elapsed = time.perf_counter() - self._started
         self._write(EndRecord(status=status, error=error, steps=self.step_index, elapsed=elapsed))
