@@ -161,23 +161,19 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parse_code(text: str, fmt: FloatFormat) -> int:
-    cleaned = text.strip().lower().replace("_", "").replace("|", "")
+    """--bits CODE, read by the GUI's rules (`formats.parse_code`), where a plain integer
+    is a code too: nothing else can be meant here."""
+    from fpexplorer.formats import parse_code
+
     try:
-        if cleaned.startswith("0x"):
-            code = int(cleaned[2:], 16)
-        elif cleaned.startswith("0b"):
-            code = int(cleaned[2:], 2)
-        elif "|" in text:  # the fields as `inspect` prints them: 0|01111|0000000000
-            code = int(cleaned, 2)
-        else:
-            code = int(cleaned, 10)
-    except ValueError:
+        code = parse_code(text, fmt, decimal=True)
+    except ValueError as error:
+        raise ValueError(f"--bits: {error}") from None
+    if code is None:
         raise ValueError(
-            f"--bits {text!r}: not a code (expected 0x.., 0b.., bits as 0|01111|0000000000 "
-            "or an integer)"
-        ) from None
-    if not 0 <= code < (1 << fmt.width):
-        raise ValueError(f"--bits {text!r}: out of range for the {fmt.width}-bit {fmt.name}")
+            f"--bits {text.strip()[:60]!r}: not a code (expected 0x.., 0b.., the fields "
+            "0|01111|0000000000 or an integer)"
+        )
     return code
 
 

@@ -101,7 +101,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--seed goes with --rounding stochastic only")  # nothing draws
     args.seed = stochastic_seed(args.seed) if args.rounding == "stochastic" else None
     fmt = get_block_format(args.format, args.scale_rule)
-    scale_code = None if args.scale_code is None else _parse_code(args.scale_code)
+    scale_code = None if args.scale_code is None else _parse_code(args.scale_code, fmt)
     head = {**_describe_format(fmt, args.rounding), "seed": args.seed}
     if args.values:
         return {**head, **_from_values(args, fmt, scale_code)}
@@ -119,11 +119,20 @@ def _describe_format(fmt: BlockFormat, rounding: str) -> dict[str, Any]:
     }
 
 
-def _parse_code(text: str) -> int:
+def _parse_code(text: str, fmt: BlockFormat) -> int:
+    """--scale-code CODE by the one reader of codes (`formats.parse_code`, as `inspect
+    --bits` and the GUI): 0x.., 0b.., fields or an integer; 0o17 or -1 are refused."""
+    from fpexplorer.formats import parse_code
+
     try:
-        return int(text.replace("_", ""), 0)
-    except ValueError:
-        raise ValueError(f"--scale-code {text!r} is not a code (0x.., 0b.. or decimal)") from None
+        code = parse_code(text, fmt.scale_format, decimal=True)
+    except ValueError as error:
+        raise ValueError(f"--scale-code: {error}") from None
+    if code is None:
+        raise ValueError(
+            f"--scale-code {text.strip()[:60]!r} is not a code (0x.., 0b.. or decimal)"
+        )
+    return code
 
 
 def _from_values(

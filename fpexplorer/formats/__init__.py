@@ -57,7 +57,7 @@ from .format import (
     to_exact_value,
 )
 from .p3109 import SATURATION_MODES, P3109Parameters, p3109_format, p3109_parameters
-from .parse import parse_value
+from .parse import parse_code, parse_value
 from .registry import get_format, list_formats
 
 # The block formats load numpy at import; `fpexplorer inspect` and `formats` should not pay
@@ -129,6 +129,7 @@ __all__ = [
     "make_format",
     "p3109_format",
     "p3109_parameters",
+    "parse_code",
     "parse_value",
     "quantize",
     "quantize_block_exact",

@@ -124,3 +124,66 @@ def _exponent(text: str | None, limit: int, where: str) -> int:
     if len(digits) > len(str(limit)) or int(digits) > limit:
         raise ValueError(f"{where}: exponent out of range (at most ±{limit})")
     return -int(digits) if text.startswith("-") else int(digits)
+
+
+# ---- codes ---------------------------------------------------------------------------------
+
+# A code is written in hex or binary with its prefix, or as the fields that the read-outs
+# and `inspect` print (0|01111|0000000000). "_" and spaces group digits anywhere; "|" parts
+# fields, in binary only. At least one digit: "0x_" is not a code.
+_HEX_CODE = re.compile(r"0x[0-9a-f_]*[0-9a-f][0-9a-f_]*", re.IGNORECASE)
+_BIN_CODE = re.compile(r"0b[01_|]*[01][01_|]*", re.IGNORECASE)
+_FIELD_CODE = re.compile(r"[01]+(?:\|[01]+)+")
+_DECIMAL_CODE = re.compile(r"[0-9_]*[0-9][0-9_]*")
+# Written with a code's prefix, rightly or not ("0x3G00" is a typo), unlike a hex float,
+# which is a value: "0x1.8p3", "0x1p-2" (a point or an exponent "p").
+_PREFIXED = re.compile(r"0x[0-9a-oq-z_|]*|0b[0-9a-z_|]*", re.IGNORECASE)
+_CODE_FORMS = "0x3C00, 0b0011110000000000 or the fields 0|01111|0000000000"
+
+
+def written_as_code(text: str) -> bool:
+    """Whether `text` is written as a code (0x…, 0b…, fields 0|01111|…), right or wrong,
+    rather than as a value: a hex float (0x1.8p3) is a value."""
+    compact = "".join(text.split()).lstrip("+-")
+    return bool(_PREFIXED.fullmatch(compact) or _FIELD_CODE.fullmatch(compact))
+
+
+def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | None:
+    """A code of `fmt` typed by a person: 0x3C00, 0b0011_1100_0000_0000, 0|01111|0000000000
+    (what the read-outs print); with `decimal`, also a plain integer (15360), for a place
+    where only a code can be meant (`inspect --bits`, `quantize --scale-code`).
+
+    The one reader of codes, for the command line and the GUI. None when `text` is not
+    written as a code (so it may be a value: 0.5, 0x1.8p3); ValueError when it is, but is
+    wrong: a sign (a code's sign is its top bit), a digit not of its base, or more bits
+    than the format has.
+    """
+    compact = "".join(text.split())
+    unsigned = compact.lstrip("+-")
+    if unsigned != compact and (
+        written_as_code(unsigned) or (decimal and _DECIMAL_CODE.fullmatch(unsigned))
+    ):
+        # "0x3C00" is a code (1.0 in FP16), so "-0x3C00" read as -15360 would mislead.
+        hint = f"; for a number write a hex float, as {compact}p0" if "x" in compact else ""
+        raise ValueError(f"{compact}: a code has no sign (the sign is its top bit){hint}")
+    if _HEX_CODE.fullmatch(compact):
+        code = int(compact[2:].replace("_", ""), 16)
+    elif _BIN_CODE.fullmatch(compact):
+        code = int(compact[2:].replace("_", "").replace("|", ""), 2)
+    elif _FIELD_CODE.fullmatch(compact):
+        code = int(compact.replace("|", ""), 2)
+    elif decimal and _DECIMAL_CODE.fullmatch(compact):
+        code = int(compact.replace("_", ""), 10)
+    elif _PREFIXED.fullmatch(compact):
+        base = "hex" if compact[1] in "xX" else "binary"
+        raise ValueError(
+            f"{compact[:60]!r}: not a {base} code (codes are written as {_CODE_FORMS})"
+        )
+    else:
+        return None
+    if code >= 1 << fmt.width:
+        raise ValueError(
+            f"code {compact[:60]} has more than {fmt.width} bits: {fmt.name} codes go up to "
+            f"{fmt.code_to_hex((1 << fmt.width) - 1)}"
+        )
+    return code

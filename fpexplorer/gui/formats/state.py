@@ -14,7 +14,6 @@ session (number line, cross-format table, charts) hear one `changed` per action.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -35,17 +34,13 @@ from fpexplorer.formats import (
     parse_value,
 )
 from fpexplorer.formats.decimal import display_decimal, shortest_display
+from fpexplorer.formats.parse import parse_code, written_as_code
 from fpexplorer.gui.formats.text import scientific
 
 # Stochastic rounding draws a random number; a fixed seed makes what is shown repeatable.
 STOCHASTIC_SEED = 0
 # The overflow picker's first entry: what ml_dtypes does for this format.
 DEFAULT_OVERFLOW_LABEL = "format default"
-# At least one digit: "0x_" is not a code (it gets parse_value's message instead).
-_RAW_HEX = re.compile(r"^0x[0-9a-f_]*[0-9a-f][0-9a-f_]*$", re.IGNORECASE)
-_RAW_BIN = re.compile(r"^0b[01_|]*[01][01_|]*$", re.IGNORECASE)
-# The fields as the Binary read-out shows them (0|01111|0000000000): a code, pasted back.
-_FIELD_BITS = re.compile(r"^[01]+(?:\|[01]+)+$")
 
 
 class Signal:
@@ -109,33 +104,6 @@ def hex_code(fmt: FloatFormat, code: int) -> str:
     return f"0x{code:0{(fmt.width + 3) // 4}X}"
 
 
-def parse_code(text: str, fmt: FloatFormat) -> int | None:
-    """A raw code typed as 0x… or 0b… (no "." or "p", which make it a hex float), else None.
-
-    Raises ValueError when it is a raw code that does not fit the format.
-    """
-    compact = text.strip().replace(" ", "")
-    if compact[:1] in "+-" and (_RAW_HEX.match(compact[1:]) or _RAW_BIN.match(compact[1:])):
-        # "0x3C00" is a code (1.0 in FP16), so "-0x3C00" read as the hex number -15360
-        # would mislead: a code's sign is one of its bits.
-        hint = f"; for a number write a hex float, as {compact}p0" if "x" in compact else ""
-        raise ValueError(f"{compact}: a code has no sign (the sign is its top bit){hint}")
-    if _RAW_HEX.match(compact):
-        code = int(compact[2:].replace("_", ""), 16)
-    elif _RAW_BIN.match(compact):
-        code = int(compact[2:].replace("_", "").replace("|", ""), 2)
-    elif _FIELD_BITS.match(compact):
-        code = int(compact.replace("|", ""), 2)
-    else:
-        return None
-    if code >= 1 << fmt.width:
-        raise ValueError(
-            f"code {compact} has more than {fmt.width} bits: {fmt.name} codes go up to "
-            f"{hex_code(fmt, (1 << fmt.width) - 1)}"
-        )
-    return code
-
-
 def parse_code_entry(
     text: str, active: FloatFormat, known: Sequence[FloatFormat] = ()
 ) -> tuple[FloatFormat, int] | None:
@@ -150,16 +118,17 @@ def parse_code_entry(
         code = parse_code(compact, active)
         return None if code is None else (active, code)
     head = head.strip()
-    if not head or (
-        tail.strip().lower()[:2] not in ("0x", "0b") and not _FIELD_BITS.match(tail.strip())
-    ):
+    if not head or not written_as_code(tail):
         return None  # not a code entry ("e5m2:fn" alone is a spec, not a value)
     by_name = {fmt.name: fmt for fmt in known}
     try:
         fmt = by_name.get(head) or get_format(head)
     except ValueError as error:
         raise ValueError(f"{head!r} before ':' is not a format: {error}") from None
-    code = parse_code(tail, fmt)
+    try:
+        code = parse_code(tail, fmt)
+    except ValueError as error:
+        raise ValueError(f"after '{head}:' comes a raw code: {error}") from None
     if code is None:
         raise ValueError(
             f"after '{head}:' comes a raw code such as 0x3C00 or 0b0011110000000000, not "

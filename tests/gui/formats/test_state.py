@@ -364,7 +364,7 @@ def test_a_raw_code_is_read_in_the_format_it_names() -> None:
     [
         ("fp17:0x7C", "'fp17' before ':' is not a format"),
         ("fp16:0x17C00", "more than 16 bits"),
-        ("fp16:0xZZ", "after 'fp16:' comes a raw code"),
+        ("fp16:0xZZ", "after 'fp16:' comes a raw code: '0xZZ': not a hex code"),
         ("e5m2:fn", "not a number"),
     ],
 )
@@ -433,3 +433,93 @@ def test_the_infinity_note_gives_the_true_overflow_threshold() -> None:
         below = fmt.classify(fmt.from_value(threshold.fraction - Fraction(1, 10**6)))
         assert below != "inf", fmt.name
         assert (tie == "inf") == (found.group(1) == "from"), fmt.name
+
+
+# Codes typed on the command line (`inspect --bits`, `quantize --scale-code`) and in the GUI's
+# entry field are read by one parser. Before, `inspect` took "0x3|C00", refused "0x3C 00" that
+# the GUI took, and `quantize --scale-code` took Python literals (0o17 octal, -1).
+CODE_TABLE: list[tuple[str, int | str]] = [
+    ("0x3C00", 0x3C00),
+    ("0x3c00", 0x3C00),
+    ("0X3C00", 0x3C00),
+    ("  0x3c00 ", 0x3C00),
+    ("0x3C_00", 0x3C00),
+    ("0x3C 00", 0x3C00),
+    ("0x00003c00", 0x3C00),
+    ("0b0011110000000000", 0x3C00),
+    ("0B0011_1100_0000_0000", 0x3C00),
+    ("0b0|01111|0000000000", 0x3C00),
+    ("0|01111|0000000000", 0x3C00),
+    ("1|11111|1111111111", 0xFFFF),
+    ("-0x3C00", "a code has no sign"),
+    ("+0b1", "a code has no sign"),
+    ("0x3|C00", "not a hex code"),
+    ("0x3G00", "not a hex code"),
+    ("0x", "not a hex code"),
+    ("0x_", "not a hex code"),
+    ("0b102", "not a binary code"),
+    ("0b", "not a binary code"),
+    ("0x12345", "more than 16 bits"),
+    ("0b" + "1" * 17, "more than 16 bits"),
+    ("1|01111|00000000000", "more than 16 bits"),
+]
+
+
+def _cli_code(capsys: pytest.CaptureFixture[str], text: str) -> int | str:
+    import json
+
+    from fpexplorer.cli import main
+
+    if main(["inspect", "--bits", text, "--format", "fp16", "--json"]) == 2:
+        return capsys.readouterr().err.strip()
+    return int(json.loads(capsys.readouterr().out)["results"][0]["code"])
+
+
+def _gui_code(text: str) -> int | str:
+    session = session_of("fp16")
+    if not session.enter_text(text):
+        assert session.entry_error is not None
+        return session.entry_error
+    return session.active.code
+
+
+@pytest.mark.parametrize(("text", "expected"), CODE_TABLE)
+def test_a_code_reads_the_same_on_the_command_line_and_in_the_gui(
+    capsys: pytest.CaptureFixture[str], text: str, expected: int | str
+) -> None:
+    cli, gui = _cli_code(capsys, text), _gui_code(text)
+    if isinstance(expected, int):
+        assert (cli, gui) == (expected, expected)
+        return
+    assert isinstance(cli, str) and isinstance(gui, str)
+    assert expected in gui and cli.endswith(f"error: --bits: {gui}"), (cli, gui)
+
+
+def test_what_is_not_written_as_a_code_is_a_value_in_the_gui_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Where only a code can be meant (--bits), a plain integer is one: 15360 = 0x3C00; in the
+    # GUI's field it is the value 15360. A hex float is a value, never a code.
+    assert (_cli_code(capsys, "15360"), _gui_code("15360")) == (
+        0x3C00,
+        oracle_code(15360, np.float16),
+    )
+    assert "not a code" in str(_cli_code(capsys, "0x1p3"))
+    assert _gui_code("0x1p3") == 0x4800  # 8.0
+    assert "not a code" in str(_cli_code(capsys, "-15360")) or "no sign" in str(
+        _cli_code(capsys, "-15360")
+    )
+
+
+def test_quantize_scale_codes_use_the_same_reader(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from fpexplorer.cli import main
+
+    for text, expected in (("0x7f", 0x7F), ("0b0111_1111", 0x7F), ("127", 0x7F), ("0 x 7f", 0x7F)):
+        assert main(["quantize", "-f", "mxfp4", "1", "--scale-code", text, "--json"]) == 0
+        block = json.loads(capsys.readouterr().out)["blocks"][0]
+        assert int(block["scale_code_hex"], 16) == expected, text
+    for text, message in (("0o17", "not a code"), ("-1", "no sign"), ("0x1ff", "more than 8 bits")):
+        assert main(["quantize", "-f", "mxfp4", "1", "--scale-code", text]) == 2
+        assert message in capsys.readouterr().err, text
