@@ -26,6 +26,8 @@ class WritableDirectory:
 
 def _writable_problem(folder: Path) -> str | None:
     """Why files cannot be written in `folder` (creating it if needed), or None."""
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is not a folder"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         # Permission bits lie for root and on some file systems: actually try to write.
@@ -34,6 +36,23 @@ def _writable_problem(folder: Path) -> str | None:
     except OSError as error:
         reason = error.strerror or str(error)
         return f"{folder} is not writable ({reason})"
+    return None
+
+
+def file_writable_problem(file: Path) -> str | None:
+    """Why `file` cannot be written or replaced (its folder is created if needed), or None.
+
+    An existing file is opened for update and closed, so nothing in it changes. Its folder
+    is probed too: QSettings replaces a file by writing a new one beside it."""
+    problem = _writable_problem(file.parent)
+    if problem is not None:
+        return problem
+    if file.exists() or file.is_symlink():
+        try:
+            with file.open("r+b"):
+                pass
+        except OSError as error:
+            return f"{file} is not writable ({error.strerror or error})"
     return None
 
 

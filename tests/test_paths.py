@@ -84,3 +84,22 @@ def test_train_without_out_follows_the_configured_run_directory(
     monkeypatch.setenv(RUN_DIR_VARIABLE, str(tmp_path / "my-runs"))
     written = _train_with_default_out(capsys)
     assert written.parent == tmp_path / "my-runs" and written.is_file()
+
+
+def test_file_writable_problem_names_what_blocks_the_file(tmp_path: Path) -> None:
+    from fpexplorer.paths import file_writable_problem
+
+    assert file_writable_problem(tmp_path / "new" / "settings.ini") is None
+    assert (tmp_path / "new").is_dir()
+    existing = tmp_path / "existing.ini"
+    existing.write_bytes(b"[a]\nb=1\n")
+    assert file_writable_problem(existing) is None
+    assert existing.read_bytes() == b"[a]\nb=1\n"  # probed, not changed
+    folder = tmp_path / "folder.ini"
+    folder.mkdir()
+    assert file_writable_problem(folder) == f"{folder} is not writable (Is a directory)"
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert file_writable_problem(blocker / "settings.ini") == f"{blocker} is not a folder"
+    below = blocker / "sub"
+    assert file_writable_problem(below / "x.ini") == f"{below} is not writable (Not a directory)"

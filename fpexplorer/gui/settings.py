@@ -19,6 +19,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
+from fpexplorer.paths import file_writable_problem
+
 ORGANIZATION = "fpexplorer"
 APPLICATION = "fpexplorer"
 SCOPE_VARIABLE = "FPEXPLORER_SETTINGS_SCOPE"
@@ -60,12 +62,52 @@ class SettingsStore:
         self._problem: str | None = None
         if not persistent:
             return
+        settings: QSettings | None = self._open()
+        if settings is not None and settings.status() == QSettings.Status.FormatError:
+            settings = self._set_unreadable_file_aside(settings)
+        self._settings = settings
+        if settings is None or self._problem is not None:
+            return
+        # QSettings finds out that it cannot write only when it writes, at the window's
+        # close, when the status bar that would say so is gone: say it at the start.
+        cannot_write = file_writable_problem(Path(settings.fileName()))
+        if cannot_write:
+            self._problem = f"Settings will not be saved: {cannot_write}"
+        else:
+            self._check("reading")
+
+    @staticmethod
+    def _open() -> QSettings:
         path = settings_file_for_scope()
         if path is None:
-            self._settings = QSettings(ORGANIZATION, APPLICATION)
+            settings = QSettings(ORGANIZATION, APPLICATION)
         else:
-            self._settings = QSettings(str(path), QSettings.Format.IniFormat)
-        self._check("reading")
+            settings = QSettings(str(path), QSettings.Format.IniFormat)
+        # QSettings reads its file on the first access: read it now, so that status() says
+        # whether the file could be parsed before any value is used.
+        settings.allKeys()
+        return settings
+
+    def _set_unreadable_file_aside(self, settings: QSettings) -> QSettings | None:
+        """A settings file QSettings cannot parse: keep it under another name and start with
+        defaults (its half-parsed values would be restored as garbage, and its sticky
+        FormatError reported at the close as a failure to save). None (memory only) when it
+        cannot be moved: what could not be read is never overwritten."""
+        path = Path(settings.fileName())
+        kept = path.with_name(path.name + ".unreadable")
+        try:
+            path.replace(kept)
+        except OSError as error:
+            self._problem = (
+                f"Settings file {path} could not be read; started with defaults, and settings "
+                f"will not be saved (it could not be renamed: {error.strerror or error})"
+            )
+            return None
+        self._problem = (
+            f"Settings file {path} could not be read; started with defaults "
+            f"(the file is kept as {kept.name})"
+        )
+        return self._open()
 
     @property
     def location(self) -> str:
@@ -104,6 +146,7 @@ class SettingsStore:
         """Write to disk now; returns the problem (also kept for `problem()`), or None."""
         if self._settings is not None:
             self._settings.sync()
+            self._problem = None  # what reading found is said; this says how saving went
             self._check("saving")
         return self._problem
 

@@ -142,11 +142,49 @@ def test_unwritable_settings_location_is_reported_not_fatal(
     main = MainWindow(SettingsStore())
     qtbot.addWidget(main)
     main.show()
+    # Said when the window opens, while the status bar can be read (it was said only at
+    # the close, on a window going away).
+    said = main.statusBar().currentMessage()
+    assert said.startswith("Settings will not be saved:") and str(blocker) in said, said
     main.session.enter_text("2")
     problem = main.save_state()
     assert problem and "Settings" in problem
     main.close()
     assert main.statusBar().currentMessage() == problem
+
+
+def test_an_unreadable_settings_file_is_set_aside_and_defaults_used(
+    qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A settings file QSettings cannot parse (here: truncated binary). Its half-read values
+    were restored ("format '@Invalid(': unknown format"), and its parse error was reported
+    at the close as "Settings problem while saving (unreadable file)" though the save
+    worked."""
+    monkeypatch.setenv("FPEXPLORER_SETTINGS_DIR", str(tmp_path))
+    settings_file = tmp_path / "fpexplorer.ini"
+    garbage = b"\x00\xff\xfe [[[\n[formats]\nformats=@Invalid(\ncodes=zzz\n"
+    settings_file.write_bytes(garbage)
+    main = MainWindow(SettingsStore())
+    qtbot.addWidget(main)
+    main.show()
+    assert main.statusBar().currentMessage() == (
+        f"Settings file {settings_file} could not be read; started with defaults "
+        "(the file is kept as fpexplorer.ini.unreadable)"
+    )
+    assert [editor.format.name for editor in main.session.editors] == [
+        "float32",
+        "float16",
+        "bfloat16",
+    ]
+    assert (tmp_path / "fpexplorer.ini.unreadable").read_bytes() == garbage
+    main.session.enter_text("3")
+    assert main.save_state() is None  # saving works: nothing to say at the close
+    main.close()
+    again = MainWindow(SettingsStore())
+    qtbot.addWidget(again)
+    assert again.settings.problem() is None
+    assert again.session.entry_text == "3"
+    again.close()
 
 
 @pytest.mark.slow  # a child process that starts the GUI: about a second
