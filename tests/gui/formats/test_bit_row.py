@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from PySide6.QtGui import QFontMetrics
 from pytestqt.qtbot import QtBot
@@ -25,7 +27,7 @@ def test_bit_indices_never_touch_at_any_width(qtbot: QtBot, name: str) -> None:
         labels = row.index_labels()
         bits = [bit for bit, _ in labels]
         assert bits == sorted(bits, reverse=True) and bits[0] == fmt.width - 1 and bits[-1] == 0
-        for (_, left), (bit, right) in zip(labels, labels[1:], strict=False):
+        for (_, left), (bit, right) in itertools.pairwise(labels):
             # Measured from the text itself, centred over its cell.
             assert right.width() == metrics.horizontalAdvance(str(bit))
             assert right.left() - left.right() > MIN_INDEX_GAP, (name, width, bits)
