@@ -272,6 +272,10 @@ def test_fpexplorer_without_arguments_opens_the_main_window(
     assert main(["gui", "--fresh", "--format", "fp16", "--value", "1/3"]) == 0
     assert shown[1].session.active.format == get_format("fp16")
     assert shown[1].session.active.code == 0x3555
+    # The app's options without the word `gui` (was: "invalid choice: 'e5m2'").
+    assert main(["--fresh", "--format", "e5m2", "--value", "2"]) == 0
+    assert shown[2].session.active.format == get_format("e5m2")
+    assert shown[2].session.active.code == 0x40
     for window in shown:
         window.deleteLater()
 
