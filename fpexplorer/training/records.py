@@ -362,6 +362,11 @@ class LostUpdates(_Codable):
     # (99.9% confidence). Both None when every weight was checked (exact).
     sampled: int | None = None
     bound: float | None = None
+    # Of the intended updates (of the sample, when sampled), those to weights whose FP16
+    # value is inf or NaN (|w| > 65504, or w not finite): FP16 cannot hold the weight, so
+    # `share` says nothing of rounding there (an inf weight reads as an update lost). None:
+    # none, or a log from before this was counted.
+    nonfinite_weights: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,9 @@ class RunSummary:
     # The precision with the options that change its numerics, "nvfp4 (no Hadamard)".
     precision_label: str = ""
     lost_update_steps: int = 0  # the statistics steps the lost-update share is a mean of
+    # Statistics steps left out of that mean because FP16 cannot hold some updated weights
+    # (|w| > 65504, or inf/NaN): there FP16 weights would overflow, not lose updates.
+    lost_update_unholdable_steps: int = 0
     # A loop watched with several optimizers: the steps the scaler skipped each one (in
     # the order given); () with one optimizer.
     skipped_by_optimizer: tuple[int, ...] = ()
@@ -160,6 +163,7 @@ class RunSummarizer:
         self.lost_sum = 0.0
         self.lost_count = 0
         self.lost_kind: str | None = None
+        self.lost_unholdable = 0
         self.origins: Counter[str] = Counter()
         self.forward_origins: Counter[str] = Counter()
         self.last_memory: Memory | None = None
@@ -239,6 +243,9 @@ class RunSummarizer:
             self.lost_sum += stats.lost_updates.share
             self.lost_count += 1
             self.lost_kind = stats.lost_updates.kind
+        elif stats.lost_updates is not None and stats.lost_updates.nonfinite_weights:
+            self.lost_unholdable += 1
+            self.lost_kind = self.lost_kind or stats.lost_updates.kind
         if stats.first_nonfinite:
             self.origins[stats.first_nonfinite] += 1
         if stats.first_nonfinite_forward:
@@ -328,6 +335,7 @@ class RunSummarizer:
             lost_update_share=self.lost_sum / self.lost_count if self.lost_count else None,
             lost_update_kind=self.lost_kind,
             lost_update_steps=self.lost_count,
+            lost_update_unholdable_steps=self.lost_unholdable,
             first_nonfinite=tuple(self.origins.most_common()),
             first_nonfinite_forward=tuple(self.forward_origins.most_common()),
             steps_per_s=rate,
@@ -349,9 +357,11 @@ def lost_share_means_something(
     lost: LostUpdates | None, grad_hist: Histogram | None, layers: Sequence[LayerStats]
 ) -> bool:
     """Whether a step's lost-update share measures updates: not on a step whose gradients
-    held inf/NaN (there was no finite update to lose; the panel says "n/a" there, and the
-    run's mean leaves it out)."""
-    if lost is None or not math.isfinite(lost.share):
+    held inf/NaN (there was no finite update to lose), nor on one where FP16 cannot hold
+    some of the weights updated (|w| > 65504, or inf/NaN: an FP16 weight there overflows,
+    which the share would count as an update lost, or as one applied for NaN). The panel
+    says "n/a" there, and the run's mean leaves it out."""
+    if lost is None or not math.isfinite(lost.share) or lost.nonfinite_weights:
         return False
     if grad_hist is not None and grad_hist.inf + grad_hist.nan > 0:
         return False
@@ -548,13 +558,24 @@ def format_summary(summary: RunSummary) -> str:
         + _skipped_by_optimizer(summary.skipped_by_optimizer),
         f"act grads  {_act_zeros(summary)}   param grads zero {_share(summary.grad_zero_share)}",
     ]
+    unholdable = summary.lost_update_unholdable_steps
+    # Weights FP16 cannot hold: an overflow of the FP16 weights, not a rounding loss.
+    beyond = (
+        f"{unholdable} statistics step{'' if unholdable == 1 else 's'} had weights FP16 "
+        + ("holds as inf/NaN" if summary.lost_update_kind == "actual" else "cannot hold")
+        + " (|w| > 65504, or inf/NaN), left out"
+    )
     if summary.lost_update_share is not None:
         kind = "lost" if summary.lost_update_kind == "actual" else "FP16 weights would lose"
         # Skipped steps made no update and have no share: a run that skipped all but one
         # step must not read as one that lost nothing.
         count = summary.lost_update_steps
         over = f"{count} statistics step{'' if count == 1 else 's'} with finite updates"
+        if unholdable:
+            over += f"; {beyond}"
         lines.append(f"updates    {kind}: {_share(summary.lost_update_share)} (mean of {over})")
+    elif unholdable:
+        lines.append(f"updates    lost to rounding: n/a ({beyond})")
     if summary.first_nonfinite_forward:
         origins = ", ".join(f"{n} ({c})" for n, c in summary.first_nonfinite_forward[:5])
         lines.append(f"overflow   first inf/NaN output in forward: {origins}")

@@ -65,9 +65,10 @@ def previous_decode(plan: StatsPlan, host: HostValues, *, skipped: bool) -> Step
     lost_updates = None
     if plan.lost_update_kind is not None and not skipped:
         intended = plan.n_param - int(grad_counts[ZERO_CODE])
-        in_sample, applied = (int(v) for v in host["lost_updates"])
+        in_sample, applied, nonfinite = (int(v) for v in host["lost_updates"])
         share = (in_sample - applied) / in_sample if in_sample else 0.0
-        lost_updates = LostUpdates(share, plan.lost_update_kind, intended)
+        lost_updates = LostUpdates(share, plan.lost_update_kind, intended,
+                                   nonfinite_weights=nonfinite or None)  # fmt: skip
     below_fp16 = -24 - BINADE_LO
     layers = []
     for index, name in enumerate(plan.layer_names):

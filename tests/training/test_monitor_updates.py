@@ -37,10 +37,14 @@ def all_fp16_values() -> np.ndarray:
 def assert_shows(
     old: np.ndarray, new: np.ndarray, expected: np.ndarray, *, fp16_weights: bool
 ) -> None:
+    nonfinite = torch.empty(old.shape, dtype=torch.bool)
     got = update_shows(torch.from_numpy(old.copy()), torch.from_numpy(new.copy()),
-                       fp16_weights=fp16_weights).numpy()  # fmt: skip
+                       fp16_weights=fp16_weights, nonfinite=nonfinite).numpy()  # fmt: skip
     mismatch = np.flatnonzero(got != expected)
     assert mismatch.size == 0, (old[mismatch[:5]], new[mismatch[:5]])
+    with np.errstate(over="ignore"):
+        fp16_cannot_hold = ~np.isfinite(old.astype(np.float16))  # |old| > 65504, inf, NaN
+    assert np.array_equal(nonfinite.numpy(), fp16_cannot_hold)
 
 
 def test_fp32_master_updates_for_every_fp16_pattern() -> None:
@@ -111,20 +115,32 @@ def test_fp16_weight_updates_for_every_pattern() -> None:
 
 def oracle_counts(
     old: list[torch.Tensor], new: list[torch.Tensor], grads: list[torch.Tensor]
-) -> tuple[int, int]:
-    """(updates intended, lost) by the formula on whole concatenated copies, each weight
-    in float32 (exact for 16-bit weights, rounded for float64, as `float()` rounds)."""
+) -> tuple[int, int, int]:
+    """(updates intended, lost, intended to weights whose FP16 value is inf/NaN) by the
+    formula on whole concatenated copies, each weight in float32 (exact for 16-bit weights,
+    rounded for float64, as `float()` rounds)."""
     fp16 = all(t.dtype == torch.float16 for t in old)
     old32 = np.concatenate([t.detach().float().numpy().ravel() for t in old])
     new32 = np.concatenate([t.detach().float().numpy().ravel() for t in new])
     changed = np.concatenate([(g.detach() != 0).numpy().ravel() for g in grads])
     shows = oracle_shows(old32, new32, fp16_weights=fp16)
-    return int(changed.sum()), int((changed & ~shows).sum())
+    with np.errstate(over="ignore"):
+        cannot_hold = ~np.isfinite(old32.astype(np.float16))
+    return int(changed.sum()), int((changed & ~shows).sum()), int((changed & cannot_hold).sum())
 
 
-def random_weights(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> torch.Tensor:
+def random_weights(
+    dtype: torch.dtype, shape: tuple[int, ...], seed: int, beyond_fp16: bool = False
+) -> torch.Tensor:
+    """Weights around 1 +- 30; `beyond_fp16`: a third of them scaled past FP16's range and
+    one inf and one NaN."""
     generator = torch.Generator().manual_seed(seed)
     weights = torch.randn(shape, generator=generator, dtype=torch.float64) * 30 + 1
+    if beyond_fp16:
+        flat = weights.view(-1)
+        flat[::3] *= 1e4  # |w| from a few thousand to a few million: both sides of 65504
+        if flat.numel() > 6:
+            flat[4], flat[5] = float("inf"), float("nan")
     return weights.to(dtype)
 
 
@@ -150,6 +166,8 @@ def gradients_for(weights: torch.Tensor, seed: int) -> torch.Tensor:
 
 LAYOUTS = {
     "float32": [(torch.float32, (17, 9)), (torch.float32, (9,)), (torch.float32, ())],
+    # Weights FP16 cannot hold (|w| > 65504, inf, NaN): counted apart (see random_weights).
+    "float32 beyond FP16": [(torch.float32, (30, 7)), (torch.float32, (7,))],
     "float16": [(torch.float16, (33, 4)), (torch.float16, (4,))],
     "bfloat16": [(torch.bfloat16, (20, 6)), (torch.bfloat16, (6,))],
     "float64": [(torch.float64, (12, 5)), (torch.float64, (5,))],
@@ -161,7 +179,7 @@ LAYOUTS = {
 def test_counts_equal_the_formula_on_whole_copies(layout: str) -> None:
     check = LostUpdateCheck()
     for step in range(3):  # the buffers are reused from step to step
-        params = [random_weights(dtype, shape, 10 * step + i)
+        params = [random_weights(dtype, shape, 10 * step + i, "beyond" in layout)
                   for i, (dtype, shape) in enumerate(LAYOUTS[layout])]  # fmt: skip
         grads = [gradients_for(p, 100 + i) for i, p in enumerate(params)]
         old = [p.clone() for p in params]
@@ -170,10 +188,12 @@ def test_counts_equal_the_formula_on_whole_copies(layout: str) -> None:
             param.copy_(step_of(param, 200 + i))  # the optimizer's step, in place
         counts = check.count(params, grads)
         assert counts is not None and counts.dtype == torch.float32
-        intended, applied = (int(c) for c in counts.tolist())
-        expected_intended, expected_lost = oracle_counts(old, params, grads)
+        intended, applied, nonfinite = (int(c) for c in counts.tolist())
+        expected_intended, expected_lost, expected_nonfinite = oracle_counts(old, params, grads)
         assert (intended, intended - applied) == (expected_intended, expected_lost)
+        assert nonfinite == expected_nonfinite
         assert 0 < expected_lost < expected_intended or layout == "float16"
+        assert (expected_nonfinite > 0) == ("beyond" in layout)
         check.forget()
 
 
@@ -211,9 +231,9 @@ def test_a_sampled_model_counts_the_sample() -> None:
     def picked(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         return [sample.gather([t.reshape(-1) for t in tensors])]  # torch.cat + index_select
 
-    intended, applied = (int(c) for c in counts.tolist())
+    intended, applied, nonfinite = (int(c) for c in counts.tolist())
     expected = oracle_counts(picked(old), picked(params), picked(grads))
-    assert (intended, intended - applied) == expected
+    assert (intended, intended - applied, nonfinite) == expected
     assert intended < sum(p.numel() for p in params)
 
 
@@ -233,7 +253,7 @@ def test_monitor_counts_lost_updates_of_sampled_fp16_weights(tmp_path: Path) -> 
     figures = record.lost_updates
     params = [p.detach() for p in model.parameters()]
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    intended, lost = oracle_counts(old, params, grads)
+    intended, lost, _ = oracle_counts(old, params, grads)
     assert figures is not None and figures.kind == "actual" and figures.intended == intended
     assert figures.sampled is not None and figures.bound is not None
     assert abs(figures.share - lost / intended) <= figures.bound
@@ -253,3 +273,39 @@ def test_bfloat16_gradients_of_float32_weights() -> None:
     as_bf16 = grads[0].view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     assert int(counts.tolist()[0]) == int(np.sum(as_bf16.astype(np.float32) != 0))
     assert counts.tolist()[0] - counts.tolist()[1] == oracle_counts(old, params, grads)[1]
+
+
+@pytest.mark.parametrize("beyond", ["all", "some"])
+def test_weights_fp16_cannot_hold_are_not_reported_as_updates_lost(
+    tmp_path: Path, beyond: str
+) -> None:
+    # FP32 weights beyond FP16's range: FP16(w) is inf before and after the step, which the
+    # share counted as an update lost ("FP16 weights would lose 100% of these updates to
+    # rounding" when all were). The record counts them; the summary says what
+    # is the case (this failed before; the panel's text: test_view_model).
+    from fpexplorer.training.summary import format_summary, summarize_file
+
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    with torch.no_grad():
+        if beyond == "all":
+            model.weight.fill_(1e5)
+            model.bias.fill_(-7e4)
+        else:
+            model.weight[0].fill_(65520.0)  # the first value FP16 rounds to inf
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    path = tmp_path / "run.jsonl"
+    with AmpMonitor(model, optimizer, None, out=path, stats_every=1) as monitor:
+        loss = model(torch.ones(2, 4)).square().mean()
+        loss.backward()
+        optimizer.step()
+        record = monitor.step(loss)
+    lost = record.lost_updates
+    assert lost is not None and lost.intended == 15 and lost.kind == "fp16_would_lose"
+    assert lost.nonfinite_weights == (15 if beyond == "all" else 4)
+    text = format_summary(summarize_file(path))
+    assert "would lose" not in text
+    assert (
+        "updates    lost to rounding: n/a (1 statistics step had weights FP16 cannot hold "
+        "(|w| > 65504, or inf/NaN), left out)"
+    ) in text

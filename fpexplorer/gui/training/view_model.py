@@ -788,6 +788,21 @@ def lost_updates_text(model: RunModel | None) -> str:
     if stats is None or not lost:
         return "lost updates: –"
     share = lost.share
+    if lost.nonfinite_weights:
+        # An FP16 weight beyond 65504 is inf before and after the step: the share would
+        # call that an update lost to rounding (100% when all are), which is untrue.
+        updated = lost.sampled if lost.sampled is not None else lost.intended
+        of = f" of the {updated:,}{' sampled' if lost.sampled is not None else ''}"
+        what = f"{lost.nonfinite_weights:,}{of if updated else ''} weights updated"
+        if lost.kind == "actual":
+            return (
+                f"lost updates: n/a on step {stats.step}: {what} are inf/NaN in FP16 (the "
+                "weights overflowed; no update can show there)."
+            )
+        return (
+            f"lost updates: n/a on step {stats.step}: FP16 cannot hold {what} (|w| > 65504, "
+            "or inf/NaN): FP16 weights would overflow there, not lose updates to rounding."
+        )
     if not lost_share_means_something(lost, stats.grad_hist, stats.layers):
         return (
             f"lost updates: n/a on step {stats.step} (its gradients held inf/NaN: there "

@@ -1423,7 +1423,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         return ParamGroup(segment, tuple(members))
 
     def _lost_updates(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
-        """[updates intended, updates intended and applied] (see `LostUpdateCheck.count`):
+        """[updates intended, intended and applied, intended to weights FP16 cannot hold]
+        (see `LostUpdateCheck.count`):
         among weights with a non-zero gradient, those whose FP16 weight would not change
         (FP32 master weights) or did not (FP16 weights). All weights of a model up to 2**20
         of them, a fixed random sample of 2**20 beyond (the record gives the bound). None

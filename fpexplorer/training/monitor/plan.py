@@ -230,14 +230,15 @@ class StatsPlan:
             intended = self.n_param - int(grad_counts[ZERO_CODE])
             if "lost_intended" in host:  # several optimizers: those of the ones that stepped
                 intended = int(host.scalar("lost_intended"))
-            in_sample, applied = (int(v) for v in host["lost_updates"])
+            in_sample, applied, nonfinite = (int(v) for v in host["lost_updates"])
             share = (in_sample - applied) / in_sample if in_sample else 0.0
             if self.lost_update_sampled:
                 lost_updates = LostUpdates(share, self.lost_update_kind, intended,
-                                           sampled=in_sample,
-                                           bound=hoeffding_bound(in_sample))  # fmt: skip
+                                           sampled=in_sample, bound=hoeffding_bound(in_sample),
+                                           nonfinite_weights=nonfinite or None)  # fmt: skip
             else:
-                lost_updates = LostUpdates(share, self.lost_update_kind, intended)
+                lost_updates = LostUpdates(share, self.lost_update_kind, intended,
+                                           nonfinite_weights=nonfinite or None)  # fmt: skip
         return StepStats(
             grad_hist=histogram_record(grad_counts),
             act_hist=(

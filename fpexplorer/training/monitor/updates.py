@@ -114,14 +114,15 @@ class _Buffers:
         self.sample = UpdateSample(tuple(shape.numel() for shape in shapes), device)
         size = self.sample.size
         self.old = torch.empty(size, dtype=torch.float32, device=device)
-        self.work = torch.empty((2, size), dtype=torch.float32, device=device)
+        self.work = torch.empty((3, size), dtype=torch.float32, device=device)
         self.half = torch.empty(size, dtype=torch.float16, device=device)
-        self.flags = torch.empty((2, size), dtype=torch.bool, device=device)
+        self.flags = torch.empty((3, size), dtype=torch.bool, device=device)
         sampled = self.sample.sampled
         self.old_views = [] if sampled else self._views(self.old)
         # The rows and views each step uses, made once (a view is a tensor object each).
-        self.work_rows = self.work.unbind(0)  # (scratch, the weights after the step)
-        self.flag_rows = self.flags.unbind(0)  # (update intended, update shows)
+        self.work_rows = self.work.unbind(0)  # (scratch, the weights after the step, scratch)
+        # (update intended, update shows, the weight's FP16 value is not finite)
+        self.flag_rows = self.flags.unbind(0)
         self.flag_bytes = self.flags.view(torch.uint8)
         self.new_views = [] if sampled else self._views(self.work_rows[1])
         self.changed_views = [] if sampled else self._views(self.flag_rows[0])
@@ -256,22 +257,24 @@ class LostUpdateCheck:
             return None
         kept = sorted(self._kept_positions)
         with torch.no_grad():
-            (scratch, new), shows = buffers.work_rows, buffers.flag_rows[1]
+            (scratch, new, _), (_, shows, nonfinite) = buffers.work_rows, buffers.flag_rows
             buffers.copy_in_part(new, buffers.new_views, {i: params[i] for i in kept})
             # Where nothing was kept `old` and `new` hold what earlier steps left: their flags
             # are multiplied by the zeros of `changed` there.
             update_shows(buffers.old, new, fp16_weights=self._fp16_weights, out=shows,
-                         work=scratch, half=buffers.half)  # fmt: skip
-            ones = buffers.work.copy_(buffers.flag_bytes)  # [changed, shows] as 0/1
+                         work=scratch, half=buffers.half, nonfinite=nonfinite)  # fmt: skip
+            ones = buffers.work.copy_(buffers.flag_bytes)  # [changed, shows, nonfinite]: 0/1
             return torch.mv(ones, scratch)
 
     def count(
         self, params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]
     ) -> torch.Tensor | None:
-        """[updates intended, updates intended and applied] in the followed weights (exact
-        counts in float32, on the device; their difference is the updates lost), or None
-        when no weights were kept before the step (the optimizer was not called: a skipped
-        step) or the parameters changed since."""
+        """[updates intended, updates intended and applied, updates intended to weights
+        whose FP16 value is not finite] in the followed weights (exact counts in float32, on
+        the device; the first two's difference is the updates lost; the third says where
+        that means nothing: a weight beyond FP16's range reads inf before and after, not an
+        update lost to rounding), or None when no weights were kept before the step (the
+        optimizer was not called: a skipped step) or the parameters changed since."""
         buffers = self._buffers
         if not self._kept or buffers is None:
             return None
@@ -283,14 +286,14 @@ class LostUpdateCheck:
                 return None
             grads = [g.reshape(shape) for g, shape in zip(grads, shapes, strict=True)]
         with torch.no_grad():
-            (scratch, new), (changed, shows) = buffers.work_rows, buffers.flag_rows
+            (scratch, new, _), (changed, shows, nonfinite) = buffers.work_rows, buffers.flag_rows
             buffers.copy_in(new, buffers.new_views, params)
             update_shows(buffers.old, new, fp16_weights=self._fp16_weights, out=shows,
-                         work=scratch, half=buffers.half)  # fmt: skip
+                         work=scratch, half=buffers.half, nonfinite=nonfinite)  # fmt: skip
             buffers.copy_in(changed, buffers.changed_views, grads)  # as bool: != 0, NaN too
-            # Both counts in one product of rows of 0/1 (the work rows are free again): sums
-            # of integers below 2**24, exact in float32.
-            ones = buffers.work.copy_(buffers.flag_bytes)  # [changed, shows] as 0/1
+            # The three counts in one product of rows of 0/1 (the work rows are free again):
+            # sums of integers below 2**24, exact in float32.
+            ones = buffers.work.copy_(buffers.flag_bytes)  # [changed, shows, nonfinite]: 0/1
             return torch.mv(ones, scratch)
 
 
@@ -302,15 +305,22 @@ def update_shows(
     out: torch.Tensor | None = None,
     work: torch.Tensor | None = None,
     half: torch.Tensor | None = None,
+    nonfinite: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per weight, whether its update shows in FP16, from 1-D float32 tensors of the weights
     before (`old`) and after (`new`) the step: for FP16 weights, new != old; for others,
     FP16(FP16(old) + (new - old)) != FP16(old), in float32 arithmetic, as an FP16 weight
     would be updated. `old` and `new` are overwritten. `out` (bool), `work` (float32) and
-    `half` (float16), of the same size, are the buffers used (made when not given)."""
+    `half` (float16), of the same size, are the buffers used (made when not given).
+    `nonfinite` (bool, optional) receives, per weight, whether FP16(old) is inf or NaN
+    (|old| beyond FP16's largest finite value, 65504, rounds to inf): there inf == inf reads
+    as an update lost, NaN != NaN as one applied, and neither is true."""
     out = torch.empty_like(old, dtype=torch.bool) if out is None else out
     fp16_old = torch.empty_like(old) if work is None else work
     if fp16_weights:
+        if nonfinite is not None:
+            torch.sub(old, old, out=fp16_old)  # 0 where finite, NaN at inf/NaN
+            nonfinite.copy_(fp16_old)  # bool: != 0, NaN too
         _values_differ(old, new, fp16_old, out)
         return out
     half = torch.empty_like(old, dtype=torch.float16) if half is None else half
@@ -319,6 +329,9 @@ def update_shows(
     old.sub_(new)  # w_old - w_new: exactly -(w_new - w_old) in float32
     torch.sub(fp16_old, old, out=new)  # FP16(w_old) + (w_new - w_old)
     half.copy_(new)  # ... rounded to FP16
+    if nonfinite is not None:  # `new` is free until it takes the rounded sum back
+        torch.sub(fp16_old, fp16_old, out=new)  # 0 where FP16(w_old) is finite, else NaN
+        nonfinite.copy_(new)
     new.copy_(half)
     _values_differ(fp16_old, new, old, out)
     return out

@@ -470,3 +470,27 @@ def test_a_new_precision_mode_gets_its_code_and_views_with_no_change(monkeypatch
     assert view_model.gradient_format(model) == "bfloat16"
     assert not view_model.is_scaled(model)
     assert layer_table_view(model).columns[3] == "headroom in BF16"
+
+
+def test_weights_fp16_cannot_hold_are_said_so_not_a_share_lost() -> None:
+    """Weights beyond FP16's range (or inf/NaN) read inf == inf before and after the step:
+    the card said "FP16 weights would lose 100% of these updates to rounding" (the record's
+    share), which is untrue; it says what is the case (the monitor's count is tested in
+    test_monitor_updates)."""
+    from fpexplorer.training.records import LostUpdates
+
+    model = _model([_header("fp16"), _nan_step(0, layers=[], grad_hist=None)])
+    assert model.latest_stats is not None
+    would = LostUpdates(share=1.0, kind="fp16_would_lose", intended=15, nonfinite_weights=15)
+    model.latest_stats = dataclasses.replace(model.latest_stats, lost_updates=would)
+    assert lost_updates_text(model) == (
+        "lost updates: n/a on step 0: FP16 cannot hold 15 of the 15 weights updated (|w| > "
+        "65504, or inf/NaN): FP16 weights would overflow there, not lose updates to rounding."
+    )
+    actual = LostUpdates(share=0.5, kind="actual", intended=2_000_000, sampled=4096,
+                         bound=0.03, nonfinite_weights=2048)  # fmt: skip
+    model.latest_stats = dataclasses.replace(model.latest_stats, lost_updates=actual)
+    assert lost_updates_text(model) == (
+        "lost updates: n/a on step 0: 2,048 of the 4,096 sampled weights updated are inf/NaN "
+        "in FP16 (the weights overflowed; no update can show there)."
+    )
