@@ -67,8 +67,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
     arguments = list(sys.argv[1:] if argv is None else argv)
-    if not arguments:
-        arguments = ["gui"]
+    if not arguments or (
+        arguments[0].startswith("-") and arguments[0] not in ("-h", "--help", "--version")
+    ):
+        # `fpexplorer` is `fpexplorer gui`, with its options too: `fpexplorer --theme dark`
+        # was refused as "argument COMMAND: invalid choice: 'dark'".
+        arguments = ["gui", *arguments]
     parser = build_parser(arguments[0] if arguments[0] in COMMANDS else None)
     args, extra = parser.parse_known_args(arguments)
     if extra:

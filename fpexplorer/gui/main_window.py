@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QSize, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QShowEvent
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QGuiApplication,
+    QKeyEvent,
+    QKeySequence,
+    QShowEvent,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
     QFrame,
     QLabel,
+    QLineEdit,
     QMainWindow,
     QMessageBox,
     QScrollArea,
@@ -34,12 +42,15 @@ SHORTCUTS_HELP = """<table cellspacing="0" cellpadding="3">
 <tr><td><b>Ctrl+L</b></td><td>type a value or a code</td></tr>
 <tr><td><b>Enter, Escape</b></td><td>in the value field: apply it / put back the last one</td></tr>
 <tr><td><b>Tab</b></td><td>value field, pickers, then each editor's picker, buttons, bits</td></tr>
-<tr><td><b>Ctrl+C</b></td><td>copy the exact value (in a table: its selected rows)</td></tr>
+<tr><td><b>Ctrl+C</b></td><td>copy the exact value (in a table: its selected rows;
+in a text field: its selected text)</td></tr>
 <tr><td><b>Ctrl+Shift+C</b></td><td>copy the code (hex)</td></tr>
 <tr><td><b>Ctrl+Alt+C</b></td><td>copy the shortest decimal that reads back</td></tr>
 <tr><td><b>Ctrl+Shift+A</b></td><td>add a format to the stack</td></tr>
 <tr><td><b>Ctrl+Shift+F</b></td><td>custom format…</td></tr>
 <tr><td><b>Ctrl+1, Ctrl+2</b></td><td>Formats / Training tab</td></tr>
+<tr><td><b>Ctrl+O</b></td><td>open a run log (Training tab)</td></tr>
+<tr><td><b>F1</b></td><td>this list</td></tr>
 <tr><td><b>Ctrl+Q</b></td><td>quit</td></tr>
 </table>"""
 
@@ -126,6 +137,9 @@ class MainWindow(QMainWindow):
         self.status = self.statusBar()
         self.session.changed.connect(self._on_session_changed)
         self.session.entry_changed.connect(self._on_session_changed)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            app.focusChanged.connect(self._on_app_focus_changed)
         restore_problems = self._restore() if restore else []
         problem = self.settings.problem()
         if problem:
@@ -172,6 +186,26 @@ class MainWindow(QMainWindow):
         self.status.clearMessage()  # hints of one tab do not belong on the other
         if index == 1:
             self.training_panel  # noqa: B018 - builds it
+
+    def _on_app_focus_changed(self, _old: QWidget | None, new: QWidget | None) -> None:
+        if isinstance(new, QLineEdit) and self.formats_panel.isAncestorOf(new):
+            new.installEventFilter(self)  # once per field: Qt keeps one entry per filter
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Ctrl+C in a text field of the Formats panel with nothing selected is Copy Value.
+
+        A line edit claims Ctrl+C whether or not text is selected, so after typing a value
+        and Enter, Ctrl+C copied nothing at all. Left unclaimed here, the window's Copy
+        Value shortcut takes it; with a selection the field copies the selection."""
+        if (
+            event.type() == QEvent.Type.ShortcutOverride
+            and isinstance(watched, QLineEdit)
+            and isinstance(event, QKeyEvent)
+            and event.matches(QKeySequence.StandardKey.Copy)
+            and not watched.hasSelectedText()
+        ):
+            return True
+        return super().eventFilter(watched, event)
 
     # -- menus ---------------------------------------------------------------------------
     def _action(

@@ -60,6 +60,24 @@ def test_ctrl_c_copies_the_exact_value(qtbot: QtBot, window: MainWindow) -> None
     assert "Copied" in window.statusBar().currentMessage()
 
 
+def test_ctrl_c_in_the_value_field_copies_the_value_or_the_selection(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    # Failed before: the field claimed Ctrl+C and, with nothing selected, copied nothing.
+    QGuiApplication.clipboard().setText("before")
+    field = window.formats_panel.entry.field
+    qtbot.keyClick(window, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
+    assert QApplication.focusWidget() is field
+    qtbot.keyClicks(field, "0.1")
+    qtbot.keyClick(field, Qt.Key.Key_Return)
+    assert QApplication.focusWidget() is field and not field.hasSelectedText()
+    qtbot.keyClick(field, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    assert QGuiApplication.clipboard().text() == "0.100000001490116119384765625"
+    field.setSelection(0, 2)  # a selection is the field's to copy
+    qtbot.keyClick(field, Qt.Key.Key_C, Qt.KeyboardModifier.ControlModifier)
+    assert QGuiApplication.clipboard().text() == "0."
+
+
 def test_ctrl_c_in_a_table_copies_its_selected_row(qtbot: QtBot, window: MainWindow) -> None:
     # Failed before: Ctrl+C with a row of the All formats table selected copied the active
     # editor's value (FP32's 0.100000001490116119384765625), not the row.
@@ -102,6 +120,20 @@ def test_f1_help_lists_the_copy_entry_and_stack_shortcuts(window: MainWindow) ->
     for key in keys:
         assert f"<b>{key}</b>" in SHORTCUTS_HELP, key
     assert "Escape" in SHORTCUTS_HELP
+
+
+def test_f1_help_lists_every_menu_shortcut(window: MainWindow) -> None:
+    # Failed before: File ▸ Open Run… (Ctrl+O) and F1 itself were not in the list.
+    window.training_panel  # noqa: B018 - builds it: its actions join the File menu
+    arrows = {"Up": "↑/↓", "Down": "↑/↓", "Left": "→/←", "Right": "→/←"}
+    for menu_action in window.menuBar().actions():
+        for action in menu_action.menu().actions():
+            key = action.shortcut().toString(QKeySequence.SequenceFormat.PortableText)
+            if not key:
+                continue
+            *modifiers, last = key.split("+")
+            shown = "+".join([*modifiers, arrows.get(last, last)])
+            assert shown in SHORTCUTS_HELP, (action.text(), key)
 
 
 def test_ctrl_q_closes_the_window(qtbot: QtBot, window: MainWindow) -> None:
@@ -272,6 +304,10 @@ def test_fpexplorer_without_arguments_opens_the_main_window(
     assert main(["gui", "--fresh", "--format", "fp16", "--value", "1/3"]) == 0
     assert shown[1].session.active.format == get_format("fp16")
     assert shown[1].session.active.code == 0x3555
+    # The app's options without the word `gui` (was: "invalid choice: 'e5m2'").
+    assert main(["--fresh", "--format", "e5m2", "--value", "2"]) == 0
+    assert shown[2].session.active.format == get_format("e5m2")
+    assert shown[2].session.active.code == 0x40
     for window in shown:
         window.deleteLater()
 

@@ -1,0 +1,57 @@
+"""The `fpexplorer` front door: what a first command line meets before any sub-command."""
+
+from __future__ import annotations
+
+import pytest
+
+from fpexplorer import __version__
+from fpexplorer.cli import main
+
+
+def _exit_and_stderr(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    code = exit_info.value.code
+    assert isinstance(code, int)
+    return code, capsys.readouterr().err
+
+
+def test_version_and_help_are_the_front_doors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out == f"fpexplorer {__version__}\n"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: fpexplorer [-h] [--version] COMMAND")
+
+
+def test_an_unknown_command_is_one_line_naming_the_commands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, err = _exit_and_stderr(["nosuch"], capsys)
+    assert code == 2
+    assert err.startswith("fpexplorer: error: argument COMMAND: invalid choice: 'nosuch'")
+    assert "'selftest'" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # Failed before: "fpexplorer: error: argument COMMAND: invalid choice: 'dark'" and
+        # "fpexplorer: error: unrecognized arguments: --fresh --nosuch".
+        (
+            ["--theme", "neon"],
+            "fpexplorer gui: error: argument --theme: invalid choice: 'neon' "
+            "(choose from 'system', 'light', 'dark')",
+        ),
+        (["--fresh", "--nosuch"], "fpexplorer gui: error: unrecognized arguments: --nosuch"),
+    ],
+)
+def test_options_without_a_command_are_the_apps(
+    capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    code, err = _exit_and_stderr(argv, capsys)
+    assert code == 2
+    assert err.strip() == said
