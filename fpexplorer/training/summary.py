@@ -319,17 +319,7 @@ class RunSummarizer:
         header = self.header
         unreadable = None
         if header is None and not self.steps and self.end is None:
-            if self.read_error is not None:
-                unreadable = self.read_error
-            elif self.refused_schema is not None:
-                unreadable = (
-                    f"schema {self.refused_schema} is newer than this fpexplorer reads "
-                    f"({SCHEMA_VERSION}): update fpexplorer to read this run"
-                )
-            elif self.size == 0:
-                unreadable = "empty file (a job that has not written its header yet?)"
-            else:
-                unreadable = "not a run log (no header, step or end record in it)"
+            unreadable = self.read_error or no_run_reason(self.refused_schema, self.size)
         span = self.last_time - self.first_time
         rate = (self.steps - 1) / span if self.steps > 1 and span > 0 else math.nan
         steps = self.steps
@@ -371,6 +361,20 @@ class RunSummarizer:
             problem_count=len(problems) + self.hidden_problems,
             torn_last_line=self.torn_last_line,
         )
+
+
+def no_run_reason(refused_schema: int | None, size: int | None) -> str:
+    """Why a file from which no header, step or end record was read holds no run: a newer
+    schema (`refused_schema`, as `RecordStream` met it), nothing in it (`size` 0), or
+    something else than a run log. The CLI and the panel say it in these words."""
+    if refused_schema is not None:
+        return (
+            f"schema {refused_schema} is newer than this fpexplorer reads ({SCHEMA_VERSION}): "
+            "update fpexplorer to read this run"
+        )
+    if size == 0:
+        return "empty file (a job that has not written its header yet?)"
+    return "not a run log (no header, step or end record in it)"
 
 
 def _counted(count: int, one: str, many: str) -> str:
