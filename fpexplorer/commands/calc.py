@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 # The same choices as `inspect` (kept equal to the engine's by tests/test_cli_contract.py).
 from fpexplorer.commands.inspect import OVERFLOW_POLICIES, ROUNDING_MODES
-from fpexplorer.commands.output import json_number, seed_text, stochastic_seed
+from fpexplorer.commands.output import (
+    add_stochastic_arguments,
+    json_number,
+    seed_text,
+    stochastic_draw,
+)
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -60,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--overflow", choices=OVERFLOW_POLICIES, default=None,
         help="overflow policy (default: what ml_dtypes does for the format)",
     )  # fmt: skip
-    parser.add_argument("--seed", type=int, default=None, help="seed for stochastic rounding")
+    add_stochastic_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -68,7 +73,14 @@ def run(args: argparse.Namespace) -> int:
     from fpexplorer.commands.output import print_document
 
     return print_document(
-        lambda: build(args.expression, args.format, args.rounding, args.overflow, args.seed),
+        lambda: build(
+            args.expression,
+            args.format,
+            args.rounding,
+            args.overflow,
+            args.seed,
+            args.random_bits,
+        ),
         render_text,
         args.json,
     )
@@ -125,21 +137,27 @@ def build(
     rounding: str | None = None,
     overflow: str | None = None,
     seed: int | None = None,
+    random_bits: int | None = None,
 ) -> dict[str, Any]:
     """The JSON document of `fpexplorer calc` (ValueError for bad input)."""
     from fpexplorer.formats import calculate, get_format, parse_value
     from fpexplorer.formats.arith import DETERMINISTIC_MODES
 
-    if seed is not None and rounding != "stochastic":
-        raise ValueError("--seed goes with --rounding stochastic only")  # nothing draws
-    if rounding == "stochastic":
-        seed = stochastic_seed(seed)
+    seed, random_bits = stochastic_draw(rounding, seed, random_bits)
     fmt = get_format(format_name)
     operation, texts = parse_expression(expression, fmt)
     operands = [parse_value(text, fmt) for text in texts]
     modes = (rounding,) if rounding else DETERMINISTIC_MODES
-    calculation = calculate(operation, operands, fmt, modes=modes, overflow=overflow, seed=seed)
-    return {**_document(expression, texts, calculation), "seed": seed}
+    calculation = calculate(
+        operation,
+        operands,
+        fmt,
+        modes=modes,
+        overflow=overflow,
+        seed=seed,
+        random_bits=random_bits,
+    )
+    return {**_document(expression, texts, calculation), "seed": seed, "random_bits": random_bits}
 
 
 def _document(expression: str, texts: list[str], calculation: Calculation) -> dict[str, Any]:
@@ -251,7 +269,8 @@ def render_text(document: dict[str, Any]) -> str:
 
     lines = [
         f"{document['expression'].strip()}  in {document['format']}  "
-        f"(overflow {document['overflow_policy']}){seed_text(document['seed'])}",
+        f"(overflow {document['overflow_policy']})"
+        f"{seed_text(document['seed'], document['random_bits'])}",
         "",
     ]
     for index, operand in enumerate(document["operands"]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from fpexplorer.commands.output import json_number, seed_text, stochastic_seed
+from fpexplorer.commands.output import json_number, seed_text, stochastic_draw
 
 if TYPE_CHECKING:
     from fractions import Fraction
@@ -48,7 +48,7 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from fpexplorer.commands.output import accept_negative_values
+    from fpexplorer.commands.output import accept_negative_values, add_stochastic_arguments
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
@@ -67,11 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--overflow", choices=OVERFLOW_POLICIES, default=None,
         help="overflow policy (default: what ml_dtypes does for each format)",
     )  # fmt: skip
-    parser.add_argument("--seed", type=int, default=None, help="seed for stochastic rounding")
-    parser.add_argument(
-        "--random-bits", type=int, default=None, metavar="N",
-        help="random bits of stochastic rounding (1..64; default 64)",
-    )  # fmt: skip
+    add_stochastic_arguments(parser)
     parser.add_argument(
         "--bits", metavar="CODE",
         help="decode CODE (0x.., 0b.., 0|01111|0000000000 or decimal) of the one --format "
@@ -130,21 +126,14 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
                 args.value = args.formats.pop()
         if args.value is None:
             raise ValueError("give a VALUE to round (or --bits CODE --format NAME)")
-    if args.rounding != "stochastic":
-        # A seed or a bit count that nothing draws from must not pass silently.
-        for option, given in (("--seed", args.seed), ("--random-bits", args.random_bits)):
-            if given is not None:
-                raise ValueError(f"{option} goes with --rounding stochastic only")
-    seed = args.seed if args.rounding != "stochastic" else stochastic_seed(args.seed)
+    seed, random_bits = stochastic_draw(args.rounding, args.seed, args.random_bits)
     formats = _resolve_formats(args)
     from fpexplorer.formats import parse_value
 
     results = []
     for fmt in formats:
         exact = parse_value(args.value, fmt)
-        rounded = fmt.round(
-            exact, args.rounding, args.overflow, seed=seed, random_bits=args.random_bits
-        )
+        rounded = fmt.round(exact, args.rounding, args.overflow, seed=seed, random_bits=random_bits)
         results.append(_describe_rounding(rounded))
     try:
         common_input: ExactValue | None = parse_value(args.value)
@@ -156,6 +145,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         "rounding": args.rounding,
         "overflow": args.overflow or "default",
         "seed": seed,
+        "random_bits": random_bits,
         "results": results,
     }
 
@@ -299,7 +289,8 @@ def _render_text(document: dict[str, Any]) -> str:
     if "input" in document:
         lines.append(
             f"input {document['input']}  rounding {document['rounding']}  "
-            f"overflow {document['overflow']}{seed_text(document['seed'])}"
+            f"overflow {document['overflow']}"
+            f"{seed_text(document['seed'], document['random_bits'])}"
         )
     for result in document["results"]:
         lines.append("")

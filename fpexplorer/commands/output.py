@@ -42,6 +42,37 @@ def json_number(value: Fraction | None) -> float | None:
     return result if result not in (float("inf"), float("-inf")) else None
 
 
+# The engine's limit (formats.format.MAX_RANDOM_BITS), repeated so that building the parser
+# imports nothing; a test holds them equal.
+MAX_RANDOM_BITS = 64
+
+
+def add_stochastic_arguments(parser: argparse.ArgumentParser) -> None:
+    """--seed and --random-bits, the draw of stochastic rounding: declared here once for
+    every command that rounds one value at a time (`inspect`, `calc`)."""
+    parser.add_argument("--seed", type=int, default=None, help="seed for stochastic rounding")
+    parser.add_argument(
+        "--random-bits", type=int, default=None, metavar="N",
+        help=f"random bits of stochastic rounding (1..{MAX_RANDOM_BITS}; "
+        f"default {MAX_RANDOM_BITS})",
+    )  # fmt: skip
+
+
+def stochastic_draw(
+    rounding: str | None, seed: int | None, random_bits: int | None
+) -> tuple[int | None, int | None]:
+    """(seed, random bits) of a command's stochastic rounding, both None without it; a
+    ValueError names the option that nothing would draw from, or a bit count out of range."""
+    if rounding != "stochastic":
+        for option, given in (("--seed", seed), ("--random-bits", random_bits)):
+            if given is not None:  # nothing draws: must not pass silently
+                raise ValueError(f"{option} goes with --rounding stochastic only")
+        return None, None
+    if random_bits is not None and not 1 <= random_bits <= MAX_RANDOM_BITS:
+        raise ValueError(f"--random-bits must be 1..{MAX_RANDOM_BITS}, not {random_bits}")
+    return stochastic_seed(seed), MAX_RANDOM_BITS if random_bits is None else random_bits
+
+
 def stochastic_seed(seed: int | None) -> int:
     """The seed stochastic rounding draws from: the one given, else a fresh one, which the
     answer reports so that `--seed N` repeats the draw (an unreported one could not be)."""
@@ -50,9 +81,17 @@ def stochastic_seed(seed: int | None) -> int:
     return seed if seed is not None else secrets.randbits(32)
 
 
-def seed_text(seed: int | None) -> str:
-    """The header's note of the seed ("" without stochastic rounding)."""
-    return "" if seed is None else f"  seed {seed} (--seed {seed} repeats the draw)"
+def seed_text(seed: int | None, random_bits: int | None = None) -> str:
+    """The header's note of the draw ("" without stochastic rounding): the seed, and the
+    random bits when not the default, with the options that repeat it."""
+    if seed is None:
+        return ""
+    if random_bits is None or random_bits == MAX_RANDOM_BITS:
+        return f"  seed {seed} (--seed {seed} repeats the draw)"
+    return (
+        f"  seed {seed}, {random_bits} random bits "
+        f"(--seed {seed} --random-bits {random_bits} repeats the draw)"
+    )
 
 
 def exact_or_rounded(exact: str | None, *, keep: int, shown: int) -> str:

@@ -132,12 +132,14 @@ def calculate(
     modes: Sequence[str] = DETERMINISTIC_MODES,
     overflow: str | None = None,
     seed: int | None = None,
+    random_bits: int | None = None,
 ) -> Calculation:
     """Compute `operation` ("add", "sub", "mul", "div", "fma", "sqrt") on `operands` in `fmt`.
 
     Each operand (int, float, Fraction, Decimal, str, ExactValue) is rounded into the format
     first (nearest even); the result is computed exactly from those values and rounded under
-    every one of `modes` with `overflow` (None: the format's default). ValueError for an
+    every one of `modes` with `overflow` (None: the format's default); stochastic rounding
+    draws `random_bits` bits (default 64) from `seed`. ValueError for an
     unknown operation, a wrong number of operands or an operand that is not a number.
     """
     fmt = get_format(fmt)
@@ -151,7 +153,9 @@ def calculate(
     values = [operand.value for operand in converted]
     exact_by_mode = {mode: exact_operation(operation, values, mode) for mode in modes}
     reference = exact_operation(operation, values, "nearest_even")
-    results = tuple(_round_result(fmt, exact_by_mode[mode], mode, overflow, seed) for mode in modes)
+    results = tuple(
+        _round_result(fmt, exact_by_mode[mode], mode, overflow, seed, random_bits) for mode in modes
+    )
     return Calculation(
         operation=operation,
         format=fmt,
@@ -274,10 +278,18 @@ def square_root_bracket(x: Fraction, bits: int) -> tuple[Fraction, Fraction]:
 
 
 def _round_result(
-    fmt: FloatFormat, exact: ExactResult, rounding: str, overflow: str | None, seed: int | None
+    fmt: FloatFormat,
+    exact: ExactResult,
+    rounding: str,
+    overflow: str | None,
+    seed: int | None,
+    random_bits: int | None = None,
 ) -> ModeResult:
     _check_bracket_fine_enough(fmt, exact)
-    rounded = fmt.round(exact.value, rounding, overflow, seed)
+    draws = rounding == "stochastic"  # the other modes take no random bits
+    rounded = fmt.round(
+        exact.value, rounding, overflow, seed, random_bits=random_bits if draws else None
+    )
     flags = Flags(
         invalid=exact.invalid or rounded.invalid,
         divide_by_zero=exact.divide_by_zero,

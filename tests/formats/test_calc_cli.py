@@ -160,3 +160,37 @@ def test_stochastic_calc_reports_the_seed_that_repeats_it(
     assert main(["calc", *argv, "--seed", "11"]) == 0
     assert capsys.readouterr().out.splitlines()[0].endswith("seed 11 (--seed 11 repeats the draw)")
     assert _json(capsys, ["1 / 3", "-f", "e4m3"])["seed"] is None
+
+
+def test_calc_draws_random_bits_as_inspect_does(capsys: pytest.CaptureFixture[str]) -> None:
+    # calc had --seed but no --random-bits, which inspect has: the same two options now, from
+    # one declaration (output.add_stochastic_arguments), with the same checks.
+    from fpexplorer.commands import output
+    from fpexplorer.formats.format import MAX_RANDOM_BITS
+
+    assert output.MAX_RANDOM_BITS == MAX_RANDOM_BITS
+    argv = ["calc", "1 + 0x1p-12", "-f", "fp16", "--rounding", "stochastic", "--json"]
+    # 1 + 2**-12 lies a quarter of the way from 1 to 1 + 2**-10: with one random bit that
+    # quarter rounds (ties to even) to 0 and the sum never rounds up; with 64 it sometimes does.
+    one_bit, full = set(), set()
+    for seed in range(40):
+        document = _json(capsys, [*argv[1:], "--seed", str(seed), "--random-bits", "1"])
+        assert (document["seed"], document["random_bits"]) == (seed, 1)
+        one_bit.add(document["results"][0]["code"])
+        full.add(_json(capsys, [*argv[1:], "--seed", str(seed)])["results"][0]["code"])
+    assert one_bit == {0x3C00} and full == {0x3C00, 0x3C01}
+    assert main([*argv[:-1], "--seed", "7", "--random-bits", "2"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert header.endswith("seed 7, 2 random bits (--seed 7 --random-bits 2 repeats the draw)")
+    for extra, message in (
+        (["--random-bits", "0"], "--random-bits must be 1..64, not 0"),
+        (["--random-bits", "65"], "--random-bits must be 1..64, not 65"),
+    ):
+        assert main([*argv, *extra]) == 2
+        assert capsys.readouterr().err.strip().endswith(message)
+    assert main(["calc", "1 + 1", "--random-bits", "3"]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("--random-bits goes with --rounding stochastic only")
+    )

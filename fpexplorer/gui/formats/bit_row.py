@@ -31,6 +31,7 @@ from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.theme import field_colors
 
+MIN_INDEX_GAP = 3  # pixels between two bit indices, so that "24" "23" never read "2423"
 # Under a field too narrow for its name (a one-bit fraction).
 SHORT_FIELD_NAMES = {"sign": "s", "exponent": "exp", "fraction": "frac"}
 FIELD_HELP = {
@@ -234,21 +235,45 @@ class BitRow(QWidget):
         text_color = self.palette().color(QPalette.ColorRole.WindowText)
         small = self._small_font()
         small_metrics = QFontMetrics(small)
-        cell_width = self._cells[0].rect.width()
-        index_every = 1 if small_metrics.horizontalAdvance("63") + 2 <= cell_width else 4
         painter.setFont(small)
         painter.setPen(text_color)
-        for cell in self._cells:
-            group = self._group_rect(cell.field)
-            at_edge = cell.rect.left() == group.left() or cell.rect.right() == group.right()
-            if cell.bit % index_every == 0 or at_edge:
-                index_rect = QRect(cell.rect.left() - 6, 0, cell.rect.width() + 12, cell.rect.top())
-                painter.drawText(index_rect, Qt.AlignmentFlag.AlignCenter, str(cell.bit))
+        for bit, text_rect in self.index_labels():
+            # Drawn centred in a wider box: a box of exactly the text's width may clip it.
+            box = text_rect.adjusted(-6, 0, 6, 0)
+            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, str(bit))
         for (_, rect), text in zip(self._groups, self.field_labels(), strict=True):
             label_rect = QRect(
                 rect.left() - 10, rect.bottom() + 1, rect.width() + 20, small_metrics.height()
             )
             painter.drawText(label_rect, Qt.AlignmentFlag.AlignCenter, text)
+
+    def index_labels(self) -> list[tuple[int, QRect]]:
+        """The bit indices drawn above the cells, each with the rectangle its text takes:
+        every index where the cells are wide enough, else the fields' edges and every 4th,
+        leaving out any that would touch one already placed (edges first). In FP32's 9-pixel
+        cells "24" and "23" ran together into "2423"."""
+        if not self._cells:
+            return []
+        metrics = QFontMetrics(self._small_font())
+        cell_width = self._cells[0].rect.width()
+        index_every = 1 if metrics.horizontalAdvance("63") + 2 <= cell_width else 4
+        edges, others = [], []
+        for cell in self._cells:
+            group = self._group_rect(cell.field)
+            if cell.rect.left() == group.left() or cell.rect.right() == group.right():
+                edges.append(cell)
+            elif cell.bit % index_every == 0:
+                others.append(cell)
+        placed: list[tuple[int, QRect]] = []
+        for cell in edges + others:
+            text_width = metrics.horizontalAdvance(str(cell.bit))
+            center = cell.rect.left() + cell.rect.width() // 2
+            text_rect = QRect(center - text_width // 2, 0, text_width, cell.rect.top())
+            # A gap of at least MIN_INDEX_GAP pixels from every index already placed.
+            room = text_rect.adjusted(-MIN_INDEX_GAP, 0, MIN_INDEX_GAP, 0)
+            if all(not room.intersects(other) for _, other in placed):
+                placed.append((cell.bit, text_rect))
+        return sorted(placed, key=lambda item: -item[0])
 
     def field_labels(self) -> list[str]:
         """The name under each field, the longest that fits: "fraction (10)", "fraction",

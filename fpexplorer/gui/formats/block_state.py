@@ -59,6 +59,9 @@ HISTOGRAM_BINS = 40
 # tabs or new lines; brackets around the list (a pasted Python or numpy list) are dropped.
 _SEPARATORS = re.compile(r"[\s,;]+")
 _BRACKETS = str.maketrans("", "", "[]()")
+# A comma between two digits ("1,5") separates values here, but in much of Europe it is a
+# decimal comma: one and a half silently became two elements.
+_DIGIT_COMMA_DIGIT = re.compile(r"([0-9]+),([0-9]+)")
 # A printed array or scalar (array([...]), tensor([...]), np.float32(...)): numpy prints 8
 # decimals and torch 4 by default, so its digits are not the values.
 _PRINTED_ARRAY = re.compile(
@@ -114,6 +117,19 @@ def parse_block_text(text: str, block_size: int) -> list[ExactValue]:
                 f"number {position}, {token[:30]!r}, is not a number: {error}"
             ) from None
     return values
+
+
+def decimal_comma_warning(text: str) -> str | None:
+    """What to tell a user whose text has a comma between two digits ("1,5"): it was read
+    as two values, which is right for "1,2,3" and wrong for a decimal comma. None otherwise."""
+    match = _DIGIT_COMMA_DIGIT.search(text)
+    if match is None:
+        return None
+    left, right = match.groups()
+    return (
+        f"'{left},{right}' was read as two values, {left} and {right} (a comma separates "
+        f"values); for a decimal comma write {left}.{right}"
+    )
 
 
 def drag_value(y: float, digits: int = DRAG_DIGITS) -> Fraction:
@@ -551,7 +567,7 @@ class BlockEditorState:
         self._busy = None
         self._generation += 1
         self._forced_tensor_scale = None
-        self._note = None
+        self._note = decimal_comma_warning(text)
         self._commit()
         return True
 

@@ -292,3 +292,21 @@ def test_sqnr_of_blocks_with_errors_beyond_float_range() -> None:
     state.set_scale_code(252)
     low = state.readout().sqnr_text
     assert low.startswith("≈ -") and low.endswith(" dB")
+
+
+@pytest.mark.parametrize(
+    ("text", "warned"),
+    [("1,5", "'1,5'"), ("0,126; -0,132", "'0,126'"), ("1,2,3", "'1,2'"), ("[1.5, 2, 3]", None),
+     ("1 5", None), ("1, 5", None), ("1e3,2", "'3,2'")],
+)  # fmt: skip
+def test_a_comma_between_digits_is_read_as_a_separator_and_said(
+    text: str, warned: str | None
+) -> None:
+    state = BlockEditorState("mxfp4")
+    assert state.load_text(text)
+    if warned is None:
+        assert state.note is None
+    else:
+        assert state.note is not None and warned in state.note and "decimal comma" in state.note
+    state.set_element(0, "2")  # an edit clears the note
+    assert state.note is None

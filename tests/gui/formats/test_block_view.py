@@ -192,6 +192,21 @@ def test_typed_and_pasted_values(view: BlockEditorView, qtbot: QtBot) -> None:
     assert not view.message.isVisible()
 
 
+def test_a_decimal_comma_is_named_not_silently_split(view: BlockEditorView, qtbot: QtBot) -> None:
+    # "1,5" became two elements, 1 and 5, with nothing said: a European decimal comma.
+    qtbot.keyClicks(view.values_field, "1,5")
+    qtbot.keyClick(view.values_field, Qt.Key.Key_Return)
+    assert [cell(view, i, "input") for i in range(view.table.rowCount())] == ["1", "5"]
+    assert view.message.isVisible()
+    assert "'1,5' was read as two values, 1 and 5" in view.message.text()
+    assert "for a decimal comma write 1.5" in view.message.text()
+    assert view.values_field.text() == "1,5"  # what was typed stays to be corrected
+    view.values_field.setText("1.5, 2")  # a comma and a space: a list, nothing to say
+    qtbot.keyClick(view.values_field, Qt.Key.Key_Return)
+    assert [cell(view, i, "input") for i in range(2)] == ["1.5", "2"]
+    assert not view.message.isVisible()
+
+
 def test_an_input_typed_into_the_table(view: BlockEditorView) -> None:
     item = view.table.item(2, ELEMENT_COLUMNS.index("input"))
     assert item is not None
