@@ -13,9 +13,10 @@ import re
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
+    QApplication,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -26,6 +27,9 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSizePolicy,
     QSplitter,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -58,6 +62,9 @@ from fpexplorer.gui.training.view_model import (
     RunEntry,
     RunList,
     elide,
+    elide_name,
+    elide_words,
+    name_word_counts,
     progress_view,
     settings_of,
     summarize_problems,
@@ -211,7 +218,10 @@ class TrainingPanel(QWidget):
         self.run_list.currentRowChanged.connect(self._on_run_row_changed)
         self.run_list.setMaximumHeight(110)
         self.run_list.setMinimumHeight(40)
-        self.run_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # Names elided a word at a time, numbers whole (Qt's own elision cut "lr=0.0002" to
+        # "lr=0…2"); the whole name in each item's tooltip.
+        self.run_list.setItemDelegate(RunNameDelegate(self.run_list))
+        self.run_list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.run_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.remove_button = QPushButton("Remove run")
         self.remove_button.clicked.connect(self._on_remove_clicked)
@@ -576,7 +586,7 @@ class TrainingPanel(QWidget):
         settings = settings_of(entry.model)
         if isinstance(settings, str):
             self.code_view.setPlainText(f"# {settings}\n# The form keeps its own settings.")
-            self._show_status(f"{elide(entry.model.label, 60)}: {settings}.")
+            self._show_status(f"{elide_name(entry.model.label, 60)}: {settings}.")
             return
         self.form.set_config(settings)
         self._on_form_changed()
@@ -903,6 +913,43 @@ class TrainingPanel(QWidget):
             self._show_status(f"Export failed: {error.strerror or error}", error=True)
             return
         self._show_status(f"Exported {len(written)} files to {folder}.")
+
+
+class RunNameDelegate(QStyledItemDelegate):
+    """Draws a run list's names elided by `elide_words` to the width of the item's text
+    (the task goes first, then the status, then settings from the left; a number is never
+    cut), so that Qt, finding the text fits, elides nothing itself."""
+
+    def initStyleOption(
+        self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> None:
+        super().initStyleOption(option, index)
+        widget = option.widget
+        style = widget.style() if widget is not None else QApplication.style()
+        rect = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, widget)
+        # Qt draws the text inside this margin on each side (QCommonStyle's viewItemDrawText).
+        margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1
+        room = rect.width() - 2 * margin
+        metrics = option.fontMetrics
+        text = option.text
+
+        def fits(candidate: str) -> bool:
+            return metrics.horizontalAdvance(candidate) <= room
+
+        if not fits(text):
+            model = index.model()
+            titles = (str(model.index(row, 0).data()) for row in range(model.rowCount()))
+            option.text = elide_words(text, fits, name_word_counts(titles))
+
+    def shown_text(self, view: QListWidget, row: int) -> str:
+        """The text drawn for `row` of `view` now (what the user reads)."""
+        option = QStyleOptionViewItem()
+        option.initFrom(view)
+        index = view.model().index(row, 0)
+        option.rect = view.visualRect(index)
+        option.widget = view
+        self.initStyleOption(option, index)
+        return str(option.text)
 
 
 def _swatch(colour: str) -> object:

@@ -60,6 +60,7 @@ from fpexplorer.gui.training.view_model import (
     counts_text,
     data_range,
     elide,
+    elide_words,
     first_nonfinite_view,
     format_range,
     format_ranges_log2,
@@ -72,6 +73,7 @@ from fpexplorer.gui.training.view_model import (
     hover_text,
     layer_table_view,
     lost_updates_text,
+    name_word_counts,
     no_histogram_reason,
     no_steps_reason,
     ruler_formats,
@@ -531,7 +533,8 @@ class RunCurves:
         self._add_pending_to_legend()
         self._legend_wanted = shown
         # As many columns as the longest name allows in the plot's width (names whole), or
-        # more, with names elided in the middle (their distinguishing end kept), when whole
+        # more, with names elided a word at a time (numbers whole, the task first, their
+        # distinguishing end kept; the whole name in the label's tooltip), when whole
         # names would need more rows than LEGEND_HEIGHT_SHARE of the plot: with many runs on
         # a small screen the legend must not squash the data into a strip.
         metrics = QFontMetrics(QFont(self.plot.font().family(), 8))
@@ -557,13 +560,17 @@ class RunCurves:
             # Names cut to a few letters say nothing: the run list beside the plots names
             # each run with its colour swatch, and the data keeps the height.
             shown = False
+        room = max(text_width, LEGEND_MIN_TEXT_WIDTH)
+        shared = name_word_counts(names)
         for sample, label in self.legend.items:
             full = getattr(sample.item, "name", lambda: None)() or label.text
-            shown_text = metrics.elidedText(
-                full, Qt.TextElideMode.ElideMiddle, max(text_width, LEGEND_MIN_TEXT_WIDTH)
+            shown_text = elide_words(
+                full, lambda text: metrics.horizontalAdvance(text) <= room, shared
             )
             if label.text != shown_text:
                 label.setText(shown_text)
+            if label.toolTip() != full:
+                label.setToolTip(full)
         if self._legend_shown == shown:
             return
         self._legend_shown = shown

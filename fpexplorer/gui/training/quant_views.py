@@ -71,6 +71,7 @@ from fpexplorer.gui.training.view_model import (
     HoverLine,
     OverlayRun,
     elide,
+    elide_name,
     format_range,
     histogram_hover_text,
     number_text,
@@ -160,7 +161,7 @@ def detail_text(
     if detailed is selected and len(runs) <= 1:
         return ""
     name = next((run.name for run in runs if run.model is detailed), detailed.label)
-    text = f"Details: {elide(name, 48)}"
+    text = f"Details: {elide_name(name, 48)}"
     if selected is not None and selected is not detailed:
         text += " (the selected run has no quantized layers)"
     return text
@@ -213,7 +214,7 @@ def history_hover_lines(
             continue
         scale = value_at(history.steps, history.series(layer, role, "scale"), step)
         at_step = amax[0] if at_step is None else max(at_step, amax[0])
-        text = f"{elide(run.name, 28)}: amax {number_text(amax[1])}"
+        text = f"{elide_name(run.name, 28)}: amax {number_text(amax[1])}"
         if scale is not None and not math.isnan(scale[1]):
             text += f", scale {power_text(scale[1])}"
         lines.append(HoverLine(text, run.colour))
@@ -412,7 +413,7 @@ def history_note(
         if hidden:
             parts.append(f"{hidden} amax inf/NaN/0 not drawn")
         if parts:
-            notes.append(f"{elide(run.name, 24)}: {', '.join(parts)}")
+            notes.append(f"{elide_name(run.name, 24)}: {', '.join(parts)}")
     return "; ".join(notes) or None
 
 

@@ -22,7 +22,9 @@ nothing a run contains can widen the window.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -81,6 +83,82 @@ def elide(text: str, limit: int = MAX_TEXT) -> str:
     head = (limit - 1) // 2
     tail = limit - 1 - head
     return text[:head] + ELLIPSIS + text[len(text) - tail :]
+
+
+# A number as run names write them ("0.0002", "1e-05", "65536", "fp16"'s 16): never cut
+# inside one, since the part left reads as another number ("lr=0…2").
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+# A run name's words; a bracketed tag ("[rank 0]") is one word.
+_NAME_WORD = re.compile(r"\[[^\]]*\]|\S+")
+_STATUS_SEPARATOR = "—"  # the run list's "name — status"
+_MIN_WORD_HEAD = 3  # a first word cut shorter than this says nothing: it goes whole
+
+
+def _word_cuts(word: str) -> list[int]:
+    """Where `word` may be cut (keeping word[:k]), longest first: not inside a number."""
+    inside = {k for m in _NUMBER.finditer(word) for k in range(m.start() + 1, m.end())}
+    return [k for k in range(len(word) - 1, _MIN_WORD_HEAD - 1, -1) if k not in inside]
+
+
+def name_word_counts(names: Iterable[str]) -> Counter[str]:
+    """For `elide_words`' `shared`: in how many of `names` each word occurs."""
+    return Counter(word for name in names for word in set(_NAME_WORD.findall(name)))
+
+
+def elide_words(
+    text: str, fits: Callable[[str], bool], shared: Mapping[str, int] | None = None
+) -> str:
+    """`text` (a run's name, with " — status" in the run list) shortened until `fits` says
+    it fits, a word at a time, each cut marked '…'; a number is never cut.
+
+    What goes first tells runs apart least: the first word (the task, or a file's name)
+    is cut at its end, then dropped; then the status after ' — '; then the settings, those
+    that most runs shown with it also hold first (`shared`: `name_word_counts` of all the
+    names shown together), from the left among equals (so the distinguishing end stays:
+    "… lr=0.0002 seed=1"); a leading "[rank K]" tag last. Nothing that fits: '…'.
+    """
+    text = " ".join(text.split())
+    if fits(text):
+        return text
+    words = _NAME_WORD.findall(text)
+    tail_at = words.index(_STATUS_SEPARATOR) if _STATUS_SEPARATOR in words else len(words)
+    main, tail = words[:tail_at], " ".join(words[tail_at:])  # the status goes whole
+    tagged = bool(main) and main[0].startswith("[") and len(main) > 1
+    first = 1 if tagged else 0  # the task's word
+    shown: list[str | None] = [*main, *([tail] if tail else [])]  # None: dropped
+
+    def joined() -> str:
+        parts: list[str] = []
+        for word in shown:
+            if word is None:
+                if not parts or parts[-1] != ELLIPSIS:
+                    parts.append(ELLIPSIS)
+            else:
+                parts.append(word)
+        return " ".join(parts)
+
+    if first < len(main):
+        task = main[first]
+        for cut in _word_cuts(task):
+            shown[first] = task[:cut] + ELLIPSIS
+            if fits(candidate := joined()):
+                return candidate
+        shown[first] = None
+        if fits(candidate := joined()):
+            return candidate
+    held = shared or {}
+    settings = sorted(range(first + 1, len(main)), key=lambda i: -held.get(main[i], 0))
+    order = [*([len(main)] if tail else []), *settings, *([0] if tagged else [])]
+    for index in order:
+        shown[index] = None
+        if fits(candidate := joined()):
+            return candidate
+    return ELLIPSIS
+
+
+def elide_name(text: str, limit: int = MAX_TEXT) -> str:
+    """A run's name in at most `limit` characters, by `elide_words` (numbers kept whole)."""
+    return elide_words(text, lambda candidate: len(candidate) <= limit)
 
 
 def share_text(share: float) -> str:
@@ -304,7 +382,7 @@ class RunList:
         """The run's line in the list: name, status, and "(live)" only while its job runs."""
         model = entry.model
         live = " (live)" if entry.live and job_active else ""
-        return f"{elide(model.label, 60)} — {elide(model.status, 24)}{live}"
+        return f"{elide_name(model.label, 60)} — {elide(model.status, 24)}{live}"
 
     def end_live(self, entry: RunEntry, keep_empty: bool = False) -> bool:
         """The job feeding `entry` ended; returns whether the run stays in the list.
@@ -319,7 +397,7 @@ class RunList:
     def overlay(self) -> list[OverlayRun]:
         """The runs the plots draw and their legends name: ticked and holding a step."""
         return [
-            OverlayRun(entry.key, elide(entry.model.label, 48), entry.colour, entry.model)
+            OverlayRun(entry.key, elide_name(entry.model.label, 48), entry.colour, entry.model)
             for entry in self.runs
             if entry.visible and len(entry.model.scalars)
         ]
@@ -552,7 +630,7 @@ def hover_text(
         if found is None:
             continue
         at_step = found[0] if at_step is None else max(at_step, found[0])
-        lines.append(HoverLine(f"{elide(run.name, 32)}: {show(found[1])}", run.colour))
+        lines.append(HoverLine(f"{elide_name(run.name, 32)}: {show(found[1])}", run.colour))
     if at_step is None:
         return []
     return [HoverLine(f"step {at_step}"), *lines]

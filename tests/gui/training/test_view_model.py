@@ -19,6 +19,8 @@ from fpexplorer.gui.training.view_model import (
     RunList,
     data_range,
     elide,
+    elide_name,
+    elide_words,
     first_nonfinite_view,
     format_range,
     format_ranges_log2,
@@ -28,6 +30,7 @@ from fpexplorer.gui.training.view_model import (
     hover_text,
     layer_table_view,
     lost_updates_text,
+    name_word_counts,
     number_text,
     progress_view,
     run_markers,
@@ -494,3 +497,55 @@ def test_weights_fp16_cannot_hold_are_said_so_not_a_share_lost() -> None:
         "lost updates: n/a on step 0: 2,048 of the 4,096 sampled weights updated are inf/NaN "
         "in FP16 (the weights overflowed; no update can show there)."
     )
+
+
+NAMES = [
+    "synthetic fp16 lr=0.0002 seed=1",
+    "synthetic bf16 lr=0.00025 seed=1 growth_interval=100",
+    "[rank 3] train_resnet50.py:make fp16 init=1024 lr=3e-05 seed=11",
+    "mlp pure-fp16 lr=0.001 seed=0 — completed (live)",
+    "my_run_file_v2.jsonl",
+]
+
+
+def _whole_words_only(shown: str, full: str) -> None:
+    """Every word shown is a word of `full`, or '…', or the first word's head cut outside
+    any number; the words keep their order."""
+    words = full.split()
+    for word in shown.split():
+        if word == "…":
+            continue
+        if word.endswith("…"):
+            head = word[:-1]
+            task = next(w for w in words if not w.startswith("[") and not w.endswith("]"))
+            assert task.startswith(head) and len(head) >= 3, (shown, full)
+            assert not (head[-1].isdigit() and task[len(head)].isdigit()), (shown, full)
+            continue
+        assert word in words, (word, shown, full)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_run_names_are_elided_a_word_at_a_time_never_inside_a_number(name: str) -> None:
+    # Qt's middle elision and `elide` cut "synthetic fp16 lr=0.0002 seed=1" to "lr=0…2":
+    # a number cut in its middle reads as another number.
+    seen = set()
+    for limit in range(len(name), 0, -1):
+        shown = elide_name(name, limit)
+        assert len(shown) <= limit or shown == "…"
+        _whole_words_only(shown, name)
+        seen.add(shown)
+    assert len(seen) >= 4  # it shortens in steps, not all at once
+    assert elide_name("synthetic fp16 lr=0.0002 seed=1", 20) == "… lr=0.0002 seed=1"
+    assert elide_name("synthetic fp16 lr=0.0002 seed=1", 28) == "synth… fp16 lr=0.0002 seed=1"
+
+
+def test_elided_names_keep_what_tells_them_from_the_runs_shown_with_them() -> None:
+    # The settings most of the runs shown also hold go first: bf16 is this run's alone.
+    names = ["synthetic fp16 lr=0.0002 seed=1", "synthetic fp16 lr=0.0002 seed=2",
+             "synthetic bf16 lr=0.00025 seed=1", "synthetic fp16 lr=3e-05 seed=1"]  # fmt: skip
+    shared = name_word_counts(names)
+    short = [elide_words(n, lambda t: len(t) <= 20, shared) for n in names]
+    assert short == ["… lr=0.0002 seed=1", "… lr=0.0002 seed=2", "… bf16 lr=0.00025 …",
+                     "… lr=3e-05 seed=1"]  # fmt: skip
+    # Alone, from the left: the distinguishing end stays.
+    assert elide_words(names[2], lambda t: len(t) <= 20) == "… lr=0.00025 seed=1"
