@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from fractions import Fraction
 
     from fpexplorer.formats import Calculation, ExactValue, FloatFormat
+    from fpexplorer.formats.arith import ModeResult
 
 HELP = "compute a + b, a - b, a * b, a / b, fma(a, b, c) or sqrt(a) in a float format"
 
@@ -211,11 +212,30 @@ def _document(expression: str, texts: list[str], calculation: Calculation) -> di
                     else _exact_fraction(result.error_ulps)
                 ),
                 "error_is_approximate": result.error_is_approximate,
+                **_error_texts(result),
                 "flags": list(result.flags.raised()),
             }
             for result in calculation.results
         ],
     }
+
+
+def _error_texts(result: ModeResult) -> dict[str, str | None]:
+    """The errors as the text output shows them, from the engine's Fractions: a float64
+    error_abs is null past 1e308 and 0.0 below 1e-324 (an e16m47 max × max rounded toward
+    zero showed no error at all, its sqrt(min_subnormal) an error of "0"). Exact when short,
+    else rounded and marked "≈"; always "≈" for an irrational root's (approximate) error."""
+    from fpexplorer.formats.decimal import approximate_decimal
+
+    approximate = result.error_is_approximate
+    texts: dict[str, str | None] = {"error_abs_text": None, "error_ulps_text": None}
+    for key, value, keep in (
+        ("error_abs_text", result.error_abs, 3 if approximate else 12),
+        ("error_ulps_text", result.error_ulps, 3 if approximate else 6),
+    ):
+        if value is not None:
+            texts[key] = approximate_decimal(value, keep=keep, shown=3, inexact=approximate)
+    return texts
 
 
 def _exact(value: ExactValue) -> str:
@@ -264,8 +284,6 @@ def _cut(text: str | None, digits: int = TEXT_DIGITS) -> str:
 
 def render_text(document: dict[str, Any]) -> str:
     """The document as lines for a terminal."""
-    from fpexplorer.commands.output import exact_or_rounded
-    from fpexplorer.formats.decimal import approximate_decimal
 
     lines = [
         f"{document['expression'].strip()}  in {document['format']}  "
@@ -289,18 +307,9 @@ def render_text(document: dict[str, Any]) -> str:
     # Errors are exact when short, else rounded and marked "≈" (2**-27 is not 7.45e-09).
     rows = []
     for result in document["results"]:
-        error = "-"
-        if result["error_abs"] is not None:
-            if result["error_is_approximate"]:  # an irrational root: no exact error to show
-                error = approximate_decimal(result["error_abs"], keep=3, shown=3, inexact=True)
-                ulps = None
-                if result["error_ulps"] is not None:
-                    ulps = approximate_decimal(result["error_ulps"], keep=3, shown=3, inexact=True)
-            else:
-                error = exact_or_rounded(result["error_abs_exact"], keep=12, shown=3)
-                ulps = exact_or_rounded(result["error_ulps_exact"], keep=6, shown=3)
-            if ulps is not None and result["error_ulps"] is not None:
-                error += f" ({ulps} ulp)"
+        error = result["error_abs_text"] or "-"
+        if result["error_ulps_text"] is not None:
+            error += f" ({result['error_ulps_text']} ulp)"
         value = _cut(result["value_exact"], VALUE_DIGITS)
         rows.append((result["rounding"], result["code_hex"], value, error, result["flags"]))
     # Columns as wide as their widest cell (an FP64 code is 18 characters, not 8).

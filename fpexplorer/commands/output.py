@@ -32,13 +32,16 @@ def print_document(
 
 def json_number(value: Fraction | None) -> float | None:
     """A JSON number, or None when there is none or float64 cannot hold it (JSON has no
-    inf: 1e400, or an error of 1e400, is null here and exact in its *_exact string)."""
+    inf: 1e400, or an error of 1e400, is null here and exact in its *_exact string; nor is
+    an error of 1e-4950 the number 0)."""
     if value is None:
         return None
     try:
         result = float(value)
     except OverflowError:
         return None
+    if result == 0 and value != 0:
+        return None  # below float64's smallest subnormal: 0.0 would say "no error"
     return result if result not in (float("inf"), float("-inf")) else None
 
 

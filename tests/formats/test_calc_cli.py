@@ -194,3 +194,32 @@ def test_calc_draws_random_bits_as_inspect_does(capsys: pytest.CaptureFixture[st
         .err.strip()
         .endswith("--random-bits goes with --rounding stochastic only")
     )
+
+
+def test_errors_past_float64_are_shown_not_dropped_or_zeroed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from fpexplorer.formats import get_format
+
+    # e16m47's max × max rounded toward zero is max, off by ≈2e19728: the error column said
+    # "-" (no error), because the float64 error was null.
+    document = _json(capsys, ["max * max", "-f", "e16m47", "--rounding", "toward_zero"])
+    result = document["results"][0]
+    fmt = get_format("e16m47")
+    assert fmt.max is not None
+    error = fmt.max * fmt.max - fmt.max
+    # 19729 digits: past int(str)'s default limit, not Decimal's.
+    assert Fraction(Decimal(result["error_abs_exact"])) == error and result["error_abs"] is None
+    assert result["error_abs_text"] == "≈2e19728"
+    assert main(["calc", "max * max", "-f", "e16m47", "--rounding", "toward_zero"]) == 0
+    assert "≈2e19728 (≈3.98e9878 ulp)" in capsys.readouterr().out
+    # Its sqrt(min_subnormal) is irrational, its error about 2.8e-4954: it read "0", and the
+    # JSON number 0.0, below float64's smallest subnormal.
+    document = _json(capsys, ["sqrt(min_subnormal)", "-f", "e16m47", "--rounding", "toward_zero"])
+    result = document["results"][0]
+    assert result["error_abs"] is None and result["error_is_approximate"]
+    assert result["error_abs_text"] == "≈2.8e-4954"
+    assert result["error_ulps_text"] == "≈0.393"
