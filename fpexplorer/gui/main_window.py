@@ -81,6 +81,21 @@ def default_size() -> QSize:
     return DEFAULT_SIZE.boundedTo(screen.availableGeometry().size())
 
 
+def _scroll_area(page: QWidget, *, tab_background: bool) -> QScrollArea:
+    """`page` filling the area, scrolled only when the area is smaller than its minimum."""
+    area = QScrollArea()
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # Tab goes through the page, not to it
+    area.setWidget(page)
+    if tab_background:
+        # The tab's own background shows through, as when the page was the tab itself
+        # (setWidget turns the page's fill on; the viewport fills with the window colour).
+        page.setAutoFillBackground(False)
+        area.viewport().setAutoFillBackground(False)
+    return area
+
+
 def _training_panel() -> tuple[QWidget, str | None]:
     """The Training panel, or an explanation of why it is not available."""
     try:
@@ -121,12 +136,12 @@ class MainWindow(QMainWindow):
         training_layout = QVBoxLayout(self.training_page)
         training_layout.setContentsMargins(0, 0, 0, 0)
         self.tabs = QTabWidget()
-        self.tabs.addTab(self.formats_panel, "Formats")
-        # The Training panel scrolls rather than widen the window past a small screen.
-        self.training_scroll = QScrollArea()
-        self.training_scroll.setWidgetResizable(True)
-        self.training_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.training_scroll.setWidget(self.training_page)
+        # Both panels scroll rather than make the window larger than a small screen: the
+        # Formats panel's minimum grows with the views shown (574 px high after All codes),
+        # and a window that cannot be made smaller hangs off an 800x600 screen.
+        self.formats_scroll = _scroll_area(self.formats_panel, tab_background=True)
+        self.tabs.addTab(self.formats_scroll, "Formats")
+        self.training_scroll = _scroll_area(self.training_page, tab_background=False)
         self.tabs.addTab(self.training_scroll, "Training")
         self.tabs.setTabToolTip(0, "Bit editor: any format, exact values, rounding")
         self.tabs.setTabToolTip(1, "Mixed-precision training numerics, live or replayed")

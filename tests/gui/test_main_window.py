@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from fpexplorer.formats import get_format
+from fpexplorer.gui.formats.panel import VIEW_NAMES
 from fpexplorer.gui.main_window import SHORTCUTS_HELP, MainWindow
 from fpexplorer.gui.settings import SettingsStore
 
@@ -412,6 +413,31 @@ def test_the_window_is_usable_at_1024x640(qtbot: QtBot, window: MainWindow, tab:
         assert _fully_visible(panel.entry.field)
         assert panel.views.isVisible() and panel.views.height() >= 200
         assert panel.rows[0].visibleRegion().boundingRect().height() > 40
+
+
+def test_the_window_fits_an_800x500_screen_and_the_panels_scroll(
+    qtbot: QtBot, window: MainWindow
+) -> None:
+    # Failed before: once All codes or the Arithmetic view had been shown, the window could
+    # not get lower than 574 px (it stayed 800x574 when made 800x500), so on an 800x600
+    # screen its status bar hung off the bottom. Now the panel scrolls instead.
+    panel = window.formats_panel
+    for name in VIEW_NAMES:
+        panel.show_view(name)
+        QApplication.processEvents()
+    window.resize(800, 500)
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == (800, 500))
+    assert window.rect().contains(window.statusBar().geometry())
+    qtbot.waitUntil(window.formats_scroll.verticalScrollBar().isVisible)
+    # The panel keeps its own minimum inside the scroll area: nothing is squeezed further.
+    assert panel.height() >= panel.minimumSizeHint().height()
+    window.tabs.setCurrentIndex(1)
+    assert (window.width(), window.height()) == (800, 500)
+    window.tabs.setCurrentIndex(0)
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 640))
+    # As before at 1024x640: nothing scrolls.
+    qtbot.waitUntil(lambda: not window.formats_scroll.verticalScrollBar().isVisible())
 
 
 @pytest.mark.parametrize("height", [640, 480])

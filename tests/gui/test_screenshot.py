@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 MAKE_SH = REPO / "docs" / "screenshots" / "make.sh"
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+def run_cli(*args: str, **environment: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", **environment}
     return subprocess.run(
         [sys.executable, "-m", "fpexplorer", *args],
         capture_output=True,
@@ -113,10 +113,16 @@ def test_the_command_writes_the_picture_without_noise(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # a child process that renders the GUI: about half a second
 def test_a_size_below_the_windows_minimum_is_scaled_not_cut(tmp_path: Path) -> None:
+    # The panels scroll, so the window's minimum is small; at 3 device pixels per pixel
+    # 320x240 pixels are 107x80 logical ones, below it.
     out = tmp_path / "small.png"
-    result = run_cli("screenshot", "--out", str(out), "--size", "640x480", "--value", "0.1")
+    result = run_cli(
+        "screenshot", "--out", str(out), "--size", "320x240", "--value", "0.1",
+        QT_SCALE_FACTOR="3",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert "scaled down to 640x480" in result.stderr  # was: the window's top-left corner
+    assert "scaled down to 320x240" in result.stderr  # was: the window's top-left corner
+    assert QImage(str(out)).size().toTuple() == (320, 240)
 
 
 @pytest.mark.slow  # a child process that renders the GUI: a second
