@@ -259,3 +259,18 @@ def test_the_bundle_excludes_no_module_an_fp8_run_imports(tmp_path: Path) -> Non
     modules = next(line for line in result.stdout.splitlines() if line.startswith("MODULES "))
     excluded = _excluded_modules()
     assert [name for name in modules.split()[1:] if _under(name, excluded)] == []
+
+
+def test_the_example_desktop_entry_names_files_the_bundle_has() -> None:
+    """Failed before: its Icon= named resources/icon.png, which no build has (the icons are
+    icon-16.png ... icon-512.png and icon.svg), so menus showed a blank icon."""
+    entry = (ROOT / "packaging" / "fpexplorer.desktop").read_text(encoding="utf-8")
+    fields = dict(
+        line.split("=", 1) for line in entry.splitlines() if "=" in line and line[0] != "#"
+    )
+    bundle_root = "/opt/fpexplorer/"
+    assert fields["Exec"] == bundle_root + "fpexplorer gui"
+    # The spec copies resources/ to _internal/fpexplorer/resources/.
+    shipped = bundle_root + "_internal/fpexplorer/resources/"
+    assert fields["Icon"].startswith(shipped)
+    assert (ROOT / "resources" / fields["Icon"].removeprefix(shipped)).is_file()
