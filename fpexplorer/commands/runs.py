@@ -19,15 +19,24 @@ HELP = "summarize, compare and check run logs (JSON Lines from `fpexplorer train
 EXIT_OK = 0
 EXIT_DAMAGED = 1  # a log has problems (damaged lines, a newer schema, unreadable)
 EXIT_INCOMPLETE = 3  # a log has no end record (the job was killed, or still runs)
+# `runs summarize` and `compare`: a file named holds no run this fpexplorer can read (not
+# a run log, empty, a newer schema, unreadable); the others are still printed.
+EXIT_NOT_READ = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    summarize = verbs.add_parser("summarize", help="print a summary of each run")
+    summarize = verbs.add_parser(
+        "summarize",
+        help=f"print a summary of each run; exit status {EXIT_NOT_READ} when a file holds no "
+        "run this fpexplorer can read (said in one line each)",
+    )
     summarize.add_argument("runs", nargs="+", metavar="RUN.jsonl|DIR")
     summarize.add_argument("--json", action="store_true", help="print the summaries as JSON")
     compare = verbs.add_parser(
-        "compare", help="one Markdown table row per run (file, task): loss, zeros, skips, scale"
+        "compare",
+        help="one Markdown table row per run (file, task): loss, zeros, skips, scale; exit "
+        f"status {EXIT_NOT_READ} when a file holds no run this fpexplorer can read",
     )
     compare.add_argument("runs", nargs="+", metavar="RUN.jsonl|DIR")
     check = verbs.add_parser(
@@ -148,12 +157,14 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
+    import sys
     from pathlib import Path
 
     from fpexplorer.errors import UsageError
     from fpexplorer.training.ranked import NoRunError, find_run, format_ranked, summarize_ranked
     from fpexplorer.training.runlog import encode_json_line
     from fpexplorer.training.summary import (
+        RunSummary,
         format_summary,
         format_table,
         incomplete_reason,
@@ -180,6 +191,12 @@ def run(args: argparse.Namespace) -> int:
         for name in names:
             summary = summarize_file(name)
             problems = summary.problems
+            if summary.unreadable is not None:
+                print(f"{summary.path}: {summary.unreadable}, {summary.problem_count} problem(s)")
+                for problem in problems:
+                    print(f"  {problem}")
+                status = EXIT_DAMAGED
+                continue
             if problems:
                 state = f"{summary.problem_count} problem(s)"
                 if summary.torn_last_line:  # the problems do not say it any more
@@ -196,21 +213,39 @@ def run(args: argparse.Namespace) -> int:
             elif not summary.complete and status == EXIT_OK:
                 status = EXIT_INCOMPLETE
         return status
+    status = EXIT_OK
+
+    def readable(summary: RunSummary) -> bool:
+        """Whether `summary` is of a run; else it is named on stderr in one line."""
+        nonlocal status
+        if summary.unreadable is None:
+            return True
+        sys.stderr.write(f"fpexplorer runs: error: {summary.path}: {summary.unreadable}\n")
+        status = EXIT_NOT_READ
+        return False
+
     if args.verb == "compare":
-        print(format_table([summarize_file(name) for name in names]))
-        return 0
-    for index, files in enumerate(runs):
+        summaries = [s for s in map(summarize_file, names) if readable(s)]
+        if summaries:
+            print(format_table(summaries))
+        return status
+    printed = 0
+    for files in runs:
         if files.ranked:
             ranked = summarize_ranked(files)
             if args.json:
                 print(json.dumps(json.loads(encode_json_line(ranked.to_dict())), indent=1))
             else:
                 text = format_ranked(ranked, format_summary(ranked.merged))
-                print(("\n" if index else "") + text)
+                print(("\n" if printed else "") + text)
+            printed += 1
             continue
         summary = summarize_file(files.merged)  # one at a time: printed, then let go
+        if not readable(summary):
+            continue
         if args.json:
             print(json.dumps(json.loads(encode_json_line(dataclasses.asdict(summary))), indent=1))
         else:
-            print(("\n" if index else "") + format_summary(summary))
-    return 0
+            print(("\n" if printed else "") + format_summary(summary))
+        printed += 1
+    return status

@@ -572,6 +572,7 @@ class RecordStream:
         self.line_number = 0
         self.bytes_fed = 0
         self.refused_records = 0  # records after a newer-schema header, not read
+        self.refused_schema: int | None = None  # the first newer schema met, if any
         # Byte offset (from the first byte fed) of the line each record of the last
         # feed()/finish() came from: where to seek to read a record again.
         self.offsets: list[int] = []
@@ -647,12 +648,18 @@ class RecordStream:
             line, self._pending = bytes(self._pending), bytearray()
             try:
                 decoded = json.loads(line)
-            except ValueError:
-                # Listed even past MAX_PROBLEMS (one line at most): a reader that knows the
-                # run was killed takes it out again.
-                self.torn_last_line = f"line {self.line_number}: torn last line ignored"
-                self.problem_count += 1
-                self.problems.append(self.torn_last_line)
+            except ValueError as error:
+                if not line.lstrip().startswith(b"{"):
+                    # Not the start of a record cut short (RunWriter's lines begin with
+                    # "{"): garbage, as anywhere else (a binary file with no newline).
+                    self._resynchronise(line, error, records)
+                    self.offsets = [self._line_start] * len(records)
+                else:
+                    # Listed even past MAX_PROBLEMS (one line at most): a reader that knows
+                    # the run was killed takes it out again.
+                    self.torn_last_line = f"line {self.line_number}: torn last line ignored"
+                    self.problem_count += 1
+                    self.problems.append(self.torn_last_line)
             else:
                 self._use(decoded, records)
                 self.offsets = [self._line_start] * len(records)
@@ -695,6 +702,8 @@ class RecordStream:
                 self._refusing = schema > SCHEMA_VERSION
                 self.schema = schema
                 if self._refusing:
+                    if self.refused_schema is None:
+                        self.refused_schema = schema
                     self._report(
                         f"line {self.line_number}: schema {schema} is newer than this "
                         f"fpexplorer reads ({SCHEMA_VERSION}): update fpexplorer to read "

@@ -23,6 +23,7 @@ from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.training.config import options_before_logged
 from fpexplorer.training.precision import PRECISION_NAMES, precision_mode
 from fpexplorer.training.records import (
+    SCHEMA_VERSION,
     EndRecord,
     HeaderRecord,
     Histogram,
@@ -98,6 +99,11 @@ class RunSummary:
     torn_last_line: bool = False
     # Why statistics steps left the activation statistics out ("compiled model"), if any did.
     activations_not_measured: str | None = None
+    # Why the file holds no run this fpexplorer can read (no header, step or end record in
+    # it): "empty file", "not a run log ...", "schema 3 is newer ...", "cannot read ...".
+    # None for a run log. `runs summarize` and `compare` name such a file in one line
+    # instead of a summary of nothing.
+    unreadable: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -142,6 +148,10 @@ class RunSummarizer:
         # Problems not in `problems` (the stream's beyond its MAX_PROBLEMS lines).
         self.hidden_problems = 0
         self.torn_last_line = False  # set by summarize_file: killed mid-write
+        # Set by summarize_file: the file could not be read, its size, a newer schema met.
+        self.read_error: str | None = None
+        self.size: int | None = None
+        self.refused_schema: int | None = None
         # Records after the end or a second header: counted, one line each in the result
         # (a line per record grew without bound: two runs appended to one file).
         self.extra_headers = 0
@@ -307,6 +317,9 @@ class RunSummarizer:
             if self.last_memory.peak_device is not None:
                 memory["device peak"] = self.last_memory.peak_device
         header = self.header
+        unreadable = None
+        if header is None and not self.steps and self.end is None:
+            unreadable = self.read_error or no_run_reason(self.refused_schema, self.size)
         span = self.last_time - self.first_time
         rate = (self.steps - 1) / span if self.steps > 1 and span > 0 else math.nan
         steps = self.steps
@@ -341,12 +354,27 @@ class RunSummarizer:
             steps_per_s=rate,
             memory_bytes=memory,
             problems=tuple(problems),
+            unreadable=unreadable,
             worst_saturated=self.worst_saturated,
             worst_flushed=self.worst_flushed,
             quantized=self.quant_seen,
             problem_count=len(problems) + self.hidden_problems,
             torn_last_line=self.torn_last_line,
         )
+
+
+def no_run_reason(refused_schema: int | None, size: int | None) -> str:
+    """Why a file from which no header, step or end record was read holds no run: a newer
+    schema (`refused_schema`, as `RecordStream` met it), nothing in it (`size` 0), or
+    something else than a run log. The CLI and the panel say it in these words."""
+    if refused_schema is not None:
+        return (
+            f"schema {refused_schema} is newer than this fpexplorer reads ({SCHEMA_VERSION}): "
+            "update fpexplorer to read this run"
+        )
+    if size == 0:
+        return "empty file (a job that has not written its header yet?)"
+    return "not a run log (no header, step or end record in it)"
 
 
 def _counted(count: int, one: str, many: str) -> str:
@@ -402,12 +430,17 @@ def summarize_file(path: str | os.PathLike[str]) -> RunSummary:
                 first = summarizer.steps - _tail_length(summarizer.steps)
                 tail = _tail_of(handle, start, first, summarizer.steps, stream.schema)
     except OSError as error:
+        summarizer.read_error = f"cannot read it: {error.strerror or error}"
         summarizer.problems.append(f"cannot read {path}: {error.strerror or error}")
         tail = (0.0, 0)
+    summarizer.size = stream.bytes_fed
+    summarizer.refused_schema = stream.refused_schema
     problems, count = list(stream.problems), stream.problem_count
-    if stream.torn_last_line is not None and summarizer.end is None:
+    held_records = summarizer.header is not None or summarizer.steps > 0
+    if stream.torn_last_line is not None and summarizer.end is None and held_records:
         # A run with no end record whose last line is torn was killed while writing it:
-        # incomplete, not damaged (every record before it is whole).
+        # incomplete, not damaged (every record before it is whole). Not so a file with
+        # no record at all (a binary file without a newline is one "torn" line).
         count -= 1
         problems.remove(stream.torn_last_line)
         summarizer.torn_last_line = True

@@ -187,7 +187,12 @@ def test_runs_check_refuses_a_newer_schema_instead_of_reading_it_as_old(tmp_path
     result = run_cli("runs", "check", str(path))
     assert result.returncode == 1
     assert f"schema {SCHEMA_VERSION + 1} is newer than this fpexplorer reads" in result.stdout
-    assert "0 steps" in result.stdout  # its steps are not summarized as if they were old
+    # Its steps are not summarized as if they were old: the file is named as unread.
+    assert result.stdout.splitlines()[0].startswith(
+        f"{path}: schema {SCHEMA_VERSION + 1} is newer than this fpexplorer reads "
+        f"({SCHEMA_VERSION}): update fpexplorer to read this run, "
+    )
+    assert "1 step" not in result.stdout
 
 
 def test_the_summary_names_the_most_saturated_and_flushed_quantized_tensor(
@@ -418,3 +423,88 @@ def test_runs_of_the_same_file_name_are_told_apart_in_the_table(tmp_path: Path) 
     assert [row.split("|")[1].strip() for row in rows] == [
         "ddp-a/run.jsonl", "ddp-b/run.jsonl", "other.jsonl",
     ]  # fmt: skip
+
+
+def _hostile_files(folder: Path) -> dict[str, Path]:
+    """Files that hold no run this fpexplorer can read, by what they are."""
+    lines = _synthetic_log(folder / "ok.jsonl", 5).read_bytes().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["schema"] = 99
+    files = {
+        "binary": bytes(range(256)).replace(b"\n", b"") * 8,  # no newline: one line
+        "empty": b"",
+        "other tool": b'{"event": "loss", "value": 1.5}\n{"event": "loss", "value": 1.2}\n',
+        "newer schema": json.dumps(header).encode() + b"\n" + b"".join(lines[1:]),
+    }
+    paths = {}
+    for name, data in files.items():
+        paths[name] = folder / f"{name.replace(' ', '_')}.jsonl"
+        paths[name].write_bytes(data)
+    return paths
+
+
+NOT_READ = {
+    "binary": "not a run log (no header, step or end record in it)",
+    "empty": "empty file (a job that has not written its header yet?)",
+    "other tool": "not a run log (no header, step or end record in it)",
+    "newer schema": "schema 99 is newer than this fpexplorer reads (2): update fpexplorer to "
+    "read this run",
+}
+
+
+def test_files_without_a_run_are_named_in_one_line_not_summarized(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A binary file read as a job "killed while writing its last line"; a binary file, an
+    empty one, another tool's JSON Lines and a log of a newer schema were summarized as
+    "incomplete after 0 steps" and compared as rows, exit 0. Each is one line on stderr
+    now (exit 1), `check` says what it is (exit 1), and the run beside them is still read."""
+    from fpexplorer.cli import main
+
+    files = _hostile_files(tmp_path)
+    good = str(tmp_path / "ok.jsonl")
+    for name, path in files.items():
+        line = f"fpexplorer runs: error: {path}: {NOT_READ[name]}"
+        assert main(["runs", "summarize", str(path), good]) == 1, name
+        out, err = capsys.readouterr()
+        assert err.splitlines() == [line]
+        assert out.startswith(f"run        {good}\n") and "incomplete" not in out
+        assert main(["runs", "compare", good, str(path)]) == 1, name
+        out, err = capsys.readouterr()
+        assert err.splitlines() == [line]
+        assert [row.split("|")[1].strip() for row in out.splitlines()[2:]] == ["ok.jsonl"]
+        assert main(["runs", "check", str(path)]) == 1, name
+        out, err = capsys.readouterr()
+        assert out.splitlines()[0].startswith(f"{path}: {NOT_READ[name]}, ") and err == ""
+        assert "killed" not in out
+    assert main(["runs", "summarize", "--json", str(files["binary"])]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+
+
+def test_a_file_that_cannot_be_read_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Permissions do not hold for root (the CI's user): the refusal is made by open().
+    import builtins
+
+    from fpexplorer.cli import main
+
+    path = _synthetic_log(tmp_path / "locked.jsonl", 5)
+    real_open = builtins.open
+
+    def refusing(file: object, *args: object, **kwargs: object) -> object:
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(builtins, "open", refusing)
+    assert main(["runs", "summarize", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert (out, err) == (
+        "",
+        f"fpexplorer runs: error: {path}: cannot read it: Permission denied\n",
+    )
+    assert main(["runs", "check", str(path)]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"{path}: cannot read it: Permission denied, ")

@@ -72,7 +72,7 @@ from fpexplorer.gui.training.view_model import (
 from fpexplorer.paths import run_directory
 from fpexplorer.training.ranked import NoRunError, find_run
 from fpexplorer.training.records import HeaderRecord, Record
-from fpexplorer.training.summary import steps_text
+from fpexplorer.training.summary import no_run_reason, steps_text
 
 __all__ = ["RunEntry", "TrainingPanel"]
 
@@ -481,17 +481,14 @@ class TrainingPanel(QWidget):
             model = replay.model
             model.closed = True
             path = replay.path
-            if model.header is None and not model.steps_seen:
+            if model.header is None and not model.steps_seen and model.end is None:
                 if entry is not None:
                     self._remove_run(entry)
-                # One line: the damaged lines' text (binary garbage for a file that is not a
-                # run log at all) goes in the tooltip, not the status.
-                damaged = len(model.problems)
-                self._show_status(
-                    f"{elide(path.name, 60)}: not a run log, no run records found"
-                    + (f" ({damaged} line(s) that are not records)" if damaged else ""),
-                    error=True,
-                )
+                # One line, in the words of `runs check` (a log of a newer schema is not
+                # "not a run log"); the damaged lines' text (binary garbage for a file that is
+                # not a run log at all) goes in the tooltip, not the status.
+                reason = no_run_reason(replay.refused_schema, replay.size)
+                self._show_status(f"{elide(path.name, 60)}: {reason}", error=True)
                 self.status_label.setToolTip(
                     "\n".join([str(path), *(elide(p, 200) for p in model.problems[:3])])
                 )

@@ -41,6 +41,11 @@ class RunFileReplay:
             self.done = True
 
     @property
+    def refused_schema(self) -> int | None:
+        """The newer schema of a header met (its records are not read), if any."""
+        return self._stream.refused_schema
+
+    @property
     def fraction(self) -> float:
         return self.bytes_read / self.size if self.size else 1.0
 

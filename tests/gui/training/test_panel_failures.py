@@ -3,6 +3,7 @@ blank frame without a reason."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +157,7 @@ def test_with_no_run_the_format_rulers_are_still_drawn(panel, tmp_path: Path) ->
     # One line naming the file; the damaged bytes only in the tooltip (were: shown, as
     # replacement characters over three wrapped lines).
     assert panel.status_label.text() == (
-        "junk.jsonl: not a run log, no run records found (1 line(s) that are not records)"
+        "junk.jsonl: not a run log (no header, step or end record in it)"
     )
     assert "line 1" in panel.status_label.toolTip()
     from fpexplorer.gui.training.plots import alarm_colour
@@ -166,6 +167,41 @@ def test_with_no_run_the_format_rulers_are_still_drawn(panel, tmp_path: Path) ->
     for name, (_thin, thick, _label) in panel.hist_plot._rulers.items():
         x, _y = thick.getData()
         assert x is not None and len(x) == 2 and x[1] > x[0], name
+
+
+@pytest.mark.slow  # a panel laid out again: a third of a second
+def test_files_without_a_run_say_what_they_are_as_runs_check_does(  # type: ignore[no-untyped-def]
+    panel, qtbot, tmp_path: Path
+) -> None:
+    """A log of a newer schema read "not a run log, no run records found (2 line(s) that
+    are not records)", and an empty file "not a run log": they are neither. The panel says
+    what `runs check` says, in one line; a run of an end record alone opens."""
+    newer = tmp_path / "newer.jsonl"
+    records = [{"type": "header", "schema": 99, "config": {}},
+               {"type": "step", "step": 0, "loss": 1.0}]  # fmt: skip
+    newer.write_text("".join(json.dumps(r) + "\n" for r in records))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    ended = tmp_path / "ended.jsonl"
+    ended.write_text(json.dumps({"type": "end", "status": "failed", "steps": 0}) + "\n")
+    for in_background in (False, True):
+        with qtbot.capture_exceptions() as exceptions:
+            panel.load_run(newer, in_background=in_background)
+            qtbot.waitUntil(lambda: not panel.loading)
+            assert panel.status_label.text() == (
+                "newer.jsonl: schema 99 is newer than this fpexplorer reads (2): update "
+                "fpexplorer to read this run"
+            )
+            panel.load_run(empty, in_background=in_background)
+            qtbot.waitUntil(lambda: not panel.loading)
+            assert panel.status_label.text() == (
+                "empty.jsonl: empty file (a job that has not written its header yet?)"
+            )
+        assert not exceptions, exceptions
+        assert panel.runs == []
+    panel.load_run(ended)
+    assert panel.status_label.text().startswith("Opened ended.jsonl: 0 steps, failed.")
+    assert len(panel.runs) == 1
 
 
 @pytest.mark.slow  # a panel laid out again: a third of a second
