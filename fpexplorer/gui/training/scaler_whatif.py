@@ -27,7 +27,9 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer.gui.theme import role_hex
+from fpexplorer.gui.training.plots import file_text_label
 from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.view_model import elide
 from fpexplorer.training.config import scaler_settings_problems, train_options
 from fpexplorer.training.replay_scaler import EvidenceBuffer, ReplayTrace
 from fpexplorer.training.scaler_rules import (
@@ -52,6 +54,7 @@ _SPECS = {name: spec for name, spec, _default in train_options() if name in FIEL
 # window replays this long per redraw and carries on at the next (see WhatIfModel.update).
 REPLAY_BUDGET_S = 0.015
 REPLAY_PIECE_STEPS = 2048  # steps replayed between two looks at the clock
+MAX_DIGITS = 30  # a whole number typed longer than this is refused as too large
 
 
 def _parse(name: str, text: str) -> int | float | None:
@@ -60,11 +63,16 @@ def _parse(name: str, text: str) -> int | float | None:
     if not text:
         return None
     title = _SPECS[name].title.lower()
+    digits = text.replace("_", "").lstrip("+-")
+    if _SPECS[name].kind == "int" and digits.isdigit() and len(digits) > MAX_DIGITS:
+        # int() refuses over 4300 digits ("not a whole number" would be untrue).
+        raise ValueError(f"{title}: {len(digits):,} digits is too large")
     try:
         value = int(text.replace("_", "")) if _SPECS[name].kind == "int" else float(text)
     except ValueError:
         kind = "a whole number" if _SPECS[name].kind == "int" else "a number"
-        raise ValueError(f"{title}: {text!r} is not {kind}") from None
+        # The text as typed, cut: thousands of characters pasted must not fill the tab.
+        raise ValueError(f"{title}: {elide(text, 24)!r} is not {kind}") from None
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{title}: must be finite")
     return value
@@ -230,8 +238,9 @@ class ScalerWhatIf(QWidget):
             edit.editingFinished.connect(self._on_field_edited)
             self.fields[name] = edit
             form.addRow(_SPECS[name].title, edit)
-        self.summary = QLabel()
-        self.summary.setWordWrap(True)
+        # Its texts hold numbers typed or read from the run's header: a 400-digit hysteresis
+        # asked for 3734 px and widened the window; it wraps in the tab's width instead.
+        self.summary = file_text_label("")
         intro = QLabel(
             "The loss scale this run would have had under another policy or settings, "
             "replayed from its logged overflows and gradient amax: the dashed line on the "

@@ -118,6 +118,38 @@ def test_the_panel_draws_the_prediction_dashed_over_the_scale(panel, qtbot) -> N
     )
 
 
+def test_fields_at_their_limits_never_widen_the_panel(panel, qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Thousands of characters typed or pasted into a field: the message echoed them whole
+    and its label asked for their width (5,000 digits widened the panel to 38,804 px, a
+    400-digit hysteresis to 3,734 px; this failed before). 5,000 digits were also "not a
+    whole number" (int() refuses over 4,300 digits): they are too large."""
+    panel.resize(1024, 640)
+    panel.load_run(RUN)
+    whatif = panel.whatif
+    panel.left_tabs.setCurrentWidget(whatif)
+    whatif.policy.setCurrentText("deepspeed")
+    width = panel.minimumSizeHint().width()
+    cases = {
+        ("growth_interval", "9" * 5000): "growth interval: 5,000 digits is too large",
+        ("hysteresis", "1" + "0" * 400): "hysteresis: 401 digits is too large",
+        ("init_scale", "x" * 3000): "initial scale: 'xxxxxxxxxxx…xxxxxxxxxxxx' is not a number",
+        ("min_scale", "1e" + "9" * 50): "minimum scale: must be finite",
+    }
+    for (name, text), said in cases.items():
+        whatif.fields[name].setText(text)
+        whatif.fields[name].editingFinished.emit()
+        panel.refresh()
+        assert whatif.summary.text() == said
+        assert panel.minimumSizeHint().width() == width and panel.width() == 1024
+        whatif.fields[name].setText("")
+    # 30 digits are read (and then judged by the policy's rules).
+    whatif.fields["hysteresis"].setText("9" * 30)
+    whatif.fields["hysteresis"].editingFinished.emit()
+    panel.refresh()
+    assert whatif.summary.text().startswith("deepspeed: init 65536, x2 after 1000")
+    assert panel.minimumSizeHint().width() == width
+
+
 def test_the_form_chooses_the_scaler_and_shows_its_settings_exactly(qtbot) -> None:  # type: ignore[no-untyped-def]
     from fpexplorer.gui.training.form import TrainForm
     from fpexplorer.training.config import TrainConfig
