@@ -59,20 +59,22 @@ def code_image(fmt: FloatFormat) -> np.ndarray:
     dtype = np.uint8 if fmt.width <= 8 else np.uint16
     codes = np.arange(rows * columns, dtype=np.uint32).astype(dtype)
     kinds = fmt.classify_array(codes)
-    values = fmt.to_float_array(codes)
     rgb = np.zeros((codes.size, 3), dtype=float)
-    finite = np.isfinite(values) & (values != 0)
-    magnitude = np.zeros(codes.size)
-    magnitude[finite] = np.log2(np.abs(values[finite]))
+    normal_index = CLASSES.index("normal")
+    subnormal_index = CLASSES.index("subnormal")
+    finite = (kinds == normal_index) | (kinds == subnormal_index)
+    # Brightness from the code without its sign bit: codes order magnitudes, and it grows
+    # like log2 |x| (the exponent field sits above the fraction). float64 values do not
+    # serve: e15m0's or e11m4's run past float64's range, and the map was one colour.
+    sign_bit = 1 << (fmt.width - 1) if fmt.signed else 0
+    magnitude = (codes.astype(np.int64) & ~sign_bit).astype(float)
+    negative = (codes.astype(np.int64) & sign_bit) != 0
     if finite.any():
         low, high = magnitude[finite].min(), magnitude[finite].max()
         span = high - low if high > low else 1.0
         level = np.clip((magnitude - low) / span, 0.0, 1.0)[:, None]
     else:
         level = np.zeros((codes.size, 1))
-    negative = np.signbit(values)
-    normal_index = CLASSES.index("normal")
-    subnormal_index = CLASSES.index("subnormal")
     for ramp, mask in (
         (_POSITIVE, (kinds == normal_index) & ~negative),
         (_NEGATIVE, (kinds == normal_index) & negative),

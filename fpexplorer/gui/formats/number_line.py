@@ -20,7 +20,7 @@ from fpexplorer.gui.formats.number_line_model import (
     mode_rows,
     number_line_picture,
 )
-from fpexplorer.gui.formats.plotting import LazyView, style_plot
+from fpexplorer.gui.formats.plotting import LazyView, NotationAxis, style_plot
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.theme import plot_colors
 
@@ -36,7 +36,7 @@ class NumberLineView(LazyView):
         self.caption = QLabel()
         self.caption.setWordWrap(True)
         self.modes = mode_rows()
-        self.plot_widget = pg.PlotWidget()
+        self.plot_widget = pg.PlotWidget(axisItems={"bottom": NotationAxis("bottom")})
         self.plot_widget.setMenuEnabled(False)
         plot = self.plot_widget.getPlotItem()
         plot.hideButtons()
@@ -96,6 +96,7 @@ class NumberLineView(LazyView):
             self.pick_labels.append(label)
         self.small_metrics = QFontMetrics(small)
         self.picture: NumberLinePicture | None = None
+        self._labels_shown = False  # value labels are on screen (not a message)
         self.message = pg.TextItem(anchor=(0.5, 0.5), color=colors.foreground)
         plot.addItem(self.message)
         # Never shorter than its labels need: mode rows a text line apart, two lines of
@@ -120,6 +121,7 @@ class NumberLineView(LazyView):
         self.restyle()
         session.changed.connect(self.mark_stale)
         self.plot.vb.sigResized.connect(self._on_view_box_resized)
+        self.plot.vb.sigXRangeChanged.connect(self._on_x_range_changed)
 
     def restyle(self) -> None:
         """Colours from the current palette (also called when it changes, light <-> dark)."""
@@ -232,8 +234,15 @@ class NumberLineView(LazyView):
             label.setText("")
         self.mode_arrows.setData(arrows_x, arrows_y)
         self.mode_picks.setData(picks_x, picks_y, symbol=symbols)
-        # Long values (FP64's 20 digits) overlap their neighbours' in a window of 1024 px:
-        # they take a second line, and those that fit on neither are left out.
+        self._labels_shown = True
+        self.axis_line.setData([left, right], [0, 0])
+        self._place_value_labels(picture, left, right)
+        self.plot.setXRange(left, right, padding=0)
+
+    def _place_value_labels(self, picture: NumberLinePicture, left: float, right: float) -> None:
+        """The value labels for the x range [left, right] on screen. Long values (FP64's
+        20 digits) overlap their neighbours' in a window of 1024 px: they take a second line,
+        and those that fit on neither are left out."""
         placed = self._value_label_lines(picture, left, right)
         bottom, top, line = self._vertical_layout(2 if 1 in placed.values() else 1)
         for index, label in enumerate(self.value_labels):
@@ -244,9 +253,13 @@ class NumberLineView(LazyView):
                 label.setText("")
         # Above the top row's own labels (half a line high on either side of the row).
         self.input_label.setPos(self.input_label.pos().x(), len(self.modes) + 1.05 * line)
-        self.axis_line.setData([left, right], [0, 0])
-        self.plot.setXRange(left, right, padding=0)
         self.plot.setYRange(bottom, top, padding=0)
+
+    def _on_x_range_changed(self, _view_box: object, x_range: tuple[float, float]) -> None:
+        # Zoomed or panned by the user: the labels are placed again for what is on screen
+        # (zoomed out 1e12 times, every neighbour's label was drawn on the same spot).
+        if self.picture is not None and self._labels_shown and x_range[1] > x_range[0]:
+            self._place_value_labels(self.picture, x_range[0], x_range[1])
 
     def _value_label_lines(
         self, picture: NumberLinePicture, left: float, right: float
@@ -290,6 +303,7 @@ class NumberLineView(LazyView):
             self.refresh_now()  # label room is in pixels: lay the rows out again
 
     def _show_message(self, text: str) -> None:
+        self._labels_shown = False
         for item in (self.neighbours, self.result, self.mode_picks):
             item.setData([], [])
         self.midpoints.setData([], [])

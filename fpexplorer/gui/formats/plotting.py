@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
+import math
+from decimal import Context, Decimal, DecimalException
+from fractions import Fraction
+from typing import Any
+
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QWidget
 
+from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.gui.theme import plot_colors
+
+
+def tick_text(value: float, spacing: float) -> str:
+    """A tick's value to its spacing's last decimal place, in the app's notation: "3e-9",
+    not pyqtgraph's "3.0" under a "(x1e-09)" prefix on the axis title."""
+    if not (math.isfinite(value) and math.isfinite(spacing) and spacing > 0):
+        return ""
+    places = -math.floor(math.log10(spacing))
+    try:
+        # Decimal(repr) is the shortest decimal of the float; cut to the spacing's place.
+        shown = Decimal(repr(value)).quantize(Decimal(1).scaleb(-places), context=Context(prec=80))
+    except DecimalException:
+        return ""
+    return display_decimal(Fraction(shown))
+
+
+class NotationAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
+    """A numeric axis whose tick labels follow the display rule, with no SI prefix or
+    "(x1e+12)" scale in its title: at any zoom the numbers read as everywhere else."""
+
+    def __init__(self, orientation: str, **kwargs: Any) -> None:
+        super().__init__(orientation, **kwargs)
+        self.enableAutoSIPrefix(False)
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        return [tick_text(value * scale, spacing * scale) for value in values]
 
 
 def style_plot(plot: pg.PlotItem) -> None:

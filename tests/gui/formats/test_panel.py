@@ -686,3 +686,48 @@ def test_escape_in_the_value_field_puts_back_the_last_entered_text(
     assert field.text() == "65520"
     assert panel.session.active.code == code
     assert not panel.entry.message.isVisible()
+
+
+def test_number_line_zoomed_far_in_or_out_keeps_the_notation_and_its_labels_apart(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    # Zoomed by the mouse wheel 1e12 times out, every neighbour's label was drawn on the
+    # same spot; zoomed 1e-9 times in, the ticks read "-3.0 … 3.0" and the axis title
+    # gained pyqtgraph's "(x1e-09)".
+    panel.show_view("number-line")
+    line = panel.number_line
+    type_value(qtbot, panel, "0.1")
+    axis = line.plot.getAxis("bottom")
+    for factor in (1e12, 1e-21):  # out by 1e12, then in to 1e-9 of the first range
+        line.plot.vb.scaleBy(x=factor)
+        qtbot.wait(10)
+        shown = [label for label in line.value_labels if label.textItem.toPlainText()]
+        assert shown  # the value itself keeps its label
+        boxes = [label.sceneBoundingRect() for label in shown]
+        for i, first in enumerate(boxes):
+            for second in boxes[i + 1 :]:
+                assert not first.intersects(second)
+        low, high = line.plot.vb.viewRange()[0]
+        ticks = [value for level in axis.tickValues(low, high, 800) for value in level[1]]
+        texts = axis.tickStrings(ticks, 1.0, (high - low) / 6)
+        assert texts and all("e+" not in text and "e-0" not in text for text in texts), texts
+        assert "x1e" not in axis.labelString()
+    assert any(text.endswith("e-9") for text in texts), texts
+
+
+@pytest.mark.parametrize(
+    ("value", "spacing", "text"),
+    [
+        (3e-9, 1e-9, "3e-9"),
+        (0.30000000000000004, 0.1, "0.3"),
+        (-0.0, 1.0, "0"),
+        (3e12, 1e12, "3000000000000"),
+        (1e20, 1e20, "1e20"),
+        (-2.5e-300, 5e-301, "-2.5e-300"),
+        (float("inf"), 1.0, ""),
+    ],
+)
+def test_tick_text_is_the_display_notation(value: float, spacing: float, text: str) -> None:
+    from fpexplorer.gui.formats.plotting import tick_text
+
+    assert tick_text(value, spacing) == text
