@@ -96,7 +96,7 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
     from fpexplorer.training.replay_scaler import ScalerReplay, format_replay
     from fpexplorer.training.runlog import READ_CHUNK_BYTES, RecordStream
     from fpexplorer.training.scaler_rules import resolve_settings, settings_from_config
-    from fpexplorer.training.summary import steps_text
+    from fpexplorer.training.summary import no_run_reason, steps_text
 
     given = {name: getattr(args, name) for name in SCALER_FIELDS if name != "scaler"}
     stream = RecordStream()
@@ -145,6 +145,8 @@ def _replay_scaler(args: argparse.Namespace, path: Path) -> int:
             if not chunk:
                 break
     if replay is None:
+        if stream.refused_schema is not None or not stream.bytes_fed:
+            raise UsageError(f"{path}: {no_run_reason(stream.refused_schema, stream.bytes_fed)}")
         raise UsageError(f"{path}: no header record: not a run log")
     print(f"{path}: {steps_text(replay.steps)}")
     print(format_replay(replay, logged))

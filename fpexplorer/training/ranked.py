@@ -67,8 +67,19 @@ def _rank_logs(merged: Path) -> tuple[Path, ...]:
 
 def find_run(path: str | os.PathLike[str]) -> RunFiles:
     """The logs of the run at `path`: a run log, a rank's log, or a folder holding one
-    run's logs. Raises NoRunError when there is none (or a folder holds several)."""
-    path = Path(path)
+    run's logs. Raises NoRunError when there is none (or a folder holds several), or when
+    `path` cannot be looked at (a folder without the permission to list it or pass it)."""
+    try:
+        return _find_run(Path(path))
+    except NoRunError:
+        raise
+    except OSError as error:
+        # Path.is_dir() raises for EACCES (it hides only "no such file" errors) and
+        # iterdir() for a folder that cannot be listed: one line, not a traceback.
+        raise NoRunError(f"cannot read {path}: {error.strerror or error}") from None
+
+
+def _find_run(path: Path) -> RunFiles:
     if path.is_dir():
         files = [item for item in path.iterdir() if item.is_file()]
         stems = {

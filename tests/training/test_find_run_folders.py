@@ -56,3 +56,36 @@ def test_links_to_nothing_and_special_files_are_named_for_what_they_are(tmp_path
         find_run(tmp_path / "pipe.jsonl")
     with pytest.raises(NoRunError, match="no such run log"):
         find_run(tmp_path / "missing.jsonl")
+
+
+def test_a_path_that_cannot_be_looked_at_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that cannot be listed (iterdir) or a path under a folder that cannot be
+    passed (is_dir() raises PermissionError: pathlib hides only "no such file" errors) gave
+    `runs` a traceback. Permissions do not bind root (the CI's user): refused here by hand."""
+    from fpexplorer.cli import main
+
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    (folder / "run.jsonl").write_text("")
+    inside = folder / "run.jsonl"
+    real_iterdir, real_stat = Path.iterdir, Path.stat
+
+    def iterdir(self: Path) -> object:
+        if self == folder:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_iterdir(self)
+
+    def stat(self: Path, **kwargs: object) -> object:
+        if self == inside:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    monkeypatch.setattr(Path, "stat", stat)
+    for verb in ("check", "summarize", "compare"):
+        for path in (folder, inside):
+            assert main(["runs", verb, str(path)]) == 2
+            err = capsys.readouterr().err
+            assert err == f"fpexplorer runs: error: cannot read {path}: Permission denied\n"

@@ -293,3 +293,26 @@ def test_cli_replay_scaler_names_a_damaged_logged_setting(
     assert result.stderr.strip().splitlines() == [
         f"fpexplorer runs: error: {damaged}: the run's own setting: {message}"
     ]
+
+
+def test_cli_replay_scaler_says_what_a_file_without_a_run_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log of a newer schema was "no header record: not a run log", as an empty file."""
+    from fpexplorer.cli import main
+
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text(json.dumps({"type": "header", "schema": 99, "config": {}}) + "\n")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    junk = tmp_path / "junk.jsonl"
+    junk.write_bytes(b"\x00\x01 not json\n")
+    said = {
+        newer: "schema 99 is newer than this fpexplorer reads (2): update fpexplorer to read "
+        "this run",
+        empty: "empty file (a job that has not written its header yet?)",
+        junk: "no header record: not a run log",
+    }
+    for path, reason in said.items():
+        assert main(["runs", "replay-scaler", str(path), "--scaler", "deepspeed"]) == 2
+        assert capsys.readouterr().err == f"fpexplorer runs: error: {path}: {reason}\n"
