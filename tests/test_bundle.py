@@ -174,3 +174,103 @@ def test_bundle_opens_a_real_x11_window_under_xvfb(bundle: Path, tmp_path: Path)
     )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "on platform 'xcb'" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.bundle
+@pytest.mark.parametrize(
+    "options", [["--precision", "fp8"], ["--precision", "bf16", "--nproc-per-node", "2"]]
+)
+def test_bundle_trains_fp8_and_on_two_ranks(
+    bundle: Path, tmp_path: Path, options: list[str]
+) -> None:
+    """Failed before: both died in the bundle only (torch.distributed.elastic was left out):
+    "the task failed: ModuleNotFoundError", and for two ranks a traceback."""
+    out = tmp_path / "run.jsonl"
+    result = subprocess.run(
+        [str(bundle), "train", "--steps", "2", *options, "--out", str(out)],
+        env=_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert '"status":"completed"' in out.read_text(encoding="utf-8").splitlines()[-1]
+
+
+def _excluded_modules() -> list[str]:
+    """EXCLUDED_MODULES of the PyInstaller spec, read without running PyInstaller."""
+    import ast
+
+    tree = ast.parse((ROOT / "packaging" / "fpexplorer.spec").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "EXCLUDED_MODULES"
+            for target in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, list)
+            return [str(name) for name in value]
+    raise AssertionError("packaging/fpexplorer.spec has no EXCLUDED_MODULES")
+
+
+def _under(module: str, packages: list[str]) -> list[str]:
+    return [name for name in packages if module == name or module.startswith(name + ".")]
+
+
+def test_the_bundle_excludes_no_module_the_program_imports() -> None:
+    """Failed before: the spec left out torch.distributed.elastic, which
+    training/distributed.py imports to launch ranks (`train --nproc-per-node 2` died in the
+    bundle with a traceback; from source it worked)."""
+    import ast
+
+    excluded = _excluded_modules()
+    found = []
+    for path in sorted((ROOT / "fpexplorer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            found += [
+                f"{path.relative_to(ROOT)}: {name}" for name in names if _under(name, excluded)
+            ]
+    assert found == []
+
+
+@pytest.mark.slow  # an fp8 training step in a child process: a few seconds
+def test_the_bundle_excludes_no_module_an_fp8_run_imports(tmp_path: Path) -> None:
+    """Failed before: torchao's float8 training imports torch.distributed.elastic through
+    torch.distributed.checkpoint, so `train --precision fp8` failed in the bundle only."""
+    argv = ["train", "--steps", "1", "--precision", "fp8", "--out", str(tmp_path / "r.jsonl")]
+    code = (
+        "import sys\n"
+        "from fpexplorer.cli import main\n"
+        f"status = main({argv!r})\n"
+        "print('STATUS', status)\n"
+        "print('MODULES', ' '.join(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert "STATUS 0" in result.stdout, result.stderr[-3000:]
+    modules = next(line for line in result.stdout.splitlines() if line.startswith("MODULES "))
+    excluded = _excluded_modules()
+    assert [name for name in modules.split()[1:] if _under(name, excluded)] == []
+
+
+def test_the_example_desktop_entry_names_files_the_bundle_has() -> None:
+    """Failed before: its Icon= named resources/icon.png, which no build has (the icons are
+    icon-16.png ... icon-512.png and icon.svg), so menus showed a blank icon."""
+    entry = (ROOT / "packaging" / "fpexplorer.desktop").read_text(encoding="utf-8")
+    fields = dict(
+        line.split("=", 1) for line in entry.splitlines() if "=" in line and line[0] != "#"
+    )
+    bundle_root = "/opt/fpexplorer/"
+    assert fields["Exec"] == bundle_root + "fpexplorer gui"
+    # The spec copies resources/ to _internal/fpexplorer/resources/.
+    shipped = bundle_root + "_internal/fpexplorer/resources/"
+    assert fields["Icon"].startswith(shipped)
+    assert (ROOT / "resources" / fields["Icon"].removeprefix(shipped)).is_file()

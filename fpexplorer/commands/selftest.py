@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         raise UsageError("--steps must be at least 1")
+    if not args.timeout > 0:  # also NaN: the job would fail every time, as a failed check
+        raise UsageError(f"--timeout must be more than 0 seconds, not {args.timeout:g}")
     if args.on_screen:
         from fpexplorer.gui.app import display_problem
 
@@ -78,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
     keep = Path(args.keep) if args.keep else None
     if keep is not None:
+        if keep.exists() and not keep.is_dir():
+            raise UsageError(f"--keep {args.keep!r}: a file, not a folder")
         try:
             keep.mkdir(parents=True, exist_ok=True)
         except OSError as error:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer
+from PySide6.QtCore import QByteArray, QEvent, QMimeData, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
+    QDragEnterEvent,
+    QDragMoveEvent,
+    QDropEvent,
     QGuiApplication,
     QKeyEvent,
     QKeySequence,
@@ -70,6 +73,13 @@ def _selected_cells_text(widget: QWidget | None) -> str | None:
     for index in indexes:
         rows.setdefault(index.row(), []).append(str(index.data() or ""))
     return "\n".join("\t".join(cells) for cells in rows.values())
+
+
+def _local_paths(mime: QMimeData | None) -> list[str]:
+    """The local files and folders of a drag, in order; none for text or remote URLs."""
+    if mime is None or not mime.hasUrls():
+        return []
+    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()]
 
 
 def default_size() -> QSize:
@@ -147,6 +157,7 @@ class MainWindow(QMainWindow):
         self.tabs.setTabToolTip(1, "Mixed-precision training numerics, live or replayed")
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)
         self.setCentralWidget(self.tabs)
+        self.setAcceptDrops(True)
         self.resize(default_size())
         self._build_menus()
         self.status = self.statusBar()
@@ -182,11 +193,39 @@ class MainWindow(QMainWindow):
                 actions = file_actions()
                 for action in actions:
                     self.file_menu.insertAction(self.quit_action, action)
+                    # They act on the Training tab: File > Open Run... from the Formats tab
+                    # loaded the run where nobody could see it.
+                    action.triggered.connect(self._on_training_action_triggered)
                 if actions:
                     self.file_menu.insertSeparator(self.quit_action)
             if self.training_problem:
                 self.status.showMessage(f"Training panel unavailable: {self.training_problem}")
         return self._training_panel
+
+    def _on_training_action_triggered(self) -> None:
+        self.tabs.setCurrentIndex(1)
+
+    # -- run logs dropped on the window ---------------------------------------------------
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if _local_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        if _local_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        """Files or run folders dropped anywhere on the window open as File > Open Run...
+        opens them (the Training panel says what is not a run log)."""
+        paths = _local_paths(event.mimeData())
+        if not paths:
+            return
+        event.acceptProposedAction()
+        self.tabs.setCurrentIndex(1)
+        load_run = getattr(self.training_panel, "load_run", None)
+        if callable(load_run):
+            for path in paths:
+                load_run(path, in_background=True)
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)

@@ -327,6 +327,68 @@ def test_step_shortcuts_and_training_file_actions(qtbot: QtBot, window: MainWind
 
 
 @pytest.mark.slow  # redraws every view of the window twice: about a second
+def _synthetic_run(path: Path, steps: int = 30) -> Path:
+    from fpexplorer.gui.training.synthetic import synthetic_records
+    from fpexplorer.training.runlog import RunWriter
+
+    with RunWriter(path) as writer:
+        for record in synthetic_records(steps):
+            writer.write(record)
+    return path
+
+
+def test_ctrl_o_on_the_formats_tab_shows_the_run_it_opens(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Failed before: the run was loaded into the Training tab while the Formats tab stayed
+    # in front, so opening a run seemed to do nothing.
+    from PySide6.QtWidgets import QFileDialog
+
+    run = _synthetic_run(tmp_path / "run.jsonl")
+    asked: list[str] = []
+
+    def choose(*_args: object, **_kwargs: object) -> tuple[list[str], str]:
+        asked.append("open")
+        return [str(run)], ""
+
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", staticmethod(choose))
+    window.training_panel  # noqa: B018 - built, as when the File menu is first opened
+    assert window.tabs.currentIndex() == 0
+    qtbot.keyClick(window, Qt.Key.Key_O, Qt.KeyboardModifier.ControlModifier)
+    assert asked == ["open"]
+    assert window.tabs.currentIndex() == 1
+    panel = window.training_panel
+    qtbot.waitUntil(lambda: len(panel.runs) == 1 and not panel.loading)  # type: ignore[attr-defined]
+
+
+def test_run_logs_dropped_on_the_window_open_on_the_training_tab(
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
+    from PySide6.QtCore import QMimeData, QPoint, QUrl
+    from PySide6.QtGui import QDragEnterEvent, QDropEvent
+
+    first = _synthetic_run(tmp_path / "first.jsonl")
+    second = _synthetic_run(tmp_path / "second.jsonl", steps=12)
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(first)), QUrl.fromLocalFile(str(second))])
+    action = Qt.DropAction.CopyAction
+    buttons, modifiers = Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier
+    enter = QDragEnterEvent(QPoint(10, 10), action, mime, buttons, modifiers)
+    QApplication.sendEvent(window, enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(QPoint(10, 10), action, mime, buttons, modifiers)
+    QApplication.sendEvent(window, drop)
+    assert drop.isAccepted()
+    assert window.tabs.currentIndex() == 1
+    panel = window.training_panel
+    qtbot.waitUntil(lambda: len(panel.runs) == 2 and not panel.loading)  # type: ignore[attr-defined]
+    text = QMimeData()
+    text.setText("0.1")  # text is not a file: the window does not take it
+    refused = QDragEnterEvent(QPoint(10, 10), action, text, buttons, modifiers)
+    QApplication.sendEvent(window, refused)
+    assert not refused.isAccepted()
+
+
 def test_views_follow_a_palette_change(qtbot: QtBot, window: MainWindow) -> None:
     from fpexplorer.gui.theme import apply_dark_palette
 

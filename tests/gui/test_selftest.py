@@ -30,3 +30,27 @@ def test_selftest_prints_only_its_checks(tmp_path: Path) -> None:
     # Was: Qt's "This plugin does not support propagateSizeHints()" between the PASS lines.
     assert all(line.startswith("PASS ") for line in lines[:-1]), lines
     assert "propagateSizeHints" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        # Failed before: a timeout of 0 or less ran every check and failed the job's two.
+        (["--timeout", "0"], "--timeout must be more than 0 seconds, not 0"),
+        (["--timeout", "-5"], "--timeout must be more than 0 seconds, not -5"),
+        (["--steps", "0"], "--steps must be at least 1"),
+        # Was: "--keep '...': File exists".
+        (["--keep", "FILE"], "--keep 'FILE': a file, not a folder"),
+    ],
+)  # fmt: skip
+def test_bad_selftest_options_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], said: str
+) -> None:
+    from fpexplorer.cli import main
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    options = [str(a_file) if option == "FILE" else option for option in options]
+    assert main(["selftest", *options]) == 2
+    said = "fpexplorer selftest: error: " + said.replace("FILE", str(a_file))
+    assert capsys.readouterr().err.strip() == said
