@@ -187,7 +187,11 @@ def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
     exact = fmt.to_exact(code)
     fields = fmt.fields(code)
     special = not exact.is_finite
-    value = exact.to_float()
+    # A JSON number where float64 holds the value: e16m47's smallest subnormal (2e-9878)
+    # read 0.0 and its max inf; null then, exact in value_exact. -0 keeps its sign.
+    value: float | None = None
+    if exact.is_finite:
+        value = -0.0 if exact.is_zero and exact.negative else json_number(exact.fraction)
     neighbours = {}
     for key, step, gap in (
         ("next_up", fmt.next_up, fmt.gap_up),
@@ -218,7 +222,7 @@ def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
         ],
         "class": fmt.classify(code),
         "value_exact": _exact_text(exact),
-        "value": value if exact.is_finite and abs(value) != float("inf") else None,
+        "value": value,
         "shortest": fmt.shortest_decimal(code),  # repr style: float64's is repr(float)
         "shortest_text": shortest_display(fmt, code),  # the same digits, the app's notation
         # inf and NaN are special codes: no power of two, no significand (FP16's inf read as

@@ -900,7 +900,8 @@ def _validate(fmt: FloatFormat) -> None:
         # e1m0 with NaN at all ones: the one other magnitude code is zero, no number left.
         raise ValueError("too narrow for NaN at all ones: no nonzero value would remain")
     if abs(fmt.bias) > (1 << MAX_EXPONENT_BITS):
-        raise ValueError(f"bias {fmt.bias} is out of range")
+        limit = 1 << MAX_EXPONENT_BITS
+        raise ValueError(f"bias {fmt.bias} is out of range (-{limit}..{limit})")
     if not isinstance(fmt.name, str) or not fmt.name:
         raise ValueError("a format needs a name")
 

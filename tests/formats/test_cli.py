@@ -386,3 +386,20 @@ def test_json_fields_of_inf_and_nan_have_no_power_of_two_or_significand(
         assert fields["biased_exponent"] == get_format(name).fields(result["code"]).biased_exponent
     (one,) = _json(capsys, ["inspect", "--bits", "0x3c00", "-f", "fp16", "--json"])["results"]
     assert one["fields"]["unbiased_exponent"] == 0 and one["fields"]["significand"] == "1"
+
+
+def test_json_values_past_float64_are_null_not_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    # e16m47's smallest subnormal, 2.0079…e-9878, had "value": 0.0 (and its max was null):
+    # a JSON number says what float64 holds, null when it holds nothing near.
+    for code, exact_start in (("0x1", "0.0000"), ("0x7fff7fffffffffff", "14154610310449")):
+        argv = ["inspect", "--bits", code, "-f", "e16m47", "--json"]
+        result = _json(capsys, argv)["results"][0]
+        assert result["value"] is None and result["value_exact"].startswith(exact_start)
+    for code, value in (("0x8000", -0.0), ("0x0000", 0.0), ("0x0001", 2.0**-24)):
+        result = _json(capsys, ["inspect", "--bits", code, "-f", "fp16", "--json"])["results"][0]
+        assert result["value"] == value and str(result["value"]) == str(value)
+
+
+def test_a_bias_out_of_range_says_the_range(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inspect", "1", "-f", "e4m3:bias=1000000"]) == 2
+    assert "bias 1000000 is out of range (-65536..65536)" in capsys.readouterr().err
