@@ -37,7 +37,9 @@ def parse_value(text: str, fmt: FloatFormat | None = None) -> ExactValue:
         raise ValueError(f"expected text, got {type(text).__name__}")
     if len(text) > MAX_TEXT_LENGTH:
         raise ValueError(f"value text too long ({len(text)} characters, at most {MAX_TEXT_LENGTH})")
-    stripped = text.strip()
+    # The minus sign and infinity as the app itself writes them ("−∞" in the block editor,
+    # "−" in formulas), so that what it shows can be typed back.
+    stripped = text.strip().replace("\u2212", "-").replace("∞", "inf")
     if not stripped:
         raise ValueError("empty value")
     negative = False
@@ -99,6 +101,12 @@ def _unsigned_number(body: str, original: str) -> Fraction:
         mantissa = int(whole + fraction_digits, 16) if whole + fraction_digits else 0
         return Fraction(mantissa) * Fraction(2) ** (exponent - 4 * len(fraction_digits))
     match = _DECIMAL.fullmatch(body)
+    if match is None and body.count(",") == 1 and _DECIMAL.fullmatch(body.replace(",", ".")):
+        # "1,5": a decimal comma, in much of Europe.
+        raise ValueError(
+            f"{where}: a comma is not a decimal point here: write "
+            f"{original.strip()[:60].replace(',', '.')}"
+        )
     if match is None or not (match["int"] or match["frac"]):
         raise ValueError(
             f"{where}: not a number (expected a decimal such as 1.5e-3, a fraction such as "

@@ -389,6 +389,10 @@ def test_parse_value_specials_and_constants() -> None:
         ("1_", "only group digits"),
         ("1_.5", "only group digits"),
         ("1e_5", "only group digits"),
+        # A decimal comma is named, with the spelling to use (it was "not a number").
+        ("1,5", "a comma is not a decimal point here: write 1.5$"),
+        ("-1,5e3", "write -1.5e3$"),
+        ("1,2,3", "not a number"),
     ],
 )
 def test_parse_value_errors_say_what_is_wrong(text: str, message: str) -> None:
@@ -422,3 +426,20 @@ def test_infinity_flags_per_format() -> None:
     saturated = fp16.round("-inf", overflow="saturate")
     assert saturated.code == 0xFBFF and saturated.overflow and saturated.inexact
     assert not saturated.invalid
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("−1", -1),
+        ("−0.5e−3", Fraction(-1, 2000)),
+        ("−∞", "-inf"),
+        ("∞", "inf"),
+        ("+∞", "inf"),
+        ("−0", "-0"),
+    ],
+)
+def test_the_apps_own_minus_and_infinity_can_be_typed_back(text: str, expected: object) -> None:
+    # The app writes "−∞ (NaN scale)" and "(−1)^1 × ∞"; typed back they were not numbers.
+    value = parse_value(text)
+    assert str(value) == str(expected) if isinstance(expected, str) else value.fraction == expected
