@@ -65,9 +65,48 @@ def is_harmless(message: str) -> bool:
     return message.strip() in HARMLESS_QT_MESSAGES
 
 
-def _on_qt_message(_kind: QtMsgType, _context: QMessageLogContext, message: str) -> None:
+# Qt's messages while the QApplication is being created, held: when no platform plugin can
+# start (DISPLAY names a display that is not there, xcb libraries missing) Qt prints a
+# dozen lines ending "Reinstalling the application may fix this problem" and aborts the
+# process (exit status 134). The app says why in one line instead and exits with status 2.
+_held_messages: list[str] | None = None
+EXIT_NO_WINDOW = 2
+
+
+def _on_qt_message(kind: QtMsgType, _context: QMessageLogContext, message: str) -> None:
+    if _held_messages is not None:
+        if kind == QtMsgType.QtFatalMsg:
+            _exit_no_window(_held_messages)
+        _held_messages.append(message)
+        return
     if not is_harmless(message):
         print(message, file=sys.stderr, flush=True)
+
+
+def no_window_message(qt_messages: Sequence[str]) -> str:
+    """One line for a QApplication that could not start, from what Qt said before."""
+    said = "; ".join(
+        line.strip().rstrip(".")
+        for line in qt_messages
+        if line.strip() and not line.strip().startswith("Available platform plugins")
+    )
+    settings = ", ".join(
+        f"{name}={os.environ[name]!r}"
+        for name in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY", "DISPLAY")
+        if os.environ.get(name)
+    )
+    return (
+        f"fpexplorer: error: no window can be opened here ({settings or 'no display set'}). "
+        f"Qt said: {said}. Check the display, or install the X11 libraries the README lists "
+        "(libxcb-cursor0 ...); QT_QPA_PLATFORM=offscreen runs without a display."
+    )
+
+
+def _exit_no_window(qt_messages: Sequence[str]) -> None:
+    # Called by Qt in place of its abort: no exception can cross back into Qt from here.
+    sys.stderr.write(no_window_message(qt_messages) + "\n")
+    sys.stderr.flush()
+    os._exit(EXIT_NO_WINDOW)
 
 
 def install_message_filter() -> None:
@@ -129,7 +168,14 @@ def create_application(argv: Sequence[str] | None = None, theme: str = "system")
     else:
         QCoreApplication.setOrganizationName(ORGANIZATION)
         QCoreApplication.setApplicationName(APPLICATION)
-        app = QApplication(list(argv) if argv is not None else [sys.argv[0]])
+        global _held_messages
+        _held_messages = []
+        try:
+            app = QApplication(list(argv) if argv is not None else [sys.argv[0]])
+        finally:
+            held, _held_messages = _held_messages, None
+        for message in held:
+            _on_qt_message(QtMsgType.QtWarningMsg, QMessageLogContext(), message)
         app.setApplicationDisplayName("fpexplorer")
         app.setApplicationVersion(__version__)
         app.setDesktopFileName("fpexplorer")

@@ -60,6 +60,11 @@ TASKS: tuple[Choice, ...] = (
     Choice("regression", "linear regression with tiny updates: FP16 weights lose them to rounding"),
 )
 TASK_NAMES: tuple[str, ...] = tuple(choice.name for choice in TASKS)
+# The samples each built-in task draws its batches from, without replacement within an
+# epoch (`tasks` builds its datasets with these sizes): a larger batch cannot be drawn. The
+# transformer samples windows of its text with replacement: any batch size.
+TASK_SAMPLES: dict[str, int] = {"mlp": 2048, "underflow": 4096, "overflow": 8192,
+                                "regression": 4096}  # fmt: skip
 # The task a run of the user's own loop (AmpMonitor) records: not one a job can run.
 USER_LOOP_TASK = "user loop"
 # The task of the demo runs `fpexplorer.gui.training.synthetic` makes: none was trained.
@@ -398,6 +403,15 @@ class TrainConfig:
             not _is_int(self.batch_size) or not 1 <= self.batch_size <= MAX_INT64
         ):
             problems["batch_size"] = f"the batch size must be a whole number from 1 to {MAX_INT64}"
+        elif self.batch_size is not None and self.batch_size > TASK_SAMPLES.get(
+            self.task, MAX_INT64
+        ):
+            # Known before any data is made: the form greys Start and the CLI exits 2 at
+            # once (the task found it only once built: seconds later, the run failed).
+            problems["batch_size"] = (
+                f"the batch size {self.batch_size} is larger than the {self.task} task's "
+                f"dataset ({TASK_SAMPLES[self.task]} samples)"
+            )
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             problems["optimizer"] = f"unknown optimizer {self.optimizer!r}: use sgd or adam"
         if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:

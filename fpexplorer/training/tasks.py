@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fpexplorer.training.config import TASK_NAMES, split_user_task
+from fpexplorer.training.config import TASK_NAMES, TASK_SAMPLES, split_user_task
 
 LossFn = Callable[[Any, Any], torch.Tensor]
 
@@ -89,7 +89,7 @@ def _epochs(
 
 def make_mlp(seed: int, batch_size: int | None) -> Task:
     generator = _generator(seed)
-    per_class = 1024
+    per_class = TASK_SAMPLES["mlp"] // 2
     t = torch.rand(per_class, generator=generator) * 3 * math.pi + 0.5
     points = []
     labels = []
@@ -116,7 +116,7 @@ def make_underflow(seed: int, batch_size: int | None) -> Task:
     in FP32 the network trains as well as at any scale; in FP16 without loss scaling a large
     share of the activation gradients is below 2**-24 and becomes exactly zero."""
     generator = _generator(seed)
-    features, width, outputs, samples = 32, UNDERFLOW_WIDTH, 16, 4096
+    features, width, outputs, samples = 32, UNDERFLOW_WIDTH, 16, TASK_SAMPLES["underflow"]
     inputs = torch.randn(samples, features, generator=generator)
     teacher = nn.Sequential(nn.Linear(features, 64), nn.Tanh(), nn.Linear(64, outputs))
     with torch.no_grad():
@@ -177,7 +177,7 @@ def make_overflow(seed: int, batch_size: int | None) -> Task:
     it off (LayerNorm follows); FP16 with dynamic scaling skips those steps and backs off the
     scale each time; FP16 without a scaler steps with NaN gradients and never recovers."""
     generator = _generator(seed)
-    width, hidden, classes, samples = 32, 128, 8, 8192
+    width, hidden, classes, samples = 32, 128, 8, TASK_SAMPLES["overflow"]
     inputs = torch.randn(samples, width, generator=generator) * OVERFLOW_INPUT_SCALE
     outliers = torch.rand(samples, generator=generator) < OVERFLOW_OUTLIER_RATE
     inputs[outliers] *= OVERFLOW_OUTLIER_FACTOR
@@ -325,7 +325,7 @@ def make_regression(seed: int, batch_size: int | None) -> Task:
     updates lr * g are mostly below half of that, so FP16 weights never move while FP32
     master weights accumulate them (the paper's second technique)."""
     generator = _generator(seed)
-    features, samples = 64, 4096
+    features, samples = 64, TASK_SAMPLES["regression"]
     true_weights = 1.0 + 0.05 * torch.randn(features, 1, generator=generator)
     inputs = torch.randn(samples, features, generator=generator)
     targets = inputs @ true_weights + 0.01 * torch.randn(samples, 1, generator=generator)

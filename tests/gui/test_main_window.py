@@ -271,6 +271,45 @@ def test_gui_without_a_display_says_so(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+def _free_x_display() -> str:
+    number = 987
+    while Path(f"/tmp/.X11-unix/X{number}").exists():
+        number += 1
+    return f":{number}"
+
+
+@pytest.mark.slow  # child processes that start Qt: about a second
+@pytest.mark.parametrize("where", ["display", "platform"])
+def test_a_display_that_cannot_be_used_is_one_line_and_exit_2(where: str) -> None:
+    # Failed before: Qt printed a dozen lines ending "Reinstalling the application may fix
+    # this problem" and aborted the process (exit status 134, a core dump).
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
+    }
+    if where == "display":  # an ssh -X session whose forwarding is gone, say
+        env["DISPLAY"] = display = _free_x_display()
+        setting = f"DISPLAY={display!r}"
+    else:
+        env["QT_QPA_PLATFORM"] = "nosuch"
+        setting = "QT_QPA_PLATFORM='nosuch'"
+    result = subprocess.run(
+        [sys.executable, "-m", "fpexplorer", "gui", "--fresh"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"fpexplorer: error: no window can be opened here ({setting}).")
+    assert "QT_QPA_PLATFORM=offscreen" in lines[0] and "Reinstalling" not in lines[0]
+
+
 def test_application_icon_is_shipped(qapp: object) -> None:
     from fpexplorer.gui.app import app_icon
 

@@ -16,7 +16,7 @@ import pytest
 from training_helpers import REPO, run_cli
 
 from fpexplorer.errors import UsageError
-from fpexplorer.training.config import PRECISION_NAMES, TrainConfig
+from fpexplorer.training.config import PRECISION_NAMES, TASK_NAMES, TrainConfig
 from fpexplorer.training.job import RunState, run_job
 from fpexplorer.training.runlog import Run, load_run, parse_record
 
@@ -462,45 +462,73 @@ def test_stream_is_a_channel_the_tasks_output_cannot_reach(tmp_path: Path) -> No
         assert result.stderr.count(text) == 9, text
 
 
-@pytest.mark.slow  # a child process that imports torch: a second
+@pytest.mark.slow  # a child process: a second
 def test_a_batch_size_above_the_dataset_is_a_usage_error(tmp_path: Path) -> None:
     """A setting the task cannot take is the user's to change: exit 2 and one line, as for
-    any other usage error (it exited 1, "the task failed: TaskSettingsError: ...")."""
+    any other usage error, before any data is made (it exited 1, "the task failed:
+    TaskSettingsError: ...", once the task had built its dataset)."""
     out = tmp_path / "big.jsonl"
     result = run_cli("train", "--task", "mlp", "--batch-size", "100000", "--steps", "3",
                      "--device", "cpu", "--out", str(out), timeout=60)  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "fpexplorer train: error: the batch size 100000 is larger than the task's dataset"
+        "fpexplorer train: error: the batch size 100000 is larger than the mlp task's dataset"
         " (2048 samples)"
     ]  # one line: a setting, not a bug, so no traceback
-    run = load_run(out)
-    assert run.status == "failed" and run.end is not None  # the log says why, too
-    assert run.end.error == (
-        "TaskSettingsError: the batch size 100000 is larger than the task's dataset (2048 samples)"
-    )
+    assert not out.exists()
 
 
-@pytest.mark.parametrize(
-    ("task", "samples"), [("mlp", 2048), ("underflow", 4096), ("overflow", 8192),
-                          ("regression", 4096)],
-)  # fmt: skip
-def test_every_task_with_a_dataset_refuses_a_larger_batch(
-    tmp_path: Path, task: str, samples: int
-) -> None:
-    """Every built-in task that samples a fixed dataset: a settings error (the CLI's exit 2),
-    before any step. The transformer samples windows of its text with replacement: any
-    batch size runs (not listed)."""
+def test_every_task_with_a_dataset_refuses_a_larger_batch_and_takes_its_size() -> None:
+    """TASK_SAMPLES (what the form and the CLI check) is each built-in task's dataset: a
+    batch of its size is drawn, one more is refused by the task itself as well. The
+    transformer samples windows of its text with replacement: any batch size runs."""
+    import torch
+
+    from fpexplorer.training.config import TASK_SAMPLES
+    from fpexplorer.training.tasks import TaskSettingsError, make_task
+
+    assert set(TASK_SAMPLES) == set(TASK_NAMES) - {"transformer"}
+    for task, samples in TASK_SAMPLES.items():
+        problems = TrainConfig(task=task, batch_size=samples + 1).validate()
+        assert problems == {
+            "batch_size": f"the batch size {samples + 1} is larger than the {task} task's "
+            f"dataset ({samples} samples)"
+        }
+        assert TrainConfig(task=task, batch_size=samples).validate() == {}
+        inputs, _target = next(make_task(task, 0, samples, torch.device("cpu"), None).batches)
+        assert inputs.shape[0] == samples
+        with pytest.raises(TaskSettingsError):
+            make_task(task, 0, samples + 1, torch.device("cpu"), None)
+    assert TrainConfig(task="transformer", batch_size=10**6).validate() == {}
+
+
+BARE_LINEAR_TASK = """
+import torch
+from torch import nn
+
+def make():
+    batch = (torch.ones(4, 32), torch.zeros(4, 32))
+    return nn.Linear(32, 32), iter([batch] * 10), nn.functional.mse_loss
+"""
+
+
+def test_a_setting_the_task_refuses_once_built_is_a_usage_error_too(tmp_path: Path) -> None:
+    """What only the built task can tell (a recipe that cannot quantize a bare nn.Linear):
+    `fpexplorer train` exits 2 with the task's one line; the run log says why."""
     from fpexplorer.training.job import run_job_cli
 
-    config = TrainConfig(task=task, batch_size=samples + 1, steps=3, device="cpu",
-                         out=str(tmp_path / f"{task}.jsonl"))  # fmt: skip
+    task = tmp_path / "bare.py"
+    task.write_text(BARE_LINEAR_TASK)
+    out = tmp_path / "bare.jsonl"
+    config = TrainConfig(task=f"{task}:make", precision="mxfp8", steps=2, device="cpu",
+                         out=str(out))  # fmt: skip
     with pytest.raises(UsageError) as raised:
         run_job_cli(config)
-    assert str(raised.value) == (
-        f"the batch size {samples + 1} is larger than the task's dataset ({samples} samples)"
-    )
-    assert load_run(tmp_path / f"{task}.jsonl").steps == ()
+    said = "--precision mxfp8: the model is itself one nn.Linear: wrap it in a module to swap it"
+    assert str(raised.value) == said
+    run = load_run(out)
+    assert run.status == "failed" and run.end is not None
+    assert run.end.error == f"TaskSettingsError: {said}" and run.steps == ()
 
 
 def test_an_empty_batch_source_is_a_failure_not_a_completed_run(tmp_path: Path) -> None:

@@ -59,6 +59,21 @@ def test_steps_beyond_what_the_engine_holds_are_refused_at_the_field(panel) -> N
     assert "init_scale" in panel.form.problems()
 
 
+def test_a_batch_larger_than_the_tasks_dataset_is_refused_at_the_field(panel) -> None:  # type: ignore[no-untyped-def]
+    # Was: Start, a few seconds of torch, then "job failed: TaskSettingsError: ...".
+    form = panel.form
+    form.task_combo.setCurrentText("mlp")
+    form.fields["batch_size"].edit.setText("5000")
+    said = "the batch size 5000 is larger than the mlp task's dataset (2048 samples)"
+    assert form.problems() == {"batch_size": said}
+    assert not panel.start_button.isEnabled()
+    assert panel.start_problems.text() == "Fix 1 field: Batch size"
+    assert form.fields["batch_size"].error.text() == said
+    form.task_combo.setCurrentText("overflow")  # 8192 samples: the same batch fits
+    assert form.problems() == {} and panel.start_button.isEnabled()
+    assert not form.fields["batch_size"].error.isVisibleTo(form)
+
+
 def test_progress_of_a_run_longer_than_int32_never_raises(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = _write(tmp_path / "long.jsonl", [_header(steps=2**40)])
     from fpexplorer.gui.training.run_model import RunModel
