@@ -500,14 +500,28 @@ class TrainingPanel(QWidget):
                 self._select(entry)
             if entry is self.run_list_state.current:
                 self._show_settings_of(entry)
-            note = f"Opened {elide(path.name, 60)}: {steps_text(model.steps_seen)}, {model.status}."
             end = model.end
+            problems = model.problems
+            killed = replay.torn_last_line is not None and end is None
+            if killed:
+                # A job killed while writing leaves its last line torn: incomplete, not
+                # damage (as `runs check` says; it was listed as "Problems: ... torn").
+                problems = [p for p in problems if p != replay.torn_last_line]
+            note = (
+                f"Opened {elide(path.name, 60)}: {steps_text(model.steps_seen)}, {model.status}"
+                + (
+                    " (the job was killed while writing its last line, which is ignored)"
+                    if killed
+                    else ""
+                )
+                + "."
+            )
             failed = end is not None and end.status == "failed"
             if end is not None and failed:
                 # What went wrong is the first thing a person opening a failed run wants.
                 note += f" Error: {elide(end.error or 'no reason given', 300)}."
-            if model.problems:
-                note += " Problems: " + elide("; ".join(model.problems[:3]), 200)
+            if problems:
+                note += " Problems: " + elide("; ".join(problems[:3]), 200)
             self._show_status(note, error=failed)
             if in_pieces:
                 # The redraw timer draws it: a refresh per file is a redraw of every run

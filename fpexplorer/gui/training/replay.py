@@ -41,6 +41,11 @@ class RunFileReplay:
             self.done = True
 
     @property
+    def torn_last_line(self) -> str | None:
+        """The problem line of a last line cut short, if the file ends in one."""
+        return self._stream.torn_last_line
+
+    @property
     def refused_schema(self) -> int | None:
         """The newer schema of a header met (its records are not read), if any."""
         return self._stream.refused_schema

@@ -235,3 +235,25 @@ def test_a_negative_zero_magnitude_reads_zero_in_the_layer_table(panel, tmp_path
     panel.refresh()
     cells = [panel.layer_table.table.item(0, column).text() for column in (1, 2)]
     assert cells == ["0", "0"]
+
+
+def test_a_killed_runs_torn_last_line_is_incomplete_not_a_problem(panel, make_run) -> None:  # type: ignore[no-untyped-def]
+    """A job killed while writing leaves whole records and a torn last line: `runs check`
+    calls that incomplete, not damage; the panel listed it as "Problems: line N: torn last
+    line ignored". Damage beside it is still named."""
+    lines = make_run("whole.jsonl", steps=20).read_bytes().splitlines(keepends=True)
+    killed = make_run("killed.jsonl", steps=1)
+    killed.write_bytes(b"".join(lines[:-2]) + lines[-2][: len(lines[-2]) // 2])
+    panel.load_run(killed)
+    assert panel.status_label.text() == (
+        "Opened killed.jsonl: 19 steps, incomplete (the job was killed while writing its "
+        "last line, which is ignored)."
+    )
+    damaged = make_run("damaged.jsonl", steps=1)
+    damaged.write_bytes(
+        b"".join(lines[:3]) + b"garbage\n" + killed.read_bytes()[len(b"".join(lines[:3])) :]
+    )
+    panel.load_run(damaged)
+    text = panel.status_label.text()
+    assert text.startswith("Opened damaged.jsonl: 19 steps, incomplete (the job was killed")
+    assert text.endswith("Problems: line 4: not a record (Expecting value): 'garbage'")
