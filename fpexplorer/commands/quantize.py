@@ -327,8 +327,21 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
         raise ValueError(f"no such file: {args.csv}") from None
     except (OSError, ValueError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        # numpy's advice is for its own API ("use `usecols` to select a subset…").
+        first = first.partition("; use `usecols`")[0].rstrip(".")
+        if _has_semicolons(args.csv):
+            first += "; values are separated by commas and decimals use a point, not ';' and ','"
         raise ValueError(f"{args.csv}: not a CSV of numbers ({first})") from None
     return data, "csv"
+
+
+def _has_semicolons(path: str) -> bool:
+    """Whether a CSV file uses semicolons (as a European spreadsheet writes it)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return ";" in handle.read(65536)
+    except OSError:
+        return False
 
 
 def _exact_float(x: float) -> ExactValue:

@@ -93,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
         option = "--run" if args.run else "--training-page"
         raise UsageError(f"{option}: only with --panel training")
     for path in args.run or ():
-        if not Path(path).is_file():
-            raise UsageError(f"--run {path!r}: no such file")
+        if not Path(path).exists():
+            raise UsageError(f"--run {path!r}: no such file or folder")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     app, window = prepare_window(args)
     image = render(window, width, height)
@@ -133,10 +133,19 @@ def prepare_window(args: argparse.Namespace) -> tuple[QApplication, MainWindow]:
             if args.run or args.training_page != "mixed":
                 raise UsageError(f"training panel unavailable: {window.training_problem}")
         else:
+            from fpexplorer.training.ranked import NoRunError, find_run
+
             for path in args.run or ():
+                # A run folder or a rank's log opens as the run's merged log, as in the
+                # panel (both were refused: "no such file", "not a run log").
+                try:
+                    merged = find_run(path).merged
+                except NoRunError as error:
+                    window.close()
+                    raise UsageError(f"--run {path!r}: {error}") from None
                 panel.load_run(path)
                 panel.finish_loading()  # a large run file is otherwise read in pieces
-                if not any(entry.path == Path(path) for entry in panel.runs):
+                if not any(entry.path == merged for entry in panel.runs):
                     # The panel would show the file's problem in its status line: a
                     # picture of an empty panel is not what --run asked for.
                     window.close()  # ends its children (nvidia-smi) before the exit

@@ -83,6 +83,11 @@ def shortest_display(fmt: FloatFormat, code: int) -> str:
     value (E5M2's smallest subnormal 1.52587890625e-5 reads back from "2e-5").
     """
     exact = fmt.to_exact(code)
+    if exact.is_nan:
+        # "nan" reads back to the format's one NaN of that sign, never to another payload
+        # (FP16's 0x7D01 showed "nan", which gives 0x7E00).
+        text = display_decimal(exact)
+        return text if fmt.from_value(text) == code else NAN_PAYLOAD_SHORTEST
     if not exact.is_finite or exact.is_zero:
         return display_decimal(exact)
     found = _shortest_digits(fmt, code, exact)
@@ -114,6 +119,7 @@ def _shortest_digits(fmt: FloatFormat, code: int, exact: ExactValue) -> tuple[st
     return None
 
 
+NAN_PAYLOAD_SHORTEST = "— (NaN payload)"  # no text reads back a NaN other than the canonical one
 EXACT_DIGITS = 20  # exact decimals this short are shown whole (2**-27 = 7.450580596923828125e-9)
 CUT_DIGITS = 9  # significant digits kept of a longer one, then "…"
 POSITIONAL_EXPONENTS = range(-4, 16)  # 0.0001 .. 9999999999999999 are written without "e"

@@ -316,3 +316,20 @@ def test_summary_errors_are_exact_when_short_and_rounded_otherwise(
     assert (stats["max_abs_error_text"], stats["rmse_text"]) == ("1", "0.525")
     stats = _json(capsys, ["-f", "mxfp4", "1", "0.3"])["summary"]
     assert stats["rmse_text"] == "≈0.03536"  # 0.3 -> 0.25 under scale 2^-2: √(0.05² / 2)
+
+
+def test_a_semicolon_csv_is_named_and_numpys_own_advice_left_out(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A European spreadsheet's "1,5;2,5" said only "could not convert string '5;2'"; a ragged
+    # file told the user to "use `usecols`", numpy's keyword, not an option of this command.
+    european = tmp_path / "eu.csv"
+    european.write_text("1,5;2,5\n3,5;4\n", encoding="utf-8")
+    assert main(["quantize", "-f", "mxfp4", "--csv", str(european)]) == 2
+    err = capsys.readouterr().err
+    assert "not ';' and ','" in err and len(err.strip().splitlines()) == 1
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("1.5, 2.5\n3\n", encoding="utf-8")
+    assert main(["quantize", "-f", "mxfp4", "--csv", str(ragged)]) == 2
+    err = capsys.readouterr().err
+    assert "the number of columns changed from 2 to 1 at row 2" in err and "usecols" not in err

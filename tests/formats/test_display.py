@@ -194,3 +194,21 @@ def test_command_line_tables_use_the_display_notation(capsys: pytest.CaptureFixt
         assert main(argv) == 0
         out = capsys.readouterr().out
         assert python_style.search(out) is None, (argv, python_style.search(out))
+
+
+@pytest.mark.parametrize("name", ["float16", "float8_e5m2", "float8_e4m3fn", "binary8p3se", "e3m2"])
+def test_the_shortest_text_of_a_nan_reads_back_or_says_it_cannot(name: str) -> None:
+    # FP16's 0x7D01 (a signaling NaN with payload 0x101) showed "nan", which reads back as
+    # 0x7E00; and 0xFE00 is "-nan" (the JSON's repr-style "nan" gives 0x7E00).
+    from fpexplorer.formats.decimal import NAN_PAYLOAD_SHORTEST
+
+    fmt = get_format(name)
+    for code in range(1 << fmt.width):
+        if not fmt.to_exact(code).is_nan:
+            continue
+        text = shortest_display(fmt, code)
+        assert text == NAN_PAYLOAD_SHORTEST or fmt.from_value(text) == code, (hex(code), text)
+    if name == "float16":
+        assert shortest_display(fmt, 0x7D01) == NAN_PAYLOAD_SHORTEST
+        assert shortest_display(fmt, 0xFE00) == "-nan"
+        assert shortest_display(fmt, 0x7E00) == "nan"

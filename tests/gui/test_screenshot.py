@@ -171,3 +171,50 @@ def test_a_run_file_that_is_not_a_run_log_gets_one_line_and_exit_2(tmp_path: Pat
             "found)"
         ]
         assert not (tmp_path / "x.png").exists()
+
+
+def _write_two_rank_run(folder: Path) -> Path:
+    """A merged log and two rank logs, as `train --nproc-per-node 2 --out RUN` writes them."""
+    from fpexplorer.training.monitor.ranks import rank_log_path
+    from fpexplorer.training.records import (
+        EndRecord,
+        HeaderRecord,
+        ModelInfo,
+        RankEnd,
+        RankInfo,
+        StepRecord,
+    )
+    from fpexplorer.training.runlog import RunWriter
+
+    merged = folder / "run.jsonl"
+    for rank in (None, 0, 1):
+        path = merged if rank is None else rank_log_path(merged, rank)
+        info = RankInfo(rank=rank or 0, world_size=2, host="node-a", merged=rank is None)
+        with RunWriter(path) as writer:
+            writer.write(HeaderRecord(config={"task": "mlp"}, model=ModelInfo(), ranks=info))
+            for step in range(3):
+                writer.write(StepRecord(step=step, loss=1.0 - 0.1 * step, time=0.1 * step))
+            ends = tuple(RankEnd(rank=k, status="completed", steps=3) for k in (0, 1))
+            writer.write(EndRecord(status="completed", steps=3, ranks=ends if rank is None else ()))
+    return merged
+
+
+def test_a_run_folder_or_a_ranks_log_is_pictured_as_the_merged_run(
+    shoot, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    # Failed before: the folder was "no such file" and a rank's log "not a run log", though
+    # the panel (File > Open Run...) and `fpexplorer runs` open both.
+    merged = _write_two_rank_run(tmp_path)
+    for given in (tmp_path, tmp_path / "run.rank-1.jsonl"):
+        window = shoot("--panel", "training", "--run", str(given))
+        runs = window.training_panel.runs
+        assert [entry.path for entry in runs] == [merged]
+        assert runs[0].model.rank_text == "merged, 2 ranks"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    from fpexplorer.cli import main
+
+    argv = ["screenshot", "--panel", "training", "--run", str(empty), "--out", "x.png"]
+    assert main(argv) == 2
+    said = f"--run '{empty}': {empty} holds no run log (no .jsonl file)"
+    assert capsys.readouterr().err.strip() == "fpexplorer screenshot: error: " + said

@@ -153,6 +153,7 @@ class NumberLineView(LazyView):
             return
         xs = np.array(picture.xs)
         self.message.setText("")
+        self.plot.getAxis("bottom").setStyle(showValues=True)
         self.plot.setLabel("bottom", picture.axis_label)
         self.neighbours.setData(xs, np.zeros_like(xs))
         self.midpoints.setData(
@@ -304,6 +305,9 @@ class NumberLineView(LazyView):
 
     def _show_message(self, text: str) -> None:
         self._labels_shown = False
+        # No distances to read: the ticks -0.9 … 0.9 under "nan has no place" meant nothing.
+        self.plot.getAxis("bottom").setStyle(showValues=False)
+        self.plot.setLabel("bottom", "")
         for item in (self.neighbours, self.result, self.mode_picks):
             item.setData([], [])
         self.midpoints.setData([], [])

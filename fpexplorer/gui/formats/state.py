@@ -168,6 +168,15 @@ def formula_text(fmt: FloatFormat, code: int, kind: str, fields: Fields, value: 
     """The value formula with this code's actual numbers."""
     sign = f"(−1)^{fields.sign} × " if fmt.signed else ""
     if kind == "nan":
+        if fmt.encoding == "ieee" and fmt.mantissa_bits >= 1:
+            # IEEE 754 §6.2.1: the fraction's top bit tells quiet (1) from signaling (0);
+            # the bits below it are the payload, which arithmetic carries along.
+            top = 1 << (fmt.mantissa_bits - 1)
+            quiet = "quiet" if fields.fraction & top else "signaling"
+            return (
+                f"NaN, {quiet} (fraction's top bit {int(bool(fields.fraction & top))}), "
+                f"payload {fields.fraction & (top - 1):#x}: “not a number” in {fmt.name}"
+            )
         return f"NaN: this bit pattern is reserved for “not a number” in {fmt.name}"
     if kind == "inf":
         if fields.fraction == 0 and fields.biased_exponent == (1 << fmt.exponent_bits) - 1:

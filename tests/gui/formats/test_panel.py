@@ -392,6 +392,11 @@ def test_number_line_explains_nan(qtbot: QtBot, panel: FormatsPanel) -> None:
     panel.show_view("number-line")
     type_value(qtbot, panel, "nan")
     assert "no place" in panel.number_line.message.textItem.toPlainText()
+    # No ticks: "-0.9 … 0.9" under the message measured nothing.
+    axis = panel.number_line.plot.getAxis("bottom")
+    assert not axis.style["showValues"]
+    type_value(qtbot, panel, "1")
+    assert axis.style["showValues"]
 
 
 @pytest.mark.slow  # exact arithmetic on 1e99999 in a 16-exponent-bit format: a second

@@ -523,3 +523,18 @@ def test_quantize_scale_codes_use_the_same_reader(capsys: pytest.CaptureFixture[
     for text, message in (("0o17", "not a code"), ("-1", "no sign"), ("0x1ff", "more than 8 bits")):
         assert main(["quantize", "-f", "mxfp4", "1", "--scale-code", text]) == 2
         assert message in capsys.readouterr().err, text
+
+
+def test_a_nan_readout_says_quiet_or_signaling_and_its_payload() -> None:
+    # Every NaN code of FP16 read "NaN: this bit pattern is reserved…", payload or not; the
+    # quiet bit is IEEE 754's top fraction bit (numpy keeps it: 0x7D01 is a signaling NaN).
+    fp16 = get_format("fp16")
+    signaling = build_readout(fp16, 0x7D01, None)
+    assert "NaN, signaling (fraction's top bit 0), payload 0x101" in signaling.formula
+    assert (
+        "NaN, quiet (fraction's top bit 1), payload 0x0"
+        in build_readout(fp16, 0xFE00, None).formula
+    )
+    assert np.isnan(np.array(0x7D01, dtype=np.uint16).view(np.float16))
+    # A format with one NaN pattern per sign has no quiet bit to speak of.
+    assert build_readout(get_format("e4m3"), 0x7F, None).formula.startswith("NaN: this bit")
