@@ -228,7 +228,7 @@ def _describe_code(fmt: FloatFormat, code: int) -> dict[str, Any]:
         # inf and NaN are special codes: no power of two, no significand (FP16's inf read as
         # 2^16 x 1 was 65536), null as the text output says.
         "fields": {
-            "sign": fields.sign,
+            "sign": fields.sign if fmt.signed else None,  # an unsigned format has no sign bit
             "biased_exponent": fields.biased_exponent,
             "unbiased_exponent": None if special else fields.unbiased_exponent,
             "fraction": fields.fraction,
@@ -308,15 +308,17 @@ def _render_text(document: dict[str, Any]) -> str:
             ("shortest", result["shortest_text"]),
         ]
         fields = result["fields"]
+        # E8M0 and other unsigned formats have no sign bit: "sign 0" named one.
+        sign = "" if fields["sign"] is None else f"sign {fields['sign']}, "
         rows.append(
             (
                 "fields",
-                f"sign {fields['sign']}, exponent {fields['biased_exponent']} "
+                f"{sign}exponent {fields['biased_exponent']} "
                 f"(2^{fields['unbiased_exponent']}), fraction {fields['fraction']:#x}, "
                 f"significand {fields['significand']}"
                 if result["class"] not in ("inf", "nan")
                 # A special code: "(2^16) ... significand 1" read as 65536 for FP16's inf.
-                else f"sign {fields['sign']}, exponent {fields['biased_exponent']}, fraction "
+                else f"{sign}exponent {fields['biased_exponent']}, fraction "
                 f"{fields['fraction']:#x} ({result['class']}: a special code, no power of two "
                 "or significand)",
             )

@@ -235,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
     for files in runs:
         if files.ranked:
             ranked = summarize_ranked(files)
+            for item in (ranked.merged, *ranked.ranks):  # each named on stderr, exit 1
+                readable(item)
             if args.json:
                 print(json.dumps(json.loads(encode_json_line(ranked.to_dict())), indent=1))
             else:

@@ -248,11 +248,14 @@ def format_ranked(summary: RankedSummary, merged_text: str) -> str:
         rank = int(match.group("rank")) if match else -1
         rate = rank_summary.steps_per_s
         final = rank_summary.final_loss
+        # A log that holds no run (not a run log, a newer schema...) is not "incomplete".
+        status = "not read" if rank_summary.unreadable is not None else rank_summary.status
         lines.append(
-            f"  {rank:>4}  {rank_summary.status:<10}  {rank_summary.steps:>5}"
+            f"  {rank:>4}  {status:<10}  {rank_summary.steps:>5}"
             f"  {f'{rate:.2f}' if math.isfinite(rate) else '-':>7}"
             f"  {f'{final:.4g}' if math.isfinite(final) else '-':>10}"
             f"  {rank_summary.skipped_steps:>7}  {path.name}"
             + ("  <- slowest" if index == slowest else "")
+            + (f": {rank_summary.unreadable}" if rank_summary.unreadable is not None else "")
         )
     return "\n".join(lines)

@@ -403,3 +403,12 @@ def test_json_values_past_float64_are_null_not_zero(capsys: pytest.CaptureFixtur
 def test_a_bias_out_of_range_says_the_range(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "1", "-f", "e4m3:bias=1000000"]) == 2
     assert "bias 1000000 is out of range (-65536..65536)" in capsys.readouterr().err
+
+
+def test_an_unsigned_format_has_no_sign_field(capsys: pytest.CaptureFixture[str]) -> None:
+    # E8M0's fields read "sign 0, exponent 128" beside a layout of "(exponent)" alone.
+    assert main(["inspect", "2", "-f", "e8m0"]) == 0
+    fields = next(line for line in capsys.readouterr().out.splitlines() if "fields" in line)
+    assert fields.split(None, 1)[1].startswith("exponent 128 (2^1)"), fields
+    result = _json(capsys, ["inspect", "2", "-f", "e8m0", "binary8p4ue", "fp16", "--json"])
+    assert [r["fields"]["sign"] for r in result["results"]] == [None, None, 0]

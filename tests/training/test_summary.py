@@ -508,3 +508,23 @@ def test_a_file_that_cannot_be_read_is_one_line(
     assert main(["runs", "check", str(path)]) == 1
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"{path}: cannot read it: Permission denied, ")
+
+
+def test_a_rank_log_without_a_run_is_not_read_not_incomplete(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run of several ranks whose rank-1 log is garbage: its row said "incomplete, 0
+    steps" and the exit status was 0."""
+    from fpexplorer.cli import main
+
+    folder = tmp_path / "ranked"
+    folder.mkdir()
+    _synthetic_log(folder / "run.jsonl", 5)
+    _synthetic_log(folder / "run.rank-0.jsonl", 5)
+    (folder / "run.rank-1.jsonl").write_bytes(b"\x00\x01 garbage\n")
+    assert main(["runs", "summarize", str(folder)]) == 1
+    out, err = capsys.readouterr()
+    reason = "not a run log (no header, step or end record in it)"
+    assert err == f"fpexplorer runs: error: {folder / 'run.rank-1.jsonl'}: {reason}\n"
+    row = out.splitlines()[-1].split()
+    assert row[:3] == ["1", "not", "read"] and out.splitlines()[-1].endswith(f": {reason}")
