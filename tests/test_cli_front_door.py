@@ -55,3 +55,22 @@ def test_options_without_a_command_are_the_apps(
     code, err = _exit_and_stderr(argv, capsys)
     assert code == 2
     assert err.strip() == said
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        # Failed before: the value was said twice ("--value 'zzz': 'zzz': not a number"),
+        # and a long one echoed whole (3,000 digits) before the engine's cut copy of it.
+        ("zzz", "--value 'zzz': not a number"),
+        ("9" * 3000 + "x", "--value '" + "9" * 60),
+        ("fp16:0x1FFFF", "--value 'fp16:0x1FFFF': after 'fp16:' comes a raw code"),
+    ],
+)
+def test_a_bad_start_value_is_said_once(
+    capsys: pytest.CaptureFixture[str], value: str, said: str
+) -> None:
+    assert main(["screenshot", "--out", "x.png", "--value", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fpexplorer screenshot: error: " + said), err
+    assert len(err) < 400
