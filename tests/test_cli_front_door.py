@@ -74,3 +74,25 @@ def test_a_bad_start_value_is_said_once(
     err = capsys.readouterr().err
     assert err.startswith("fpexplorer screenshot: error: " + said), err
     assert len(err) < 400
+
+
+@pytest.mark.slow  # a command in a child process: about half a second
+def test_a_terminal_without_unicode_gets_escapes_not_a_traceback() -> None:
+    # Failed before: UnicodeEncodeError: 'ascii' codec can't encode character '\u2248'.
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "fpexplorer", "formats"],
+        capture_output=True,
+        text=True,
+        encoding="ascii",
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    float16 = next(line for line in result.stdout.splitlines() if line.startswith("float16 "))
+    assert " 65504 " in float16 and "\\u22486.104e-5" in float16  # "≈6.104e-5", escaped
