@@ -39,8 +39,9 @@ from fpexplorer.training.scaler_rules import (
 
 def _path_problem(path: str) -> str | None:
     """Why `path` cannot even be looked at (a name too long, a file on the way where a
-    folder should be, a folder that cannot be passed, a NUL in it), or None. pathlib's is_file()/is_dir() hide only "no
-    such file" errors and raised the others: a traceback for `--out` of 5,000 characters."""
+    folder should be, a folder that cannot be passed, a NUL in it), or None. pathlib's
+    is_file()/is_dir() hide only "no such file" errors and raised the others: a traceback
+    for `--out` of 5,000 characters."""
     try:
         os.stat(path)
     except FileNotFoundError:
