@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -64,8 +65,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _never_fail_on_output_encoding() -> None:
+    """A terminal whose encoding lacks "≈" or "…" (LANG=en_US.ISO-8859-1, PYTHONIOENCODING=
+    ascii), or a file name that is not valid UTF-8, made `fpexplorer formats` end in a
+    UnicodeEncodeError traceback. Such characters are written as backslash escapes instead
+    (stderr does this already)."""
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        stream.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit status."""
+    _never_fail_on_output_encoding()
     arguments = list(sys.argv[1:] if argv is None else argv)
     if not arguments or (
         arguments[0].startswith("-") and arguments[0] not in ("-h", "--help", "--version")

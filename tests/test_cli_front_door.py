@@ -55,3 +55,44 @@ def test_options_without_a_command_are_the_apps(
     code, err = _exit_and_stderr(argv, capsys)
     assert code == 2
     assert err.strip() == said
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        # Failed before: the value was said twice ("--value 'zzz': 'zzz': not a number"),
+        # and a long one echoed whole (3,000 digits) before the engine's cut copy of it.
+        ("zzz", "--value 'zzz': not a number"),
+        ("9" * 3000 + "x", "--value '" + "9" * 60),
+        ("fp16:0x1FFFF", "--value 'fp16:0x1FFFF': after 'fp16:' comes a raw code"),
+    ],
+)
+def test_a_bad_start_value_is_said_once(
+    capsys: pytest.CaptureFixture[str], value: str, said: str
+) -> None:
+    assert main(["screenshot", "--out", "x.png", "--value", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fpexplorer screenshot: error: " + said), err
+    assert len(err) < 400
+
+
+@pytest.mark.slow  # a command in a child process: about half a second
+def test_a_terminal_without_unicode_gets_escapes_not_a_traceback() -> None:
+    # Failed before: UnicodeEncodeError: 'ascii' codec can't encode character '\u2248'.
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-m", "fpexplorer", "formats"],
+        capture_output=True,
+        text=True,
+        encoding="ascii",
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    float16 = next(line for line in result.stdout.splitlines() if line.startswith("float16 "))
+    assert " 65504 " in float16 and "\\u22486.104e-5" in float16  # "≈6.104e-5", escaped

@@ -90,4 +90,8 @@ def apply_start_state(window: object, formats: list[object], value: str | None) 
         session.set_active(session.editors[0])
         session.changed.emit()
     if value is not None and not session.enter_text(value):
-        raise UsageError(f"--value {value!r}: {session.entry_error}")
+        error = session.entry_error or "not a value"
+        if error.startswith("'" + value[:40]):  # the message quotes it (cut when long)
+            raise UsageError(f"--value {error}")
+        shown = value if len(value) <= 60 else value[:60] + "…"
+        raise UsageError(f"--value {shown!r}: {error}")

@@ -95,6 +95,14 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _interrupted() -> bool:
+    if "fpexplorer.gui.app" not in sys.modules:  # no application yet: Python's own Ctrl+C
+        return False
+    from fpexplorer.gui.app import was_interrupted
+
+    return was_interrupted()
+
+
 def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]:
     state: dict[str, object] = {}
     results: list[CheckResult] = []
@@ -108,6 +116,10 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
             detail, passed = str(failure), False
         except Exception as error:  # a self-test reports every failure and goes on
             detail, passed = f"{type(error).__name__}: {error}", False
+        if _interrupted():
+            # Ctrl+C ends the self-test (the command line says "interrupted", status 130);
+            # the check it cut short has no result.
+            raise KeyboardInterrupt
         elapsed = time.perf_counter() - started
         result = CheckResult(name, passed, f"{detail} ({elapsed:.2f} s)")
         results.append(result)
@@ -216,6 +228,9 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
         QTimer.singleShot(int(timeout_s * 1000), loop.quit)
         job.start(config, run_path)
         loop.exec()
+        if _interrupted():
+            job.shutdown()  # Ctrl+C ended the loop: the job stops, no process is left
+            raise KeyboardInterrupt
         if not endings:
             job.kill()
             raise CheckFailed(f"no end within {timeout_s:.0f} s")

@@ -134,8 +134,19 @@ def install_interrupt_handler() -> None:
     signal.signal(signal.SIGINT, on_interrupt)
 
 
+_interrupted = False
+
+
+def was_interrupted() -> bool:
+    """True once Ctrl+C has quit the app: code that ran its own event loop (the self-test
+    waiting for its training job) sees the loop end and must not take it for a result."""
+    return _interrupted
+
+
 def quit_interrupted() -> None:
     """Close every window (each saves what it keeps) and leave the event loop."""
+    global _interrupted
+    _interrupted = True
     app = QApplication.instance()
     if isinstance(app, QApplication):
         # Closing the last window would quit with status 0 (a posted event that can run

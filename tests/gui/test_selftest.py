@@ -54,3 +54,43 @@ def test_bad_selftest_options_are_one_line_and_exit_2(
     assert main(["selftest", *options]) == 2
     said = "fpexplorer selftest: error: " + said.replace("FILE", str(a_file))
     assert capsys.readouterr().err.strip() == said
+
+
+@pytest.mark.slow  # a self-test and its training job in child processes: a few seconds
+def test_ctrl_c_during_the_training_check_stops_the_job_and_says_interrupted(
+    tmp_path: Path,
+) -> None:
+    """Ctrl+C in the terminal (SIGINT to the whole process group, the job included).
+    Failed before: the self-test went on, reported the job as "no end within 180 s" after
+    5 s, exited 1, and Qt said "QProcess: Destroyed while process ... is still running"."""
+    import signal
+    import time
+
+    env = {**os.environ, "FPEXPLORER_SETTINGS_SCOPE": f"tests-{tmp_path.name}"}
+    keep = tmp_path / "keep"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fpexplorer", "selftest", "--steps", "1000000", "--keep", str(keep)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group, as a terminal gives a command
+    )
+    run_log = keep / "selftest-run.jsonl"
+    deadline = time.monotonic() + 240
+    try:
+        while not (run_log.is_file() and run_log.read_text(encoding="utf-8").count("\n") >= 3):
+            assert process.poll() is None and time.monotonic() < deadline, "no job started"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, err
+    assert err.splitlines()[-1] == "fpexplorer selftest: interrupted"
+    assert "QProcess" not in err and "Traceback" not in err
+    assert '"status":"stopped"' in run_log.read_text(encoding="utf-8").splitlines()[-1]
+    with pytest.raises(ProcessLookupError):  # nothing of the group is left running
+        os.killpg(process.pid, 0)

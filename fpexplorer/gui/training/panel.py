@@ -502,7 +502,7 @@ class TrainingPanel(QWidget):
                 self._show_settings_of(entry)
             end = model.end
             problems = model.problems
-            killed = replay.torn_last_line is not None and end is None
+            killed = replay.torn_last_line is not None and end is None and not replay.shrank
             if killed:
                 # A job killed while writing leaves its last line torn: incomplete, not
                 # damage (as `runs check` says; it was listed as "Problems: ... torn").

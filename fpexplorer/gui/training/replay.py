@@ -30,6 +30,7 @@ class RunFileReplay:
         self.size = 0
         self.bytes_read = 0
         self.done = False
+        self.shrank = False  # the file was cut short while it was read
         self._stream = RecordStream()
         self._problems_passed = 0
         self._handle: BinaryIO | None = None
@@ -52,7 +53,9 @@ class RunFileReplay:
 
     @property
     def fraction(self) -> float:
-        return self.bytes_read / self.size if self.size else 1.0
+        """The share of the file read so far, at most 1 (a file still growing counts its
+        size now: "Loading… 159%" was shown for one written while it was read)."""
+        return min(1.0, self.bytes_read / self.size) if self.size else 1.0
 
     def advance(self, budget_s: float | None = None) -> bool:
         """Read and apply chunks until the file ends or `budget_s` is spent; True when done."""
@@ -69,6 +72,8 @@ class RunFileReplay:
                 self._finish()
                 break
             self.bytes_read += len(chunk)
+            if self.bytes_read > self.size:  # written to while read: its size now
+                self.size = self._size_now()
             self._apply(self._stream.feed(chunk))
             if deadline is not None and time.perf_counter() > deadline:
                 break
@@ -82,7 +87,22 @@ class RunFileReplay:
             self.model.add_problem(message)
         self._problems_passed = len(problems)
 
+    def _size_now(self) -> int:
+        assert self._handle is not None
+        try:
+            return os.fstat(self._handle.fileno()).st_size
+        except OSError:
+            return self.bytes_read
+
     def _finish(self) -> None:
+        if self.bytes_read < self.size and self._size_now() < self.size:
+            self.shrank = True
+            # Cut short under us (truncated or rewritten while read): its end is not a
+            # killed job's torn last line.
+            self.model.add_problem(
+                f"the file shrank while it was read (to {self._size_now():,} bytes, from "
+                f"{self.size:,}): what was read is shown"
+            )
         self._apply(self._stream.finish())
         if self._handle is not None:
             self._handle.close()

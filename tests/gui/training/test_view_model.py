@@ -549,3 +549,22 @@ def test_elided_names_keep_what_tells_them_from_the_runs_shown_with_them() -> No
                      "… lr=3e-05 seed=1"]  # fmt: skip
     # Alone, from the left: the distinguishing end stays.
     assert elide_words(names[2], lambda t: len(t) <= 20) == "… lr=0.00025 seed=1"
+
+
+def test_eliding_a_huge_name_asks_few_widths() -> None:
+    # A damaged file's name of 100,000 characters, or of 5,000 settings, was shortened one
+    # cut at a time (a width asked and a string joined per cut): a second per call, on
+    # every redraw. Each shortening leaves the text no longer: bisection asks ~log2 widths.
+    asked: list[int] = []
+
+    def fits(text: str) -> bool:
+        asked.append(len(text))
+        return len(text) <= 60
+
+    huge = "x" * 100_000 + " fp16 lr=0.1 seed=1"
+    assert elide_words(huge, fits) == "x" * 40 + "… fp16 lr=0.1 seed=1"
+    assert len(asked) <= 20
+    asked.clear()
+    many = " ".join(f"k{i}=v{i}" for i in range(5000))
+    assert elide_words(many, fits) == "… k4996=v4996 k4997=v4997 k4998=v4998 k4999=v4999"
+    assert len(asked) <= 20
