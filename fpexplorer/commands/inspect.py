@@ -129,6 +129,15 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     seed, random_bits = stochastic_draw(args.rounding, args.seed, args.random_bits)
     formats = _resolve_formats(args)
     from fpexplorer.formats import parse_value
+    from fpexplorer.formats.parse import written_as_code
+
+    if written_as_code(args.value) and not args.value.strip().lower().startswith("0x"):
+        # 0b… and the fields 0|01111|… are codes, never values (a bare 0x3C00 is a hex
+        # number, as for float.fromhex): the app's entry field reads them as codes.
+        raise ValueError(
+            f"{args.value.strip()[:60]!r} is written as a code: decode it with "
+            "--bits CODE --format NAME"
+        )
 
     results = []
     for fmt in formats:

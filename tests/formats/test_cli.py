@@ -412,3 +412,18 @@ def test_an_unsigned_format_has_no_sign_field(capsys: pytest.CaptureFixture[str]
     assert fields.split(None, 1)[1].startswith("exponent 128 (2^1)"), fields
     result = _json(capsys, ["inspect", "2", "-f", "e8m0", "binary8p4ue", "fp16", "--json"])
     assert [r["fields"]["sign"] for r in result["results"]] == [None, None, 0]
+
+
+@pytest.mark.parametrize("value", ["0|01111|0000000000", "0b0011110000000000"])
+def test_a_code_given_as_the_value_points_to_bits(
+    capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    # Pasted from inspect's own code row, it said "not a number (expected a decimal …)".
+    assert main(["inspect", value, "-f", "fp16"]) == 2
+    assert "is written as a code: decode it with --bits CODE --format NAME" in (
+        capsys.readouterr().err
+    )
+    assert (
+        _json(capsys, ["inspect", "--bits", value, "-f", "fp16", "--json"])["results"][0]["code"]
+        == 0x3C00
+    )
