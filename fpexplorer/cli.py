@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -104,7 +105,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # `fpexplorer formats | head`: the reader left; not an error worth a traceback.
+        _drop_stdout()
         return 0
+    except OSError as error:
+        # What the system refused and no command handles: `fpexplorer formats > /dev/full`
+        # ended in a traceback ("No space left on device"). One line, status 1.
+        where = f" ({error.filename})" if error.filename else ""
+        said = f"{error.strerror or error}{where}"
+        print(f"fpexplorer {args.command}: error: {said}", file=sys.stderr)
+        _drop_stdout()
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush of what could not be written
+    would otherwise print "Exception ignored ..." on the way out."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # no real stdout (a test's capture): nothing will be flushed to a file
 
 
 def gui_main() -> int:

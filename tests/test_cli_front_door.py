@@ -96,3 +96,23 @@ def test_a_terminal_without_unicode_gets_escapes_not_a_traceback() -> None:
     assert result.stderr == ""
     float16 = next(line for line in result.stdout.splitlines() if line.startswith("float16 "))
     assert " 65504 " in float16 and "\\u22486.104e-5" in float16  # "≈6.104e-5", escaped
+
+
+@pytest.mark.slow  # a command in a child process: about half a second
+def test_a_full_disk_is_one_line_not_a_traceback() -> None:
+    # Failed before: `fpexplorer formats > /dev/full` ended in "OSError: [Errno 28] No space
+    # left on device" and its traceback.
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:  # Linux: every write fails with ENOSPC
+        result = subprocess.run(
+            [sys.executable, "-m", "fpexplorer", "formats"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert result.stderr == "fpexplorer formats: error: No space left on device\n"
