@@ -37,6 +37,27 @@ from fpexplorer.training.scaler_rules import (
 )
 
 
+def _path_problem(path: str) -> str | None:
+    """Why `path` cannot even be looked at (a name too long, a file on the way where a
+    folder should be, a folder that cannot be passed, a NUL in it), or None. pathlib's
+    is_file()/is_dir() hide only "no such file" errors and raised the others: a traceback
+    for `--out` of 5,000 characters."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return None  # not there (yet): for the callers to say
+    except OSError as error:
+        return str(error.strerror or error)
+    except ValueError as error:  # "embedded null byte"
+        return str(error)
+    return None
+
+
+def _short_path(path: str) -> str:
+    """A path named in a one-line message: a very long one cut in its middle."""
+    return path if len(path) <= 80 else f"{path[:40]}…{path[-30:]}"
+
+
 class Choice(NamedTuple):
     """A named option with the one line the help text and the GUI show for it."""
 
@@ -387,6 +408,8 @@ class TrainConfig:
                     f"unknown task {self.task!r}: use one of {', '.join(TASK_NAMES)} "
                     "or path/to/file.py:factory"
                 )
+            elif (unusable := _path_problem(user[0])) is not None:
+                problems["task"] = f"task file {_short_path(user[0])}: {unusable}"
             elif not Path(user[0]).is_file():
                 problems["task"] = f"task file not found: {user[0]}"
         if self.precision not in PRECISION_NAMES:
@@ -436,6 +459,8 @@ class TrainConfig:
         if self.out is not None:
             if not self.out.strip():
                 problems["out"] = "the output file name is empty"
+            elif (unusable := _path_problem(self.out)) is not None:
+                problems["out"] = f"cannot write {_short_path(self.out)}: {unusable}"
             elif Path(self.out).is_dir():
                 problems["out"] = f"{self.out} is a folder, not a file"
         return problems

@@ -352,3 +352,29 @@ def test_the_largest_values_the_engine_holds_are_accepted() -> None:
         growth_factor=float(np.finfo(np.float32).max),
     )
     assert largest.validate() == {}
+
+
+def test_a_path_that_cannot_be_looked_at_is_a_field_problem_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pathlib's is_file()/is_dir() hide only "no such file" errors: an --out or a task
+    file of 5,000 characters raised "File name too long" out of validate() (a traceback
+    from `fpexplorer train`, and the panel said "Could not open" a run whose header held
+    one)."""
+    from fpexplorer.cli import main
+
+    long_task = "t" * 5000 + ".py:make"
+    long_out = "o" * 5000 + ".jsonl"
+    under_a_file = tmp_path / "file.jsonl"
+    under_a_file.write_text("")
+    problems = TrainConfig(task=long_task, out=long_out).validate()
+    assert problems == {
+        "task": f"task file {'t' * 40}…{'t' * 27}.py: File name too long",
+        "out": f"cannot write {'o' * 40}…{'o' * 24}.jsonl: File name too long",
+    }
+    inside = str(under_a_file / "run.jsonl")
+    said = TrainConfig(out=inside).validate()["out"]
+    assert said.startswith("cannot write ") and said.endswith("run.jsonl: Not a directory")
+    assert main(["train", "--out", long_out, "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"fpexplorer train: error: {problems['out']}\n"

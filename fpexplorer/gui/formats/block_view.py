@@ -279,9 +279,11 @@ class BlockEditorView(LazyView):
         self.value_bars = pg.BarGraphItem(x=[], height=[], width=VALUE_BAR_WIDTH)
         self.plot.addItem(self.input_bars)
         self.plot.addItem(self.value_bars)
-        self.limit_lines = [pg.InfiniteLine(angle=0, movable=False) for _ in range(2)]
-        for line in self.limit_lines:
-            self.plot.addItem(line)
+        # ±max element × scale as two segments of one curve in data coordinates: an
+        # InfiniteLine at 2.8e-30 was drawn at 0 (Qt finds the view's transform at that
+        # scale not invertible), where the bars, drawn like this, stay right.
+        self.limit_lines = pg.PlotDataItem(connect="pairs")
+        self.plot.addItem(self.limit_lines)
         self.legend = QLabel()
         self.legend.setWordWrap(True)
         self.summary = QLabel()
@@ -444,8 +446,7 @@ class BlockEditorView(LazyView):
             widget.setBackground(colors.background)
         style_plot(self.plot)
         style_plot(self.histogram)
-        for line in self.limit_lines:
-            line.setPen(pg.mkPen(colors.accent, width=1, style=Qt.PenStyle.DashLine))
+        self.limit_lines.setPen(pg.mkPen(colors.accent, width=1, style=Qt.PenStyle.DashLine))
         self.histogram_bars.setOpts(brush=class_color("normal"), pen=None)
         self.legend.setText(
             f"<span style='color:{_hex(class_color('normal'))}'>■</span> input &nbsp; "
@@ -553,11 +554,12 @@ class BlockEditorView(LazyView):
             x=xs, height=values, width=VALUE_BAR_WIDTH, brush=colors.accent, pen=None
         )
         self.view_box.bar_count = count
-        for line, sign in zip(self.limit_lines, (1, -1), strict=True):
-            line.setVisible(math.isfinite(limit))
-            if math.isfinite(limit):
-                line.setValue(sign * limit)
-        self.plot.setXRange(-0.6, max(count, 1) - 0.4, padding=0)
+        left, right = -0.6, max(count, 1) - 0.4
+        if math.isfinite(limit):
+            self.limit_lines.setData([left, right, left, right], [limit, limit, -limit, -limit])
+        else:
+            self.limit_lines.setData([], [])
+        self.plot.setXRange(left, right, padding=0)
         if self.view_box.dragged is None:
             self.view_box.enableAutoRange(y=True)
         self.plot.getAxis("bottom").setTicks(

@@ -392,3 +392,45 @@ def test_an_infinite_input_stands_above_every_finite_one(view: BlockEditorView) 
     heights = list(view.input_bars.opts["height"])
     limit = float(view.state.readout().limit)
     assert heights == [1.2 * limit, 1.0]
+
+
+@pytest.mark.parametrize("exponent", [0, -10, -30, 30])
+def test_the_limit_lines_are_drawn_where_the_limit_is(qtbot: QtBot, exponent: int) -> None:
+    # Failed before for a block of 1e-30s in the app's window (as `fpexplorer screenshot
+    # --view block` paints it): the dashed ±max element × scale lines were drawn at 0, so
+    # the bars seemed to cross them.
+    from PySide6.QtGui import QColor
+
+    from fpexplorer.cli import build_parser
+    from fpexplorer.commands.screenshot import prepare_window, render
+
+    parsed = build_parser("screenshot").parse_args(
+        ["screenshot", "--out", "unused.png", "--view", "block"]
+    )
+    _, window = prepare_window(parsed)
+    qtbot.addWidget(window)
+    view = window.formats_panel.view("block")
+    assert isinstance(view, BlockEditorView)
+    view.state.set_format("mxfp8_e4m3")
+    view.state.load_text(f"1e{exponent}, -3e{exponent}, 2.5e{exponent}, 7e{exponent - 1}")
+    render(window, 1920, 1080)
+    image = view.plot_widget.grab().toImage()
+    limit = float(view.state.readout().limit)
+    box = view.plot.vb
+    (_, _), (low, high) = box.viewRange()
+    rect = view.plot_widget.mapFromScene(box.sceneBoundingRect()).boundingRect()
+    row = round(rect.top() + (high - limit) / (high - low) * rect.height())
+    left, right = rect.left() + 2, rect.right() - 2
+
+    def reddish(x: int, y: int) -> bool:
+        color = QColor(image.pixel(x, y))
+        return color.red() > 150 and color.red() - color.green() > 80
+
+    # +limit: above every bar (the largest quantized value is 2.56e-30 against 2.76e-30),
+    # so only the dashes are red there; the pen's row is rounded either way.
+    share = max(
+        sum(reddish(x, y) for x in range(left, right)) / (right - left)
+        for y in range(row - 1, row + 2)
+    )
+    window.close()
+    assert share > 0.2, share
