@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import numpy as np
 import pyqtgraph as pg
@@ -33,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.gui.theme import plot_colors, role_hex
 from fpexplorer.gui.training.run_model import (
     HEAT_BINS,
@@ -1353,7 +1355,11 @@ def _human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             text = f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-            return elide(text, 20)  # a damaged file's 1e300 must not widen the table
+            if len(text) > 20:
+                # A damaged file's 1e300 must not widen the table, nor be cut in its middle
+                # ("9313225746…0000.0 GiB" read as another number): the display rule's form.
+                text = f"{display_decimal(Fraction(n), cut_digits=4)} {unit}"
+            return text
         n /= 1024
     return f"{n:.1f} GiB"
 

@@ -179,6 +179,14 @@ def elide_name(text: str, limit: int = MAX_TEXT) -> str:
     return elide_words(text, lambda candidate: len(candidate) <= limit)
 
 
+def count_text(count: int) -> str:
+    """A count (steps) as the app shows numbers: whole when short, else in the display
+    rule's notation ("1.234…e29"), never cut in its middle ("1000000000…0000000000" read as
+    another number; a damaged header can plan 10**30 steps)."""
+    text = str(count)
+    return text if len(text) <= 12 else display_decimal(Fraction(count), cut_digits=4)
+
+
 def share_text(share: float) -> str:
     """A share as a percentage; 'n/a' where it was computed over inf/NaN (it means nothing)."""
     if not math.isfinite(share):
@@ -1017,7 +1025,7 @@ def progress_view(model: RunModel, job_active: bool, state: str | None) -> Progr
         permille = min(max(done * 1000 // planned, 0), 1000)
     else:
         permille = 1000 if model.end is not None else 0
-    text = f"{elide(str(done), 20)}/{elide(str(planned), 20) if planned else '?'} steps"
+    text = f"{count_text(done)}/{count_text(planned) if planned else '?'} steps"
     rate = model.steps_per_second()
     if rate is not None:
         text += f" · {rate:.1f} steps/s"
@@ -1040,9 +1048,9 @@ def throughput_text(model: RunModel | None) -> str:
     if model is None or rate is None:
         return "throughput: –"
     done, planned = model.progress()
-    of = f" of {elide(str(planned), 20)}" if planned else ""
+    of = f" of {count_text(planned)}" if planned else ""
     # No "throughput:" before it: the card's title says so, and the line must fit 1024 px.
-    return f"{rate:.1f} steps/s (recent) · step {elide(str(done), 20)}{of}"
+    return f"{rate:.1f} steps/s (recent) · step {count_text(done)}{of}"
 
 
 def summarize_problems(problems: dict[str, str], titles: dict[str, str]) -> str:

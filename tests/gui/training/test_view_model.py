@@ -17,6 +17,7 @@ from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.synthetic import synthetic_records
 from fpexplorer.gui.training.view_model import (
     RunList,
+    count_text,
     data_range,
     elide,
     elide_name,
@@ -38,6 +39,7 @@ from fpexplorer.gui.training.view_model import (
     share_text,
     smoothed,
     summarize_problems,
+    throughput_text,
 )
 from fpexplorer.training.config import TrainConfig
 from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode
@@ -568,3 +570,14 @@ def test_eliding_a_huge_name_asks_few_widths() -> None:
     many = " ".join(f"k{i}=v{i}" for i in range(5000))
     assert elide_words(many, fits) == "… k4996=v4996 k4997=v4997 k4998=v4998 k4999=v4999"
     assert len(asked) <= 20
+
+
+def test_huge_counts_are_never_cut_in_the_middle_of_their_digits() -> None:
+    # A damaged header's 10**30 + 7 planned steps read "4/1000000000…0000000007 steps":
+    # a number cut in its middle reads as another. The display rule's notation instead.
+    step = {"type": "step", "step": 3, "loss": 1.0, "steps_per_s": 2.0, "time": 1.0}
+    model = _model([_header(steps=10**30 + 7), step])
+    progress = progress_view(model, job_active=False, state=None).text
+    assert progress.startswith("4/1.000…e30 steps")
+    assert throughput_text(model).endswith("step 4 of 1.000…e30")
+    assert count_text(2**40) == "1099511627776" and count_text(10**30) == "1e30"
