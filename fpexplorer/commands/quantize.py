@@ -364,13 +364,14 @@ def _describe_scale(fmt: BlockFormat, code: int) -> dict[str, Any]:
 
 
 def _power_text(value: Fraction) -> str:
-    """2**k for powers of two (MX scales), else the display decimal."""
+    """2^k for powers of two (MX scales), as `inspect` writes them ("2^996"), else the
+    display decimal. (It wrote Python's 2**k, a third spelling beside the GUI's 2⁻¹⁰⁷.)"""
     from fpexplorer.formats.decimal import display_decimal
 
     numerator, denominator = value.numerator, value.denominator
     if numerator & (numerator - 1) == 0 and denominator & (denominator - 1) == 0:
         exponent = numerator.bit_length() - denominator.bit_length()
-        return f"2**{exponent}"
+        return f"2^{exponent}"
     return display_decimal(value)
 
 

@@ -396,7 +396,16 @@ class MainWindow(QMainWindow):
         self.formats_panel.show_view(name)
 
     def _on_shortcuts_help(self) -> None:
-        QMessageBox.information(self, "Keyboard shortcuts", SHORTCUTS_HELP)
+        self.shortcuts_box().exec()
+
+    def shortcuts_box(self) -> QMessageBox:
+        """F1's list. Its text is made wide enough that most rows take one line: a message
+        box of Qt's own width wrapped them to 668 px of height, taller than a 640 px screen."""
+        box = QMessageBox(QMessageBox.Icon.Information, "Keyboard shortcuts", SHORTCUTS_HELP,
+                          QMessageBox.StandardButton.Ok, self)  # fmt: skip
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setStyleSheet("QLabel#qt_msgbox_label { min-width: 40em; }")
+        return box
 
     def _on_about(self) -> None:
         QMessageBox.about(

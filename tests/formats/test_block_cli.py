@@ -36,7 +36,7 @@ def test_typed_values_block_by_block(capsys: pytest.CaptureFixture[str]) -> None
     assert document["blocks_total"] == 1 and document["tensor_scale"] is None
     (block,) = document["blocks"]
     assert block["scale_code_hex"] == "0x7f" and block["scale_bits"] == "01111111"
-    assert block["scale"] == 1.0 and block["scale_text"] == "2**0"
+    assert block["scale"] == 1.0 and block["scale_text"] == "2^0"
     elements = block["elements"]
     # -0.75 is a tie between 0.5 (odd code) and 1 (even): 1; 5 ties 4 and 6: 4.
     assert [e["code_hex"] for e in elements] == ["0x2", "0xa", "0x1", "0x6"]
@@ -51,7 +51,7 @@ def test_typed_values_block_by_block(capsys: pytest.CaptureFixture[str]) -> None
     assert summary["worst_block"] == 0
     assert summary["rmse"] == pytest.approx((0.25**2 + 0.2**2 + 1) ** 0.5 / 2)
     text = _text(capsys, ["-f", "mxfp4", "1", "-0.75", "0.3", "5"])
-    assert "block 0: scale 0x7f (01111111) = 2**0" in text
+    assert "block 0: scale 0x7f (01111111) = 2^0" in text  # inspect's 2^996, not 2**0
     assert "summary of 4 finite values in 1 block: " in text
 
 

@@ -137,6 +137,27 @@ def test_f1_help_lists_every_menu_shortcut(window: MainWindow) -> None:
             assert shown in SHORTCUTS_HELP, (action.text(), key)
 
 
+def test_f1_list_fits_a_1024x640_screen(qtbot: QtBot, window: MainWindow) -> None:
+    # Failed before: Qt's message box wrapped the list to 400x668 px, taller than the screen.
+    from PySide6.QtCore import QTimer
+
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window)
+    seen: list[tuple[int, int]] = []
+
+    def look_and_close() -> None:
+        box = QApplication.activeModalWidget()
+        assert box is not None
+        seen.append((box.width(), box.height()))
+        box.close()
+
+    QTimer.singleShot(0, look_and_close)  # runs inside the box's own event loop
+    qtbot.keyClick(window, Qt.Key.Key_F1)
+    assert len(seen) == 1
+    width, height = seen[0]
+    assert width <= 1000 and height <= 480, seen
+
+
 def test_ctrl_q_closes_the_window(qtbot: QtBot, window: MainWindow) -> None:
     qtbot.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: not window.isVisible())

@@ -230,8 +230,13 @@ class RangeChart(LazyView):
     def _show_formats(self, formats: tuple[FloatFormat, ...]) -> None:
         self._shown = formats
         edges = [range_edges(fmt) for fmt in formats]
-        left = min(low for low, _, _ in edges) - 6
-        right = max(high for _, _, high in edges) + 6
+        low_end = min(low for low, _, _ in edges)
+        high_end = max(high for _, _, high in edges)
+        # A margin of a few percent of the span, at least 6 binades: with e16m47 (2^-32813
+        # .. 2^32768) six binades were invisible and its bar was green from edge to edge,
+        # as if nothing underflowed or overflowed.
+        margin = max(6.0, 0.03 * (high_end - low_end))
+        left, right = low_end - margin, high_end + margin
         rows = np.arange(len(formats), dtype=float)
         top = rows + 0.35
         bottom = rows - 0.35

@@ -736,3 +736,19 @@ def test_tick_text_is_the_display_notation(value: float, spacing: float, text: s
     from fpexplorer.gui.formats.plotting import tick_text
 
     assert tick_text(value, spacing) == text
+
+
+def test_range_chart_leaves_room_for_underflow_and_overflow_of_the_widest_format(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    # e16m47's bar was green from edge to edge: 6 binades of margin in a span of 65581.
+    panel.session.set_format(panel.session.editors[0], get_format("e16m47"))
+    panel.show_view("range")
+    chart = panel.range_chart
+    (left, right), _ = chart.bars_plot.vb.viewRange()
+    span = right - left
+    fmt = get_format("e16m47")
+    assert fmt.max is not None and fmt.min_subnormal is not None
+    high = fmt.max.numerator.bit_length() - fmt.max.denominator.bit_length()  # 32768
+    low = fmt.min_subnormal.numerator.bit_length() - fmt.min_subnormal.denominator.bit_length()
+    assert right - high > 0.02 * span and low - left > 0.02 * span
