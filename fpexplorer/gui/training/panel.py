@@ -940,7 +940,7 @@ class RunNameDelegate(QStyledItemDelegate):
         rect = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, widget)
         # Qt draws the text inside this margin on each side (QCommonStyle's viewItemDrawText).
         margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1
-        room = rect.width() - 2 * margin
+        room = rect.width() - 2 * margin - 1  # a pixel spare: Qt must find nothing to cut
         metrics = option.fontMetrics
         text = option.text
 
