@@ -557,7 +557,8 @@ class TrainingPanel(QWidget):
         entry = self.run_list_state.add(model, path, live=live)
         title = self.run_list_state.title(entry, self.job.active)
         item = QListWidgetItem(title)
-        item.setToolTip(title)  # the list is narrow: the full name on hover
+        # The list is narrow: the whole name on hover.
+        item.setToolTip(self.run_list_state.tooltip(entry, self.job.active))
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setCheckState(Qt.CheckState.Checked)
         # No colour of its own: the palette's text colour reads on light and dark themes.
@@ -842,7 +843,9 @@ class TrainingPanel(QWidget):
             if item is not None and item.text() != title:
                 self.run_list.blockSignals(True)
                 item.setText(title)
-                item.setToolTip(title)
+                item.setToolTip(
+                    self.run_list_state.tooltip(entry, self.job.active and entry is self._live)
+                )
                 self.run_list.blockSignals(False)
 
     def _refresh_progress(self) -> None:

@@ -512,16 +512,18 @@ class RunCurves:
         curve = self.curves.get(run.key)
         if curve is None:
             curve = pg.PlotDataItem(pen=pg.mkPen(run.colour, width=1.5), name=run.name)
+            curve.opts["full_name"] = run.full_name or run.name  # the legend's tooltip
             curve.setDownsampling(auto=True, method="peak")
             curve.setClipToView(True)
             self.plot.addItem(curve)
             self.curves[run.key] = curve
             if self.legend is not None:
                 self._legend_pending.append(curve)
-        elif curve.name() != run.name:
+        elif curve.name() != run.name or curve.opts.get("full_name") != (run.full_name or run.name):
             # A live run is named from the form until its header arrives with the job's
             # own settings (e.g. the task's learning rate): the legend follows.
             curve.opts["name"] = run.name
+            curve.opts["full_name"] = run.full_name or run.name
             if self.legend is not None:
                 label = self.legend.getLabel(curve)
                 if label is not None:
@@ -571,8 +573,9 @@ class RunCurves:
             )
             if label.text != shown_text:
                 label.setText(shown_text)
-            if label.toolTip() != full:
-                label.setToolTip(full)
+            whole = getattr(sample.item, "opts", {}).get("full_name") or full
+            if label.toolTip() != whole:
+                label.setToolTip(whole)
         if self._legend_shown == shown:
             return
         self._legend_shown = shown

@@ -65,6 +65,7 @@ RUN_COLOURS: tuple[str, ...] = (
 
 # Texts from a run file (names, settings, numbers) are cut to this many characters.
 MAX_TEXT = 80
+MAX_TOOLTIP = 400  # a tooltip holds a whole name, up to this (a damaged file's could be MBs)
 ELLIPSIS = "…"
 
 
@@ -350,6 +351,7 @@ class OverlayRun:
     name: str  # elided
     colour: str
     model: RunModel
+    full_name: str = ""  # the whole name, for tooltips (bounded: MAX_TOOLTIP); "": `name`
 
 
 class RunList:
@@ -410,6 +412,14 @@ class RunList:
         live = " (live)" if entry.live and job_active else ""
         return f"{elide_name(model.label, 60)} — {elide(model.status, 24)}{live}"
 
+    @staticmethod
+    def tooltip(entry: RunEntry, job_active: bool) -> str:
+        """The run's line with its whole name (the list elides its text to its width, and
+        `title` a long name to 60 characters)."""
+        model = entry.model
+        live = " (live)" if entry.live and job_active else ""
+        return f"{elide_name(model.label, MAX_TOOLTIP)} — {elide(model.status, 24)}{live}"
+
     def end_live(self, entry: RunEntry, keep_empty: bool = False) -> bool:
         """The job feeding `entry` ended; returns whether the run stays in the list.
 
@@ -423,7 +433,13 @@ class RunList:
     def overlay(self) -> list[OverlayRun]:
         """The runs the plots draw and their legends name: ticked and holding a step."""
         return [
-            OverlayRun(entry.key, elide_name(entry.model.label, 48), entry.colour, entry.model)
+            OverlayRun(
+                entry.key,
+                elide_name(entry.model.label, 48),
+                entry.colour,
+                entry.model,
+                elide_name(entry.model.label, MAX_TOOLTIP),
+            )
             for entry in self.runs
             if entry.visible and len(entry.model.scalars)
         ]

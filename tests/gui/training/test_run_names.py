@@ -28,6 +28,8 @@ def _runs(folder: Path) -> list[Path]:
             for record in synthetic_records(40, precision=precision, seed=seed):
                 if isinstance(record, HeaderRecord):
                     config = {**record.config, "lr": lr, "seed": seed}
+                    if index == 0:  # a name longer than the legend's 48 characters
+                        config["task"] = "experiments/cifar10_resnet50_baseline_sweep.py:make"
                     record = dataclasses.replace(record, config=config)
                 writer.write(record)
         paths.append(path)
@@ -62,7 +64,10 @@ def test_names_are_cut_between_words_with_the_whole_name_in_a_tooltip(  # type: 
     delegate = lists.itemDelegate()
     shown = [delegate.shown_text(lists, row) for row in range(lists.count())]
     titles = [lists.item(row).text() for row in range(lists.count())]
-    assert [lists.item(row).toolTip() for row in range(lists.count())] == titles
+    # The whole name on hover (the title elides a long one to 60 characters).
+    wholes = [f"{entry.model.label} — completed" for entry in panel.runs]
+    assert len(wholes[0]) > 60 + len(" — completed")
+    assert [lists.item(row).toolTip() for row in range(lists.count())] == wholes
     assert any(text != title for text, title in zip(shown, titles, strict=True))  # cut here
     for text, title in zip(shown, titles, strict=True):
         assert _whole_words(text, title), (text, title)
@@ -80,8 +85,9 @@ def test_names_are_cut_between_words_with_the_whole_name_in_a_tooltip(  # type: 
     QApplication.processEvents()
     curves = panel.scale_plot.curves
     assert curves.legend is not None and curves.legend.isVisible()
-    for sample, label in curves.legend.items:
-        full = sample.item.name()
-        assert label.toolTip() == full
-        assert _whole_words(label.text, full), (label.text, full)
+    labels = [entry.model.label for entry in panel.runs]
+    assert len(labels[0]) > 48
+    for (_sample, label), whole in zip(curves.legend.items, labels, strict=True):
+        assert label.toolTip() == whole  # the whole name, not the legend's 48 characters
+        assert _whole_words(label.text, whole), (label.text, whole)
     assert any(label.text != sample.item.name() for sample, label in curves.legend.items)
