@@ -152,6 +152,7 @@ class RunSummarizer:
         self.read_error: str | None = None
         self.size: int | None = None
         self.refused_schema: int | None = None
+        self.torn_first_line = False  # the file's one line is a record cut short
         # Records after the end or a second header: counted, one line each in the result
         # (a line per record grew without bound: two runs appended to one file).
         self.extra_headers = 0
@@ -319,7 +320,9 @@ class RunSummarizer:
         header = self.header
         unreadable = None
         if header is None and not self.steps and self.end is None:
-            unreadable = self.read_error or no_run_reason(self.refused_schema, self.size)
+            unreadable = self.read_error or no_run_reason(
+                self.refused_schema, self.size, self.torn_first_line
+            )
         span = self.last_time - self.first_time
         rate = (self.steps - 1) / span if self.steps > 1 and span > 0 else math.nan
         steps = self.steps
@@ -363,10 +366,13 @@ class RunSummarizer:
         )
 
 
-def no_run_reason(refused_schema: int | None, size: int | None) -> str:
+def no_run_reason(
+    refused_schema: int | None, size: int | None, torn_first_line: bool = False
+) -> str:
     """Why a file from which no header, step or end record was read holds no run: a newer
-    schema (`refused_schema`, as `RecordStream` met it), nothing in it (`size` 0), or
-    something else than a run log. The CLI and the panel say it in these words."""
+    schema (`refused_schema`, as `RecordStream` met it), nothing in it (`size` 0), its only
+    line a record cut short (`torn_first_line`), or something else than a run log. The CLI
+    and the panel say it in these words."""
     if refused_schema is not None:
         return (
             f"schema {refused_schema} is newer than this fpexplorer reads ({SCHEMA_VERSION}): "
@@ -374,6 +380,8 @@ def no_run_reason(refused_schema: int | None, size: int | None) -> str:
         )
     if size == 0:
         return "empty file (a job that has not written its header yet?)"
+    if torn_first_line:
+        return "its only line is a record cut short (a job killed while writing its header?)"
     return "not a run log (no header, step or end record in it)"
 
 
@@ -437,6 +445,7 @@ def summarize_file(path: str | os.PathLike[str]) -> RunSummary:
     summarizer.refused_schema = stream.refused_schema
     problems, count = list(stream.problems), stream.problem_count
     held_records = summarizer.header is not None or summarizer.steps > 0
+    summarizer.torn_first_line = stream.torn_last_line is not None and stream.line_number == 1
     if stream.torn_last_line is not None and summarizer.end is None and held_records:
         # A run with no end record whose last line is torn was killed while writing it:
         # incomplete, not damaged (every record before it is whole). Not so a file with

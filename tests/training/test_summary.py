@@ -528,3 +528,19 @@ def test_a_rank_log_without_a_run_is_not_read_not_incomplete(
     assert err == f"fpexplorer runs: error: {folder / 'run.rank-1.jsonl'}: {reason}\n"
     row = out.splitlines()[-1].split()
     assert row[:3] == ["1", "not", "read"] and out.splitlines()[-1].endswith(f": {reason}")
+
+
+def test_a_log_cut_short_in_its_header_is_not_called_foreign(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job killed while writing its header leaves one line, a record cut short: it read
+    as "not a run log", as a binary file does."""
+    from fpexplorer.cli import main
+
+    path = tmp_path / "cut.jsonl"
+    path.write_text('{"type":"header","schema":2,"conf')
+    assert main(["runs", "summarize", str(path)]) == 1
+    assert capsys.readouterr().err == (
+        f"fpexplorer runs: error: {path}: its only line is a record cut short (a job killed "
+        "while writing its header?)\n"
+    )

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.formats import ENCODINGS as ENGINE_ENCODINGS
 from fpexplorer.formats import FloatFormat, get_format, make_format
-from fpexplorer.formats.format import MAX_EXPONENT_BITS, MAX_WIDTH
+from fpexplorer.formats.format import MAX_EXPONENT_BITS, MAX_WIDTH, default_bias
 from fpexplorer.gui.formats.text import short
 from fpexplorer.gui.theme import role_hex
 
@@ -90,6 +90,12 @@ class CustomFormatDialog(QDialog):
         self.encoding = QComboBox()
         for key, text in ENCODINGS.items():
             self.encoding.addItem(f"{key} — {text}", key)
+        self.signed = QCheckBox("sign bit")
+        self.signed.setChecked(start.signed if start else True)
+        self.signed.setToolTip(
+            "Without a sign bit the format holds only values ≥ 0 (as E8M0 or P3109's "
+            "unsigned binaryKpPu formats); negative inputs become NaN."
+        )
         self.subnormals = QCheckBox("subnormals (gradual underflow)")
         self.subnormals.setChecked(True)
         self.subnormals.setToolTip(
@@ -111,6 +117,7 @@ class CustomFormatDialog(QDialog):
         form.addRow("", self.auto_bias)
         form.addRow("Bias", self.bias)
         form.addRow("Special values", self.encoding)
+        form.addRow("", self.signed)
         form.addRow("", self.subnormals)
         form.addRow("Name", self.name)
         layout = QVBoxLayout(self)
@@ -124,6 +131,7 @@ class CustomFormatDialog(QDialog):
         self.auto_bias.toggled.connect(self._on_parameters_changed)
         self.encoding.currentIndexChanged.connect(self._on_parameters_changed)
         self.subnormals.toggled.connect(self._on_parameters_changed)
+        self.signed.toggled.connect(self._on_parameters_changed)
         self.name.textChanged.connect(self._on_parameters_changed)
         if start is not None:
             index = self.encoding.findData(start.encoding)
@@ -138,6 +146,20 @@ class CustomFormatDialog(QDialog):
     def _on_parameters_changed(self) -> None:
         self.bias.setEnabled(not self.auto_bias.isChecked())
         encoding = self.encoding.currentData()
+        # fnu (E8M0) has no sign bit and fnuz keeps NaN in the negative-zero code: the
+        # box shows what the encoding imposes. P3109's standard bias is 2^(e−1) (the
+        # label said 2^(e−1) − 1 while the box filled in 8 for e4m3).
+        imposed = {"fnu": False, "fnuz": True}.get(encoding)
+        self.signed.setEnabled(imposed is None)
+        if imposed is not None and self.signed.isChecked() != imposed:
+            self.signed.blockSignals(True)
+            self.signed.setChecked(imposed)
+            self.signed.blockSignals(False)
+        standard = default_bias(self.exponent_bits.value(), encoding)
+        power = 1 << (self.exponent_bits.value() - 1)
+        self.auto_bias.setText(
+            "standard bias 2^(e−1)" if standard == power else "standard bias 2^(e−1) − 1"
+        )
         limit = mantissa_limit(self.exponent_bits.value())
         if self.mantissa_bits.maximum() != limit:
             self.mantissa_bits.blockSignals(True)
@@ -150,7 +172,7 @@ class CustomFormatDialog(QDialog):
                 bias=None if self.auto_bias.isChecked() else self.bias.value(),
                 encoding=encoding,
                 subnormals=self.subnormals.isChecked(),
-                signed=encoding != "fnu",
+                signed=self.signed.isChecked(),
                 name=self.name.text().strip() or None,
             )
             _check_name(fmt)

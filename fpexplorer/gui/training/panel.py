@@ -487,7 +487,7 @@ class TrainingPanel(QWidget):
                 # One line, in the words of `runs check` (a log of a newer schema is not
                 # "not a run log"); the damaged lines' text (binary garbage for a file that is
                 # not a run log at all) goes in the tooltip, not the status.
-                reason = no_run_reason(replay.refused_schema, replay.size)
+                reason = no_run_reason(replay.refused_schema, replay.size, replay.torn_first_line)
                 self._show_status(f"{elide(path.name, 60)}: {reason}", error=True)
                 self.status_label.setToolTip(
                     "\n".join([str(path), *(elide(p, 200) for p in model.problems[:3])])
@@ -940,7 +940,7 @@ class RunNameDelegate(QStyledItemDelegate):
         rect = style.subElementRect(QStyle.SubElement.SE_ItemViewItemText, option, widget)
         # Qt draws the text inside this margin on each side (QCommonStyle's viewItemDrawText).
         margin = style.pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, widget) + 1
-        room = rect.width() - 2 * margin
+        room = rect.width() - 2 * margin - 1  # a pixel spare: Qt must find nothing to cut
         metrics = option.fontMetrics
         text = option.text
 

@@ -47,6 +47,11 @@ class RunFileReplay:
         return self._stream.torn_last_line
 
     @property
+    def torn_first_line(self) -> bool:
+        """The file's one line is a record cut short (a job killed writing its header)."""
+        return self._stream.torn_last_line is not None and self._stream.line_number == 1
+
+    @property
     def refused_schema(self) -> int | None:
         """The newer schema of a header met (its records are not read), if any."""
         return self._stream.refused_schema

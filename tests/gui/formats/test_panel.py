@@ -752,3 +752,37 @@ def test_range_chart_leaves_room_for_underflow_and_overflow_of_the_widest_format
     high = fmt.max.numerator.bit_length() - fmt.max.denominator.bit_length()  # 32768
     low = fmt.min_subnormal.numerator.bit_length() - fmt.min_subnormal.denominator.bit_length()
     assert right - high > 0.02 * span and low - left > 0.02 * span
+
+
+def test_the_custom_format_dialog_builds_every_p3109_format(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    # It had no sign-bit choice (signed unless fnu): P3109's unsigned binaryKpPu formats of
+    # any width could not be built, and for P3109 the box said "standard bias 2^(e−1) − 1"
+    # while it filled in 2^(e−1).
+    from fpexplorer.formats.p3109 import p3109_format
+
+    dialog = CustomFormatDialog(panel)
+    qtbot.addWidget(dialog)
+    for signed in (True, False):
+        for extended in (True, False):
+            encoding = "p3109_extended" if extended else "p3109_finite"
+            dialog.encoding.setCurrentIndex(dialog.encoding.findData(encoding))
+            assert dialog.signed.isEnabled()
+            dialog.signed.setChecked(signed)
+            for precision in range(1, 8 if signed else 9):
+                dialog.exponent_bits.setValue(8 - precision + (0 if signed else 1))
+                dialog.mantissa_bits.setValue(precision - 1)
+                built = dialog.chosen_format()
+                expected = p3109_format(8, precision, signed=signed, extended=extended)
+                assert built is not None, (signed, extended, precision)
+                assert [built.to_exact(c) for c in range(256)] == [
+                    expected.to_exact(c) for c in range(256)
+                ], expected.name
+                assert dialog.auto_bias.text() == "standard bias 2^(e−1)"
+    dialog.encoding.setCurrentIndex(dialog.encoding.findData("fnu"))
+    assert not dialog.signed.isEnabled() and not dialog.signed.isChecked()
+    dialog.encoding.setCurrentIndex(dialog.encoding.findData("fnuz"))
+    assert not dialog.signed.isEnabled() and dialog.signed.isChecked()
+    dialog.encoding.setCurrentIndex(dialog.encoding.findData("ieee"))
+    assert dialog.signed.isEnabled() and dialog.auto_bias.text() == "standard bias 2^(e−1) − 1"

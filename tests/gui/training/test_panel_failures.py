@@ -199,6 +199,12 @@ def test_files_without_a_run_say_what_they_are_as_runs_check_does(  # type: igno
             )
         assert not exceptions, exceptions
         assert panel.runs == []
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text('{"type":"header","schema":2,"conf')  # killed writing its header
+    panel.load_run(cut)
+    assert panel.status_label.text() == (
+        "cut.jsonl: its only line is a record cut short (a job killed while writing its header?)"
+    )
     panel.load_run(ended)
     assert panel.status_label.text().startswith("Opened ended.jsonl: 0 steps, failed.")
     assert len(panel.runs) == 1
