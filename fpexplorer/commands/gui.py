@@ -45,13 +45,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fpexplorer.cli import UsageError
-    from fpexplorer.gui.app import create_application, display_problem
+    from fpexplorer.gui.app import (
+        create_application,
+        display_problem,
+        install_termination_handler,
+    )
 
     problem = display_problem()
     if problem:
         raise UsageError(problem)
     formats = _formats(args.formats)
     app = create_application(theme=args.theme)
+    install_termination_handler()
 
     from fpexplorer.gui.main_window import MainWindow
     from fpexplorer.gui.settings import SettingsStore

@@ -37,6 +37,7 @@ HARMLESS_QT_MESSAGES = (
 # Python only between bytecodes, and an idle Qt event loop runs none.
 INTERRUPT_POLL_MS = 200
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl+C
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 def app_icon() -> QIcon:
@@ -143,7 +144,21 @@ def was_interrupted() -> bool:
     return _interrupted
 
 
-def quit_interrupted() -> None:
+def install_termination_handler() -> None:
+    """SIGTERM (`kill`, a session that ends) quits the app as Ctrl+C does: windows close
+    and save what they keep, a running training job is stopped; exit status 143. Python's
+    default let the process die at once and the window's state was lost. For the app's
+    event loop only (`fpexplorer gui`): a command that renders and exits keeps the default."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def on_terminate(_signal: int, _frame: FrameType | None) -> None:
+        QTimer.singleShot(0, lambda: quit_interrupted(EXIT_TERMINATED))
+
+    signal.signal(signal.SIGTERM, on_terminate)
+
+
+def quit_interrupted(status: int = EXIT_INTERRUPTED) -> None:
     """Close every window (each saves what it keeps) and leave the event loop."""
     global _interrupted
     _interrupted = True
@@ -155,7 +170,7 @@ def quit_interrupted() -> None:
         for widget in app.topLevelWidgets():
             if widget.isVisible():
                 widget.close()
-        app.exit(EXIT_INTERRUPTED)
+        app.exit(status)
 
 
 def _start_interrupt_poll(app: QApplication) -> None:

@@ -612,18 +612,23 @@ def _qt_is_loaded(pid: int) -> bool:
 
 @pytest.mark.slow  # a child process running the app: a second
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc to see Qt load")
-def test_ctrl_c_in_the_terminal_quits_the_app(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signal_name", "status"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_in_the_terminal_quits_the_app(
+    tmp_path: Path, signal_name: str, status: int
+) -> None:
     import signal
     import time
 
     # Was: a KeyboardInterrupt traceback from the redraw timer, and the app kept running.
+    # SIGTERM (kill, a session ending) was Python's default: the process died at once and
+    # the window's state was not saved.
     env = {
         **os.environ,
         "QT_QPA_PLATFORM": "offscreen",
-        "FPEXPLORER_SETTINGS_SCOPE": f"tests-{tmp_path.name}",
+        "FPEXPLORER_SETTINGS_DIR": str(tmp_path),
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "fpexplorer", "gui", "--fresh"],
+        [sys.executable, "-m", "fpexplorer", "gui", "--fresh", "--value", "2.5"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -636,16 +641,18 @@ def test_ctrl_c_in_the_terminal_quits_the_app(tmp_path: Path) -> None:
             assert process.poll() is None, process.communicate()
             time.sleep(0.05)
         time.sleep(1.0)  # into the event loop, the redraw timers running
-        process.send_signal(signal.SIGINT)
+        process.send_signal(getattr(signal, signal_name))
         _, stderr = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    assert process.returncode == 130, stderr
+    assert process.returncode == status, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     # Nor the offscreen platform's noise.
     assert "propagateSizeHints" not in stderr
+    saved = (tmp_path / "fpexplorer.ini").read_text(encoding="utf-8")
+    assert "entry=2.5" in saved  # the window closed and saved its state
 
 
 def test_a_signal_is_handled_while_qt_waits(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -310,3 +311,14 @@ def test_a_comma_between_digits_is_read_as_a_separator_and_said(
         assert state.note is not None and warned in state.note and "decimal comma" in state.note
     state.set_element(0, "2")  # an edit clears the note
     assert state.note is None
+
+
+def test_the_tensor_summary_writes_its_error_in_the_display_notation() -> None:
+    # It read "max |error| ≈ 1.863e-08" (Python's .4g) beside "1.86264514…e-8" elsewhere.
+    from fpexplorer.gui.formats.block_state import analyse_tensor
+
+    rng = np.random.default_rng(0)
+    array = (rng.standard_normal((4, 64)) * 1e-6).astype(np.float32)
+    summary = analyse_tensor(array, get_block_format("mxfp4"), "nearest_even", "x.npy").summary
+    error = summary.split("max |error| ")[1].split(",")[0]
+    assert error.startswith("≈") and re.fullmatch(r"≈[0-9]\.[0-9]{1,3}e-[1-9][0-9]*", error), error
