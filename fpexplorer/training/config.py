@@ -382,6 +382,11 @@ class TrainConfig:
         "ranks a new folder run-TASK-PRECISION-TIME/ there, holding run.jsonl (merged) and "
         "run.rank-K.jsonl",
     )  # fmt: skip
+    overwrite: bool = _option(
+        False, title="Overwrite", kind="flag", in_form=False,
+        help="replace the --out file when it exists (without it an existing file is refused, "
+        "so a finished run is never lost by re-running a command)",
+    )  # fmt: skip
     stream: bool = _option(
         False, title="Stream", kind="flag", in_form=False,
         help="also write every record to stdout (the task's own output goes to stderr)",

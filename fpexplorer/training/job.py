@@ -49,7 +49,7 @@ from fpexplorer.training.records import (
 )
 from fpexplorer.training.runlog import RunWriter
 from fpexplorer.training.scalers import make_grad_scaler
-from fpexplorer.training.summary import steps_text
+from fpexplorer.training.summary import existing_file_text, steps_text
 from fpexplorer.training.tasks import Task, TaskSettingsError, make_task
 
 
@@ -402,6 +402,8 @@ def run_job(
     problems = config.validate()
     if problems:
         raise JobSetupError("; ".join(problems.values()))
+    if (problem := existing_out_problem(config)) is not None:
+        raise JobSetupError(problem)
     device = resolve_device(config.device)
     # A rank of a torchrun job joins its process group here (None: a single process).
     rank = distributed.start_rank(config, device)
@@ -658,6 +660,27 @@ def _rank_logs(
     )  # fmt: skip
 
 
+def existing_out_problem(config: TrainConfig) -> str | None:
+    """Why the job must not start: its `--out` (or, launched on several ranks, a rank's
+    log beside it) is a file that exists and `--overwrite` was not given. A re-run command
+    must not destroy a finished run without a word. None on a rank of a launched job: its
+    peers write the merged log and their own, so the file may exist already (the launcher
+    checked before starting them)."""
+    if config.out is None or config.overwrite or launched_world_size() > 1:
+        return None
+    path = Path(config.out)
+    paths = [path]
+    if config.launches:
+        paths += [rank_log_path(path, rank) for rank in range(config.world_size)]
+    for existing in paths:
+        if existing.is_file():  # not a device such as /dev/null or /dev/full
+            return (
+                f"{existing} exists ({existing_file_text(existing)}); give another --out, "
+                "or --overwrite to replace it"
+            )
+    return None
+
+
 def run_job_cli(config: TrainConfig) -> int:
     """`fpexplorer train`: exit status 0 (completed or stopped), 1 (the task failed),
     2 (the job could not start, or the task refused a setting: raised as UsageError)."""
@@ -667,6 +690,8 @@ def run_job_cli(config: TrainConfig) -> int:
         problems = config.validate()
         if problems:
             raise UsageError("; ".join(problems.values()))
+        if (problem := existing_out_problem(config)) is not None:
+            raise UsageError(problem)
         try:
             return distributed.launch(config)
         except distributed.LaunchError as error:

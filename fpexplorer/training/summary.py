@@ -458,6 +458,15 @@ def summarize_file(path: str | os.PathLike[str]) -> RunSummary:
     return summarizer.result(tail)
 
 
+def existing_file_text(path: str | os.PathLike[str]) -> str:
+    """What a file about to be replaced holds, in a few words: "a run log of 300 steps,
+    completed", or why it holds no run ("not a run log (...)"). Reads the whole file."""
+    summary = summarize_file(path)
+    if summary.unreadable is not None:
+        return summary.unreadable
+    return f"a run log of {steps_text(summary.steps)}, {summary.status}"
+
+
 def _tail_of(
     handle: BinaryIO, start: tuple[int, int], first: int, steps: int, schema: int
 ) -> tuple[float, int]:

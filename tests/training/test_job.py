@@ -642,7 +642,8 @@ def test_a_second_job_on_the_same_run_file_is_refused(tmp_path: Path) -> None:
     from fpexplorer.training.runlog import RunWriter
 
     out = tmp_path / "shared.jsonl"
-    config = TrainConfig(task="regression", device="cpu", steps=1, out=str(out))
+    # --overwrite: the file the other writer holds exists, and the lock must refuse anyway.
+    config = TrainConfig(task="regression", device="cpu", steps=1, out=str(out), overwrite=True)
     with RunWriter(out):
         with pytest.raises(JobSetupError, match="being written by another job"):
             run_job(config, stderr=io.StringIO(), handle_signals=False)
@@ -727,3 +728,50 @@ def test_a_user_factorys_own_batch_size_default_applies_without_batch_size(
     assert next(iter(given.batches))[0].shape == (2, 4)
     make_user_task(f"{task}:required", 0, None, cpu, None)  # None: the factory's to choose
     assert next(iter(make_user_task(f"{task}:seen", 0, None, cpu, None).batches))[0].shape == (3, 4)
+
+
+@pytest.mark.slow  # a job, then `fpexplorer train` in a child process: seconds
+def test_an_existing_run_log_is_refused_not_overwritten(tmp_path: Path) -> None:
+    """Re-running a command with the same --out lost the finished run without a word."""
+    out = tmp_path / "finished.jsonl"
+    config = TrainConfig(task="regression", device="cpu", steps=2, stats_every=0, out=str(out))
+    run_job(config, stderr=io.StringIO(), handle_signals=False)
+    finished = out.read_bytes()
+    result = run_cli("train", "--task", "regression", "--device", "cpu", "--steps", "1",
+                     "--out", str(out))  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"fpexplorer train: error: {out} exists (a run log of 2 steps, completed); "
+        "give another --out, or --overwrite to replace it"
+    ]
+    assert out.read_bytes() == finished
+    replaced = run_job(config.replace(steps=1, overwrite=True), stderr=io.StringIO(),
+                       handle_signals=False)  # fmt: skip
+    assert replaced.state is RunState.COMPLETED and len(load_run(out).steps) == 1
+
+
+def test_an_existing_file_that_is_no_run_log_is_refused_too(tmp_path: Path) -> None:
+    from fpexplorer.training.job import JobSetupError
+
+    out = tmp_path / "notes.txt"
+    out.write_text("my notes\n")
+    config = TrainConfig(task="regression", device="cpu", steps=1, out=str(out))
+    with pytest.raises(JobSetupError, match=r"notes.txt exists \(not a run log"):
+        run_job(config, stderr=io.StringIO(), handle_signals=False)
+    assert out.read_text() == "my notes\n"
+
+
+def test_a_launch_refuses_an_existing_rank_log_beside_its_out(tmp_path: Path) -> None:
+    from fpexplorer.training.job import existing_out_problem
+
+    out = tmp_path / "run.jsonl"
+    config = TrainConfig(task="regression", device="cpu", out=str(out), nproc_per_node=2)
+    assert existing_out_problem(config) is None
+    (tmp_path / "run.rank-1.jsonl").write_text("")
+    problem = existing_out_problem(config)
+    assert problem is not None and problem.startswith(f"{tmp_path / 'run.rank-1.jsonl'} exists")
+    assert existing_out_problem(config.replace(overwrite=True)) is None
+    with pytest.raises(UsageError, match=r"run\.rank-1\.jsonl exists"):
+        from fpexplorer.training.job import run_job_cli
+
+        run_job_cli(config)

@@ -43,7 +43,8 @@ MAX_BACKLOG_BYTES = 64 * 1024 * 1024
 
 def job_argv(config: TrainConfig, run_path: str | os.PathLike[str]) -> list[str]:
     """The full command line of a job: this program, `train --stream`, the options, `--out`."""
-    options = config.replace(out=None, stream=False).to_argv()
+    # The panel picks a free file name itself: a run's settings never make it replace one.
+    options = config.replace(out=None, stream=False, overwrite=False).to_argv()
     return [*self_command(), "train", "--stream", *options, "--out", str(run_path)]
 
 
