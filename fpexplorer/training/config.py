@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.training.precision import PRECISION_MODES, PRECISION_NAMES, find_precision_mode
 from fpexplorer.training.scaler_rules import (
     SCALER_NAMES,
     SCALER_POLICIES,
     ScalerSettings,
+    exact_number,
     resolve_settings,
     settings_problems,
 )
@@ -147,17 +149,20 @@ MAX_AMAX_HISTORY = 2**16
 MAX_MARGIN = 18
 
 
+# The value as typed back (`exact_number`: "1e-320", never %g's rounded "9.99989e-321"),
+# and the limits exactly or cut with "…" (display_decimal), never rounded without a mark.
 def _beyond_float32(what: str, value: float) -> str:
     return (
-        f"{what} {value:g} is inf in float32, where the loop holds it (every step would be "
-        f"skipped): use at most {FLOAT32_MAX:.8g}"
+        f"{what} {exact_number(value)} is inf in float32, where the loop holds it (every step "
+        f"would be skipped): use at most float32's largest, {display_decimal(FLOAT32_MAX)}"
     )
 
 
 def _below_float32(what: str, value: float) -> str:
     return (
-        f"{what} {value:g} is 0 or subnormal in float32, where the loop holds it (the "
-        f"scaled gradients would be 0 or inf): use at least {FLOAT32_MIN_NORMAL:.8g}"
+        f"{what} {exact_number(value)} is 0 or subnormal in float32, where the loop holds it "
+        f"(the scaled gradients would be 0 or inf): use at least 2^-126 "
+        f"({display_decimal(FLOAT32_MIN_NORMAL)})"
     )
 
 
@@ -205,7 +210,7 @@ def scaler_settings_problems(settings: ScalerSettings) -> dict[str, str]:
         )
     if "growth_factor" not in problems and settings.growth_factor > FLOAT32_MAX:
         problems["growth_factor"] = (
-            f"the growth factor must be greater than 1 and at most {FLOAT32_MAX:.8g} "
+            f"the growth factor must be greater than 1 and at most {display_decimal(FLOAT32_MAX)} "
             "(it multiplies a float32 scale)"
         )
     return problems

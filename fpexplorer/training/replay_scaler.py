@@ -34,11 +34,13 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import numpy.typing as npt
 
 from fpexplorer.formats import get_format
+from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.training.records import StepRecord
 from fpexplorer.training.scaler_rules import (
     MinimumScaleError,
@@ -313,4 +315,4 @@ def _scale(value: float) -> str:
     exponent = math.log2(value) if value > 0 else math.nan
     if math.isfinite(exponent) and exponent.is_integer():
         return f"2^{int(exponent)}"
-    return f"{value:.6g}"
+    return display_decimal(Fraction(value))  # exact, or cut and marked "…"

@@ -99,12 +99,13 @@ class ScalerState:
 
 def exact_number(value: float) -> str:
     """A setting as typed back exactly: whole numbers without a point, others as Python's
-    shortest round-tripping repr (never rounded for show)."""
+    shortest round-tripping repr (never rounded for show), in the app's notation: "1e39",
+    not Python's "1e+39"."""
     if isinstance(value, int):
         return str(value)
     if math.isfinite(value) and value.is_integer() and abs(value) < 2**63:
         return str(int(value))
-    return repr(value)
+    return repr(value).replace("e+", "e")
 
 
 def float32(value: float) -> float:
@@ -155,7 +156,8 @@ def deepspeed_rule(settings: ScalerSettings, state: ScalerState, found_inf: bool
             if scale == min_scale:
                 raise MinimumScaleError(
                     f"DeepSpeed's loss scaler: the scale is already at its minimum "
-                    f"{min_scale:g} and must back off again (DeepSpeed ends the run here)"
+                    f"{exact_number(min_scale)} and must back off again (DeepSpeed ends the "
+                    "run here)"
                 )
             scale = max(float32(scale * settings.backoff_factor), min_scale)
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.gui.theme import role_hex
 from fpexplorer.gui.training.plots import file_text_label
 from fpexplorer.gui.training.run_model import RunModel
@@ -210,10 +212,12 @@ class WhatIfModel:
 
 
 def _scale_text(value: float) -> str:
+    """A scale exactly ("2^11"), or cut and marked "…" (a float32 0.1 grown: never the
+    unmarked "0.000390625" that %g rounded it to)."""
     if not (math.isfinite(value) and value > 0):
         return "-"
-    exponent = math.log2(value)
-    return f"2^{int(exponent)}" if exponent.is_integer() else f"{value:.6g}"
+    mantissa, exponent = math.frexp(value)
+    return f"2^{exponent - 1}" if mantissa == 0.5 else display_decimal(Fraction(value))
 
 
 class ScalerWhatIf(QWidget):

@@ -5,6 +5,7 @@ replay of the same run log (a real FP16 run of the overflow task: torch's GradSc
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -215,3 +216,29 @@ def test_the_growth_readout_is_never_cut_in_a_narrow_card(qtbot) -> None:  # typ
         QRect(0, 0, label.width(), 10_000), flags, label.text()
     )
     assert needed.width() <= label.width() and needed.height() <= label.height()
+
+
+def test_every_figure_it_shows_is_exact_or_marked() -> None:
+    """1e-320 typed was shown as %g's "9.99989e-321", the smallest normal scale as
+    "1.1754944e-38" and a grown float32 0.1 as "0.000390625": rounded, without a mark (this
+    failed before)."""
+    run = loaded()
+    whatif = WhatIfModel()
+    whatif.set_choice("torch", {"init_scale": "1e-320"})
+    whatif.update(run)
+    assert whatif.summary(run) == (
+        "the initial scale 1e-320 is 0 or subnormal in float32, where the loop holds it (the "
+        "scaled gradients would be 0 or inf): use at least 2^-126 (1.17549435…e-38)"
+    )
+    whatif.set_choice("torch", {"init_scale": "1e39"})
+    whatif.update(run)
+    assert "the initial scale 1e39 is inf in float32" in whatif.summary(run)
+    assert "use at most float32's largest, 3.40282346…e38" in whatif.summary(run)
+    whatif.set_choice("torch", {"init_scale": "0.1"})
+    whatif.update(run)
+    replay, _ = replayed(resolve_settings("torch", init_scale=0.1))
+    final = Fraction(replay.predicted_final_scale)  # float32(0.1) / 2^8: 0.000390625005820766…
+    assert final != Fraction(390625, 10**9)
+    assert whatif.summary(run).splitlines()[2] == (
+        "final scale: 0.000390625005… predicted, 2^18 logged"
+    )
