@@ -55,6 +55,7 @@ from fpexplorer.gui.training.sizing import (
 )
 from fpexplorer.gui.training.view_model import (
     DEFAULT_RULER_FORMATS,
+    MAX_TOOLTIP,
     FloatArray,
     HoverLine,
     OverlayRun,
@@ -62,6 +63,7 @@ from fpexplorer.gui.training.view_model import (
     counts_text,
     data_range,
     elide,
+    elide_name,
     elide_words,
     first_nonfinite_view,
     format_range,
@@ -942,6 +944,20 @@ class LossScalePlot(QWidget):
             self.growth_label.setText(f"{skipped}{hysteresis} · growth tracker:")
 
 
+RULER_LABEL_CHARS = 16  # a ruler's label beside the plot and in the line under it
+RANGES_TOOLTIP = (
+    "Each format's range under the bars, top to bottom: dashed from its smallest "
+    "subnormal to its smallest normal, solid from there to its largest value"
+)
+
+
+def _ruler_label(label: str) -> str:
+    """A format's label cut to RULER_LABEL_CHARS by the run names' rule (`elide_name`):
+    never inside a number ("e4m3:bias=11" must not read "bias=1…"); the tooltip has it
+    whole."""
+    return elide_name(label, RULER_LABEL_CHARS)
+
+
 class GradientHistogramPlot(QWidget):
     """The latest statistics step's gradient exponents on a log2|g| axis, against formats.
 
@@ -1003,10 +1019,7 @@ class GradientHistogramPlot(QWidget):
         layout.addWidget(self.plot, 1)
         # Wrapped (a run with FP6/FP4/E8M0 rulers names more formats than a line holds).
         self.ranges_label = file_text_label("")
-        self.ranges_label.setToolTip(
-            "Each format's range under the bars, top to bottom: dashed from its smallest "
-            "subnormal to its smallest normal, solid from there to its largest value"
-        )
+        self.ranges_label.setToolTip(RANGES_TOOLTIP)
         self._show_formats(DEFAULT_RULER_FORMATS)
         layout.addWidget(self.ranges_label)
         layout.addWidget(self.counts_label)
@@ -1025,10 +1038,12 @@ class GradientHistogramPlot(QWidget):
             colour = format_colour(name, len(self._rulers))
             thin = pg.PlotDataItem(pen=pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
             thick = pg.PlotDataItem(pen=pg.mkPen(colour, width=5))
+            whole = format_range(name).label
             label = pg.TextItem(
-                elide(format_range(name).label, 16), color=colour, anchor=(0.0, 0.5),
+                _ruler_label(whole), color=colour, anchor=(0.0, 0.5),
                 fill=pg.mkBrush(plot_colors().background),
             )  # fmt: skip
+            label.setToolTip(whole)
             label.setFont(QFont("DejaVu Sans", 7))
             for item in (thin, thick, label):
                 self.plot.addItem(item)
@@ -1053,9 +1068,14 @@ class GradientHistogramPlot(QWidget):
             "ranges: "
             + " ".join(
                 f"<span style='color:{self._ruler(name)[1].opts['pen'].color().name()}'>■</span> "
-                f"{elide(format_range(name).label, 16)}"
+                f"{html.escape(_ruler_label(format_range(name).label))}"
                 for name in names
             )
+        )
+        cut = [format_range(name).label for name in names]
+        cut = [label for label in cut if _ruler_label(label) != label]
+        self.ranges_label.setToolTip(
+            RANGES_TOOLTIP + "".join(f"\n{elide(label, MAX_TOOLTIP)}" for label in cut)
         )
 
     # ----- slots hand off -------------------------------------------------------------

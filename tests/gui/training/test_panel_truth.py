@@ -485,3 +485,28 @@ def test_markers_of_many_runs_label_only_the_earliest_of_each_kind(panel, make_r
         RunMarker(2, "#222", 30, "first inf/NaN gradient"),
     ]
     assert _markers_to_label(many) == {1, 3}
+
+
+@pytest.mark.slow  # a panel and a run drawn: about half a second
+def test_long_format_labels_are_cut_between_numbers_and_tooltipped_whole(  # type: ignore[no-untyped-def]
+    panel, tmp_path: Path
+) -> None:
+    """Cut in the middle to 16 characters, "float8_e4m3b11fnuz" read "float8_…3b11fnuz" (a
+    stray 3) and "e4m3:bias=11:encoding=fn" lost its bias, "e4m3:bi…oding=fn" (this failed
+    before): cut at the end, never inside a number, the whole label in the tooltip."""
+    header = _header()
+    bogus = {"max": 1.0, "min_normal": 0.5, "min_subnormal": 0.25}  # rulers use the engine
+    header["formats"] = {"float8_e4m3b11fnuz": bogus, "e4m3:bias=11:encoding=fn": bogus}
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0,
+            "grad_hist": {"lo": -10, "counts": [5, 6]}}  # fmt: skip
+    panel.load_run(_write(tmp_path / "custom.jsonl", [header, step]))
+    panel.refresh()
+    hist = panel.hist_plot
+    assert hist.formats == ("float8_e4m3b11fnuz", "e4m3:bias=11:encoding=fn")
+    shown = {name: hist._rulers[name][2] for name in hist.formats}
+    assert shown["float8_e4m3b11fnuz"].toPlainText() == "float8_e4m3b11f…"
+    assert shown["e4m3:bias=11:encoding=fn"].toPlainText() == "e4m3:bias=11:en…"
+    for name, label in shown.items():
+        assert label.toolTip() == name
+        assert label.toPlainText() in hist.ranges_label.text()
+        assert name in hist.ranges_label.toolTip().splitlines()
