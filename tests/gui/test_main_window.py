@@ -562,6 +562,49 @@ def test_the_window_fits_an_800x500_screen_and_the_panels_scroll(
     qtbot.waitUntil(lambda: not window.formats_scroll.verticalScrollBar().isVisible())
 
 
+@pytest.mark.parametrize(
+    ("size", "view", "value"),
+    [((800, 500), "arithmetic", "0.1"), ((1024, 640), "number-line", "1/3")],
+)
+def test_the_readouts_get_the_height_their_text_needs(
+    qtbot: QtBot, window: MainWindow, size: tuple[int, int], view: str, value: str
+) -> None:
+    # Failed before (800x500): the splitter gave the read-outs one line per wrapped label,
+    # so the format's description ran under "Exact" and the rounding's second line was cut.
+    from itertools import combinations
+
+    from PySide6.QtCore import QPoint, QRect
+    from PySide6.QtWidgets import QLabel, QLineEdit, QWidget
+
+    from fpexplorer.gui.formats.readouts import ExactValueBox
+
+    panel = window.formats_panel
+    panel.show_view(view)
+    window.session.enter_text(value)
+    window.resize(*size)
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == size)
+    QApplication.processEvents()
+    readouts = panel.readouts
+    shown = [
+        widget
+        for widget in readouts.findChildren(QWidget)
+        if isinstance(widget, QLabel | QLineEdit | ExactValueBox) and widget.isVisible()
+    ]
+    assert readouts.error in shown and readouts.title in shown
+    rects = {widget: QRect(widget.mapTo(readouts, QPoint(0, 0)), widget.size()) for widget in shown}
+    for widget in shown:
+        if isinstance(widget, ExactValueBox):
+            continue  # it fits itself to up to three lines and scrolls beyond
+        needed = (
+            widget.heightForWidth(widget.width())
+            if widget.hasHeightForWidth()
+            else widget.sizeHint().height()
+        )
+        assert widget.height() >= needed, (widget.text(), widget.height(), needed)
+    for first, second in combinations(shown, 2):
+        assert not rects[first].intersects(rects[second]), (first, second)
+
+
 @pytest.mark.parametrize("height", [640, 480])
 def test_number_line_labels_do_not_collide_at_small_heights(
     qtbot: QtBot, window: MainWindow, height: int

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QFontDatabase, QPalette, QResizeEvent, QTextOption
 from PySide6.QtWidgets import (
     QFrame,
@@ -162,8 +162,39 @@ class ReadoutPanel(QFrame):
         layout.addLayout(grid, 1)
         layout.addWidget(self.note_bar)
         layout.addWidget(self.note)
+        self._needed_height = 0
         session.changed.connect(self.refresh)
         self.refresh()
+
+    # The description, the formula and the rounding line wrap, so the height the read-outs
+    # need depends on their width; QSplitter sizes its panes by minimumSizeHint alone, which
+    # for word-wrapped labels is one line each, so in a low window the splitter squeezed
+    # them (the description under "Exact", the rounding's second line cut). Their minimum
+    # is the height their text needs at their present width: when the window is lower than
+    # that, the Formats panel scrolls instead.
+    def _height_needed(self) -> int:
+        layout = self.layout()
+        assert layout is not None  # set in __init__
+        width = self.width() if self.width() > 0 else layout.sizeHint().width()
+        return max(layout.totalHeightForWidth(width), layout.totalMinimumSize().height())
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(hint.width(), max(hint.height(), self._height_needed()))
+
+    def sizeHint(self) -> QSize:
+        hint = super().sizeHint()
+        return QSize(hint.width(), max(hint.height(), self._height_needed()))
+
+    def _update_needed_height(self) -> None:
+        needed = self._height_needed()
+        if needed != self._needed_height:
+            self._needed_height = needed
+            self.updateGeometry()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._update_needed_height()
 
     def refresh(self) -> None:
         editor = self.session.active
@@ -186,6 +217,7 @@ class ReadoutPanel(QFrame):
         self.gaps.setText(self._gaps_text(readout))
         self.error.setText(self._error_text(readout, editor.input is not None))
         self.note.setHtml(side_note(fmt, readout.kind))
+        self._update_needed_height()
 
     @staticmethod
     def _gaps_text(readout: CodeReadout) -> str:
