@@ -24,6 +24,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -149,12 +150,15 @@ MAX_AMAX_HISTORY = 2**16
 MAX_MARGIN = 18
 
 
+_FLOAT32_MAX_TEXT = display_decimal(Fraction(FLOAT32_MAX))  # "3.40282346…e38"
+
+
 # The value as typed back (`exact_number`: "1e-320", never %g's rounded "9.99989e-321"),
 # and the limits exactly or cut with "…" (display_decimal), never rounded without a mark.
 def _beyond_float32(what: str, value: float) -> str:
     return (
         f"{what} {exact_number(value)} is inf in float32, where the loop holds it (every step "
-        f"would be skipped): use at most float32's largest, {display_decimal(FLOAT32_MAX)}"
+        f"would be skipped): use at most float32's largest, {_FLOAT32_MAX_TEXT}"
     )
 
 
@@ -162,7 +166,7 @@ def _below_float32(what: str, value: float) -> str:
     return (
         f"{what} {exact_number(value)} is 0 or subnormal in float32, where the loop holds it "
         f"(the scaled gradients would be 0 or inf): use at least 2^-126 "
-        f"({display_decimal(FLOAT32_MIN_NORMAL)})"
+        f"({display_decimal(Fraction(FLOAT32_MIN_NORMAL))})"
     )
 
 
@@ -210,7 +214,7 @@ def scaler_settings_problems(settings: ScalerSettings) -> dict[str, str]:
         )
     if "growth_factor" not in problems and settings.growth_factor > FLOAT32_MAX:
         problems["growth_factor"] = (
-            f"the growth factor must be greater than 1 and at most {display_decimal(FLOAT32_MAX)} "
+            f"the growth factor must be greater than 1 and at most {_FLOAT32_MAX_TEXT} "
             "(it multiplies a float32 scale)"
         )
     return problems

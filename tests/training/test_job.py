@@ -23,7 +23,8 @@ from fpexplorer.training.runlog import Run, load_run, parse_record
 
 def job(tmp_path: Path, **options: object) -> tuple[Run, object]:
     out = tmp_path / "run.jsonl"
-    config = TrainConfig(device="cpu", out=str(out), **options)  # type: ignore[arg-type]
+    # A test's later job replaces its earlier one's log (read already).
+    config = TrainConfig(device="cpu", out=str(out), overwrite=True, **options)  # type: ignore[arg-type]
     result = run_job(config, stderr=io.StringIO(), handle_signals=False)
     return load_run(out), result
 
