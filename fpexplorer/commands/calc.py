@@ -91,14 +91,15 @@ def parse_expression(text: str, fmt: FloatFormat | None = None) -> tuple[str, li
     """(operation, operand texts) of an expression; ValueError saying what is wrong. With
     `fmt`, operands may be its named constants (max, min_normal, ...)."""
     from fpexplorer.formats import OPERATIONS, parse_value
+    from fpexplorer.formats.quoting import quote_text
 
-    shown = text.strip()[:60]
+    shown = quote_text(text.strip())
     call = _CALL.fullmatch(text)
     if call is not None:
         operation = call["name"].lower()
         arguments = [part.strip() for part in call["arguments"].split(",")]
         if len(arguments) != OPERATIONS[operation] or not all(arguments):
-            raise ValueError(f"{shown!r}: {operation} takes {OPERATIONS[operation]} operand(s)")
+            raise ValueError(f"{shown}: {operation} takes {OPERATIONS[operation]} operand(s)")
         return operation, arguments
     splits: list[tuple[bool, str, str, str]] = []
     for position, character in enumerate(text):
@@ -122,10 +123,10 @@ def parse_expression(text: str, fmt: FloatFormat | None = None) -> tuple[str, li
         spaced = [split for split in splits if split[0]]
         splits = spaced if len(spaced) == 1 else splits
     if len(splits) > 1:
-        raise ValueError(f"{shown!r} is ambiguous: put spaces around the operator (1/2 / 3)")
+        raise ValueError(f"{shown} is ambiguous: put spaces around the operator (1/2 / 3)")
     if not splits:
         raise ValueError(
-            f"{shown!r}: not an operation (expected a + b, a - b, a * b, a / b, fma(a, b, c) "
+            f"{shown}: not an operation (expected a + b, a - b, a * b, a / b, fma(a, b, c) "
             "or sqrt(a), with operands such as 0.1, -2.5e-3, 1/3, 0x1.8p3, inf)"
         )
     _, operation, left, right = splits[0]

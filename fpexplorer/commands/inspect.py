@@ -130,12 +130,13 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     formats = _resolve_formats(args)
     from fpexplorer.formats import parse_value
     from fpexplorer.formats.parse import written_as_code
+    from fpexplorer.formats.quoting import quote_text
 
     if written_as_code(args.value) and not args.value.strip().lower().startswith("0x"):
         # 0b… and the fields 0|01111|… are codes, never values (a bare 0x3C00 is a hex
         # number, as for float.fromhex): the app's entry field reads them as codes.
         raise ValueError(
-            f"{args.value.strip()[:60]!r} is written as a code: decode it with "
+            f"{quote_text(args.value.strip())} is written as a code: decode it with "
             "--bits CODE --format NAME"
         )
 
@@ -163,6 +164,7 @@ def _parse_code(text: str, fmt: FloatFormat) -> int:
     """--bits CODE, read by the GUI's rules (`formats.parse_code`), where a plain integer
     is a code too: nothing else can be meant here."""
     from fpexplorer.formats import parse_code
+    from fpexplorer.formats.quoting import quote_text
 
     try:
         code = parse_code(text, fmt, decimal=True)
@@ -170,7 +172,7 @@ def _parse_code(text: str, fmt: FloatFormat) -> int:
         raise ValueError(f"--bits: {error}") from None
     if code is None:
         raise ValueError(
-            f"--bits {text.strip()[:60]!r}: not a code (expected 0x.., 0b.., the fields "
+            f"--bits {quote_text(text.strip())}: not a code (expected 0x.., 0b.., the fields "
             "0|01111|0000000000 or an integer)"
         )
     return code

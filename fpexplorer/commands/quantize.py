@@ -123,6 +123,7 @@ def _parse_code(text: str, fmt: BlockFormat) -> int:
     """--scale-code CODE by the one reader of codes (`formats.parse_code`, as `inspect
     --bits` and the GUI): 0x.., 0b.., fields or an integer; 0o17 or -1 are refused."""
     from fpexplorer.formats import parse_code
+    from fpexplorer.formats.quoting import quote_text
 
     try:
         code = parse_code(text, fmt.scale_format, decimal=True)
@@ -130,7 +131,7 @@ def _parse_code(text: str, fmt: BlockFormat) -> int:
         raise ValueError(f"--scale-code: {error}") from None
     if code is None:
         raise ValueError(
-            f"--scale-code {text.strip()[:60]!r} is not a code (0x.., 0b.. or decimal)"
+            f"--scale-code {quote_text(text.strip())} is not a code (0x.., 0b.. or decimal)"
         )
     return code
 

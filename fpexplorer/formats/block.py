@@ -63,6 +63,7 @@ import numpy as np
 
 from .exact import ExactValue
 from .format import ROUNDING_MODES, FloatFormat, _floor_log2, to_exact_value
+from .quoting import quote_text
 from .registry import get_format
 
 if TYPE_CHECKING:
@@ -305,7 +306,7 @@ def get_block_format(name: str | BlockFormat, scale_rule: str | None = None) -> 
         key = _BLOCK_ALIASES.get(key, key)
         if key not in _BLOCK_FORMATS:
             known = ", ".join(_BLOCK_FORMATS)
-            raise ValueError(f"unknown block format {name.strip()[:40]!r}; one of {known}")
+            raise ValueError(f"unknown block format {quote_text(name.strip(), 40)}; one of {known}")
         fmt = _BLOCK_FORMATS[key]
     if scale_rule is not None and scale_rule != fmt.scale_rule:
         fmt = fmt.with_rule(scale_rule)

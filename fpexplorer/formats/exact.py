@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .quoting import quote_text
+
 KINDS = ("finite", "inf", "nan")
 
 # Python refuses int <-> str conversions of more than 4300 digits by default (a guard against
@@ -31,7 +33,7 @@ def int_to_decimal_str(value: int) -> str:
 def decimal_str_to_int(digits: str) -> int:
     """`int(digits)` for strings of ASCII digits of any length."""
     if not digits or not digits.isascii() or not digits.isdigit():
-        raise ValueError(f"not a string of decimal digits: {digits[:40]!r}")
+        raise ValueError(f"not a string of decimal digits: {quote_text(digits)}")
     if len(digits) <= _CHUNK_DIGITS:
         return int(digits, 10)
     middle = len(digits) // 2

@@ -7,6 +7,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from .exact import ExactValue, decimal_str_to_int
+from .quoting import QUOTE_LIMIT, at_character, cut_text, quote_text
 
 if TYPE_CHECKING:
     from .format import FloatFormat
@@ -23,6 +24,13 @@ _DECIMAL = re.compile(r"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[+-
 _HEX = re.compile(
     r"0[xX](?P<int>[0-9a-fA-F]*)(?:\.(?P<frac>[0-9a-fA-F]*))?(?:[pP](?P<exp>[+-]?[0-9]+))?"
 )
+# How far typed text reads as the start of a value (a sign, a decimal or hex float with "_"
+# grouping, "/" and another): the character after that is the one a message points at.
+_NUMBER_START = (
+    r"(?:0[xX][0-9a-fA-F_]*(?:\.[0-9a-fA-F_]*)?(?:[pP][+-]?[0-9_]*)?"
+    r"|[0-9_]*(?:\.[0-9_]*)?(?:[eE][+-]?[0-9_]*)?)"
+)
+_VALUE_START = re.compile(rf"[+\-\u2212]?\s*{_NUMBER_START}(?:\s*/\s*{_NUMBER_START})?")
 
 
 def parse_value(text: str, fmt: FloatFormat | None = None) -> ExactValue:
@@ -48,7 +56,7 @@ def parse_value(text: str, fmt: FloatFormat | None = None) -> ExactValue:
         negative = body[0] == "-"
         body = body[1:].lstrip()
     if not body:
-        raise ValueError(f"{text.strip()!r}: a sign with no number")
+        raise ValueError(f"{quote_text(text.strip())}: a sign with no number")
     lowered = body.lower()
     if lowered in ("inf", "infinity"):
         return ExactValue.infinity(negative)
@@ -57,19 +65,23 @@ def parse_value(text: str, fmt: FloatFormat | None = None) -> ExactValue:
     if lowered in CONSTANTS:
         return _constant(lowered, negative, fmt)
     if body[0] in "+-":
-        raise ValueError(f"{text.strip()!r}: more than one sign")
+        raise ValueError(f"{quote_text(text.strip())}: more than one sign")
     if "_" in body:
         # Digit grouping, as in Python literals: 1_000, 0x1_0p3; "_1" or "1__0" is a typo.
         digit = "[0-9a-fA-F]" if body[:2].lower() == "0x" else "[0-9]"
-        if re.search(f"(?<!{digit})_|_(?!{digit})", body):
-            raise ValueError(f"{text.strip()[:60]!r}: '_' may only group digits, as in 1_000")
+        misplaced = re.search(f"(?<!{digit})_|_(?!{digit})", text.strip())
+        if misplaced is not None:
+            raise ValueError(
+                f"{quote_text(text.strip())}: {at_character(text.strip(), misplaced.start())} is "
+                "misplaced: '_' may only group digits, as in 1_000"
+            )
         body = body.replace("_", "")
     if "/" in body:
         numerator_text, _, denominator_text = body.partition("/")
         numerator = _unsigned_number(numerator_text.strip(), text)
         denominator = _unsigned_number(denominator_text.strip(), text)
         if denominator == 0:
-            raise ValueError(f"{text.strip()!r}: division by zero")
+            raise ValueError(f"{quote_text(text.strip())}: division by zero")
         magnitude = numerator / denominator
     else:
         magnitude = _unsigned_number(body, text)
@@ -88,13 +100,14 @@ def _constant(name: str, negative: bool, fmt: FloatFormat | None) -> ExactValue:
 
 
 def _unsigned_number(body: str, original: str) -> Fraction:
-    where = repr(original.strip()[:60])
+    shown = original.strip()
+    where = quote_text(shown)
     if not body:
         raise ValueError(f"{where}: a number is missing")
     if body[:2] in ("0x", "0X"):
         match = _HEX.fullmatch(body)
         if match is None or not (match["int"] or match["frac"]):
-            raise ValueError(f"{where}: not a hex float (expected e.g. 0x1.8p3)")
+            raise ValueError(f"{where}: not a hex float{_offending(shown)} (expected e.g. 0x1.8p3)")
         whole = match["int"] or ""
         fraction_digits = match["frac"] or ""
         exponent = _exponent(match["exp"], MAX_BINARY_EXPONENT, where)
@@ -105,12 +118,13 @@ def _unsigned_number(body: str, original: str) -> Fraction:
         # "1,5": a decimal comma, in much of Europe.
         raise ValueError(
             f"{where}: a comma is not a decimal point here: write "
-            f"{original.strip()[:60].replace(',', '.')}"
+            f"{cut_text(shown.replace(',', '.'))}"
         )
     if match is None or not (match["int"] or match["frac"]):
         raise ValueError(
-            f"{where}: not a number (expected a decimal such as 1.5e-3, a fraction such as "
-            "1/3, a hex float such as 0x1.8p3, inf, nan, or max/min_normal/min_subnormal/eps)"
+            f"{where}: not a number{_offending(shown)} (expected a decimal such as 1.5e-3, a "
+            "fraction such as 1/3, a hex float such as 0x1.8p3, inf, nan, or "
+            "max/min_normal/min_subnormal/eps)"
         )
     whole = match["int"] or ""
     fraction_digits = match["frac"] or ""
@@ -123,6 +137,14 @@ def _unsigned_number(body: str, original: str) -> Fraction:
             f"{where}: decimal exponent out of range (at most ±{MAX_DECIMAL_EXPONENT})"
         )
     return Fraction(mantissa) * Fraction(10) ** power
+
+
+def _offending(shown: str) -> str:
+    """ ": 'x' at character 3001 of 3001", the first character of `shown` that cannot
+    continue a value; "" when every character could (the text ends too early: "1e")."""
+    end = _VALUE_START.match(shown)
+    index = end.end() if end is not None else 0
+    return f": {at_character(shown, index)}" if index < len(shown) else ""
 
 
 def _exponent(text: str | None, limit: int, where: str) -> int:
@@ -173,7 +195,9 @@ def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | N
     ):
         # "0x3C00" is a code (1.0 in FP16), so "-0x3C00" read as -15360 would mislead.
         hint = f"; for a number write a hex float, as {compact}p0" if "x" in compact else ""
-        raise ValueError(f"{compact}: a code has no sign (the sign is its top bit){hint}")
+        if len(compact) > QUOTE_LIMIT:
+            hint = "; for a number write a hex float, ending in p0" if "x" in compact else ""
+        raise ValueError(f"{cut_text(compact)}: a code has no sign (the sign is its top bit){hint}")
     if _HEX_CODE.fullmatch(compact):
         code = int(compact[2:].replace("_", ""), 16)
     elif _BIN_CODE.fullmatch(compact):
@@ -181,17 +205,20 @@ def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | N
     elif _FIELD_CODE.fullmatch(compact):
         code = int(compact.replace("|", ""), 2)
     elif decimal and _DECIMAL_CODE.fullmatch(compact):
-        code = int(compact.replace("_", ""), 10)
+        code = decimal_str_to_int(compact.replace("_", ""))  # int() refuses 4,300+ digits
     elif _PREFIXED.fullmatch(compact):
         base = "hex" if compact[1] in "xX" else "binary"
+        digits = "0123456789abcdefABCDEF_" if base == "hex" else "01_|"
+        wrong = next((i for i in range(2, len(compact)) if compact[i] not in digits), None)
+        where = "" if wrong is None else f": {at_character(compact, wrong)}"
         raise ValueError(
-            f"{compact[:60]!r}: not a {base} code (codes are written as {_CODE_FORMS})"
+            f"{quote_text(compact)}: not a {base} code{where} (codes are written as {_CODE_FORMS})"
         )
     else:
         return None
     if code >= 1 << fmt.width:
         raise ValueError(
-            f"code {compact[:60]} has more than {fmt.width} bits: {fmt.name} codes go up to "
+            f"code {cut_text(compact)} has more than {fmt.width} bits: {fmt.name} codes go up to "
             f"{fmt.code_to_hex((1 << fmt.width) - 1)}"
         )
     return code

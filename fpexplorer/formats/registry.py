@@ -7,6 +7,7 @@ import re
 
 from .format import ENCODINGS, FloatFormat, make_format
 from .p3109 import named_p3109_formats, p3109_parameters, parse_p3109_name
+from .quoting import quote_text
 
 # name: (exponent bits, mantissa bits, bias, encoding, subnormals, signed, aliases, note)
 _TABLE: tuple[tuple[str, int, int, int, str, bool, bool, tuple[str, ...], str], ...] = (
@@ -211,7 +212,7 @@ def get_format(name_or_spec: str | FloatFormat) -> FloatFormat:
         close = difflib.get_close_matches(key, list(_LOOKUP), n=4, cutoff=0.5)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         raise ValueError(
-            f"unknown format {name_or_spec.strip()[:40]!r}{hint} "
+            f"unknown format {quote_text(name_or_spec.strip(), 40)}{hint} "
             "(see `fpexplorer formats`, or give a spec such as e6m9, e4m3:encoding=fnuz "
             "or binary8p3se)"
         )
@@ -224,25 +225,27 @@ def _from_spec(match: re.Match[str], text: str) -> FloatFormat:
         key, sep, value = option.partition("=")
         key = key.strip()
         if key in options:
-            raise ValueError(f"{text!r}: option {key!r} given twice")
+            raise ValueError(f"{quote_text(text)}: option {key!r} given twice")
         if key == "unsigned" and not sep:
             value = "yes"
         elif not sep or not value.strip():
-            raise ValueError(f"{text!r}: option {key!r} needs a value ({key}=...)")
+            raise ValueError(f"{quote_text(text)}: option {key!r} needs a value ({key}=...)")
         options[key] = value.strip()
     known = {"bias", "encoding", "subnormals", "unsigned"}
     unknown = set(options) - known
     if unknown:
-        raise ValueError(f"{text!r}: unknown option(s) {sorted(unknown)}; known: {sorted(known)}")
+        raise ValueError(
+            f"{quote_text(text)}: unknown option(s) {sorted(unknown)}; known: {sorted(known)}"
+        )
     bias: int | None = None
     if "bias" in options:
         try:
             bias = int(options["bias"])
         except ValueError:
-            raise ValueError(f"{text!r}: bias must be an integer") from None
+            raise ValueError(f"{quote_text(text)}: bias must be an integer") from None
     encoding = options.get("encoding", "ieee")
     if encoding not in ENCODINGS:
-        raise ValueError(f"{text!r}: encoding must be one of {', '.join(ENCODINGS)}")
+        raise ValueError(f"{quote_text(text)}: encoding must be one of {', '.join(ENCODINGS)}")
     subnormals = _flag(options, "subnormals", text)
     unsigned = _flag(options, "unsigned", text)
     return make_format(
@@ -263,4 +266,4 @@ def _flag(options: dict[str, str], key: str, text: str) -> bool | None:
         return True
     if value in ("off", "no", "false", "0"):
         return False
-    raise ValueError(f"{text!r}: {key} must be on or off, not {options[key]!r}")
+    raise ValueError(f"{quote_text(text)}: {key} must be on or off, not {quote_text(options[key])}")

@@ -21,6 +21,7 @@ from fpexplorer.formats import (
     leading_digits,
     list_formats,
     make_format,
+    parse_code,
     parse_value,
 )
 
@@ -398,6 +399,74 @@ def test_parse_value_specials_and_constants() -> None:
 def test_parse_value_errors_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_value(text)
+
+
+NINES = "9" * 3000
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("abc", "not a number: 'a' at character 1 of 3"),
+        ("1..2", "not a number: '.' at character 3 of 4"),
+        (" 1e5e3 ", "not a number: 'e' at character 4 of 5"),
+        ("1/-2", "not a number: '-' at character 3 of 4"),
+        ("0x1.8q3", "not a hex float: 'q' at character 6 of 7"),
+        ("1__0", "'_' at character 2 of 4 is misplaced"),
+        (NINES + "x", "not a number: 'x' at character 3001 of 3001"),
+        (NINES + "_", "'_' at character 3001 of 3001 is misplaced"),
+        ("0x" + "f" * 3000 + "g", "not a hex float: 'g' at character 3003 of 3003"),
+    ],
+)
+def test_parse_value_points_at_the_first_wrong_character(text: str, where: str) -> None:
+    # Failed before: 3000 nines and an "x" were quoted as 60 nines, "not a number": the
+    # character that is wrong appeared nowhere in the message.
+    with pytest.raises(ValueError) as caught:
+        parse_value(text)
+    assert where in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        NINES + "x",
+        "--" + NINES,
+        NINES + "/0",
+        NINES + "_",
+        NINES + ",5",
+        "0x" + NINES + "q",
+        "0x" + NINES + "p" + NINES,
+    ],
+)
+def test_a_long_input_is_quoted_cut_and_marked_as_cut(text: str) -> None:
+    # Failed before: cut to 60 characters with no mark (it passed for the whole input), or,
+    # for a second sign or a zero divisor, quoted whole: 3000 characters in one message.
+    with pytest.raises(ValueError) as caught:
+        parse_value(text)
+    message = str(caught.value)
+    assert "9…" in message
+    assert "9" * 61 not in message and len(message) < 300, message
+
+
+def test_parse_code_quotes_a_long_code_cut_and_points_at_the_wrong_digit() -> None:
+    fp16 = get_format("fp16")
+    with pytest.raises(ValueError, match="not a hex code: 'G' at character 4 of 6"):
+        parse_code("0x3G00", fp16)
+    with pytest.raises(ValueError, match="not a binary code: '2' at character 5 of 5"):
+        parse_code("0b012", fp16)
+    long_codes = {
+        "0x" + "F" * 3000 + "G": "'G' at character 3003 of 3003",
+        "-0x" + "F" * 3000: "a code has no sign",
+        "0x1" + "0" * 3000: "has more than 16 bits",
+        # Over 4,300 digits Python's int() refuses a decimal string with its own message.
+        "9" * 5000: "has more than 16 bits",
+    }
+    for text, words in long_codes.items():
+        with pytest.raises(ValueError) as caught:
+            parse_code(text, fp16, decimal=True)
+        message = str(caught.value)
+        assert words in message and "…" in message, message
+        assert len(message) < 300, message
     with pytest.raises(ValueError, match="no min subnormal"):
         parse_value("min_subnormal", get_format("e8m0"))
 

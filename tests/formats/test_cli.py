@@ -160,6 +160,19 @@ def test_bad_input_is_one_line_and_status_2(
     assert lines[0].startswith("fpexplorer inspect: error:")
 
 
+def test_a_long_bad_value_is_quoted_cut_and_its_wrong_character_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Failed before: 60 nines and "not a number", no "…", and the "x" nowhere.
+    assert main(["inspect", "9" * 3000 + "x"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(
+        "fpexplorer inspect: error: '" + "9" * 60 + "…': not a number: 'x' at character "
+        "3001 of 3001 (expected"
+    )
+
+
 def test_value_after_format_list_is_still_the_value(capsys: pytest.CaptureFixture[str]) -> None:
     document = _json(capsys, ["inspect", "--format", "fp16", "bf16", "0.5", "--json"])
     assert [r["code_hex"] for r in document["results"]] == ["0x3800", "0x3f00"]

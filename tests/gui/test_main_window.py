@@ -603,6 +603,10 @@ def test_the_readouts_get_the_height_their_text_needs(
         assert widget.height() >= needed, (widget.text(), widget.height(), needed)
     for first, second in combinations(shown, 2):
         assert not rects[first].intersects(rects[second]), (first, second)
+    # A row with spare height keeps its text at the top, level with its name (which is
+    # aligned to the top): it sat lower, in the middle of the row, at 1920x1080.
+    for label in (readouts.formula, readouts.gaps, readouts.error):
+        assert label.alignment() & Qt.AlignmentFlag.AlignTop, label.text()
 
 
 @pytest.mark.parametrize("height", [640, 480])

@@ -44,6 +44,7 @@ from fpexplorer.formats.block_quantize import (
 )
 from fpexplorer.formats.decimal import approximate_decimal, display_decimal, share_percent
 from fpexplorer.formats.format import ROUNDING_MODES
+from fpexplorer.formats.quoting import quote_text
 from fpexplorer.gui.formats.state import Signal
 from fpexplorer.gui.formats.text import power_of_two
 
@@ -114,7 +115,7 @@ def parse_block_text(text: str, block_size: int) -> list[ExactValue]:
             values.append(parse_value(token))
         except ValueError as error:
             raise ValueError(
-                f"number {position}, {token[:30]!r}, is not a number: {error}"
+                f"number {position}, {quote_text(token, 30)}, is not a number: {error}"
             ) from None
     return values
 

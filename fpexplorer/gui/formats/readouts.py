@@ -157,6 +157,11 @@ class ReadoutPanel(QFrame):
         digit = self.hex_code.fontMetrics().horizontalAdvance("0")
         self.hex_code.setMinimumWidth(digit * 18 + 16)  # a 64-bit code, 0x and 16 digits
 
+        # A row taller than its text (a wide window gives the wrapped rows spare height)
+        # kept the text in the middle, below its name, which is aligned to the top.
+        for label in (self.formula, self.gaps, self.error):
+            label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.addLayout(grid, 1)

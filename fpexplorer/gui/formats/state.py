@@ -35,6 +35,7 @@ from fpexplorer.formats import (
 )
 from fpexplorer.formats.decimal import display_decimal, shortest_display
 from fpexplorer.formats.parse import parse_code, written_as_code
+from fpexplorer.formats.quoting import quote_text
 from fpexplorer.gui.formats.text import scientific
 
 # Stochastic rounding draws a random number; a fixed seed makes what is shown repeatable.
@@ -124,7 +125,7 @@ def parse_code_entry(
     try:
         fmt = by_name.get(head) or get_format(head)
     except ValueError as error:
-        raise ValueError(f"{head!r} before ':' is not a format: {error}") from None
+        raise ValueError(f"{quote_text(head)} before ':' is not a format: {error}") from None
     try:
         code = parse_code(tail, fmt)
     except ValueError as error:
@@ -132,7 +133,7 @@ def parse_code_entry(
     if code is None:
         raise ValueError(
             f"after '{head}:' comes a raw code such as 0x3C00 or 0b0011110000000000, not "
-            f"{tail.strip()[:40]!r}"
+            f"{quote_text(tail.strip(), 40)}"
         )
     return fmt, code
 
@@ -658,7 +659,7 @@ class FormatsSession:
             # Re-typing the text brings back the rounding error read-outs.
             linked, self.linked = self.linked, False
             if not self.enter_text(entry):
-                problems.append(f"last typed value {entry!r}: {self.entry_error}")
+                problems.append(f"last typed value {quote_text(entry)}: {self.entry_error}")
                 self.entry_error = None
             self.linked = linked
         elif isinstance(entry, str):

@@ -159,6 +159,16 @@ def test_parse_block_text_reads_every_spelling() -> None:
     assert values[3].negative and values[4].is_nan
 
 
+def test_a_long_bad_block_value_is_quoted_cut_and_its_wrong_character_named() -> None:
+    # Failed before: the token was cut to 30 characters with no "…", the "x" nowhere.
+    with pytest.raises(ValueError) as caught:
+        parse_block_text("1, " + "9" * 100 + "x, 2", 32)
+    message = str(caught.value)
+    assert message.startswith("number 2, '" + "9" * 30 + "…', is not a number")
+    assert "'x' at character 101 of 101" in message
+    assert "9" * 61 not in message
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -377,6 +377,21 @@ def test_bad_code_entries_say_what_is_wrong(text: str, words: str) -> None:
     assert [editor.code for editor in session.editors] == before
 
 
+def test_the_entry_says_what_the_command_line_says_of_a_long_bad_value() -> None:
+    # One message source: parse_value's, cut and marked, the wrong character named.
+    session = session_of("fp32", "fp16")
+    text = "9" * 3000 + "x"
+    assert not session.enter_text(text)
+    with pytest.raises(ValueError) as caught:
+        parse_value(text, get_format("fp32"))
+    assert session.entry_error == str(caught.value)
+    assert "'x' at character 3001 of 3001" in session.entry_error
+    assert not session.enter_text("fp16:0x" + "3" * 100 + "G")
+    assert session.entry_error is not None
+    assert "'G' at character 103 of 103" in session.entry_error
+    assert "3…" in session.entry_error and "3" * 61 not in session.entry_error
+
+
 def test_the_entry_placeholder_is_true_for_the_active_format() -> None:
     from fpexplorer.formats import get_format
     from fpexplorer.gui.formats.state import entry_placeholder
