@@ -498,3 +498,47 @@ def test_the_accelerators_one_copy_path_reads_the_same_signals(
             ["stepped", "stepped"], ["skipped", "stepped"], ["stepped", "skipped"],
             ["stepped", "stepped"],
         ]  # fmt: skip
+
+
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("case", ["outside the model", "not in an optimizer"])
+def test_lost_updates_count_what_the_optimizers_update(
+    tmp_path: Path, count: int, case: str
+) -> None:
+    """One rule for one optimizer and several: the updates lost are among the parameters
+    the optimizers update. A learnable temperature held only by the optimizer counted with
+    several and not with one; a model parameter no optimizer holds (its gradient computed,
+    never applied) counted with one and not with several (this failed before, count=1)."""
+    torch.manual_seed(0)
+    first, second = nn.Linear(4, 6), nn.Linear(6, 2)
+    model = nn.Sequential(first, nn.Tanh(), second)
+    temperature = nn.Parameter(torch.tensor([1.5]))
+    if case == "outside the model":
+        updated = [*first.parameters(), *second.parameters(), temperature]
+    else:  # `second` is left out of the optimizers, and gets gradients all the same
+        updated = list(first.parameters())
+    halves = [updated] if count == 1 else [updated[:1], updated[1:]]
+    # A tiny learning rate: FP16 weights would lose some of these updates, not all.
+    optimizers = [torch.optim.SGD(part, lr=1e-2, foreach=False) for part in halves]
+    inputs = torch.randn(5, 4, generator=torch.Generator().manual_seed(1))
+    records, truth = [], []
+    with AmpMonitor(model, optimizers if count > 1 else optimizers[0], None,
+                    out=tmp_path / "run.jsonl", stats_every=1) as monitor:  # fmt: skip
+        for _ in range(3):
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            model.zero_grad()
+            loss = (model(inputs) / temperature).square().mean()
+            loss.backward()
+            old = [p.detach().clone() for p in updated]
+            grads = [p.grad.clone() for p in updated]  # type: ignore[union-attr]
+            for optimizer in optimizers:
+                optimizer.step()
+            new = [p.detach().clone() for p in updated]
+            truth.append(fp16_lost_updates(old, new, grads))
+            records.append(monitor.step(loss))
+    for record, (intended, lost_count) in zip(records, truth, strict=True):
+        lost = record.lost_updates
+        assert lost is not None and lost.intended == intended
+        assert lost.share == pytest.approx(lost_count / intended, abs=0, rel=1e-12)
+    assert 0 < truth[0][1] < truth[0][0]

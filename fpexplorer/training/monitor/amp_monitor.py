@@ -416,6 +416,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         self._sharded = is_sharded(model)
         self._multi = _WatchedParams(optimizers, self._sharded) if len(optimizers) > 1 else None
+        # One optimizer: the lost-update check follows the parameters it updates, as with
+        # several ("updates lost" are the optimizer's): a learnable parameter outside the
+        # model counts, a model parameter the optimizer does not hold does not. `_one_same`
+        # says whether they are the model's own, in its order (then the step's gradients
+        # are theirs: nothing is read twice).
+        self._one = _WatchedParams(optimizers, self._sharded) if len(optimizers) == 1 else None
+        self._one_same = self._one is not None and self._same_as_model(self._one)
         # Looked up once, not on every step (each lookup is a few hundred ns, and a step
         # of a small model has few microseconds to spare): the scaler's kind, the device.
         self._scaling = self._scaler_enabled()
@@ -812,7 +819,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # parameter-sized copy on a large model. With several optimizers, each keeps its
         # own parameters' as it steps (the others may be updated before or after it).
         if self._multi is None:
-            self._updates.keep(self._params_with_grads())
+            self._updates.keep(self._updated_params())
         else:
             self._multi = self._multi.current(self.optimizers)
             tensors, positions = self._multi.tensors(), self._multi.positions[position]
@@ -1303,7 +1310,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         lost_kind: str | None = None
         if groups and full:
             lost = (
-                self._lost_updates(grads) if self._multi is None
+                self._lost_updates(grads, pack) if self._multi is None
                 else self._lost_updates_of_optimizers(pack)
             )  # fmt: skip
             if lost is not None:
@@ -1422,15 +1429,47 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         )
         return ParamGroup(segment, tuple(members))
 
-    def _lost_updates(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
+    def _lost_updates(self, grads: list[torch.Tensor], pack: HostPack) -> torch.Tensor | None:
         """[updates intended, intended and applied, intended to weights FP16 cannot hold]
         (see `LostUpdateCheck.count`):
         among weights with a non-zero gradient, those whose FP16 weight would not change
-        (FP32 master weights) or did not (FP16 weights). All weights of a model up to 2**20
-        of them, a fixed random sample of 2**20 beyond (the record gives the bound). None
+        (FP32 master weights) or did not (FP16 weights). The weights the optimizer updates
+        (its parameters, in or outside the model), all up to 2**20 of them, a fixed random
+        sample of 2**20 beyond (the record gives the bound). `grads`: the model's, as step()
+        read them (used where the optimizer's parameters are the model's; where they are
+        not, the updates intended in the optimizer's go in `pack` as "lost_intended", as
+        with several optimizers, for the model's gradient histogram counts others). None
         when the optimizer was not called (a skipped step) or the gradients changed since;
         a step the scaler skipped inside a fused optimizer is dropped on decoding."""
-        return self._updates.count(self._params_with_grads(), grads)
+        params = self._updated_params()
+        if not self._one_same:  # the gradients of the parameters the optimizer updates
+            held = [grad for p in self._one_params() if (grad := p.grad) is not None]
+            grads = _strided([local_tensor(g) for g in held] if self._sharded else held)
+            counts = self._updates.count(params, grads)
+            if counts is not None:
+                pack.add("lost_intended", _nonzero_count(grads))
+            return counts
+        return self._updates.count(params, grads)
+
+    def _same_as_model(self, watched: _WatchedParams) -> bool:
+        return len(watched.params) == len(self._params) and all(
+            mine is theirs for mine, theirs in zip(watched.params, self._params, strict=True)
+        )
+
+    def _one_params(self) -> tuple[torch.Tensor, ...]:
+        """The one optimizer's parameters, read again where its groups changed since
+        (`add_param_group`); () without an optimizer."""
+        if self._one is None:
+            return ()
+        current = self._one.current(self.optimizers)
+        if current is not self._one:
+            self._one, self._one_same = current, self._same_as_model(current)
+        return current.params
+
+    def _updated_params(self) -> list[torch.Tensor]:
+        """The parameters the one optimizer updates that have a gradient (this rank's)."""
+        params = [p for p in self._one_params() if p.grad is not None]
+        return [local_tensor(p) for p in params] if self._sharded else params
 
     def _lost_updates_of_optimizers(self, pack: HostPack) -> torch.Tensor | None:
         """`_lost_updates` with several optimizers: over the parameters of those that
@@ -1444,10 +1483,6 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             return None
         pack.add("lost_intended", intended)
         return counts
-
-    def _params_with_grads(self) -> list[torch.Tensor]:
-        params: list[torch.Tensor] = [p for p in self._params if p.grad is not None]
-        return [local_tensor(p) for p in params] if self._sharded else params
 
     def _memory(self, grads: list[torch.Tensor]) -> Memory:
         """Bytes by dtype; the parameters' and optimizer state's are counted again only
@@ -1563,6 +1598,13 @@ def _inside(name: str, wrapper: str) -> str:
     if name == wrapper or name.startswith(wrapper + "."):
         return name[len(wrapper) + 1 :]
     return name
+
+
+def _nonzero_count(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The values of `tensors` that are not zero (NaN included), on the device (int64)."""
+    if not tensors:
+        return torch.zeros((), dtype=torch.int64)
+    return torch.stack([torch.count_nonzero(t) for t in tensors]).sum()
 
 
 def _strided(grads: list[torch.Tensor]) -> list[torch.Tensor]:
