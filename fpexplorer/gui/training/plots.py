@@ -1361,6 +1361,8 @@ class LayerTable(QWidget):
                 item.setText(text)
                 if column == 0:
                     item.setToolTip(text)
+                else:  # why a cell holds "–" (no tooltip over a figure)
+                    item.setToolTip(layer.tips[column] if column < len(layer.tips) else "")
                 if layer.alarm:
                     item.setForeground(QColor(alarm_colour()))
                     font = item.font()

@@ -945,6 +945,9 @@ def lost_updates_text(model: RunModel | None) -> str:
 class LayerRow:
     cells: tuple[str, ...]
     alarm: bool  # non-finite, or the first layer to go non-finite
+    # Per cell, why it holds no figure ("–": nothing to measure, or not measured); "" where
+    # it holds one.
+    tips: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -952,6 +955,17 @@ class LayerTableView:
     columns: tuple[str, ...]
     tooltips: tuple[str, ...]
     rows: tuple[LayerRow, ...]
+
+
+def _headroom_text(ratio: Fraction) -> str:
+    """log2(largest / max |g|): "2^12" where the ratio is a power of two, else rounded to
+    a tenth and marked, "≈2^139.7" (a rounded figure is never shown without its mark)."""
+    if (
+        ratio.numerator & (ratio.numerator - 1) == 0
+        and ratio.denominator & (ratio.denominator - 1) == 0
+    ):
+        return f"2^{ratio.numerator.bit_length() - ratio.denominator.bit_length()}"
+    return f"≈2^{math.log2(ratio.numerator) - math.log2(ratio.denominator):.1f}"
 
 
 def layer_table_view(model: RunModel | None) -> LayerTableView:
@@ -977,8 +991,8 @@ def layer_table_view(model: RunModel | None) -> LayerTableView:
     )
     tooltips = (
         "module name",
-        "L2 norm of the layer's parameter gradients, unscaled; blank for a module without "
-        "parameters",
+        "L2 norm of the layer's parameter gradients, unscaled; – for a module without "
+        "parameters (nothing to measure)",
         "largest magnitude of the layer's activation gradient"
         + (", times the loss scale" if scaled else ""),
         f"log2({fmt.label} largest / max |g|): how many doublings before the layer overflows "
@@ -997,26 +1011,42 @@ def layer_table_view(model: RunModel | None) -> LayerTableView:
     # an overflow) measure no activation gradient: its layers' amax and underflow share are
     # not zeros but unknown.
     measured = stats.act_hist is not None
+    unmeasured = (
+        "not measured on this step: no activation gradients were recorded (a skip or an "
+        "overflow between statistics steps records the parameter gradients only; a compiled "
+        "model's are not measured)"
+    )
     rows: list[LayerRow] = []
     for layer in stats.layers:
         name = layer.name
         norm = layer.grad_norm
         amax = layer.amax
+        headroom, headroom_tip = "–", unmeasured
         if measured and amax > 0 and math.isfinite(amax):
-            headroom = f"2^{fmt.log2_max - math.log2(amax):.1f}"
-        else:
-            headroom = "–"
+            headroom, headroom_tip = _headroom_text(fmt.max / Fraction(amax)), ""
+        elif measured and amax == 0:
+            headroom_tip = "no activation gradient here is non-zero: no headroom to measure"
+        elif measured:
+            headroom_tip = "the activation gradient held inf/NaN: it overflowed already"
         underflow = layer.underflow_share
         nonfinite = layer.nonfinite
         cells = (
             elide(name, 48) + ("  ◀ first non-finite" if name == marked else ""),
-            "" if norm is None else number_text(abs(norm)),
+            "–" if norm is None else number_text(abs(norm)),
             number_text(abs(amax)) if measured else "–",
             headroom,
             share_text(underflow) if fp16 and measured else "–",
-            "yes" if nonfinite else "",
+            "yes" if nonfinite else "no",
         )
-        rows.append(LayerRow(cells, nonfinite or name == marked))
+        tips = (
+            "",
+            "the module has no parameters of its own: nothing to measure" if norm is None else "",
+            "" if measured else unmeasured,
+            headroom_tip,
+            "" if fp16 and measured else (unmeasured if fp16 else tooltips[4]),
+            "",
+        )
+        rows.append(LayerRow(cells, nonfinite or name == marked, tips))
     return LayerTableView(columns, tooltips, tuple(rows))
 
 

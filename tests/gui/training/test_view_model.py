@@ -121,10 +121,18 @@ def test_a_share_over_nan_gradients_is_n_a_not_zero() -> None:
     assert number_text(0.1) == "0.1000…"
 
 
-def test_layer_norm_is_blank_for_a_module_without_parameters() -> None:
+def test_layer_norm_is_a_dash_for_a_module_without_parameters() -> None:
+    """Nothing to measure: "–", as the table shows other absent figures, with a tooltip why
+    (it was a blank cell, which reads as a figure missing; this failed before)."""
     view = layer_table_view(_model([_header("fp16"), _nan_step(0)]))
     relu = next(row for row in view.rows if row.cells[0] == "relu")
-    assert relu.cells[1] == ""  # blank, not 0
+    assert relu.cells[1] == "–"  # not 0, not blank
+    assert relu.tips[1] == "the module has no parameters of its own: nothing to measure"
+    assert all(cell != "" for row in view.rows for cell in row.cells)
+    # Every "–" says why; no figure has a tooltip of its own.
+    for row in view.rows:
+        for cell, tip in zip(row.cells[1:], row.tips[1:], strict=True):
+            assert (cell == "–") == (tip != ""), (row.cells, row.tips)
     head = next(row for row in view.rows if row.cells[0].startswith("head"))
     assert head.alarm and "first non-finite" in head.cells[0]
 
@@ -140,7 +148,7 @@ def test_layer_columns_follow_the_runs_format_and_say_what_is_scaled() -> None:
     assert bf16.rows[0].cells[4] == "–" and not bf16.rows[0].alarm
     # Headroom against BF16's largest value, exactly: log2(0x1.fep127) + 30.
     expected = math.log2(float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)) + 30
-    assert bf16.rows[0].cells[3] == f"2^{expected:.1f}"
+    assert bf16.rows[0].cells[3] == f"≈2^{expected:.1f}"  # rounded: marked
     assert bf16.columns[3] == "headroom in BF16"
     held_in_fp16 = {**healthy["act_hist"], "dtype": "float16"}
     fp16 = layer_table_view(_model([_header("fp16"), {**healthy, "act_hist": held_in_fp16}]))
@@ -158,7 +166,20 @@ def test_layer_activation_columns_of_a_step_that_measured_none_are_blank_not_zer
                "first_nonfinite": "fc"}  # fmt: skip
     row = layer_table_view(_model([_header("fp16"), skipped])).rows[0]
     assert row.cells[2:5] == ("–", "–", "–")
+    assert row.tips[2].startswith("not measured on this step") and row.tips[3] == row.tips[2]
     assert row.cells[1] == "NaN" and row.cells[5] == "yes"
+
+
+def test_layer_headroom_is_exact_or_marked() -> None:
+    """A power-of-two ratio is exact ("2^12"); any other is rounded to a tenth and marked
+    "≈" (it read "2^138.8", rounded without a mark: this failed before)."""
+    step = {"type": "step", "step": 0, "loss": 1.0, "scale": 1.0, "skipped": False,
+            "layers": [_layer("exact", amax=65504 / 2**12), _layer("rounded", amax=3.0)],
+            "act_hist": {"lo": -31, "counts": [5], "zero": 0, "inf": 0, "nan": 0,
+                         "dtype": "float16"}}  # fmt: skip
+    rows = layer_table_view(_model([_header("fp16"), step])).rows
+    assert rows[0].cells[3] == "2^12"
+    assert rows[1].cells[3] == f"≈2^{math.log2(65504 / 3):.1f}" == "≈2^14.4"
 
 
 def test_a_bf16_loop_under_a_grad_scaler_reads_as_scaled() -> None:
