@@ -145,13 +145,9 @@ def display_decimal(
     """
     if exact_digits < 1 or cut_digits < 1:
         raise ValueError("exact_digits and cut_digits must be at least 1")
-    if isinstance(x, ExactValue):
-        if not x.is_finite:
-            return str(x)
-        negative, magnitude = x.negative, x.magnitude
-    else:
-        value = Fraction(x)
-        negative, magnitude = value < 0, abs(value)
+    if isinstance(x, ExactValue) and not x.is_finite:
+        return str(x)
+    negative, magnitude = _sign_and_magnitude(x)
     if magnitude == 0:
         return "-0" if negative else "0"
     digits, exponent10, exact = leading_digits(magnitude, max(exact_digits, cut_digits))
@@ -190,6 +186,14 @@ def display_decimals(
         count += max(1, count // 4)
 
 
+def _sign_and_magnitude(x: ValueLike | Decimal | float) -> tuple[bool, Fraction]:
+    """Whether a finite value is negative (an ExactValue -0 is), and its magnitude, exactly."""
+    if isinstance(x, ExactValue):
+        return x.negative, x.magnitude
+    value = Fraction(x)
+    return value < 0, abs(value)
+
+
 def _comparable(value: ValueLike) -> object:
     """What makes two values the same value: -0 and +0 differ, as do NaN and inf."""
     if isinstance(value, ExactValue):
@@ -214,15 +218,11 @@ def approximate_decimal(
     """
     if keep < 1 or shown < 1:
         raise ValueError("keep and shown must be at least 1")
-    if isinstance(x, ExactValue):
-        if not x.is_finite:
-            return str(x)
-        negative, magnitude = x.negative, x.magnitude
-    else:
-        if isinstance(x, float | Decimal) and not math.isfinite(x):
-            return str(float(x))  # "inf", "-inf", "nan"
-        value = Fraction(x)
-        negative, magnitude = value < 0, abs(value)
+    if isinstance(x, ExactValue) and not x.is_finite:
+        return str(x)
+    if isinstance(x, float | Decimal) and not math.isfinite(x):
+        return str(float(x))  # "inf", "-inf", "nan"
+    negative, magnitude = _sign_and_magnitude(x)
     if magnitude == 0:
         return "-0" if negative else "0"
     digits, exponent10, exact = leading_digits(magnitude, keep)

@@ -270,13 +270,15 @@ def test_gui_startup_does_not_import_torch() -> None:
     assert "PANEL TrainingPanel" in result.stdout
 
 
+def _environment_without_a_display() -> dict[str, str]:
+    """This process's environment, less what tells Qt where to draw."""
+    hidden = ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
+    return {k: v for k, v in os.environ.items() if k not in hidden}
+
+
 @pytest.mark.slow  # a child process: about half a second
 def test_gui_without_a_display_says_so(tmp_path: Path) -> None:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
-    }
+    env = _environment_without_a_display()
     result = subprocess.run(
         [sys.executable, "-m", "fpexplorer", "gui"],
         capture_output=True,
@@ -304,11 +306,7 @@ def _free_x_display() -> str:
 def test_a_display_that_cannot_be_used_is_one_line_and_exit_2(where: str) -> None:
     # Failed before: Qt printed a dozen lines ending "Reinstalling the application may fix
     # this problem" and aborted the process (exit status 134, a core dump).
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")
-    }
+    env = _environment_without_a_display()
     if where == "display":  # an ssh -X session whose forwarding is gone, say
         env["DISPLAY"] = display = _free_x_display()
         setting = f"DISPLAY={display!r}"
