@@ -145,6 +145,9 @@ def calculate(
     fmt = get_format(fmt)
     if operation not in OPERATIONS:
         raise ValueError(f"unknown operation {operation!r}; one of {', '.join(OPERATIONS)}")
+    if isinstance(operands, (str, bytes)) or not hasattr(operands, "__len__"):
+        # calculate("sqrt", "2", ...) reads one operand; "12" as ("1", "2") would be a wrong sum.
+        raise ValueError(f"operands are a list, as [{operands!r}], not a {type(operands).__name__}")
     if len(operands) != OPERATIONS[operation]:
         raise ValueError(
             f"{operation} takes {OPERATIONS[operation]} operand(s), not {len(operands)}"

@@ -52,6 +52,7 @@ from .block import (
 from .exact import ExactValue
 from .format import ROUNDING_MODES, FloatFormat, to_exact_value
 from .registry import get_format
+from .vectorized import read_array
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -336,6 +337,9 @@ def quantize_block_exact(
     """
     fmt = get_block_format(block_format)
     _check_rounding(fmt, rounding)
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        # A string would be read one character at a time ("0.1" as "0", ".", "1").
+        raise ValueError(f"a block is a list of values, not a {type(values).__name__}")
     inputs = tuple(to_exact_value(v) for v in values)
     if not 1 <= len(inputs) <= fmt.block_size:
         raise ValueError(f"a {fmt.name} block holds 1..{fmt.block_size} values, not {len(inputs)}")
@@ -576,7 +580,7 @@ def dequantize(
 
 
 def _as_float_array(array: npt.ArrayLike) -> np.ndarray[Any, Any]:
-    data = np.asarray(array)
+    data = read_array(array)
     if data.dtype.kind == "f":
         if data.dtype.itemsize > 8:
             raise ValueError(f"{data.dtype} is wider than float64; give float16/32/64 values")

@@ -158,7 +158,10 @@ def exact_decimal(x: Fraction | ExactValue | int, max_digits: int | None = None)
         sign = "-" if x.negative else ""
         magnitude = x.magnitude
     else:
-        value = Fraction(x)
+        try:
+            value = Fraction(x)
+        except (TypeError, ValueError, OverflowError):  # None, "abc", a float inf or NaN
+            raise ValueError(f"exact_decimal takes a finite number, not {x!r}") from None
         sign = "-" if value < 0 else ""
         magnitude = abs(value)
     if max_digits is not None and max_digits < 1:

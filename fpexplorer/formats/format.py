@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import random
 from dataclasses import dataclass
 from decimal import Decimal
@@ -297,11 +298,15 @@ class FloatFormat:
 
     # ---- decoding --------------------------------------------------------------------
     def _check_code(self, code: int) -> int:
-        if isinstance(code, bool) or not isinstance(code, int):
-            try:
-                code = int(code)  # numpy integers
-            except (TypeError, ValueError):
-                raise ValueError(f"a code must be an int, not {type(code).__name__}") from None
+        # A Python int out: a numpy uint8 code (an element of from_float_array's result) would
+        # overflow in the exponent arithmetic and decode wrong. operator.index takes integers
+        # only, so 1.5 (or 1.0) is refused instead of truncated; a bool is no code.
+        if isinstance(code, bool):
+            raise ValueError(f"a code must be an int, not {type(code).__name__}")
+        try:
+            code = operator.index(code)
+        except TypeError:
+            raise ValueError(f"a code must be an int, not {type(code).__name__}") from None
         if not 0 <= code < (1 << self.width):
             raise ValueError(f"code {code:#x} out of range for the {self.width}-bit {self.name}")
         return code
@@ -350,6 +355,7 @@ class FloatFormat:
 
     def to_exact(self, code: int) -> ExactValue:
         """The exact value of a code; never raises for a valid code."""
+        code = self._check_code(code)
         kind = self.classify(code)
         sign, exponent, fraction = self._split(code)
         negative = bool(sign)
@@ -879,6 +885,10 @@ def _validate(fmt: FloatFormat) -> None:
         value = getattr(fmt, field_name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{field_name} must be an int")
+    for field_name in ("subnormals", "signed"):
+        # A string such as "no" or "off" would read as True: a format unlike the one asked for.
+        if not isinstance(getattr(fmt, field_name), bool):
+            raise ValueError(f"{field_name} must be True or False")
     if not 1 <= fmt.exponent_bits <= MAX_EXPONENT_BITS:
         raise ValueError(f"exponent bits must be 1..{MAX_EXPONENT_BITS}, not {fmt.exponent_bits}")
     if fmt.mantissa_bits < 0:

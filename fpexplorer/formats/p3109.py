@@ -120,6 +120,8 @@ def p3109_format(
 def p3109_parameters(fmt: FloatFormat) -> P3109Parameters | None:
     """K, P, signedness and domain of a format that follows P3109's rules exactly, else None
     (a P3109 encoding with another bias, say)."""
+    if not isinstance(fmt, FloatFormat):
+        raise ValueError(f"p3109_parameters takes a FloatFormat, not {type(fmt).__name__}")
     if fmt.encoding not in P3109_ENCODINGS:
         return None
     parameters = P3109Parameters(

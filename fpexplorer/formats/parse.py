@@ -188,6 +188,8 @@ def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | N
     wrong: a sign (a code's sign is its top bit), a digit not of its base, or more bits
     than the format has.
     """
+    if not isinstance(text, str):
+        raise ValueError(f"a code to read must be text, not {type(text).__name__}")
     compact = "".join(text.split())
     unsigned = compact.lstrip("+-")
     if unsigned != compact and (

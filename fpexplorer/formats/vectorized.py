@@ -124,6 +124,24 @@ def classify_array(fmt: FloatFormat, codes: npt.ArrayLike) -> ClassArray:
     return _decode(fmt, c)[1]
 
 
+def read_array(x: npt.ArrayLike) -> np.ndarray[Any, Any]:
+    """`np.asarray(x)`, with the array protocol's refusals as one clear ValueError.
+
+    A torch tensor converts through numpy: a float16/32/64 CPU tensor without grad does; a
+    bfloat16 or float8 tensor, a CUDA tensor or one that requires grad raises inside torch
+    (TypeError/RuntimeError), reported here as what to pass instead.
+    """
+    try:
+        return np.asarray(x)
+    except (TypeError, RuntimeError) as error:
+        if type(x).__module__.split(".")[0] == "torch":
+            raise ValueError(
+                "a torch tensor is read through numpy, which cannot take this one "
+                f"({error}): give x.detach().float().cpu()"
+            ) from None
+        raise ValueError(f"cannot read a {type(x).__name__} as an array: {error}") from None
+
+
 def from_float_array(
     fmt: FloatFormat,
     x: npt.ArrayLike,
@@ -139,9 +157,16 @@ def from_float_array(
     if policy not in OVERFLOW_POLICIES:
         raise ValueError(f"unknown overflow policy {overflow!r}; one of {OVERFLOW_POLICIES}")
     bits = check_random_bits(rounding, random_bits)
-    array = np.asarray(x)
+    array: np.ndarray[Any, Any] = read_array(x)
+    if array.dtype.kind == "V" and not array.dtype.name.startswith(("int", "uint")):
+        # ml_dtypes' floats (bfloat16, float8_*, float6_*, float4_*) are at most 16 bits
+        # wide: float32 holds every value of each exactly, so the rounding stays single.
+        try:
+            array = array.astype(np.float32)
+        except (TypeError, ValueError):
+            pass  # raw bytes (np.load of such a file): refused below with the dtype named
     if array.dtype.kind != "f":
-        if array.dtype.kind in "iub":
+        if array.dtype.kind in "iub" or array.dtype.name.startswith(("int", "uint")):
             raise ValueError("from_float_array takes floats; convert integers with from_value")
         raise ValueError(f"from_float_array takes a float array, not {array.dtype}")
     flat = array.reshape(-1)
@@ -161,7 +186,8 @@ def from_float_array(
                 if stochastic is not None:
                     stochastic.start = start
                 out[start : start + _BLOCK] = _round_block(fmt, block, rounding, policy, stochastic)
-    return out.reshape(array.shape)
+    codes: np.ndarray[Any, Any] = out.reshape(array.shape)
+    return codes
 
 
 class _Stochastic:

@@ -411,6 +411,11 @@ def steps_text(count: int) -> str:
 
 def summarize(run: Run) -> RunSummary:
     """The summary of a run already in memory (`load_run`)."""
+    if not isinstance(run, Run):  # a path: 'str' object has no attribute 'path' said nothing
+        raise TypeError(
+            f"summarize takes a Run (load_run(path)), not a {type(run).__name__}; "
+            "for a file, summarize_file(path)"
+        )
     summarizer = RunSummarizer(run.path)
     records: list[Record] = [run.header] if run.header is not None else []
     records += [*run.steps, *([run.end] if run.end is not None else [])]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -16,13 +17,16 @@ from fpexplorer.formats import (
     ExactValue,
     Fields,
     FloatFormat,
+    calculate,
     exact_decimal,
     get_format,
     leading_digits,
     list_formats,
     make_format,
+    p3109_parameters,
     parse_code,
     parse_value,
+    quantize_block_exact,
 )
 
 
@@ -132,6 +136,47 @@ def test_fields_classify_bits() -> None:
         fp16.to_fraction(0x7C00)
     assert math.isinf(fp16.to_float(0xFC00)) and fp16.to_float(0xFC00) < 0
     assert str(fp16.to_exact(0x8000)) == "-0"
+
+
+@pytest.mark.parametrize("name", ["e4m3", "fp16", "e8m0", "fp4"])
+def test_a_numpy_code_decodes_as_its_int(name: str) -> None:
+    # The codes from_float_array returns are numpy uint8/uint16: each element decodes as
+    # the Python int would (a uint8 once wrapped in the exponent arithmetic: E4M3 0x38 read 0).
+    fmt = get_format(name)
+    codes = np.arange(fmt.code_count, dtype=fmt.from_float_array(np.zeros(1)).dtype)
+    for code in codes:
+        assert str(fmt.to_exact(code)) == str(fmt.to_exact(int(code)))
+        assert fmt.to_float(code) == fmt.to_float(int(code)) or math.isnan(fmt.to_float(code))
+        assert fmt.ulp(code) == fmt.ulp(int(code))
+    assert get_format("e4m3").to_fraction(np.uint8(0x38)) == 1
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        # Each was accepted as something else or failed deep inside before.
+        (lambda: make_format(4, 3, subnormals="no"), "subnormals must be True or False"),
+        (lambda: make_format(4, 3, signed=1), "signed must be True or False"),
+        (lambda: calculate("add", "12", "fp16"), r"operands are a list, as \['12'\]"),
+        (lambda: quantize_block_exact("0.1", "mxfp4"), "a block is a list of values"),
+        (lambda: parse_code(None, get_format("fp16")), "a code to read must be text"),
+        (lambda: p3109_parameters("binary8p3se"), "takes a FloatFormat, not str"),
+        (lambda: exact_decimal(None), "exact_decimal takes a finite number, not None"),
+        (lambda: exact_decimal(math.inf), "exact_decimal takes a finite number, not inf"),
+    ],
+)
+def test_a_wrong_argument_is_a_value_error_saying_so(call: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+@pytest.mark.parametrize("code", [1.5, 1.0, np.float32(56.0), True, "0x38", None])
+def test_a_code_that_is_no_integer_is_a_value_error(code: object) -> None:
+    # Never truncated (1.5 read as code 1) nor a TypeError from the bit arithmetic inside.
+    fp16 = get_format("fp16")
+    for method in (fp16.to_exact, fp16.to_float, fp16.classify, fp16.code_to_hex, fp16.ulp):
+        with pytest.raises(ValueError, match="a code must be an int"):
+            method(code)  # type: ignore[operator]
 
 
 def test_every_input_type() -> None:

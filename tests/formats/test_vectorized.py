@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -12,6 +13,7 @@ from fpexplorer.formats import (
     FloatFormat,
     get_format,
     list_formats,
+    quantize,
 )
 
 CUSTOM = [
@@ -143,6 +145,54 @@ def test_array_dtypes_shapes_and_inputs() -> None:
         fp16.to_float_array(np.array([1.0]))
     with pytest.raises(ValueError, match="rounding mode"):
         fp16.from_float_array(x, "up")
+
+
+ML_DTYPES_FLOATS = [
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e8m0fnu",
+    "float6_e2m3fn",
+    "float4_e2m1fn",
+]
+
+
+@pytest.mark.parametrize("source", ML_DTYPES_FLOATS)
+@pytest.mark.parametrize("target", ["e4m3", "fp4", "e8m0", "bf16"])
+def test_an_ml_dtypes_array_rounds_as_its_float32_values(source: str, target: str) -> None:
+    # Every value of the source type (it was refused: "takes a float array, not bfloat16",
+    # where quantize took it). float32 holds each exactly, so the rounding stays single.
+    dtype = np.dtype(getattr(ml_dtypes, source))
+    every = np.arange(1 << (8 * dtype.itemsize), dtype=f"u{dtype.itemsize}").view(dtype)
+    if source.startswith(("float6", "float4")):  # codes above the width are not values
+        every = (
+            get_format(source)
+            .to_float_array(np.arange(1 << get_format(source).width))
+            .astype(dtype)
+        )
+    fmt = get_format(target)
+    for mode in ("nearest_even", "toward_zero", "round_to_odd"):
+        np.testing.assert_array_equal(
+            fmt.from_float_array(every, mode), fmt.from_float_array(every.astype(np.float32), mode)
+        )
+    with pytest.raises(ValueError, match="floats"):
+        fmt.from_float_array(np.ones(2, dtype=ml_dtypes.int4))
+
+
+def test_a_torch_tensor_numpy_cannot_read_is_a_value_error_saying_what_to_pass() -> None:
+    import torch
+
+    e4m3 = get_format("e4m3")
+    np.testing.assert_array_equal(
+        e4m3.from_float_array(torch.tensor([0.3, 1.0])), e4m3.from_float_array([0.3, 1.0])
+    )
+    for tensor in (
+        torch.ones(2, dtype=torch.bfloat16),  # was TypeError: Got unsupported ScalarType
+        torch.ones(2, requires_grad=True),  # was RuntimeError from Tensor.numpy
+    ):
+        for convert in (e4m3.from_float_array, lambda t: quantize(t, "mxfp4")):
+            with pytest.raises(ValueError, match=r"give x\.detach\(\)\.float\(\)\.cpu\(\)"):
+                convert(tensor)
 
 
 def test_stochastic_arrays_are_seeded_and_unbiased() -> None:

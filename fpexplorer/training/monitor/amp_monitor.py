@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import io
 import math
 import operator
 import os
@@ -174,6 +175,52 @@ def _grad_norm_dtype(dtypes: set[torch.dtype]) -> torch.dtype | str | None:
     if dtypes <= {torch.float16, torch.bfloat16, torch.float32}:
         return torch.float32
     return _PER_TENSOR
+
+
+def _check_arguments(
+    model: object, scaler: object, out: object, config: object, echo: object
+) -> None:
+    """TypeError, before the run log is opened, for an argument of the wrong kind, which
+    would otherwise fail deep inside (an AttributeError at construction or on the first
+    step) and leave the log open and locked against the retry."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"AmpMonitor's model is a torch.nn.Module, not {_kind(model)}")
+    if scaler is not None and not callable(getattr(scaler, "get_scale", None)):
+        raise TypeError(
+            "AmpMonitor's scaler is a torch.amp.GradScaler, an object with get_scale(), or "
+            f"None, not {_kind(scaler)}"
+        )
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        # An open file cannot be locked against a second writer: the log needs its path.
+        raise TypeError(
+            f"AmpMonitor's out is a run-log path (str or os.PathLike), not {_kind(out)}"
+        )
+    if config is not None and not isinstance(config, Mapping):
+        raise TypeError(f"AmpMonitor's config is a mapping (a dict), not {_kind(config)}")
+    if echo is not None and (
+        not callable(getattr(echo, "write", None))
+        or isinstance(echo, (io.RawIOBase, io.BufferedIOBase))
+        or "b" in str(getattr(echo, "mode", ""))
+    ):
+        raise TypeError(f"AmpMonitor's echo is a text stream (sys.stdout), not {_kind(echo)}")
+
+
+def _as_device(device: object) -> torch.device:
+    """A torch.device from one, or from a name such as "cuda:0"."""
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        raise TypeError(f"AmpMonitor's device is a torch.device or its name, not {_kind(device)}")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"AmpMonitor's device: {error}") from None
+
+
+def _kind(value: object) -> str:
+    """How an argument of the wrong kind is named in an error: "None", "a str"."""
+    name = type(value).__name__
+    return "None" if value is None else f"{'an' if name[0] in 'aeiouAEIOU' else 'a'} {name}"
 
 
 def _watched_optimizers(
@@ -321,7 +368,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         stats_budget: statistics as often as keeps the monitor's cost (cheap signals
             included) within this share of the wall time (default 0.05 when `stats_every`
             is not given).
-        formats: the formats whose ranges the header records (names or specs that
+        formats: the formats whose ranges the header records (a name, or names or specs that
             `fpexplorer.formats.get_format` reads: FP8/FP6/FP4, E8M0, custom `eXmY`...).
         format_shares: also record, per format, the share of gradients that would flush,
             go subnormal or overflow (the most expensive statistic; off by default).
@@ -329,6 +376,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             written at the first step, labelled from the autocast dtype seen in forward).
         config: extra header config (the job passes its whole TrainConfig).
         echo: a text stream that also receives every record (e.g. sys.stdout).
+        device: where the statistics are computed, a torch.device or its name (default:
+            the device of the model's first parameter).
         check_reduction: under a process group of several ranks, with a DDP model (whose
             `.module` is watched: layer names as unwrapped) or one with FSDP2 modules, put a
             check of this rank's own gradients before they are communicated into the model
@@ -336,6 +385,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             that the merged log names the rank and layer where a weight-gradient overflow
             started. A model that has its own hook keeps it (one warning): register it
             before creating the monitor, as DDP takes no hook after this one. False: no check.
+
+    Raises (at construction, before the run log is opened):
+        TypeError: an argument of the wrong kind (a model that is no nn.Module, an
+            optimizer list that is empty or holds something else, a scaler without
+            `get_scale()`, an open file as `out`).
+        ValueError: a wrong value (`stats_every=-1`, `stats_budget=2`, an unknown format).
+        OSError: the run log cannot be created (a missing folder); `RunLogLocked` when
+            another writer holds it.
     """
 
     def __init__(
@@ -353,11 +410,16 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         precision: str | None = None,
         config: Mapping[str, Any] | None = None,
         echo: IO[str] | None = None,
-        device: torch.device | None = None,
+        device: torch.device | str | None = None,
         check_reduction: bool = True,
     ) -> None:
         if not isinstance(check_reduction, bool):  # "no" or 0 would read as on, or off
             raise TypeError(f"check_reduction is True or False, not {check_reduction!r}")
+        _check_arguments(model, scaler, out, config, echo)
+        if device is not None:
+            device = _as_device(device)
+        if isinstance(formats, str):  # one name, not its letters ("unknown format 'f'")
+            formats = (formats,)
         optimizers = _watched_optimizers(optimizer)
         wrapped, model = model, watched_module(model)
         ranks = RankContext.current() if writer is None else None

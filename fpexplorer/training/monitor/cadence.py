@@ -41,7 +41,8 @@ class StatsCadence:
         if every is not None and (isinstance(every, bool) or not isinstance(every, int)
                                   or every < 0):  # fmt: skip
             raise ValueError("stats_every must be a whole number >= 0 (0: off)")
-        if budget is not None and not 0 <= budget <= 1:
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                   or not 0 <= budget <= 1):  # fmt: skip
             raise ValueError("stats_budget must be a share of the wall time, in [0, 1]")
         self.every = every
         self.budget = budget
