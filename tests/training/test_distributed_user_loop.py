@@ -316,3 +316,62 @@ def test_a_compiled_ddp_model_is_named_and_checked_as_uncompiled(
     assert stats.activations_not_measured == COMPILED_MODEL_UNCHECKED
     check = check_before_reduction(compiled)
     assert check is not None and check is check_before_reduction(ddp)  # the DDP's own
+
+
+# MODE: "rank-0-only" (only rank 0 makes a monitor) or "cadences" (rank 1's stats_every
+# differs). JOIN_SECONDS is cut so the refusal comes in seconds.
+LOPSIDED_LOOP = """
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from fpexplorer.training.monitor import AmpMonitor, ranks
+
+out, mode = sys.argv[1], sys.argv[2]
+ranks.JOIN_SECONDS = 3.0
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = nn.parallel.DistributedDataParallel(nn.Linear(4, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+monitor = None
+if mode == "cadences":
+    monitor = AmpMonitor(model, optimizer, out=out, stats_every=1 + rank)
+elif rank == 0:
+    monitor = AmpMonitor(model, optimizer, out=out)
+for step in range(3):
+    loss = model(torch.randn(8, 4)).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if monitor is not None:
+        monitor.step(loss)
+"""
+
+
+@pytest.mark.slow  # two torchrun launches of a few seconds each
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("rank-0-only", "RuntimeError: AmpMonitor: rank 1 made no AmpMonitor within 3 s of "
+         "rank 0's; under torch.distributed make it on every rank, with the same stats_every"),
+        ("cadences", "RuntimeError: AmpMonitor: the ranks' monitors were made with different "
+         "stats_every (rank 0 1, rank 1 2); give every rank the same"),
+    ],
+)  # fmt: skip
+def test_a_monitor_missing_on_a_rank_or_on_another_cadence_is_refused_not_hung(
+    tmp_path: Path, mode: str, message: str
+) -> None:
+    """Before, a monitor on rank 0 alone waited for ever in its first exchange (an
+    all_reduce rank 1 never joins), and so did monitors whose cadences differ."""
+    script = tmp_path / "lopsided.py"
+    script.write_text(textwrap.dedent(LOPSIDED_LOOP))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(tmp_path / "run.jsonl"), mode],
+        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert message in done.stderr, done.stderr[-3000:]

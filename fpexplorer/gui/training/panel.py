@@ -71,7 +71,7 @@ from fpexplorer.gui.training.view_model import (
 )
 from fpexplorer.paths import run_directory
 from fpexplorer.training.ranked import NoRunError, find_run
-from fpexplorer.training.records import HeaderRecord, Record
+from fpexplorer.training.records import EndRecord, HeaderRecord, Record
 from fpexplorer.training.summary import no_run_reason, steps_text
 
 __all__ = ["RunEntry", "TrainingPanel"]
@@ -400,6 +400,8 @@ class TrainingPanel(QWidget):
                 self._show_status(
                     f"Opened {elide(files.merged.name, 60)} (merged) and {len(ranks)} rank "
                     f"logs beside it: {steps_text(merged.steps_seen)}, {merged.status}."
+                    + failure_note(merged.end),
+                    error=merged.status == "failed",
                 )
 
     def _load_run_file(self, path: Path, in_background: bool) -> None:
@@ -517,9 +519,7 @@ class TrainingPanel(QWidget):
                 + "."
             )
             failed = end is not None and end.status == "failed"
-            if end is not None and failed:
-                # What went wrong is the first thing a person opening a failed run wants.
-                note += f" Error: {elide(end.error or 'no reason given', 300)}."
+            note += failure_note(end)
             if problems:
                 note += " Problems: " + elide("; ".join(problems[:3]), 200)
             self._show_status(note, error=failed)
@@ -927,6 +927,14 @@ class TrainingPanel(QWidget):
             self._show_status(f"Export failed: {error.strerror or error}", error=True)
             return
         self._show_status(f"Exported {len(written)} files to {folder}.")
+
+
+def failure_note(end: EndRecord | None) -> str:
+    """' Error: WHY.' for a failed run's end (what a person opening a failed run wants
+    first: for a run of several ranks, which rank was lost or raised); else ''."""
+    if end is None or end.status != "failed":
+        return ""
+    return f" Error: {elide(end.error or 'no reason given', 300)}."
 
 
 class RunNameDelegate(QStyledItemDelegate):

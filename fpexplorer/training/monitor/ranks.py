@@ -49,6 +49,11 @@ names the rank on every skipped step (a model without the check,
 `AmpMonitor(check_reduction=False)` or one whose DDP communication hook is the user's, is
 named there only from a non-finite loss or, on statistics steps, its activations).
 
+**Starting.** Every rank must make its monitor, with the same `stats_every`: a new
+monitor posts its cadence in the process group's store and waits at most `JOIN_SECONDS`
+for every other rank's, else raises RuntimeError naming the ranks (a monitor on rank 0
+alone would otherwise wait in its first all_reduce for ever).
+
 **Ending.** A run's end goes through the process group's store, not a collective (a lost
 rank must not stall the others): each rank posts how it ended; rank 0, and any rank that
 did not complete, wait at most `ROLL_CALL_SECONDS` for the others. A rank that posted
@@ -104,6 +109,8 @@ from fpexplorer.training.runlog import RunWriter
 
 # How long a rank waits, at the end, for the others to say how they ended.
 ROLL_CALL_SECONDS = 5.0
+# How long a rank's new monitor waits for every other rank's (their set-up differs).
+JOIN_SECONDS = 60.0
 # The cadence under a process group when the caller gave a time budget (see above).
 DISTRIBUTED_STATS_EVERY = 10
 
@@ -195,6 +202,7 @@ class RankLogs:
         # (the monitor's `reduction.PreReductionCheck`); asked on exchange steps.
         self.local_origin: Callable[[], str | None] | None = None
         self._sequence = next(_instances)
+        self._join()
         self._layer_index: dict[str, int] = {}
         self._layer_names: tuple[str, ...] = ()
         self._closed = False
@@ -202,6 +210,40 @@ class RankLogs:
         self._merged_writer: RunWriter | None = None
         if context.rank == 0:
             self._merged_writer = merged_writer or self._open(self.merged_path)
+
+    def _join(self) -> None:
+        """Wait until every rank has made its monitor, with the same cadence, else raise
+        RuntimeError naming the ranks. The exchanges are collectives: a monitor on rank 0
+        alone (or cadences that differ) would wait in an all_reduce no other rank joins,
+        or meet DDP's, for ever. Through the store, as the end is: no collective."""
+        rank, world = self.context.rank, self.context.world_size
+        store = rendezvous_store()
+        if store is None:
+            return
+        prefix = f"fpexplorer/monitor-{self._sequence}/join/"
+        keys = [prefix + str(other) for other in range(world)]
+        try:
+            store.set(keys[rank], str(self.stats_every))
+            deadline = time.monotonic() + JOIN_SECONDS
+            while not store.check(keys) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            missing = [other for other in range(world) if not store.check([keys[other]])]
+            cadences = [] if missing else [int(store.get(key)) for key in keys]
+        except (RuntimeError, ValueError, OSError):
+            return  # the store itself is gone: the collectives will say so
+        if missing:
+            raise RuntimeError(
+                f"AmpMonitor: {_ranks_text(missing)} made no AmpMonitor within "
+                f"{JOIN_SECONDS:g} s of rank {rank}'s; under torch.distributed make it on "
+                "every rank, with the same stats_every (each writes its own log, rank 0 "
+                "the merged one too)"
+            )
+        if len(set(cadences)) > 1:
+            given = ", ".join(f"rank {other} {every}" for other, every in enumerate(cadences))
+            raise RuntimeError(
+                f"AmpMonitor: the ranks' monitors were made with different stats_every "
+                f"({given}); give every rank the same (their exchanges must meet)"
+            )
 
     # -- RunWriter's interface -----------------------------------------------------------
 
@@ -527,6 +569,11 @@ def rendezvous_store() -> Any:
         return distributed.distributed_c10d._get_default_store()
     except (RuntimeError, ValueError, AttributeError):
         return None
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """'rank 1' or 'ranks 1, 3'."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 def _lost(rank: int) -> RankEnd:

@@ -30,9 +30,10 @@ WORLD = 4
 LAYERS = ("4.wi", "5.wo", "head")
 
 
-def _write_ranked_run(folder: Path) -> Path:
+def _write_ranked_run(folder: Path, *, lost_rank: int | None = None) -> Path:
     """A merged log and four rank logs, as `fpexplorer train --nproc-per-node 4` writes
-    them; on step 3 the overflow started on rank 3 in layer 5.wo."""
+    them; on step 3 the overflow started on rank 3 in layer 5.wo. With `lost_rank`, that
+    rank was killed after step 5: the others' logs and the merged one end failed."""
     merged = folder / "run.jsonl"
     config = {"task": "transformer", "precision": "fp16", "init_scale": 65536.0}
     model = ModelInfo(params=10, layers=LAYERS)
@@ -59,9 +60,16 @@ def _write_ranked_run(folder: Path) -> Path:
                 loss = 2.0 - 0.1 * step + (0.01 * rank if rank is not None else 0.0)
                 writer.write(StepRecord(step=step, loss=loss, scale=65536.0, skipped=overflow,
                                         time=0.1 * step, stats=stats, ranks=ranks))  # fmt: skip
-            ends = tuple(RankEnd(rank=k, status="completed", steps=6) for k in range(WORLD))
-            writer.write(EndRecord(status="completed", steps=6, elapsed=0.6,
-                                   ranks=ends if rank is None else ()))  # fmt: skip
+            if lost_rank is None:
+                ends = tuple(RankEnd(rank=k, status="completed", steps=6) for k in range(WORLD))
+                writer.write(EndRecord(status="completed", steps=6, elapsed=0.6,
+                                       ranks=ends if rank is None else ()))  # fmt: skip
+            elif rank != lost_rank:  # a killed rank writes no end
+                ends = tuple(RankEnd(rank=k, status="lost" if k == lost_rank else "failed",
+                                     steps=6) for k in range(WORLD))  # fmt: skip
+                writer.write(EndRecord(status="failed", steps=6, elapsed=0.6,
+                                       error=f"lost rank {lost_rank}",
+                                       ranks=ends if rank is None else ()))  # fmt: skip
     return merged
 
 
@@ -94,6 +102,23 @@ def test_overlay_each_rank_adds_the_rank_logs(panel, tmp_path: Path) -> None:  #
     assert len(panel.run_list_state.overlay()) == 5
     assert panel.current_run is panel.runs[0]  # the merged view is the one shown
     assert panel.runs[2].model.label.startswith("[rank 1] ")
+
+
+def test_overlay_on_a_failed_run_says_why_as_the_merged_view_does(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Before, the overlay's status line said only "failed", not in the alarm colour,
+    where the merged view alone said "Error: lost rank 2." in it."""
+    _write_ranked_run(tmp_path, lost_rank=2)
+    panel.load_run(tmp_path)
+    alone = panel.status_label.text()
+    assert alone == "Opened run.jsonl: 6 steps, failed. Error: lost rank 2."
+    panel.overlay_ranks_action.setChecked(True)
+    panel.load_run(tmp_path)
+    overlaid = "Opened run.jsonl (merged) and 4 rank logs beside it: 6 steps, failed."
+    assert panel.status_label.text() == overlaid + " Error: lost rank 2."
+    assert panel.status_label.styleSheet() != ""  # the alarm colour, as alone
+    # The merged view opened alone, then again with ranks 0-3 beside it.
+    statuses = [entry.model.status for entry in panel.runs[2:]]
+    assert statuses == ["failed", "failed", "incomplete", "failed"]
 
 
 def test_a_folder_without_a_run_is_a_status_line(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
