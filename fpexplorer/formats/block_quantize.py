@@ -50,7 +50,7 @@ from .block import (
     shared_exponent,
 )
 from .exact import ExactValue
-from .format import ROUNDING_MODES, FloatFormat, to_exact_value
+from .format import ROUNDING_MODES, FloatFormat, check_seed, to_exact_value
 from .registry import get_format
 from .vectorized import read_array
 
@@ -337,6 +337,7 @@ def quantize_block_exact(
     """
     fmt = get_block_format(block_format)
     _check_rounding(fmt, rounding)
+    seed = check_seed(seed)
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         # A string would be read one character at a time ("0.1" as "0", ".", "1").
         raise ValueError(f"a block is a list of values, not a {type(values).__name__}")
@@ -498,6 +499,7 @@ def quantize(
     """
     fmt = get_block_format(block_format)
     _check_rounding(fmt, rounding)
+    seed = check_seed(seed)
     data = _as_float_array(array)
     if data.ndim == 0:
         data = data.reshape(1)

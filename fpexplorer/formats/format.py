@@ -172,6 +172,7 @@ class FloatFormat:
     # ---- shape -------------------------------------------------------------------------
     @property
     def width(self) -> int:
+        """Bits in a code: sign (if any) + exponent + fraction."""
         return int(self.signed) + self.exponent_bits + self.mantissa_bits
 
     @property
@@ -210,12 +211,14 @@ class FloatFormat:
 
     @property
     def aliases(self) -> tuple[str, ...]:
+        """Other names `get_format` takes for this format ("fp16", "half" for float16)."""
         from .registry import aliases_of
 
         return aliases_of(self.name)
 
     @property
     def description(self) -> str:
+        """The format in words: what it is, its bits, bias and inf/NaN encoding."""
         from .registry import note_of
 
         parts = []
@@ -245,14 +248,17 @@ class FloatFormat:
     # ---- exact properties ------------------------------------------------------------
     @property
     def max(self) -> Fraction:
+        """The largest finite value, exactly."""
         return _derived(self).max_value
 
     @property
     def min_normal(self) -> Fraction:
+        """The smallest positive normal value, exactly."""
         return _derived(self).min_normal
 
     @property
     def min_subnormal(self) -> Fraction | None:
+        """The smallest positive subnormal value, exactly; None without subnormals."""
         return _derived(self).min_subnormal
 
     @property
@@ -262,6 +268,7 @@ class FloatFormat:
 
     @property
     def decimal_digits(self) -> float:
+        """Precision in decimal digits, (mantissa_bits + 1) * log10(2) (a rounded float)."""
         return (self.mantissa_bits + 1) * math.log10(2)
 
     @property
@@ -277,14 +284,17 @@ class FloatFormat:
 
     @property
     def has_inf(self) -> bool:
+        """Whether the format encodes +-inf."""
         return _derived(self).has_inf
 
     @property
     def has_nan(self) -> bool:
+        """Whether the format encodes NaN (FP6/FP4 do not)."""
         return _derived(self).has_nan
 
     @property
     def has_negative_zero(self) -> bool:
+        """Whether -0 is a code of its own (not in fnuz, unsigned or P3109 formats)."""
         return _derived(self).has_negative_zero
 
     @property
@@ -294,6 +304,7 @@ class FloatFormat:
 
     @property
     def code_count(self) -> int:
+        """Number of codes, 2**width (NaN and inf codes included)."""
         return 1 << self.width
 
     # ---- decoding --------------------------------------------------------------------
@@ -344,6 +355,7 @@ class FloatFormat:
         return "normal"
 
     def fields(self, code: int) -> Fields:
+        """The code's sign, biased and unbiased exponent, fraction and significand."""
         code = self._check_code(code)
         d = _derived(self)
         sign, exponent, fraction = self._split(code)
@@ -400,6 +412,7 @@ class FloatFormat:
         return "|".join(parts)
 
     def code_to_hex(self, code: int) -> str:
+        """The code in hex, zero-padded to the width ("0x3c00")."""
         code = self._check_code(code)
         return f"0x{code:0{(self.width + 3) // 4}x}"
 
@@ -584,7 +597,7 @@ class FloatFormat:
                 raise ValueError("random_draw must be an int")
             if rounding != "stochastic" or not 0 <= random_draw < 1 << bits:
                 raise ValueError(f"random_draw must be in [0, 2**{bits}) with stochastic rounding")
-        draw = _Draw(bits, seed, random_draw)
+        draw = _Draw(bits, check_seed(seed), random_draw)
         d = _derived(self)
         if x.is_nan:
             if d.has_nan:
@@ -757,6 +770,23 @@ class _Draw:
         if self.given is not None:
             return self.given
         return random.Random(self.seed).getrandbits(self.bits)
+
+
+def check_seed(seed: int | None) -> int | None:
+    """A seed as a Python int (a numpy integer too), or None; ValueError for anything else.
+
+    One rule for the scalar path (random.Random, which would also take "a" or 1.5) and the
+    array path (numpy's generator, which takes neither, nor a negative seed).
+    """
+    if seed is None:
+        return None
+    try:
+        value = operator.index(seed) if not isinstance(seed, bool) else -1
+    except TypeError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"seed must be a whole number >= 0, not {seed!r}")
+    return value
 
 
 def check_random_bits(rounding: str, random_bits: int | None) -> int:

@@ -19,6 +19,7 @@ from .format import (
     _derived,
     _too_large_kind,
     check_random_bits,
+    check_seed,
 )
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def from_float_array(
     draws = _given_draws(random_draws, rounding, bits, array.shape)
     stochastic = None
     if rounding == "stochastic":
-        stochastic = _Stochastic(bits, np.random.default_rng(seed), draws)
+        stochastic = _Stochastic(bits, np.random.default_rng(check_seed(seed)), draws)
     kernel = _fast_kernel(fmt, flat.dtype, rounding, policy)
     # Signalling NaNs and huge values make numpy warn inside the kernels; they are handled.
     with np.errstate(invalid="ignore", over="ignore"):

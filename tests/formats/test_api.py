@@ -163,11 +163,28 @@ def test_a_numpy_code_decodes_as_its_int(name: str) -> None:
         (lambda: p3109_parameters("binary8p3se"), "takes a FloatFormat, not str"),
         (lambda: exact_decimal(None), "exact_decimal takes a finite number, not None"),
         (lambda: exact_decimal(math.inf), "exact_decimal takes a finite number, not inf"),
+        # numpy's generator refused these in the array path, random.Random took "a" and 1.5
+        # in the scalar path and refused a numpy integer: one rule for both.
+        (lambda: get_format("fp16").round(0.1, "stochastic", seed="a"), "seed must be a whole"),
+        (lambda: get_format("fp16").round(0.1, "stochastic", seed=1.5), "seed must be a whole"),
+        (
+            lambda: get_format("fp16").from_float_array([0.1], "stochastic", seed="a"),
+            "seed must be a whole number >= 0, not 'a'",
+        ),
+        (
+            lambda: quantize_block_exact(["0.1"], "mxfp4", rounding="stochastic", seed=-1),
+            "seed must be a whole number >= 0, not -1",
+        ),
     ],
 )
 def test_a_wrong_argument_is_a_value_error_saying_so(call: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_a_numpy_integer_seed_is_the_int_seed() -> None:
+    fp16 = get_format("fp16")
+    assert fp16.round(0.1, "stochastic", seed=np.int64(3)) == fp16.round(0.1, "stochastic", seed=3)
 
 
 @pytest.mark.parametrize("code", [1.5, 1.0, np.float32(56.0), True, "0x38", None])
