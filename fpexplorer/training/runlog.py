@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from fpexplorer.training.records import (
     END_STATUSES,
+    RECORD_TYPES,
     SCHEMA_VERSION,
     EndRecord,
     FormatShares,
@@ -280,7 +281,7 @@ def _typed_record(record: Record | Mapping[str, Any]) -> Record:
     """A record as given, or a plain dict read as schema 1's layout (the monitor's old
     hand-built dicts)."""
     if not isinstance(record, Mapping):
-        if not isinstance(record, (HeaderRecord, StepRecord, EndRecord)):
+        if not isinstance(record, tuple(RECORD_TYPES.values())):
             # Was a TypeError from dataclasses.fields, or from the timer thread's encoding.
             raise TypeError(
                 "RunWriter writes a HeaderRecord, StepRecord or EndRecord, not "
