@@ -211,6 +211,10 @@ def summarize_ranked(files: RunFiles) -> RankedSummary:
     """The merged summary, each rank's, and the ranks' disagreements."""
     merged = summarize_file(files.merged)
     ranks = tuple(summarize_file(path) for path in files.ranks)
+    rates = [item.steps_per_s for item in ranks if math.isfinite(item.steps_per_s)]
+    if rates and len(rates) == len(ranks):
+        # The job moves at its slowest rank's pace; the merged log's times are rank 0's.
+        merged = dataclasses.replace(merged, steps_per_s=min(rates))
     disagreements = None
     if files.merged.is_file():
         try:
