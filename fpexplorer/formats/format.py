@@ -1057,7 +1057,11 @@ def to_exact_value(x: ValueLike, fmt: FloatFormat | None = None) -> ExactValue:
         converted = convert(x)
         if converted is not None:
             return to_exact_value(converted, fmt)
-    raise ValueError(f"cannot round a {type(x).__name__}: give an int, float, Fraction, str")
+    # An array, a list or a tensor here is one value expected: say where many are taken.
+    many = "; for an array, from_float_array" if hasattr(x, "__len__") else ""
+    raise ValueError(
+        f"cannot round a {type(x).__name__}: give an int, float, Fraction, Decimal, str{many}"
+    )
 
 
 def _numpy_like_float(x: object) -> float | None:

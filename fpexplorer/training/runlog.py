@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from fpexplorer.training.records import (
     END_STATUSES,
+    RECORD_TYPES,
     SCHEMA_VERSION,
     EndRecord,
     FormatShares,
@@ -280,6 +281,12 @@ def _typed_record(record: Record | Mapping[str, Any]) -> Record:
     """A record as given, or a plain dict read as schema 1's layout (the monitor's old
     hand-built dicts)."""
     if not isinstance(record, Mapping):
+        if not isinstance(record, tuple(RECORD_TYPES.values())):
+            # Was a TypeError from dataclasses.fields, or from the timer thread's encoding.
+            raise TypeError(
+                "RunWriter writes a HeaderRecord, StepRecord or EndRecord, not "
+                f"{'None' if record is None else 'a ' + type(record).__name__}"
+            )
         return record
     typed = from_schema1_dict(record)
     if typed is None:
@@ -595,6 +602,8 @@ class RecordStream:
 
     def feed(self, data: bytes) -> list[Record]:
         """The records completed by `data` (possibly none)."""
+        if isinstance(data, str):  # was "must be str or None, not bytes", from inside split
+            raise TypeError("RecordStream.feed takes bytes (a file opened 'rb', or text.encode())")
         base = self.bytes_fed
         self.bytes_fed += len(data)
         records: list[Record] = []

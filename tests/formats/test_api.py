@@ -163,6 +163,10 @@ def test_a_numpy_code_decodes_as_its_int(name: str) -> None:
         (lambda: p3109_parameters("binary8p3se"), "takes a FloatFormat, not str"),
         (lambda: exact_decimal(None), "exact_decimal takes a finite number, not None"),
         (lambda: exact_decimal(math.inf), "exact_decimal takes a finite number, not inf"),
+        (
+            lambda: get_format("fp16").from_value(np.array([0.1, 0.2])),
+            "cannot round a ndarray: .*; for an array, from_float_array",
+        ),
         # numpy's generator refused these in the array path, random.Random took "a" and 1.5
         # in the scalar path and refused a numpy integer: one rule for both.
         (lambda: get_format("fp16").round(0.1, "stochastic", seed="a"), "seed must be a whole"),
