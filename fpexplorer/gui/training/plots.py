@@ -657,6 +657,8 @@ class RunMarkers:
         self.shown: list[RunMarker] = []
         self.view = plot.getPlotItem().getViewBox()
         self.view.sigResized.connect(self._stack_labels)
+        self.view.sigResized.connect(self._fit_labels)
+        self.view.sigXRangeChanged.connect(self._fit_labels)
 
     def show(self, markers: list[RunMarker]) -> None:
         if markers == self.shown:
@@ -676,7 +678,7 @@ class RunMarkers:
                     "position": self.TOP,
                     "color": plot_colors().foreground,
                     "fill": pg.mkBrush(QColor(plot_colors().background)),
-                    "anchors": [(0, 0.5), (0, 0.5)],
+                    "anchors": [(0, 0.5), (0, 0.5)],  # moved inside by _fit_labels
                 },
             )
             line.setZValue(-5)
@@ -686,6 +688,21 @@ class RunMarkers:
                 self.labelled.append(line)
         self.shown = list(markers)
         self._stack_labels()
+        self._fit_labels()
+
+    def _fit_labels(self, *_args: object) -> None:
+        """Each label right of its line where it fits, else moved left just enough to end
+        at the view's right edge (over its line: the label is filled), so a marker near
+        the end ("first inf/NaN: rank 3, layer 5.wo") is not cut off by the view."""
+        view = self.view.sceneBoundingRect()
+        for line in self.labelled:
+            width = line.label.boundingRect().width()
+            x = self.view.mapViewToScene(QPointF(float(line.value()), 0.0)).x()
+            overhang = x + width - view.right()
+            shift = min(max(overhang / width, 0.0), 1.0) if width > 0 else 0.0
+            if line.label.anchors[0][0] != shift:
+                line.label.anchors = [(shift, 0.5), (shift, 0.5)]
+                line.label.updatePosition()
 
     def _stack_labels(self, *_args: object) -> None:
         """Labels stacked by their order among the labelled lines, a text line apart

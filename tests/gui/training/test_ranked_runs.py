@@ -150,3 +150,19 @@ def test_a_job_of_two_ranks_from_the_form_shows_the_merged_stream_live(panel, qt
     assert all(math.isfinite(loss) for loss in model.latest_step.ranks.losses)
     # The header states the launch: the form can start the same job again from it.
     assert model.config["nproc_per_node"] == 2
+
+
+def test_a_marker_label_near_the_plot_end_is_not_cut_off(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """At 1024x640 "first inf/NaN: rank 3, layer 5.wo" on a line past the middle ran out
+    of the loss plot (always drawn right of its line); now it ends at the plot's edge."""
+    _write_ranked_run(tmp_path)  # the overflow at step 3 of steps 0-5
+    panel.resize(1024, 640)
+    panel.load_run(tmp_path)
+    panel.refresh()
+    panel.grab()  # laid out and drawn, as on screen
+    markers = panel.loss_plot.markers
+    view = markers.view.sceneBoundingRect()
+    [line] = markers.labelled
+    assert line.label.toPlainText() == "first inf/NaN: rank 3, layer 5.wo"
+    label = line.label.sceneBoundingRect()
+    assert view.left() <= label.left() and label.right() <= view.right() + 0.5
