@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -85,3 +86,30 @@ def test_a_device_name_and_one_format_name_are_taken(tmp_path: Path) -> None:
     run = load_run(path)
     assert run.status == "completed" and run.problems == ()
     assert run.header is not None and list(run.header.formats) == ["float8_e4m3fn"]
+
+
+@pytest.mark.parametrize("stats_every", [0, 1])  # the plain step's path, and a statistics step's
+def test_a_wrong_loss_says_what_step_takes(tmp_path: Path, stats_every: int) -> None:
+    # Each was float()'s or torch's message from inside the step ("could not convert string
+    # to float: 'x'", "a Tensor with 3 elements cannot be converted to Scalar").
+    model, optimizer = _model_and_optimizer()
+    wrong: list[tuple[Any, type[Exception], str]] = [
+        ("x", TypeError, "loss is a one-element tensor or a number, not a str"),
+        (None, TypeError, "loss is a one-element tensor or a number, not None"),
+        ([1.0], TypeError, "not a list"),
+        (torch.ones(3), ValueError, r"loss is one number, not a tensor of 3 elements"),
+    ]
+    right = [torch.tensor(0.5), 0.25, np.float32(0.125), np.array(2.0), torch.ones(1)]
+    losses = []
+    with AmpMonitor(model, optimizer, out=tmp_path / "run.jsonl", stats_every=stats_every) as m:
+        for index, loss in enumerate(right):
+            optimizer.zero_grad()
+            model(torch.ones(3, 4)).square().mean().backward()
+            optimizer.step()
+            if index == 2:  # refused before anything is recorded: the right loss still is
+                for given, exception, message in wrong:
+                    with pytest.raises(exception, match=message):
+                        m.step(given)
+            losses.append(m.step(loss).loss)
+    assert losses == [0.5, 0.25, 0.125, 2.0, 1.0]
+    assert [step.loss for step in load_run(tmp_path / "run.jsonl").steps] == losses

@@ -84,6 +84,7 @@ import dataclasses
 import datetime
 import io
 import math
+import numbers
 import operator
 import os
 import threading
@@ -215,6 +216,22 @@ def _as_device(device: object) -> torch.device:
         return torch.device(device)
     except RuntimeError as error:
         raise ValueError(f"AmpMonitor's device: {error}") from None
+
+
+def _check_loss(loss: object) -> None:
+    """A wrong `loss` for step() says what it must be, instead of float()'s or torch's
+    message from inside a step that then records nothing."""
+    if isinstance(loss, (torch.Tensor, np.ndarray)):
+        count = loss.numel() if isinstance(loss, torch.Tensor) else loss.size
+        if count != 1:
+            raise ValueError(
+                f"AmpMonitor.step()'s loss is one number, not a tensor of {count} elements "
+                "(reduce it first, as for backward: loss.mean())"
+            )
+    elif isinstance(loss, bool) or not isinstance(loss, numbers.Real):
+        raise TypeError(
+            f"AmpMonitor.step()'s loss is a one-element tensor or a number, not {_kind(loss)}"
+        )
 
 
 def _kind(value: object) -> str:
@@ -941,11 +958,16 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # statistics due. Anything else, or anything it does not expect, takes the general
         # path below, which records every case.
         if self._plain_ready and self._optimizer_calls[0] == 1 and not self._collecting:
-            record = self._plain_step(loss, entered)
+            try:  # free when nothing is raised: the plain step stays as fast
+                record = self._plain_step(loss, entered)
+            except (TypeError, ValueError, RuntimeError):
+                _check_loss(loss)  # a wrong loss says so; anything else is raised as it was
+                raise
             if record is not None:
                 return record
         if self.closed:
             raise RuntimeError("AmpMonitor.step() after close()")
+        _check_loss(loss)
         if not self._header_written:
             self._write_header()
         grads = [grad for p in self._params if (grad := p.grad) is not None]
