@@ -92,7 +92,7 @@ def _find_run(path: Path) -> RunFiles:
             if len(logs) == 1:
                 return RunFiles(logs[0])
             if not logs:
-                raise NoRunError(f"{path} holds no run log (no .jsonl file)")
+                raise NoRunError(f"{path} holds no run log (no .jsonl file)" + _runs_below(path))
             names = ", ".join(item.name for item in logs[:3]) + (", ..." if len(logs) > 3 else "")
             raise NoRunError(
                 f"{path} holds {len(logs)} .jsonl files ({names}) and no RUN.rank-K.jsonl: name one"
@@ -112,6 +112,24 @@ def _find_run(path: Path) -> RunFiles:
             raise NoRunError(f"{path} is not a regular file")
         raise NoRunError(f"no such run log: {path}")
     return RunFiles(path, _rank_logs(path))
+
+
+def _runs_below(path: Path) -> str:
+    """'; its folders hold runs (a, b, ...): name one' for a folder of run folders (the
+    run directory, where each run of several ranks gets a folder); else ''."""
+    found: list[str] = []
+    for folder in sorted(item for item in path.iterdir() if item.is_dir()):
+        try:
+            if any(item.suffix == ".jsonl" for item in folder.iterdir()):
+                found.append(folder.name)
+        except OSError:
+            continue  # a folder that cannot be listed holds no run we can name
+        if len(found) > 3:
+            break
+    if not found:
+        return ""
+    names = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    return f"; its folders hold runs ({names}): name one"
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fpexplorer.training.ranked import find_run
+from fpexplorer.training.ranked import NoRunError, find_run
 
 
 def test_a_log_in_a_folder_that_cannot_be_listed_is_still_found(
@@ -89,3 +89,21 @@ def test_a_path_that_cannot_be_looked_at_is_one_line_not_a_traceback(
             assert main(["runs", verb, str(path)]) == 2
             err = capsys.readouterr().err
             assert err == f"fpexplorer runs: error: cannot read {path}: Permission denied\n"
+
+
+def test_a_folder_of_run_folders_names_them(tmp_path: Path) -> None:
+    # The run directory, where each run of several ranks gets a folder of its own. Before,
+    # only "holds no run log (no .jsonl file)", as for an empty folder.
+    for name in ("run-mlp-bf16-1", "run-mlp-fp16-2", "run-tf-bf16-3", "run-tf-fp16-4"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.jsonl").write_text("")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NoRunError) as raised:
+        find_run(tmp_path)
+    assert str(raised.value) == (
+        f"{tmp_path} holds no run log (no .jsonl file); its folders hold runs "
+        "(run-mlp-bf16-1, run-mlp-fp16-2, run-tf-bf16-3, ...): name one"
+    )
+    with pytest.raises(NoRunError) as raised:
+        find_run(tmp_path / "empty")
+    assert str(raised.value) == f"{tmp_path / 'empty'} holds no run log (no .jsonl file)"
