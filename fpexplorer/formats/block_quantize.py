@@ -505,11 +505,7 @@ def quantize(
         data = data.reshape(1)
     if data.size == 0:
         raise ValueError("nothing to quantize: the array is empty")
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise ValueError("axis must be an int")
-    if not -data.ndim <= axis < data.ndim:
-        raise ValueError(f"axis {axis} is out of range for an array of {data.ndim} dimensions")
-    axis = int(axis) % data.ndim
+    axis = _checked_axis(axis, data.ndim)
     length = data.shape[axis]
     layout = _Layout(data.shape, axis, length, -(-length // fmt.block_size), fmt.block_size)
     blocks = layout.to_blocks(data)
@@ -524,13 +520,7 @@ def quantize(
     if scale_codes is None:
         codes_of_scales = _scale_codes(fmt, amax, global_scale)
     else:
-        forced = _checked_scale_codes(fmt, np.asarray(scale_codes))
-        try:
-            grid = np.broadcast_to(forced, layout.grid_shape)
-        except ValueError:
-            raise ValueError(
-                f"scale_codes of shape {forced.shape} do not fit the scale grid {layout.grid_shape}"
-            ) from None
+        grid = _scale_grid(fmt, scale_codes, layout.grid_shape)
         codes_of_scales = layout.from_grid(grid).astype(np.uint8)
     scales = fmt.scale_format.to_float_array(codes_of_scales)
     multiplier = scales * (global_scale if global_scale is not None else 1.0)
@@ -564,14 +554,14 @@ def dequantize(
     element_codes = np.asarray(codes)
     if element_codes.ndim == 0:
         element_codes = element_codes.reshape(1)
-    axis = int(axis) % element_codes.ndim
+    # As quantize: axis 2 of a 1-d array was read as axis 0, and scale codes of the wrong
+    # shape failed in numpy's broadcast with its "remapped shapes" message.
+    axis = _checked_axis(axis, element_codes.ndim)
     length = element_codes.shape[axis]
     layout = _Layout(
         element_codes.shape, axis, length, -(-length // fmt.block_size), fmt.block_size
     )
-    scale_grid = np.broadcast_to(
-        _checked_scale_codes(fmt, np.asarray(scale_codes)), layout.grid_shape
-    )
+    scale_grid = _scale_grid(fmt, scale_codes, layout.grid_shape)
     scales = fmt.scale_format.to_float_array(layout.from_grid(scale_grid))
     if fmt.tensor_scale:
         if tensor_scale is None:
@@ -579,6 +569,28 @@ def dequantize(
         scales = scales * float(_forced_tensor_scale(tensor_scale))
     values = fmt.element.to_float_array(layout.to_blocks(element_codes)) * scales[:, None]
     return np.asarray(layout.from_blocks(values), dtype=np.float64)
+
+
+def _checked_axis(axis: int, ndim: int) -> int:
+    """The axis as a non-negative int; ValueError when it is no int or out of range."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ValueError("axis must be an int")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for an array of {ndim} dimensions")
+    return int(axis) % ndim
+
+
+def _scale_grid(
+    fmt: BlockFormat, scale_codes: npt.ArrayLike, grid_shape: tuple[int, ...]
+) -> np.ndarray[Any, Any]:
+    """Given scale codes broadcast to the scale grid; ValueError when they do not fit it."""
+    forced = _checked_scale_codes(fmt, np.asarray(scale_codes))
+    try:
+        return np.broadcast_to(forced, grid_shape)
+    except ValueError:
+        raise ValueError(
+            f"scale_codes of shape {forced.shape} do not fit the scale grid {grid_shape}"
+        ) from None
 
 
 def _as_float_array(array: npt.ArrayLike) -> np.ndarray[Any, Any]:

@@ -636,3 +636,15 @@ def test_nvfp4_tensor_scale_saturates_where_amax_over_2688_overflows_fp32() -> N
     assert vectorized.tensor_scale == fp32_max
     assert list(vectorized.codes.ravel()) == list(exact.codes)
     assert list(vectorized.values.ravel()) == [float(v.fraction) for v in exact.values]
+
+
+def test_dequantize_checks_its_arguments_as_quantize_does() -> None:
+    # axis 2 of a 1-d array was read as axis 0, scale codes of the wrong shape failed in
+    # numpy's broadcast ("remapped shapes").
+    x = np.linspace(-3, 3, 40)
+    q = quantize(x, "mxfp4")
+    assert np.array_equal(dequantize(q.codes, q.scale_codes, "mxfp4"), q.values)
+    with pytest.raises(ValueError, match="axis 2 is out of range for an array of 1 dimensions"):
+        dequantize(q.codes, q.scale_codes, "mxfp4", axis=2)
+    with pytest.raises(ValueError, match=r"scale_codes of shape \(3,\) do not fit the scale grid"):
+        dequantize(q.codes, np.array([127, 127, 127]), "mxfp4")
