@@ -244,6 +244,11 @@ def tensor_scale_for(amax: Any) -> Fraction:
     """NVFP4's per-tensor scale for a tensor whose largest finite magnitude is `amax`:
     FP32(amax / (448·6)); 1 when amax is 0, 2**-149 when the quotient rounds to 0, FP32's
     max when it overflows."""
+    if isinstance(amax, (list, tuple)) or getattr(amax, "ndim", 0) > 0:  # a 0-d array is one
+        raise ValueError(
+            "tensor_scale_for takes the tensor's amax, one number: "
+            "tensor_scale_for(np.abs(x).max()), not an array"
+        )
     exact = to_exact_value(amax)
     if not exact.is_finite or (exact.negative and not exact.is_zero):
         raise ValueError(f"amax must be a finite magnitude, not {exact}")

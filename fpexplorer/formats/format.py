@@ -1053,12 +1053,14 @@ def to_exact_value(x: ValueLike, fmt: FloatFormat | None = None) -> ExactValue:
         exact = parse_value(str(x.copy_abs()))
         return ExactValue("finite", negative, exact.magnitude)
     # numpy scalars and other number types: through float (numpy floats) or int.
-    for convert in (_numpy_like_float, _numpy_like_int):
+    for convert in (_numpy_like_float, _numpy_like_int, _zero_dimensional_item):
         converted = convert(x)
         if converted is not None:
             return to_exact_value(converted, fmt)
     # An array, a list or a tensor here is one value expected: say where many are taken.
-    many = "; for an array, from_float_array" if hasattr(x, "__len__") else ""
+    many = ""
+    if isinstance(x, (list, tuple)) or getattr(x, "ndim", 0) > 0:
+        many = "; for an array, from_float_array"
     raise ValueError(
         f"cannot round a {type(x).__name__}: give an int, float, Fraction, Decimal, str{many}"
     )
@@ -1076,6 +1078,15 @@ def _numpy_like_float(x: object) -> float | None:
         except (TypeError, ValueError):
             return None
     return None
+
+
+def _zero_dimensional_item(x: object) -> float | int | None:
+    """The number in a 0-d tensor (torch's `loss`, read without importing torch): its
+    item() is a Python float or int holding the value exactly."""
+    if getattr(x, "ndim", None) != 0 or not callable(getattr(x, "item", None)):
+        return None
+    value = x.item()  # type: ignore[attr-defined]
+    return value if type(value) in (float, int) else None
 
 
 def _numpy_like_int(x: object) -> int | None:

@@ -21,7 +21,12 @@ from fpexplorer.formats.block import (
     list_block_formats,
     shared_exponent,
 )
-from fpexplorer.formats.block_quantize import dequantize, quantize, quantize_block_exact
+from fpexplorer.formats.block_quantize import (
+    dequantize,
+    quantize,
+    quantize_block_exact,
+    tensor_scale_for,
+)
 from fpexplorer.formats.registry import get_format
 
 MX_NAMES = ("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8")
@@ -648,3 +653,10 @@ def test_dequantize_checks_its_arguments_as_quantize_does() -> None:
         dequantize(q.codes, q.scale_codes, "mxfp4", axis=2)
     with pytest.raises(ValueError, match=r"scale_codes of shape \(3,\) do not fit the scale grid"):
         dequantize(q.codes, np.array([127, 127, 127]), "mxfp4")
+
+
+def test_tensor_scale_for_given_the_tensor_says_it_takes_its_amax() -> None:
+    x = np.array([0.5, -3.0, 2.0])
+    assert tensor_scale_for(np.abs(x).max()) == tensor_scale_for(3)
+    with pytest.raises(ValueError, match=r"takes the tensor's amax, one number"):
+        tensor_scale_for(x)

@@ -183,6 +183,11 @@ def test_a_torch_tensor_numpy_cannot_read_is_a_value_error_saying_what_to_pass()
     import torch
 
     e4m3 = get_format("e4m3")
+    # One number in a 0-d tensor is read exactly (its item()); it was "cannot round a Tensor".
+    assert e4m3.from_value(torch.tensor(0.3)) == e4m3.from_value(float(np.float32(0.3)))
+    assert e4m3.from_value(torch.tensor(-3, dtype=torch.int8)) == e4m3.from_value(-3)
+    with pytest.raises(ValueError, match=r"cannot round a Tensor: .*; for an array, from_float"):
+        e4m3.from_value(torch.ones(2))
     np.testing.assert_array_equal(
         e4m3.from_float_array(torch.tensor([0.3, 1.0])), e4m3.from_float_array([0.3, 1.0])
     )
