@@ -92,6 +92,7 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 # A run name's words; a bracketed tag ("[rank 0]") is one word.
 _NAME_WORD = re.compile(r"\[[^\]]*\]|\S+")
 _STATUS_SEPARATOR = "—"  # the run list's "name — status"
+_ROUTINE_STATUSES = frozenset({"— completed", "— running"})  # the first statuses to go
 _MIN_WORD_HEAD = 3  # a first word cut shorter than this says nothing: it goes whole
 
 
@@ -113,10 +114,12 @@ def elide_words(
     it fits, a word at a time, each cut marked '…'; a number is never cut.
 
     What goes first tells runs apart least: the first word (the task, or a file's name)
-    is cut at its end, then dropped; then the status after ' — '; then the settings, those
-    that most runs shown with it also hold first (`shared`: `name_word_counts` of all the
-    names shown together), from the left among equals (so the distinguishing end stays:
-    "… lr=0.0002 seed=1"); a leading "[rank K]" tag last. Nothing that fits: '…'.
+    is cut at its end, then dropped; then the status after ' — ' where it is a routine one
+    ("completed", "running"); then the settings, those that most runs shown with it also
+    hold first (`shared`: `name_word_counts` of all the names shown together), from the
+    left among equals (so the distinguishing end stays: "… lr=0.0002 seed=1"); then a
+    status that says something went wrong ("failed", "incomplete", "stopped": a lost rank's
+    must not be the first thing to go); a leading "[rank K]" tag last. Nothing that fits: '…'.
     """
     text = " ".join(text.split())
     if fits(text):
@@ -154,10 +157,12 @@ def elide_words(
     cuts = _word_cuts(task) if task else []
     held = shared or {}
     settings = sorted(range(first + 1, len(main)), key=lambda i: -held.get(main[i], 0))
+    routine = tail.split(" (")[0] in _ROUTINE_STATUSES  # "— completed", "— running (live)"
     order = [
         *([first] if task else []),
-        *([len(main)] if tail else []),
+        *([len(main)] if tail and routine else []),
         *settings,
+        *([len(main)] if tail and not routine else []),
         *([0] if tagged else []),
     ]
     # Each shortening leaves the text no longer (a word becomes '…' or joins one), so the

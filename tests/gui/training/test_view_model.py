@@ -574,6 +574,22 @@ def test_elided_names_keep_what_tells_them_from_the_runs_shown_with_them() -> No
     assert elide_words(names[2], lambda t: len(t) <= 20) == "… lr=0.00025 seed=1"
 
 
+def test_a_status_that_says_something_went_wrong_outlasts_the_settings() -> None:
+    # Failed before: the status went second whatever it said, so at 1920x1080 the run list
+    # showed a lost rank's run without " — failed" (only in its tooltip), keeping "#2".
+    fits = lambda t: len(t) <= 28  # noqa: E731
+    failed = "mlp bf16 lr=0.01 seed=0 #2 — failed"
+    assert elide_words(failed, fits) == "… lr=0.01 seed=0 #2 — failed"
+    assert elide_words(failed, lambda t: len(t) <= 22) == "… seed=0 #2 — failed"
+    assert elide_words(failed, lambda t: len(t) <= 13) == "… #2 — failed"
+    assert elide_words(failed, lambda t: len(t) <= 11) == "… — failed"
+    # A routine status still goes before the settings that tell runs apart.
+    completed = "mlp bf16 lr=0.01 seed=0 #2 — completed"
+    assert elide_words(completed, fits) == "… bf16 lr=0.01 seed=0 #2 …"
+    running = "mlp bf16 lr=0.01 seed=0 #2 — running (live)"
+    assert elide_words(running, fits) == "… bf16 lr=0.01 seed=0 #2 …"
+
+
 def test_eliding_a_huge_name_asks_few_widths() -> None:
     # A damaged file's name of 100,000 characters, or of 5,000 settings, was shortened one
     # cut at a time (a width asked and a string joined per cut): a second per call, on
