@@ -342,6 +342,7 @@ def quantize_block_exact(
     """
     fmt = get_block_format(block_format)
     _check_rounding(fmt, rounding)
+    _check_takes_tensor_scale(fmt, tensor_scale)
     seed = check_seed(seed)
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         # A string would be read one character at a time ("0.1" as "0", ".", "1").
@@ -432,6 +433,16 @@ def _global_scale_exact(amax: Fraction) -> Fraction:
     return scale if scale > 0 else _SMALLEST_FLOAT32
 
 
+def _check_takes_tensor_scale(fmt: BlockFormat, tensor_scale: Any) -> None:
+    """A per-tensor scale given for a format without one (MX) would be ignored, and whoever
+    passed it would believe it applied: refuse it."""
+    if tensor_scale is not None and not fmt.tensor_scale:
+        raise ValueError(
+            f"{fmt.name} has no per-tensor scale (only NVFP4 has one): "
+            "tensor_scale= cannot be applied to it"
+        )
+
+
 def _forced_tensor_scale(value: Any) -> Fraction:
     exact = to_exact_value(value)
     rounded = _FLOAT32.to_exact(_FLOAT32.from_value(exact)) if exact.is_finite else exact
@@ -504,6 +515,7 @@ def quantize(
     """
     fmt = get_block_format(block_format)
     _check_rounding(fmt, rounding)
+    _check_takes_tensor_scale(fmt, tensor_scale)
     seed = check_seed(seed)
     data = _as_float_array(array)
     if data.ndim == 0:
@@ -556,6 +568,7 @@ def dequantize(
     """Element codes and block-scale codes back to float64 values (exact): the inverse the
     block editor needs after editing codes. `tensor_scale` is required for NVFP4."""
     fmt = get_block_format(block_format)
+    _check_takes_tensor_scale(fmt, tensor_scale)
     element_codes = np.asarray(codes)
     if element_codes.ndim == 0:
         element_codes = element_codes.reshape(1)

@@ -205,7 +205,9 @@ def _random_blocks(rng: np.random.Generator, rows: int, size: int) -> np.ndarray
     return x
 
 
-def _assert_same(fmt: BlockFormat, rows: np.ndarray, rounding: str, tensor_scale: float) -> None:
+def _assert_same(
+    fmt: BlockFormat, rows: np.ndarray, rounding: str, tensor_scale: float | None
+) -> None:
     quantized = quantize(rows, fmt, rounding, tensor_scale=tensor_scale)
     for r, row in enumerate(rows):
         block = quantize_block_exact(list(row), fmt, rounding, tensor_scale=tensor_scale)
@@ -227,7 +229,9 @@ def test_vectorized_path_equals_exact_path(fmt: BlockFormat) -> None:
     for dtype in (np.float32, np.float64):
         data = rows.astype(dtype)
         for rounding in _rounding_modes(fmt):
-            _assert_same(fmt, data, rounding, tensor_scale=0.015625)
+            # A forced per-tensor scale only where the format has one (NVFP4): MX refuses it.
+            forced = 0.015625 if fmt.tensor_scale else None
+            _assert_same(fmt, data, rounding, tensor_scale=forced)
 
 
 @pytest.mark.parametrize("rounding", NON_STOCHASTIC[:5])
@@ -386,6 +390,20 @@ def test_bad_input_is_refused_with_a_message() -> None:
     with pytest.raises(ValueError, match="positive FP32"):
         quantize(np.ones(4), "nvfp4", tensor_scale=0)
     assert quantize(np.array([1, 2, 3]), "mxint8").values.tolist() == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("name", MX_NAMES)
+def test_a_tensor_scale_for_a_format_without_one_is_refused(name: str) -> None:
+    """MX has no per-tensor scale: one given was ignored, leaving the caller believing it
+    applied. Every entry that takes it refuses it, naming the format."""
+    message = f"{name} has no per-tensor scale"
+    with pytest.raises(ValueError, match=message):
+        quantize(np.ones(4), name, tensor_scale=0.5)
+    with pytest.raises(ValueError, match=message):
+        quantize_block_exact([1.0, 2.0], name, tensor_scale=0.5)
+    codes = quantize(np.ones(4), name)
+    with pytest.raises(ValueError, match=message):
+        dequantize(codes.codes, codes.scale_codes, name, tensor_scale=0.5)
 
 
 # ---- error statistics --------------------------------------------------------------------

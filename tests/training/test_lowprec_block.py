@@ -17,7 +17,7 @@ from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor
 
 from fpexplorer.formats import get_block_format, get_format, quantize
 from fpexplorer.formats.block import POWER_OF_TWO_RULES, BlockFormat, list_block_formats
-from fpexplorer.training.lowprec.block_torch import quantize_blocks
+from fpexplorer.training.lowprec.block_torch import quantize_blocks, quantize_tiles
 from fpexplorer.training.lowprec.tensorwise import quantize_tensorwise
 
 FORMATS_AND_RULES = [
@@ -262,6 +262,11 @@ def test_bad_input_gets_a_clear_message() -> None:
         quantize_blocks(torch.zeros(4), "nvfp4", per_tensor_scale=0.0)
     with pytest.raises(ValueError, match="positive FP32"):
         quantize_blocks(torch.zeros(4), "nvfp4", per_tensor_scale=1e-50)
+    # MX has no per-tensor scale: one given was ignored, the caller believing it applied.
+    with pytest.raises(ValueError, match="mxfp4 has no per-tensor scale"):
+        quantize_blocks(torch.zeros(4), "mxfp4", per_tensor_scale=0.5)
+    with pytest.raises(ValueError, match="mxfp8_e4m3 has no per-tensor scale"):
+        quantize_tiles(torch.zeros(4, 4), "mxfp8_e4m3", per_tensor_scale=torch.tensor(0.5))
     no_subnormals = BlockFormat(
         "flush", get_format("e4m3:subnormals=off"), 32, get_format("float8_e8m0fnu")
     )

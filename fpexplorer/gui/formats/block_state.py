@@ -622,6 +622,9 @@ class BlockEditorState:
             first_element = row * loaded.length + column * self._format.block_size
         self._format = fmt
         self._forced_scale = None
+        if not fmt.tensor_scale:
+            # An MX format has no per-tensor scale: the quantizer refuses one.
+            self._forced_tensor_scale = None
         if self._rounding not in rounding_modes_for(fmt):
             self._rounding = "nearest_even"
         self._note = None

@@ -268,6 +268,12 @@ def _quantize_groups(
     sharing one scale; `work` is the whole float32 tensor (NVFP4's s_global is its finite
     amax's). Returns the dequantized groups (float32, or float64 for NVFP4), the scales
     (float32, (..., groups)) and s_global (None without a per-tensor scale)."""
+    if per_tensor_scale is not None and not fmt.tensor_scale:
+        # Ignored, it would leave whoever passed it believing it applied.
+        raise ValueError(
+            f"{fmt.name} has no per-tensor scale (only NVFP4 has one): "
+            "per_tensor_scale= cannot be applied to it"
+        )
     amax = blocks.abs().amax(dim=-1)  # NaN for a block holding NaN, inf for one with inf
     noise = (
         torch.rand(blocks.shape, generator=generator, device=blocks.device, dtype=torch.float32)

@@ -237,6 +237,26 @@ def test_npy_blocks_match_the_whole_tensor(tmp_path: Path) -> None:
             assert readout.tensor_scale_source.startswith("from the whole tensor")
 
 
+def test_an_edited_nvfp4_tensor_block_switched_to_mx_drops_the_tensor_scale(
+    tmp_path: Path,
+) -> None:
+    """An edited block keeps the tensor's NVFP4 per-tensor scale; MX has none, and the
+    quantizer refuses one, so switching to MX must drop it rather than fail."""
+    path = tmp_path / "w.npy"
+    np.save(path, np.linspace(-3, 5, 64, dtype=np.float32))
+    state = BlockEditorState("nvfp4")
+    assert state.load_npy(path)
+    state.load_tensor_block(1)
+    state.set_element(0, 2.5)  # edited: no longer the tensor's block, its scale stays
+    assert state.readout().tensor_scale_code is not None
+    state.set_format("mxfp4")
+    readout = state.readout()
+    assert state.problem is None and readout.tensor_scale_code is None
+    scale, codes = vectorized(floats(state), "mxfp4")
+    assert readout.scale_code == scale
+    assert [row.code for row in readout.rows] == codes
+
+
 def test_bad_npy_files_get_a_sentence_and_lose_nothing(tmp_path: Path) -> None:
     state = BlockEditorState()
     kept = state.inputs
