@@ -176,3 +176,36 @@ def test_code_view_of_several_ranks_runs_as_one_rank_of_torchrun(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("launch", [1, 2])
+@pytest.mark.parametrize("precision", PRECISION_NAMES)
+def test_the_code_says_what_the_user_fills_in_before_using_it(precision: str, launch: int) -> None:
+    code = pytorch_code(TrainConfig(precision=precision, nproc_per_node=launch))
+    lines = code.splitlines()
+    said = next(i for i, line in enumerate(lines) if line.startswith("# Yours to define"))
+    told = " ".join(lines[said : said + 2])
+    for name in ("model", "loss_fn", "batches"):
+        assert name in told
+        uses = [i for i, line in enumerate(lines) if name in line and not line.startswith("#")]
+        assert uses and min(uses) > said + 1, name
+    if launch == 1:
+        assert said == 0
+        with pytest.raises(NameError, match="'model'"):  # pasted alone: the first it names
+            exec(code, {})
+
+
+@pytest.mark.parametrize("policy", ["deepspeed", "megatron"])
+def test_the_scaler_comments_give_the_forms_figures_not_the_defaults(policy: str) -> None:
+    config = TrainConfig(precision="fp16", scaler=policy, hysteresis=3, backoff_factor=0.25)
+    code = pytorch_code(config)
+    # Was: "# DeepSpeed's DynamicLossScaler: hysteresis 2, ..." above hysteresis=3, and
+    # "halve the scale" above backoff_factor=0.25.
+    assert "hysteresis=3," in code and "backoff_factor=0.25," in code
+    (about,) = [line for line in code.splitlines() if "hysteresis 2" in line]
+    assert "with this form's settings (its defaults: " in about
+    assert "halve" not in code and "multiply the scale by 0.25 on inf/NaN" in code
+    defaults = pytorch_code(TrainConfig(precision="fp16", scaler=policy))
+    assert "its defaults" not in defaults and "halve the scale" in defaults
+    namespace = _run_snippet(config)
+    assert namespace["scaler"].get_scale() > 0

@@ -75,10 +75,18 @@ def _scaler_setup(config: TrainConfig, mode: PrecisionMode) -> str:
         fields = settings.to_config()
         del fields["scaler"]
         arguments = "".join(f"        {name}={value!r},\n" for name, value in fields.items())
+        # The description gives the policy's default figures: shown as such where the
+        # form's differ (it said "hysteresis 2" above hysteresis=3).
+        name, defaults = policy.description.split(": ", 1)
+        about = (
+            policy.description
+            if settings == policy.defaults
+            else f"{name} with this form's settings (its defaults: {defaults})"
+        )
         return (
             "from fpexplorer.training.scaler_rules import ScalerSettings\n"
             f"from fpexplorer.training.scalers import {policy.class_name}\n\n"
-            f"# {policy.description}\n"
+            f"# {about}\n"
             f"scaler = {policy.class_name}(\n"
             f"    ScalerSettings(\n        {settings.policy!r},\n{arguments}    ),\n"
             "    device.type,\n"
@@ -293,12 +301,23 @@ def _sharded_scaler(config: TrainConfig) -> str:
     )
 
 
+# What the code uses and does not define: said first, so that pasted into an empty file
+# it tells what to fill in (it stopped at "NameError: name 'model' is not defined").
+YOURS = (
+    "# Yours to define before this code: model (a torch.nn.Module), loss_fn(outputs,\n"
+    "# targets) returning the loss, batches (an iterable of (inputs, targets) pairs).\n"
+)
+
+
 def pytorch_code(config: TrainConfig) -> str:
     """A complete, runnable-shaped training loop for `config.precision` (with
     `config.nproc_per_node` > 1: one rank's loop, to start with torchrun)."""
     launches = config.launches
+    # Several ranks: how to start the file goes first, what to fill in next.
     head = (
-        _ranks_head(config) if launches else f"import torch\n\n{_device_line(config)}\n"
+        _ranks_head(config) + YOURS
+        if launches
+        else f"{YOURS}import torch\n\n{_device_line(config)}\n"
     ) + f"lr = {_lr(config)}\nmodel = model.to(device)\n"
     mode = find_precision_mode(config.precision)
     if mode is None:
@@ -313,6 +332,11 @@ def pytorch_code(config: TrainConfig) -> str:
     setup = f"{cast}  # weights, gradients and optimizer state all {label}\n" if cast else ""
     helper, to_device = _inputs(mode)
     delayed = mode.recipe == "fp8-tensorwise" and config.fp8_scaling == "delayed"
+    note = _DELAYED_NOTE if delayed else mode.code_note
+    backoff = config.scaler_settings().backoff_factor
+    if mode.scaler == "dynamic" and backoff != 0.5:
+        # The mode's note says what the default does; the form's factor is what runs.
+        note = note.replace("halve the scale", f"multiply the scale by {backoff!r}")
     return (
         head
         + setup
@@ -326,7 +350,7 @@ def pytorch_code(config: TrainConfig) -> str:
         )
         + "\n"
         + helper
-        + _comment(_DELAYED_NOTE if delayed else mode.code_note)
+        + _comment(note)
         + "for inputs, targets in batches:\n"
         + to_device
         + "    optimizer.zero_grad(set_to_none=True)\n"

@@ -3,6 +3,8 @@ run's per-step scalars as CSV.
 
 The CSV is written from the run file when there is one (every step, nothing decimated),
 streaming record by record; otherwise from the model's (possibly decimated) buffers.
+Every file is written beside its target and renamed over it only when complete, so a
+failed write (a full disk) never leaves a torn file nor destroys the one that was there.
 """
 
 from __future__ import annotations
@@ -10,12 +12,15 @@ from __future__ import annotations
 import csv
 import math
 import os
+import secrets
+import typing
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPoint
 from PySide6.QtGui import QImage, QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QWidget
@@ -23,7 +28,38 @@ from PySide6.QtWidgets import QWidget
 from fpexplorer.gui.training.run_model import SCALAR_FIELDS, RunModel, to_float
 from fpexplorer.training.runlog import RunReader, StepRecord
 
-CSV_COLUMNS: tuple[str, ...] = ("step", *SCALAR_FIELDS)
+
+def _optional_scalar_fields() -> tuple[str, ...]:
+    # The step record's scalars that only some runs carry (`grad_amax` of loss-scaled
+    # runs, `hysteresis` of DeepSpeed's and Megatron's scalers): an empty cell where a
+    # step has none, which csv, numpy and pandas read as missing.
+    optional = (float | None, int | None)
+    return tuple(
+        name for name, hint in typing.get_type_hints(StepRecord).items() if hint in optional
+    )
+
+
+OPTIONAL_FIELDS: tuple[str, ...] = _optional_scalar_fields()
+RECORD_FIELDS: tuple[str, ...] = (*SCALAR_FIELDS, *OPTIONAL_FIELDS)
+# The header names a column's unit where it has one; the others are plain numbers
+# (loss, loss scale, learning rate...) or counts and flags (skipped is 1 or 0).
+_UNITS: dict[str, str] = {"time": "time_s"}
+CSV_COLUMNS: tuple[str, ...] = ("step", *(_UNITS.get(name, name) for name in RECORD_FIELDS))
+
+
+@contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary path beside `path`, renamed over it when the block ends without error
+    (removed otherwise)."""
+    # A fresh name, not `tempfile.mkstemp`'s file: that one is private (0600) and the
+    # export would keep its mode; this one gets the user's usual permissions.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
 
 
 def export_plot(plot: pg.PlotWidget, base: str | os.PathLike[str]) -> list[Path]:
@@ -36,41 +72,55 @@ def export_plot(plot: pg.PlotWidget, base: str | os.PathLike[str]) -> list[Path]
     base = Path(base)
     png = base.with_suffix(".png")
     svg = base.with_suffix(".svg")
-    _render_png(plot, png, PNG_SCALE)
-    _render_svg(plot, svg)
+    # Rendered in memory and written by Python: a failed write (a full disk, a folder
+    # that refuses) raises with its reason, where Qt's own file writing says nothing.
+    for path, data in ((png, _png_bytes(plot)), (svg, _svg_bytes(plot, base.name))):
+        with _replacing(path) as temporary:
+            temporary.write_bytes(data)
     return [png, svg]
 
 
 PNG_SCALE = 2  # twice the screen's pixels: crisp in a document, same layout and fonts
 
 
-def _render_png(widget: QWidget, path: Path, scale: int) -> None:
-    image = QImage(widget.size() * scale, QImage.Format.Format_ARGB32)
-    image.setDevicePixelRatio(scale)
+def _png_bytes(widget: QWidget) -> bytes:
+    image = QImage(widget.size() * PNG_SCALE, QImage.Format.Format_ARGB32)
+    image.setDevicePixelRatio(PNG_SCALE)
     image.fill(widget.palette().color(widget.backgroundRole()))
     painter = QPainter(image)
     try:
         QWidget.render(widget, painter, QPoint(0, 0))  # the widget, not a view's scene API
     finally:
         painter.end()
-    if not image.save(str(path)):
-        raise OSError(f"could not write {path}")
+    data = QByteArray()
+    buffer = QBuffer(data)
+    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+    # PySide6 takes the format as str here (bytes is refused), its stubs say bytes.
+    if not image.save(buffer, "PNG"):  # type: ignore[call-overload]
+        raise OSError("could not encode the plot as PNG")
+    buffer.close()
+    return bytes(data.data())
 
 
-def _render_svg(widget: QWidget, path: Path) -> None:
+def _svg_bytes(widget: QWidget, title: str) -> bytes:
+    data = QByteArray()
+    buffer = QBuffer(data)
     generator = QSvgGenerator()
-    generator.setFileName(str(path))
+    generator.setOutputDevice(buffer)
     generator.setSize(widget.size())
     generator.setViewBox(widget.rect())
-    generator.setTitle(widget.windowTitle() or path.stem)
+    generator.setTitle(widget.windowTitle() or title)
     painter = QPainter(generator)
     try:
         QWidget.render(widget, painter, QPoint(0, 0))  # the widget, not a view's scene API
     finally:
         painter.end()
+    return bytes(data.data())
 
 
 def _number(value: Any) -> str:
+    if value is None:
+        return ""
     number = to_float(value)
     if math.isnan(number):
         return "nan"
@@ -83,10 +133,10 @@ def _rows_from_file(path: Path, problems: list[str]) -> Iterator[list[str]]:
     for chunk in reader.chunks():
         for record in reader.stream.feed(chunk):
             if isinstance(record, StepRecord):
-                yield [str(record.step)] + [_number(getattr(record, f)) for f in SCALAR_FIELDS]
+                yield [str(record.step)] + [_number(getattr(record, f)) for f in RECORD_FIELDS]
     for record in reader.stream.finish():
         if isinstance(record, StepRecord):
-            yield [str(record.step)] + [_number(getattr(record, f)) for f in SCALAR_FIELDS]
+            yield [str(record.step)] + [_number(getattr(record, f)) for f in RECORD_FIELDS]
     problems.extend(reader.problems)
 
 
@@ -94,7 +144,12 @@ def _rows_from_model(model: RunModel) -> Iterator[list[str]]:
     steps = model.scalars.steps
     columns = [model.scalars.column(name) for name in SCALAR_FIELDS]
     for row, step in enumerate(steps):
-        yield [str(int(step))] + [_number(column[row]) for column in columns]
+        # The model keeps no optional scalars: their cells stay empty (missing).
+        yield (
+            [str(int(step))]
+            + [_number(column[row]) for column in columns]
+            + ["" for _ in OPTIONAL_FIELDS]
+        )
 
 
 def write_scalars_csv(
@@ -105,7 +160,10 @@ def write_scalars_csv(
     path = Path(run_path) if run_path else None
     rows = _rows_from_file(path, problems) if path and path.is_file() else _rows_from_model(model)
     count = 0
-    with open(out, "w", newline="", encoding="utf-8") as handle:
+    with (
+        _replacing(Path(out)) as temporary,
+        open(temporary, "w", newline="", encoding="utf-8") as handle,
+    ):
         writer = csv.writer(handle)
         writer.writerow(CSV_COLUMNS)
         for row in rows:

@@ -13,6 +13,7 @@ import re
 import time
 from pathlib import Path
 
+import pyqtgraph as pg
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QFont, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -880,6 +882,15 @@ class TrainingPanel(QWidget):
         for path in paths:
             self.load_run(path, in_background=True)
 
+    def _main_plots(self) -> dict[str, pg.PlotWidget]:
+        """The main page's plots by export file name."""
+        return {
+            "loss": self.loss_plot.plot,
+            "loss_scale": self.scale_plot.plot,
+            "gradient_histogram": self.hist_plot.plot,
+            "exponent_heatmap": self.heatmap.plot,
+        }
+
     def export_to(self, folder: str | Path) -> list[Path]:
         """Write every plot as PNG and SVG and the current run's scalars as CSV into `folder`
         (the Low precision page's plots where the runs have quantized layers)."""
@@ -887,13 +898,7 @@ class TrainingPanel(QWidget):
         folder.mkdir(parents=True, exist_ok=True)
         self.refresh()
         written: list[Path] = []
-        plots = {
-            "loss": self.loss_plot.plot,
-            "loss_scale": self.scale_plot.plot,
-            "gradient_histogram": self.hist_plot.plot,
-            "exponent_heatmap": self.heatmap.plot,
-        }
-        for name, plot in plots.items():
+        for name, plot in self._main_plots().items():
             written += export_plot(plot, folder / name)
         # The Low precision page's plots too, where the runs have quantized layers: shown
         # for the moment of the export (a page never shown is not laid out; nothing is
@@ -917,14 +922,46 @@ class TrainingPanel(QWidget):
                 self._show_status(f"CSV written ({count} rows); " + "; ".join(problems[:3]))
         return written
 
+    def existing_exports(self, folder: str | Path) -> list[Path]:
+        """The files in `folder` an export there may replace (the plots' PNG and SVG, the
+        Low precision page's, the current run's CSV)."""
+        folder = Path(folder)
+        if not folder.is_dir():
+            return []
+        candidates = [
+            folder / f"{name}{suffix}" for name in self._main_plots() for suffix in (".png", ".svg")
+        ]
+        candidates += sorted(folder.glob("quant_*.png")) + sorted(folder.glob("quant_*.svg"))
+        entry = self.run_list_state.current
+        if entry is not None:
+            candidates.append(folder / f"{_safe_name(entry.model.label)}-steps.csv")
+        return sorted(path for path in set(candidates) if path.exists())
+
     def _on_export_triggered(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Export plots and CSV into")
         if not folder:
             return
+        existing = self.existing_exports(folder)
+        if existing:
+            names = ", ".join(path.name for path in existing[:4])
+            more = f" and {len(existing) - 4} more" if len(existing) > 4 else ""
+            answer = QMessageBox.question(
+                self,
+                "Replace files?",
+                f"{folder} already has {len(existing)} of the files this export writes "
+                f"({names}{more}). Replace them?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                QMessageBox.StandardButton.Cancel,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                self._show_status("Export cancelled: no file replaced.")
+                return
         try:
             written = self.export_to(folder)
         except OSError as error:
-            self._show_status(f"Export failed: {error.strerror or error}", error=True)
+            # The file or folder it failed on, with the reason ("No space left on device").
+            where = f"{error.filename}: " if error.filename else ""
+            self._show_status(f"Export failed: {where}{error.strerror or error}", error=True)
             return
         self._show_status(f"Exported {len(written)} files to {folder}.")
 

@@ -1,0 +1,110 @@
+"""What a user takes out of the training panel: the CSV against the run file, cell by cell,
+and exports into a folder that already has them or that cannot take them."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from fpexplorer.gui.training.export import write_scalars_csv
+from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.training.records import decode_float
+
+
+def _json_number(value: object) -> float:
+    return decode_float(value) if isinstance(value, str) else float(value)  # type: ignore[arg-type]
+
+
+def test_csv_has_every_step_scalar_of_the_run_file_bit_exactly(
+    synthetic_run: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "steps.csv"
+    count, problems = write_scalars_csv(RunModel(), out, synthetic_run)
+    assert problems == []
+    steps = [
+        record
+        for line in synthetic_run.read_text().splitlines()
+        if (record := json.loads(line)).get("type") == "step"
+    ]
+    assert count == len(steps) == 300
+    with open(out, newline="") as handle:
+        header, *rows = list(csv.reader(handle))
+    # Every scalar the run file carries per step has its column (grad_amax too); the
+    # header names the unit where there is one.
+    scalars = {key for record in steps for key, value in record.items() if key != "stats"}
+    scalars -= {"type"}
+    renamed = {"time": "time_s"}
+    assert {renamed.get(key, key) for key in scalars} <= set(header), header
+    assert "time" not in header
+    for record, row in zip(steps, rows, strict=True):
+        cells = dict(zip(header, row, strict=True))
+        for key in scalars:
+            want = _json_number(record[key])
+            got = float(cells[renamed.get(key, key)])
+            assert got == want or (math.isnan(got) and math.isnan(want)), (record["step"], key)
+    table = np.genfromtxt(out, delimiter=",", names=True)  # numpy reads nan, inf, empty
+    assert table.shape == (300,)
+    assert np.array_equal(table["step"], np.arange(300))
+
+
+def _choose_folder(monkeypatch: pytest.MonkeyPatch, folder: Path | str) -> None:
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *args: str(folder))
+
+
+@pytest.mark.slow  # exports every plot: about a second
+def test_export_asks_before_replacing_files(  # type: ignore[no-untyped-def]
+    panel, synthetic_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel.load_run(synthetic_run)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "loss.png").write_bytes(b"the user's own figure")
+    _choose_folder(monkeypatch, folder)
+    questions: list[str] = []
+
+    def answer(*args: object) -> QMessageBox.StandardButton:
+        questions.append(str(args[2]))
+        return QMessageBox.StandardButton.Cancel
+
+    monkeypatch.setattr(QMessageBox, "question", answer)
+    panel.export_action.trigger()
+    assert len(questions) == 1 and "loss.png" in questions[0]
+    assert (folder / "loss.png").read_bytes() == b"the user's own figure"
+    assert sorted(path.name for path in folder.iterdir()) == ["loss.png"]
+    assert "cancelled" in panel.status_label.text()
+    monkeypatch.setattr(QMessageBox, "question", lambda *args: QMessageBox.StandardButton.Yes)
+    panel.export_action.trigger()
+    assert (folder / "loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert "Exported 9 files" in panel.status_label.text()
+
+
+def test_a_failed_write_says_where_and_why_and_keeps_the_old_file(  # type: ignore[no-untyped-def]
+    panel, synthetic_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    panel.load_run(synthetic_run)
+    _choose_folder(monkeypatch, "/dev/full")  # a file, not a folder
+    panel.export_action.trigger()
+    assert panel.status_label.text() == "Export failed: /dev/full: File exists"
+    # A full disk in the middle of the CSV: the file that was there is kept, no torn
+    # copy nor temporary file is left.
+    out = tmp_path / "steps.csv"
+    out.write_text("kept\n")
+    real_open = open
+
+    def full_disk(file: object, mode: str = "r", *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if "w" in mode:
+            return real_open("/dev/full", mode, *args, **kwargs)  # type: ignore[call-overload]
+        return real_open(file, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr("builtins.open", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_scalars_csv(panel.current_run.model, out, synthetic_run)
+    monkeypatch.undo()
+    assert out.read_text() == "kept\n"
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []
