@@ -34,7 +34,7 @@ from fpexplorer.training.monitor import (
     device_description,
     one_line_error,
 )
-from fpexplorer.training.monitor.ranks import RankLogs, rank_log_path
+from fpexplorer.training.monitor.ranks import RankLogs, launch_settings, rank_log_path
 from fpexplorer.training.precision import PRECISION_MODES, PrecisionMode, precision_mode
 from fpexplorer.training.records import (
     SCHEMA_VERSION,
@@ -621,10 +621,7 @@ def _log_error(monitor: AmpMonitor | None, writer: RunWriter | RankLogs) -> str 
 
 def _launch_settings(config: TrainConfig, rank: distributed.RankSetup) -> dict[str, Any]:
     """The launch a rank belongs to, from torchrun's environment."""
-    world = rank.context.world_size
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
-    return {"nproc_per_node": per_node, "nnodes": max(world // max(per_node, 1), 1),
-            "parallel": rank.parallel}  # fmt: skip
+    return launch_settings(rank.context, rank.parallel)
 
 
 def _ranks_stream_lost(stop: _StopFlag) -> None:

@@ -19,7 +19,10 @@ import pytest
 from test_distributed import HANG_GUARD_S
 from training_helpers import REPO, run_cli
 
-from fpexplorer.training.monitor.ranks import rank_log_path
+from fpexplorer.gui.training.run_model import RunModel
+from fpexplorer.gui.training.view_model import settings_of
+from fpexplorer.training.config import TrainConfig
+from fpexplorer.training.monitor.ranks import parallel_of, rank_log_path
 from fpexplorer.training.runlog import Run, load_run
 
 # MODE: "plain", "user-hook" (the user's fp16 compression hook is registered first) or
@@ -106,6 +109,72 @@ def check_complete(out: Path) -> Run:
     return merged
 
 
+def check_launch_stated(out: Path, parallel: str) -> None:
+    """Every log's header states the launch as `fpexplorer train --nproc-per-node 2`'s
+    does (2 ranks on 1 node, DDP or FSDP), and the panel's form shows it: before, a user's
+    loop under torchrun wrote none of it and the form showed Ranks 1."""
+    for rank, path in ((None, out), (0, rank_log_path(out, 0)), (1, rank_log_path(out, 1))):
+        header = load_run(path).header
+        assert header is not None and header.ranks is not None
+        assert (header.ranks.world_size, header.ranks.parallel) == (2, parallel)
+        assert header.ranks.merged == (rank is None)
+        assert header.ranks.rank == (rank or 0)
+        launch = {
+            name: header.config.get(name) for name in ("nproc_per_node", "nnodes", "parallel")
+        }
+        assert launch == {"nproc_per_node": 2, "nnodes": 1, "parallel": parallel}
+    model = RunModel()
+    model.add_records([load_run(out).header])
+    settings = settings_of(model)
+    assert isinstance(settings, TrainConfig), settings
+    assert (settings.nproc_per_node, settings.nnodes, settings.parallel) == (2, 1, parallel)
+
+
+# A user's loop with an FSDP2 (`fully_shard`) model, no fpexplorer job code.
+FSDP_LOOP = """
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+from fpexplorer.training.monitor import AmpMonitor
+
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+for module in (net[0], net[2], net):
+    fully_shard(module)
+optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+monitor = AmpMonitor(net, optimizer, None, out=sys.argv[1], stats_every=1)
+for step in range(2):
+    loss = net(torch.randn(16, 4)).square().mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    monitor.step(loss)
+monitor.close()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # a torchrun launch of 2 ranks and FSDP2's imports: seconds
+def test_a_user_fsdp2_loop_states_its_launch_in_the_header(tmp_path: Path) -> None:
+    script = tmp_path / "fsdp_loop.py"
+    script.write_text(textwrap.dedent(FSDP_LOOP))
+    out = tmp_path / "fsdp.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(out)],
+        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert load_run(out).status == "completed" and len(load_run(out).steps) == 2
+    check_launch_stated(out, "fsdp")
+
+
 def origins(merged: Run) -> list[tuple[tuple[int, ...], int | None, str | None]]:
     found = []
     for step in merged.steps:
@@ -124,6 +193,7 @@ def test_a_user_loop_traces_a_weight_gradient_overflow_to_its_rank_and_layer(
     out, done = run_user_loop(tmp_path, "plain")
     assert "RuntimeWarning" not in done.stderr
     merged = check_complete(out)
+    check_launch_stated(out, "ddp")
     none: tuple[tuple[int, ...], int | None, str | None] = ((), None, None)
     assert origins(merged) == [none, none, ((1,), 1, "2"), none]
     # The summary reads as it does for `fpexplorer train --nproc-per-node 2`.
@@ -250,6 +320,7 @@ def test_an_fsdp2_model_gets_the_check_unless_its_reduce_scatter_is_the_users(
         ]
 
     checked = sharded()
+    assert parallel_of(checked) == "fsdp"  # what the header says under several ranks
     assert check_before_reduction(checked) is not None
     assert comms(checked) == ["CheckedReduceScatter"] * 2
 
@@ -316,6 +387,8 @@ def test_a_compiled_ddp_model_is_named_and_checked_as_uncompiled(
     assert stats.activations_not_measured == COMPILED_MODEL_UNCHECKED
     check = check_before_reduction(compiled)
     assert check is not None and check is check_before_reduction(ddp)  # the DDP's own
+    # The header's "parallel" (under several ranks) sees the DDP inside the compiled wrapper.
+    assert parallel_of(compiled) == parallel_of(ddp) == "ddp" and parallel_of(net) is None
 
 
 # MODE: "rank-0-only" (only rank 0 makes a monitor) or "cadences" (rank 1's stats_every

@@ -124,7 +124,9 @@ from fpexplorer.training.monitor.ranks import (
     RankContext,
     RankLogs,
     is_sharded,
+    launch_settings,
     local_tensor,
+    parallel_of,
 )
 from fpexplorer.training.monitor.reduction import (
     PreReductionCheck,
@@ -439,7 +441,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             formats = (formats,)
         optimizers = _watched_optimizers(optimizer)
         wrapped, model = model, watched_module(model)
-        ranks = RankContext.current() if writer is None else None
+        context = RankContext.current()
+        ranks = context if writer is None else None
+        parallel = parallel_of(wrapped) if context is not None else None
         if ranks is not None and stats_every is None:
             # A time budget is measured per rank; the ranks must agree on their exchanges.
             stats_every, stats_budget = DISTRIBUTED_STATS_EVERY, None
@@ -452,7 +456,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
                 writer = RunWriter(out, echo=echo)
             else:  # one log per rank, and the merged log on rank 0 (see `ranks`)
                 replicas = 1 if is_sharded(model) else ranks.world_size
-                writer = RankLogs(out, ranks, stats_every=stats_every or 0, replicas=replicas)
+                writer = RankLogs(
+                    out, ranks, stats_every=stats_every or 0, replicas=replicas, parallel=parallel
+                )
         self.model = model
         self.optimizers = optimizers
         self.optimizer = optimizers[0]  # the one whose lr the records give
@@ -561,6 +567,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._module_handles: list[RemovableHandle] = []
         self._static_bytes: tuple[tuple[object, ...], dict[str, int], dict[str, int]] | None = None
         self._header_config = (precision, dict(config or {}))
+        # Under torchrun the header states the launch (ranks, nodes, DDP or FSDP) as an
+        # `fpexplorer train --nproc-per-node` run's does: the panel's form shows it.
+        self._launch = {} if context is None else launch_settings(context, parallel)
         self._header_written = False
         # Quantized linears (fp8/MX/NVFP4) report their casts on statistics steps.
         self._quant = QuantCollector(model)
@@ -722,6 +731,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         policy_settings = getattr(scaler, "header_settings", None)
         if callable(policy_settings):
             merged.update(policy_settings())
+        merged.update(self._launch)
         merged.update(config)
         return HeaderRecord(
             config=merged,

@@ -73,6 +73,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -130,6 +131,38 @@ def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
 def is_sharded(model: nn.Module) -> bool:
     """True when the model's parameters are DTensor shards (FSDP2 `fully_shard`)."""
     return any(callable(getattr(p, "to_local", None)) for p in model.parameters())
+
+
+def parallel_of(model: nn.Module) -> str | None:
+    """How the ranks share `model`: "ddp" for DistributedDataParallel (compiled too),
+    "fsdp" for FSDP2 `fully_shard` or an FSDP module, None for the user's own wrapping."""
+    original = getattr(model, "_orig_mod", model)
+    if isinstance(original, nn.parallel.DistributedDataParallel):
+        return "ddp"
+    if is_sharded(original):
+        return "fsdp"
+    # Importing FSDP takes seconds: a model can only be one if its module is loaded.
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    if fsdp is not None and any(
+        isinstance(module, (fsdp.FullyShardedDataParallel, fsdp.FSDPModule))
+        for module in original.modules()
+    ):
+        return "fsdp"
+    return None
+
+
+def launch_settings(context: RankContext, parallel: str | None) -> dict[str, Any]:
+    """The launch a rank belongs to, from torchrun's environment, as the header's config
+    states it (the fields of `fpexplorer train --nproc-per-node`; `parallel` when known)."""
+    world = context.world_size
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
+    settings: dict[str, Any] = {
+        "nproc_per_node": per_node,
+        "nnodes": max(world // max(per_node, 1), 1),
+    }
+    if parallel is not None:
+        settings["parallel"] = parallel
+    return settings
 
 
 @dataclass(frozen=True, slots=True)
