@@ -124,6 +124,8 @@ def _number(value: Any) -> str:
     number = to_float(value)
     if math.isnan(number):
         return "nan"
+    if number == 0 and math.copysign(1.0, number) < 0:
+        return "-0.0"  # below, str(int(-0.0)) would be "0": the sign lost
     return repr(number) if not number.is_integer() or abs(number) > 2**53 else str(int(number))
 
 

@@ -14,7 +14,8 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from fpexplorer.gui.training.export import write_scalars_csv
 from fpexplorer.gui.training.run_model import RunModel
-from fpexplorer.training.records import decode_float
+from fpexplorer.training.records import HeaderRecord, StepRecord, decode_float
+from fpexplorer.training.runlog import RunWriter
 
 
 def _json_number(value: object) -> float:
@@ -123,3 +124,21 @@ def test_the_export_message_says_what_the_csv_left_out(  # type: ignore[no-untyp
     text = panel.status_label.text()
     assert text.startswith(f"Exported 9 files to {tmp_path / 'out'}. The CSV has ")
     assert text.endswith("The CSV has 39 rows; line 41: torn last line ignored")
+
+
+def test_csv_keeps_the_sign_of_zero_and_the_infinities(tmp_path: Path) -> None:
+    run = tmp_path / "run.jsonl"
+    with RunWriter(run) as writer:
+        writer.write(HeaderRecord())
+        writer.write(StepRecord(step=0, loss=-0.0, grad_norm=math.inf, grad_amax=-math.inf))
+        writer.write(StepRecord(step=1, loss=0.0, grad_norm=2.0**60, grad_amax=5e-324))
+    write_scalars_csv(RunModel(), tmp_path / "steps.csv", run)
+    with open(tmp_path / "steps.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    # Was "0" for -0.0: not the run file's value bit for bit.
+    assert math.copysign(1.0, float(rows[0]["loss"])) == -1.0
+    assert math.copysign(1.0, float(rows[1]["loss"])) == 1.0
+    assert float(rows[0]["grad_norm"]) == math.inf and float(rows[0]["grad_amax"]) == -math.inf
+    assert float(rows[1]["grad_norm"]) == 2.0**60 and float(rows[1]["grad_amax"]) == 5e-324
+    table = np.genfromtxt(tmp_path / "steps.csv", delimiter=",", names=True)
+    assert np.signbit(table["loss"]).tolist() == [True, False]
