@@ -246,6 +246,7 @@ class TrainingPanel(QWidget):
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.code_view.setFont(mono)
         self.code_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.export_note = ""  # what the last export met reading the run (a torn line)
         self.copy_button = QPushButton("Copy code")
         self.copy_button.clicked.connect(self._on_copy_clicked)
         code_tab = QWidget()
@@ -896,6 +897,7 @@ class TrainingPanel(QWidget):
         (the Low precision page's plots where the runs have quantized layers)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
+        self.export_note = ""
         self.refresh()
         written: list[Path] = []
         for name, plot in self._main_plots().items():
@@ -918,8 +920,10 @@ class TrainingPanel(QWidget):
             csv_path = folder / f"{_safe_name(entry.model.label)}-steps.csv"
             count, problems = write_scalars_csv(entry.model, csv_path, entry.path)
             written.append(csv_path)
-            if problems:
-                self._show_status(f"CSV written ({count} rows); " + "; ".join(problems[:3]))
+            # Said with the export's own message (it replaced this one at once before).
+            self.export_note = (
+                f" The CSV has {count} rows; " + "; ".join(problems[:3]) if problems else ""
+            )
         return written
 
     def existing_exports(self, folder: str | Path) -> list[Path]:
@@ -963,7 +967,7 @@ class TrainingPanel(QWidget):
             where = f"{error.filename}: " if error.filename else ""
             self._show_status(f"Export failed: {where}{error.strerror or error}", error=True)
             return
-        self._show_status(f"Exported {len(written)} files to {folder}.")
+        self._show_status(f"Exported {len(written)} files to {folder}.{self.export_note}")
 
 
 def failure_note(end: EndRecord | None) -> str:

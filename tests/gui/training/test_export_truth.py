@@ -108,3 +108,18 @@ def test_a_failed_write_says_where_and_why_and_keeps_the_old_file(  # type: igno
     monkeypatch.undo()
     assert out.read_text() == "kept\n"
     assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []
+
+
+def test_the_export_message_says_what_the_csv_left_out(  # type: ignore[no-untyped-def]
+    panel, synthetic_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    killed = tmp_path / "killed.jsonl"
+    lines = synthetic_run.read_text().splitlines(keepends=True)
+    killed.write_text("".join(lines[:40]) + lines[40][:50])  # the run killed mid-line
+    panel.load_run(killed)
+    _choose_folder(monkeypatch, tmp_path / "out")
+    panel.export_action.trigger()
+    # Was: "Exported 9 files to ..." alone, the CSV's problem shown and replaced at once.
+    text = panel.status_label.text()
+    assert text.startswith(f"Exported 9 files to {tmp_path / 'out'}. The CSV has ")
+    assert text.endswith("The CSV has 39 rows; line 41: torn last line ignored")
