@@ -88,6 +88,26 @@ def test_a_run_folder_opens_as_its_merged_view(panel, tmp_path: Path) -> None:  
     assert [m.text for m in markers] == ["first inf/NaN: rank 3, layer 5.wo"]
 
 
+def test_a_user_fsdp_loop_s_run_fills_the_form_with_its_ranks(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A user's loop under torchrun: AmpMonitor's merged header states the launch (config
+    and `ranks`, as `tests/training/test_distributed_user_loop.py` checks from a real
+    2-rank run); the form shows 2 ranks and FSDP, not Ranks 1 and the default."""
+    merged = tmp_path / "loop.jsonl"
+    config = {"task": "user loop", "precision": "fp32", "stats_every": 1, "device": "cpu",
+              "nproc_per_node": 2, "nnodes": 1, "parallel": "fsdp"}  # fmt: skip
+    info = RankInfo(rank=0, world_size=2, parallel="fsdp", merged=True)
+    with RunWriter(merged) as writer:
+        writer.write(HeaderRecord(config=config, model=ModelInfo(params=10, layers=LAYERS),
+                                  ranks=info))  # fmt: skip
+        writer.write(StepRecord(step=0, loss=1.0))
+        writer.write(EndRecord(status="completed", steps=1, elapsed=0.1))
+    panel.load_run(merged)
+    assert panel.runs[-1].model.rank_text == "merged, 2 ranks"
+    assert panel.form.fields["nproc_per_node"].edit.text() == "2"
+    assert panel.form.parallel_combo.currentData() == "fsdp"
+    assert panel.form.parallel_combo.isEnabled()
+
+
 @pytest.mark.slow  # a panel and several rank logs drawn: about half a second
 def test_overlay_each_rank_adds_the_rank_logs(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     merged = _write_ranked_run(tmp_path)
