@@ -374,13 +374,29 @@ class MainWindow(QMainWindow):
             # the active editor's number).
             self._copy(cells, "the selected cells as shown")
             return
-        self._copy(self.session.active.readout().exact, "exact value")
+        if self._editor_shown():
+            self._copy(self.session.active.readout().exact, "exact value")
 
     def copy_code(self) -> None:
-        self._copy(self.session.active.readout().hex_code, "code")
+        if self._editor_shown():
+            self._copy(self.session.active.readout().hex_code, "code")
 
     def copy_shortest(self) -> None:
-        self._copy(self.session.active.readout().shortest, "shortest decimal")
+        if self._editor_shown():
+            self._copy(self.session.active.readout().shortest, "shortest decimal")
+
+    def _editor_shown(self) -> bool:
+        """The Formats tab is shown; else says why nothing is copied. On the Training tab
+        Ctrl+C on a plot put the hidden Formats editor's value on the clipboard, replacing
+        what the user had there with a number they could not see."""
+        if self.tabs.currentIndex() == 0:
+            return True
+        self.status.showMessage(
+            "Nothing copied: the copy commands take the Formats tab's editor "
+            "(or a table's selected cells).",
+            5000,
+        )
+        return False
 
     def _step(self, how: str) -> None:
         self.tabs.setCurrentIndex(0)

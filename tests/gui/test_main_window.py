@@ -757,3 +757,24 @@ def test_a_first_window_fits_the_screen(window: MainWindow) -> None:
         assert fresh.size() == size
     finally:
         fresh.close()
+
+
+def test_copy_on_the_training_tab_never_takes_the_hidden_editors_value(
+    window: MainWindow,
+) -> None:
+    clipboard = QGuiApplication.clipboard()
+    clipboard.setText("the user's text")
+    window.tabs.setCurrentIndex(1)
+    window.training_panel.loss_plot.plot.setFocus()
+    # Was: "0", "0x00000000", "0" from the Formats tab's editor, not shown on this tab.
+    for action in (
+        window.copy_value_action,
+        window.copy_code_action,
+        window.copy_shortest_action,
+    ):
+        action.trigger()
+        assert clipboard.text() == "the user's text"
+        assert window.status.currentMessage().startswith("Nothing copied:")
+    window.tabs.setCurrentIndex(0)
+    window.copy_code_action.trigger()
+    assert clipboard.text() == window.session.active.readout().hex_code
