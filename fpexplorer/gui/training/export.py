@@ -15,7 +15,7 @@ import os
 import secrets
 import typing
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -57,8 +57,11 @@ def _replacing(path: Path) -> Iterator[Path]:
     try:
         yield temporary
         os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
+    except BaseException as error:
+        with suppress(OSError):  # its folder may refuse this as it refused the file
+            temporary.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename in (temporary, str(temporary)):
+            error.filename = str(path)  # the message names the file the user asked for
         raise
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from fpexplorer.gui.training.export import write_scalars_csv
+from fpexplorer.gui.training.export import export_plot, write_scalars_csv
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.training.records import HeaderRecord, StepRecord, decode_float
 from fpexplorer.training.runlog import RunWriter
@@ -142,3 +142,15 @@ def test_csv_keeps_the_sign_of_zero_and_the_infinities(tmp_path: Path) -> None:
     assert float(rows[1]["grad_norm"]) == 2.0**60 and float(rows[1]["grad_amax"]) == 5e-324
     table = np.genfromtxt(tmp_path / "steps.csv", delimiter=",", names=True)
     assert np.signbit(table["loss"]).tolist() == [True, False]
+
+
+def test_a_refused_file_is_named_as_the_user_asked_for_it(panel, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    not_a_folder = tmp_path / "notes.txt"
+    not_a_folder.write_text("")
+    with pytest.raises(NotADirectoryError) as raised:
+        export_plot(panel.loss_plot.plot, not_a_folder / "loss")
+    # Was the temporary file's name (".loss.png.<pid>.<hex>.part").
+    assert raised.value.filename == str(not_a_folder / "loss.png")
+    with pytest.raises(NotADirectoryError) as raised:
+        write_scalars_csv(RunModel(), not_a_folder / "steps.csv")
+    assert raised.value.filename == str(not_a_folder / "steps.csv")
