@@ -631,10 +631,12 @@ def run_markers(overlay: Sequence[OverlayRun]) -> list[RunMarker]:
         event = model.first_nonfinite_event
         step = model.first_nonfinite_step
         if event is not None and (step is None or event.step <= step):
-            layer = elide(event.first_nonfinite or "?", 30)
+            # "layer 2", never a bare "2": an nn.Sequential's layers are named by index, and
+            # "first inf/NaN: 2" on the loss plot read as a step.
+            where = f"layer {elide(event.first_nonfinite or '?', 30)}"
             if event.first_nonfinite_rank is not None:
-                layer = f"rank {event.first_nonfinite_rank}, layer {layer}"
-            markers.append(RunMarker(run.key, run.colour, event.step, f"first inf/NaN: {layer}"))
+                where = f"rank {event.first_nonfinite_rank}, {where}"
+            markers.append(RunMarker(run.key, run.colour, event.step, f"first inf/NaN: {where}"))
         elif step is not None:
             markers.append(RunMarker(run.key, run.colour, step, "first inf/NaN gradient"))
     return markers

@@ -214,7 +214,7 @@ def test_smoothing_and_markers_on_the_loss_plot(panel, make_run) -> None:  # typ
     assert number_text(float(raw[10])) in text  # the app's notation, not "%.4g"
     assert [line.value() for line in panel.loss_plot.markers.lines] == [24, 24]
     texts = [line.label.toPlainText() for line in panel.loss_plot.markers.lines]
-    assert texts == ["first NaN loss", "first inf/NaN: head"]
+    assert texts == ["first NaN loss", "first inf/NaN: layer head"]
 
 
 @pytest.mark.slow  # a panel and several runs drawn: about half a second
@@ -475,13 +475,13 @@ def test_markers_of_many_runs_label_only_the_earliest_of_each_kind(panel, make_r
 
     one_run = [
         RunMarker(0, "#000", 24, "first NaN loss"),
-        RunMarker(0, "#000", 24, "first inf/NaN: head"),
+        RunMarker(0, "#000", 24, "first inf/NaN: layer head"),
     ]
     assert _markers_to_label(one_run) == {0, 1}
     many = [
         RunMarker(0, "#000", 50, "first NaN loss"),
         RunMarker(1, "#111", 40, "first NaN loss"),
-        RunMarker(1, "#111", 45, "first inf/NaN: head"),
+        RunMarker(1, "#111", 45, "first inf/NaN: layer head"),
         RunMarker(2, "#222", 30, "first inf/NaN gradient"),
     ]
     assert _markers_to_label(many) == {1, 3}

@@ -73,7 +73,10 @@ def test_the_screenshot_names_where_the_overflow_began(shot) -> None:  # type: i
         "order); the overflow began in the forward pass at 0.wi."
     )
     markers = [(line.value(), line.label.toPlainText()) for line in panel.loss_plot.markers.lines]
-    assert markers == [(14, "first NaN loss"), (14, "first inf/NaN: 2")]
+    assert markers == [
+        (14, "first NaN loss"),
+        (14, "first inf/NaN: layer 2"),
+    ]  # "2" alone read as a step
     table = panel.layer_table.table
     header = [table.horizontalHeaderItem(c).text() for c in range(table.columnCount())]
     assert header == ["layer", "‖g‖ unscaled", "max |g| scaled", "headroom in FP16",

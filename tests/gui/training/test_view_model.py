@@ -266,7 +266,7 @@ def test_markers_at_the_first_nan_loss_and_first_nonfinite_layer() -> None:
     markers = run_markers(runs.overlay())
     assert [(m.key, m.step, m.text) for m in markers] == [
         (0, 29, "first NaN loss"),
-        (0, 29, "first inf/NaN: head"),
+        (0, 29, "first inf/NaN: layer head"),
     ]
 
 
