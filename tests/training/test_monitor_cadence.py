@@ -40,9 +40,10 @@ def test_a_budget_keeps_statistics_within_its_share_of_the_wall_time(extra: floa
     assert taken[0]  # the first step always has statistics
 
 
-def test_the_default_is_a_five_percent_budget() -> None:
+def test_the_default_is_a_four_percent_budget() -> None:
+    # 4% measured, and a margin for what no clock inside the monitor sees: about 1.05x in all.
     cadence = StatsCadence()
-    assert (cadence.every, cadence.budget) == (None, 0.05)
+    assert (cadence.every, cadence.budget) == (None, 0.04)
 
 
 def test_an_alarm_takes_statistics_on_the_next_step() -> None:

@@ -1,6 +1,10 @@
 """Exports: each plot as PNG and SVG (rendered from the widget, in the screen's fonts), a
 run's per-step scalars as CSV.
 
+An exported picture says what it shows without the window around it: above the plot, its
+title (the page's card title with the tensor, gradients or step it is of), the run or runs
+it draws and the card's one-line explanation (`PlotCaption`); the axes keep their labels.
+
 The CSV is written from the run file when there is one (every step, nothing decimated),
 streaming record by record; otherwise from the model's (possibly decimated) buffers.
 Every file is written beside its target and renamed over it only when complete, so a
@@ -16,15 +20,17 @@ import secrets
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPoint
-from PySide6.QtGui import QImage, QPainter
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPoint, QRect, QSize, Qt
+from PySide6.QtGui import QFont, QFontMetrics, QImage, QPaintDevice, QPainter
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QWidget
 
+from fpexplorer.gui.theme import plot_colors
 from fpexplorer.gui.training.run_model import SCALAR_FIELDS, RunModel, to_float
 from fpexplorer.training.runlog import RunReader, StepRecord
 
@@ -65,8 +71,72 @@ def _replacing(path: Path) -> Iterator[Path]:
         raise
 
 
-def export_plot(plot: pg.PlotWidget, base: str | os.PathLike[str]) -> list[Path]:
-    """Write `<base>.png` and `<base>.svg` of a plot as it is on screen; returns the paths.
+@dataclass(frozen=True, slots=True)
+class PlotCaption:
+    """What an exported plot says above itself (on screen its card and the run list say it)."""
+
+    title: str  # what the plot shows: "amax and scale: blocks.0.fc1, input"
+    runs: tuple[str, ...]  # the runs it draws, by their whole names
+    explanation: str = ""  # the card's one-paragraph explanation (the curves' styles...)
+
+    def lines(self) -> list[str]:
+        """The caption's lines under its title: the run(s), then the explanation."""
+        if not self.runs:
+            runs = "run: none shown"
+        elif len(self.runs) == 1:
+            runs = f"run: {self.runs[0]}"
+        else:
+            runs = f"runs: {'; '.join(self.runs)}"
+        return [runs, self.explanation] if self.explanation else [runs]
+
+
+_CAPTION_MARGIN = 8  # pixels around the caption's text
+
+
+def _caption_fonts(widget: QWidget) -> tuple[QFont, QFont]:
+    text = QFont(widget.font())
+    title = QFont(text)
+    title.setBold(True)
+    title.setPointSizeF(text.pointSizeF() + 1)
+    return title, text
+
+
+def _caption_blocks(widget: QWidget, caption: PlotCaption) -> list[tuple[QFont, str, QRect]]:
+    """The caption's title and lines, each with its font and its word-wrapped rectangle."""
+    width = max(widget.width() - 2 * _CAPTION_MARGIN, 1)
+    title_font, text_font = _caption_fonts(widget)
+    blocks: list[tuple[QFont, str, QRect]] = []
+    top = _CAPTION_MARGIN
+    for font, text in ((title_font, caption.title), *((text_font, t) for t in caption.lines())):
+        flags = int(Qt.TextFlag.TextWordWrap)
+        height = QFontMetrics(font).boundingRect(QRect(0, 0, width, 1 << 20), flags, text).height()
+        blocks.append((font, text, QRect(_CAPTION_MARGIN, top, width, height)))
+        top += height + 2
+    return blocks
+
+
+def caption_height(widget: QWidget, caption: PlotCaption) -> int:
+    """The height, in the widget's pixels, the caption takes above it in an export."""
+    blocks = _caption_blocks(widget, caption)
+    return blocks[-1][2].bottom() + _CAPTION_MARGIN if blocks else 0
+
+
+def _paint(widget: QWidget, painter: QPainter, caption: PlotCaption, height_above: int) -> None:
+    """The caption, then the widget under it, as the screen draws it."""
+    colours = plot_colors()
+    painter.fillRect(QRect(0, 0, widget.width(), height_above), colours.background)
+    painter.setPen(colours.foreground)
+    for font, text, rect in _caption_blocks(widget, caption):
+        painter.setFont(font)
+        painter.drawText(rect, int(Qt.TextFlag.TextWordWrap), text)
+    QWidget.render(widget, painter, QPoint(0, height_above))  # not a view's scene API
+
+
+def export_plot(
+    plot: pg.PlotWidget, base: str | os.PathLike[str], caption: PlotCaption
+) -> list[Path]:
+    """Write `<base>.png` and `<base>.svg` of a plot as it is on screen, `caption` above
+    it; returns the paths.
 
     Both render the widget itself, so the exports carry the screen's fonts, sizes and
     layout (pyqtgraph's exporters re-lay the scene out at another size: at twice the width
@@ -77,7 +147,7 @@ def export_plot(plot: pg.PlotWidget, base: str | os.PathLike[str]) -> list[Path]
     svg = base.with_suffix(".svg")
     # Rendered in memory and written by Python: a failed write (a full disk, a folder
     # that refuses) raises with its reason, where Qt's own file writing says nothing.
-    for path, data in ((png, _png_bytes(plot)), (svg, _svg_bytes(plot, base.name))):
+    for path, data in ((png, _png_bytes(plot, caption)), (svg, _svg_bytes(plot, caption))):
         with _replacing(path) as temporary:
             temporary.write_bytes(data)
     return [png, svg]
@@ -86,15 +156,16 @@ def export_plot(plot: pg.PlotWidget, base: str | os.PathLike[str]) -> list[Path]
 PNG_SCALE = 2  # twice the screen's pixels: crisp in a document, same layout and fonts
 
 
-def _png_bytes(widget: QWidget) -> bytes:
-    image = QImage(widget.size() * PNG_SCALE, QImage.Format.Format_ARGB32)
+def _png_bytes(widget: QWidget, caption: PlotCaption) -> bytes:
+    height_above = caption_height(widget, caption)
+    size = QSize(widget.width(), widget.height() + height_above)
+    image = QImage(size * PNG_SCALE, QImage.Format.Format_ARGB32)
     image.setDevicePixelRatio(PNG_SCALE)
     image.fill(widget.palette().color(widget.backgroundRole()))
-    painter = QPainter(image)
-    try:
-        QWidget.render(widget, painter, QPoint(0, 0))  # the widget, not a view's scene API
-    finally:
-        painter.end()
+    # The caption as the PNG's text chunks too, for tools that index pictures.
+    image.setText("Title", caption.title)
+    image.setText("Description", "\n".join(caption.lines()))
+    _paint_on(image, widget, caption, height_above)
     data = QByteArray()
     buffer = QBuffer(data)
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
@@ -105,19 +176,28 @@ def _png_bytes(widget: QWidget) -> bytes:
     return bytes(data.data())
 
 
-def _svg_bytes(widget: QWidget, title: str) -> bytes:
+def _paint_on(
+    device: QPaintDevice, widget: QWidget, caption: PlotCaption, height_above: int
+) -> None:
+    painter = QPainter(device)
+    try:
+        _paint(widget, painter, caption, height_above)
+    finally:
+        painter.end()
+
+
+def _svg_bytes(widget: QWidget, caption: PlotCaption) -> bytes:
+    height_above = caption_height(widget, caption)
+    size = QSize(widget.width(), widget.height() + height_above)
     data = QByteArray()
     buffer = QBuffer(data)
     generator = QSvgGenerator()
     generator.setOutputDevice(buffer)
-    generator.setSize(widget.size())
-    generator.setViewBox(widget.rect())
-    generator.setTitle(widget.windowTitle() or title)
-    painter = QPainter(generator)
-    try:
-        QWidget.render(widget, painter, QPoint(0, 0))  # the widget, not a view's scene API
-    finally:
-        painter.end()
+    generator.setSize(size)
+    generator.setViewBox(QRect(QPoint(0, 0), size))
+    generator.setTitle(caption.title)
+    generator.setDescription("\n".join(caption.lines()))
+    _paint_on(generator, widget, caption, height_above)
     return bytes(data.data())
 
 

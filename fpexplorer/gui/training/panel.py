@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer.gui.training.code_snippet import pytorch_code
-from fpexplorer.gui.training.export import export_plot, write_scalars_csv
+from fpexplorer.gui.training.export import PlotCaption, export_plot, write_scalars_csv
 from fpexplorer.gui.training.form import TrainForm
 from fpexplorer.gui.training.job import PAUSE_SUPPORTED, TrainingJob
 from fpexplorer.gui.training.job_state import JobState
@@ -883,14 +883,32 @@ class TrainingPanel(QWidget):
         for path in paths:
             self.load_run(path, in_background=True)
 
-    def _main_plots(self) -> dict[str, pg.PlotWidget]:
-        """The main page's plots by export file name."""
-        return {
-            "loss": self.loss_plot.plot,
-            "loss_scale": self.scale_plot.plot,
-            "gradient_histogram": self.hist_plot.plot,
-            "exponent_heatmap": self.heatmap.plot,
+    def _main_plots(self) -> dict[str, tuple[pg.PlotWidget, PlotCaption]]:
+        """The main page's plots by export file name, each with what its export says it
+        shows (the card's title, which gradients, the runs drawn)."""
+        state = self.run_list_state
+        every = tuple(run.full_name or run.name for run in state.overlay())
+        current = state.current.model if state.current is not None else None
+        one = (current.label,) if current is not None else ()
+        gradients = "activation" if self.hist_plot.showing_activations else "parameter"
+        stats = current.latest_stats if current is not None else None
+        at_step = f", step {stats.step}" if stats is not None else ""
+        plots = {
+            "loss": ("loss", self.loss_plot.plot, "", every),
+            "loss_scale": ("scale", self.scale_plot.plot, "", every),
+            "gradient_histogram": (
+                "histogram",
+                self.hist_plot.plot,
+                f": {gradients} gradients{at_step}",
+                one,
+            ),
+            "exponent_heatmap": ("heatmap", self.heatmap.plot, f": {gradients} gradients", one),
         }
+        exports: dict[str, tuple[pg.PlotWidget, PlotCaption]] = {}
+        for name, (card_name, plot, what, runs) in plots.items():
+            card = self.cards[card_name]
+            exports[name] = (plot, PlotCaption(card.title + what, runs, card.explanation))
+        return exports
 
     def export_to(self, folder: str | Path) -> list[Path]:
         """Write every plot as PNG and SVG and the current run's scalars as CSV into `folder`
@@ -900,8 +918,8 @@ class TrainingPanel(QWidget):
         self.export_note = ""
         self.refresh()
         written: list[Path] = []
-        for name, plot in self._main_plots().items():
-            written += export_plot(plot, folder / name)
+        for name, (plot, caption) in self._main_plots().items():
+            written += export_plot(plot, folder / name, caption)
         # The Low precision page's plots too, where the runs have quantized layers: shown
         # for the moment of the export (a page never shown is not laid out; nothing is
         # painted in between, the page shown before comes back at once).
@@ -911,8 +929,8 @@ class TrainingPanel(QWidget):
         current = state.current.model if state.current is not None else None
         try:
             self.quant_page.refresh(state.overlay(), state.shown_models(), current)
-            for name, plot in self.quant_page.export_plots().items():
-                written += export_plot(plot, folder / name)
+            for name, (plot, caption) in self.quant_page.export_plots().items():
+                written += export_plot(plot, folder / name, caption)
         finally:
             self.plot_tabs.setCurrentIndex(shown_page)
         entry = self.run_list_state.current

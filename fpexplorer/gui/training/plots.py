@@ -189,6 +189,8 @@ class Card(QFrame):
     def __init__(self, title: str, explanation: str, details: str, content: QWidget) -> None:
         super().__init__()
         self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.title = title  # also what an export of the content says it shows
+        self.explanation = explanation
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 3, 6, 3)
         layout.setSpacing(2)

@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.gui.theme import is_dark, plot_colors
+from fpexplorer.gui.training.export import PlotCaption
 from fpexplorer.gui.training.plots import (
     Card,
     CountAxis,
@@ -1031,17 +1032,43 @@ class QuantPage(QWidget):
     def hurt_choice(self) -> tuple[Criterion, bool]:
         return HURT_CHOICES[max(self.hurt_box.currentIndex(), 0)]
 
-    def export_plots(self) -> dict[str, pg.PlotWidget]:
-        """The page's plots by export file name; none while it shows its note instead."""
+    def export_plots(self) -> dict[str, tuple[pg.PlotWidget, PlotCaption]]:
+        """The page's plots by export file name, each with what its export says it shows
+        (the card's title with the tensor, the runs drawn); none while the page shows its
+        note instead."""
         if self.stack.currentIndex() == 0:
             return {}
-        return {
-            "quant_amax_scale": self.history_plot.plot,
-            "quant_flushed_heatmap": self.flushed_map.plot,
-            "quant_saturated_heatmap": self.saturated_map.plot,
-            "quant_sqnr": self.sqnr_plot.plot,
-            "quant_block_scales": self.block_plot.plot,
+        tensor = ROLE_TITLES.get(self.role, self.role)
+        # The one-run cards draw the run `_redraw` chose; the history draws every run.
+        current = self._shown_current()
+        one = (current.label,) if current is not None else ()
+        every = tuple(run.full_name or run.name for run in self._runs)
+        chosen = f"{self.layer}, {tensor}"
+        plots = {
+            "quant_amax_scale": ("history", self.history_plot.plot, chosen, every),
+            "quant_flushed_heatmap": ("flushed", self.flushed_map.plot, f"{tensor} tensors", one),
+            "quant_saturated_heatmap": (
+                "saturated",
+                self.saturated_map.plot,
+                f"{tensor} tensors",
+                one,
+            ),
+            "quant_sqnr": ("sqnr", self.sqnr_plot.plot, f"{tensor} tensors", one),
+            "quant_block_scales": ("blocks", self.block_plot.plot, chosen, one),
         }
+        exports: dict[str, tuple[pg.PlotWidget, PlotCaption]] = {}
+        for name, (card_name, plot, what, runs) in plots.items():
+            card = self.cards[card_name]
+            caption = PlotCaption(f"{card.title}: {what}", runs, card.explanation)
+            exports[name] = (plot, caption)
+        return exports
+
+    def _shown_current(self) -> RunModel | None:
+        """The run the one-run cards show: the selected one when it has quantized layers,
+        else the first quantized run shown."""
+        if self._current is not None and self._current.quant:
+            return self._current
+        return self._runs[0].model if self._runs else None
 
     @property
     def note(self) -> str | None:
@@ -1111,9 +1138,7 @@ class QuantPage(QWidget):
             self.role_box.blockSignals(False)
 
     def _redraw(self) -> None:
-        current = self._current if self._current is not None and self._current.quant else None
-        if current is None and self._runs:
-            current = self._runs[0].model
+        current = self._shown_current()
         text = detail_text(self._runs, current, self._current)
         self.detail_label.setText(text)
         self.detail_label.setToolTip(text)

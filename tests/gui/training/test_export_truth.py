@@ -6,13 +6,15 @@ from __future__ import annotations
 import csv
 import json
 import math
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from fpexplorer.gui.training.export import export_plot, write_scalars_csv
+from fpexplorer.gui.training.export import PlotCaption, export_plot, write_scalars_csv
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.training.records import HeaderRecord, StepRecord, decode_float
 from fpexplorer.training.runlog import RunWriter
@@ -148,9 +150,61 @@ def test_a_refused_file_is_named_as_the_user_asked_for_it(panel, tmp_path: Path)
     not_a_folder = tmp_path / "notes.txt"
     not_a_folder.write_text("")
     with pytest.raises(NotADirectoryError) as raised:
-        export_plot(panel.loss_plot.plot, not_a_folder / "loss")
+        export_plot(panel.loss_plot.plot, not_a_folder / "loss", PlotCaption("Loss", ()))
     # Was the temporary file's name (".loss.png.<pid>.<hex>.part").
     assert raised.value.filename == str(not_a_folder / "loss.png")
     with pytest.raises(NotADirectoryError) as raised:
         write_scalars_csv(RunModel(), not_a_folder / "steps.csv")
     assert raised.value.filename == str(not_a_folder / "steps.csv")
+
+
+def _svg_texts(path: Path) -> tuple[list[str], str]:
+    """The visible text elements of an SVG (whitespace folded), and its title."""
+    root = ElementTree.parse(path).getroot()
+    elements = [e for e in root.iter() if e.tag.endswith("}text")]
+    texts = [" ".join("".join(e.itertext()).split()) for e in elements]
+    titles = [e.text or "" for e in root.iter() if e.tag.endswith("}title")]
+    return texts, titles[0] if titles else ""
+
+
+@pytest.mark.slow  # renders and writes every plot of both pages: about two seconds
+def test_every_exported_plot_says_what_it_shows_and_which_run(  # type: ignore[no-untyped-def]
+    panel, make_run, tmp_path: Path
+) -> None:
+    fp8 = make_run("fp8.jsonl", steps=40, precision="fp8", quant="fp8-delayed", stats_every=5)
+    panel.load_run(fp8)
+    label = panel.current_run.model.label
+    panel.plot_tabs.setCurrentWidget(panel.quant_page)
+    panel.refresh()
+    panel.quant_page.choose("blocks.0.mlp.w1", "weight")
+    assert (panel.quant_page.layer, panel.quant_page.role) == ("blocks.0.mlp.w1", "weight")
+    written = panel.export_to(tmp_path / "out")
+    svgs = sorted(path for path in written if path.suffix == ".svg")
+    # Was: the plot alone, its card's title, the tensor and the run left behind on screen.
+    want = {
+        "loss": "Loss",
+        "loss_scale": "Loss scale",
+        "gradient_histogram": "Gradient exponents: parameter gradients, step 35",
+        "exponent_heatmap": "Exponents over time: parameter gradients",
+        "quant_amax_scale": "amax and scale: blocks.0.mlp.w1, weight",
+        "quant_flushed_heatmap": "Flushed to zero: weight tensors",
+        "quant_saturated_heatmap": "Saturated: weight tensors",
+        "quant_sqnr": "SQNR per layer: weight tensors",
+        "quant_block_scales": "Block scales: blocks.0.mlp.w1, weight",
+    }
+    assert sorted(path.stem for path in svgs) == sorted(want)
+    plots = {**panel._main_plots(), **panel.quant_page.export_plots()}
+    for svg in svgs:
+        texts, title = _svg_texts(svg)
+        assert title == want[svg.stem]
+        # Word-wrapped lines are text elements of their own: read as one text.
+        shown = " ".join(texts)
+        assert shown.startswith(f"{want[svg.stem]} run: {label} "), svg.stem
+        # The axes keep their labels (with their unit where there is one: "SQNR (dB)").
+        item = plots[svg.stem][0].getPlotItem()
+        bottom = " ".join(item.getAxis("bottom").labelText.split())
+        assert bottom and bottom in shown, (svg.stem, bottom)
+        png = QImage(str(svg.with_suffix(".png")))
+        assert png.text("Title") == want[svg.stem]
+        assert png.text("Description").startswith(f"run: {label}")
+    assert _svg_texts(tmp_path / "out" / "quant_sqnr.svg")[0].count("SQNR (dB)") == 1

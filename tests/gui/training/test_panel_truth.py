@@ -230,6 +230,8 @@ def test_run_list_text_has_no_colour_of_its_own(panel, synthetic_run: Path) -> N
 def test_exports_use_the_screen_fonts(panel, synthetic_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from PySide6.QtGui import QImage
 
+    from fpexplorer.gui.training.export import caption_height
+
     panel.load_run(synthetic_run)
     written = panel.export_to(tmp_path / "export")
     svg = (tmp_path / "export" / "loss.svg").read_text()
@@ -239,7 +241,10 @@ def test_exports_use_the_screen_fonts(panel, synthetic_run: Path, tmp_path: Path
     assert families == {screen_family}, families
     png = QImage(str(tmp_path / "export" / "loss.png"))
     plot = panel.loss_plot.plot
-    assert (png.width(), png.height()) == (2 * plot.width(), 2 * plot.height())
+    # Twice the screen's pixels, the caption (title, run) above the plot.
+    caption = panel._main_plots()["loss"][1]
+    height = plot.height() + caption_height(plot, caption)
+    assert (png.width(), png.height()) == (2 * plot.width(), 2 * height)
     assert len(written) == 9
 
 
