@@ -32,7 +32,9 @@ VALUE_DIGITS = 28  # a result value with more significant digits is shown rounde
 EPILOG = """\
 EXPRESSION: a + b, a - b, a * b, a / b (also × ÷ −), fma(a, b, c) or sqrt(a). Each operand is
 a value as `fpexplorer inspect` takes it (0.1, -1.5e-3, 1/3, 0x1.8p3, inf, nan, max, ...) and
-is first rounded into the format (nearest even); the operation is then exact, and its result
+is first rounded into the format (nearest even); a bare hex integer is a code of --format
+(0x3C00 is 1 in fp16; bf16:0x3F80 names another format; 0x3C00p0 is the number 15360). The
+operation is then exact, and its result
 is rounded under every rounding mode (or the one --rounding names), with the error and the
 IEEE 754 flags.
 
@@ -40,6 +42,7 @@ examples:
   fpexplorer calc "0.1 + 0.2" --format fp16
   fpexplorer calc "fma(1.5, 2, -3)" --format bf16 --rounding toward_zero
   fpexplorer calc "sqrt(2)" --format binary8p3se --json
+  fpexplorer calc "0x3C00 + 0x1400" --format fp16
 """
 
 _OPERATORS = {"+": "add", "-": "sub", "−": "sub", "*": "mul", "×": "mul", "/": "div", "÷": "div"}

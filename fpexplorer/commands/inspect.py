@@ -31,7 +31,10 @@ TEXT_DIGITS = 80
 
 EPILOG = """\
 VALUE: a decimal of any length (0.1, -1.5e-3), a fraction (1/3), a hex float (0x1.8p3),
-inf, -inf, nan, -0, or max / min_normal / min_subnormal / eps of each format.
+inf, -inf, nan, -0, or max / min_normal / min_subnormal / eps of each format. A bare hex
+integer is a code (bit pattern), as in the app's entry field: 0x3C00 (or 0b..., the fields
+0|01111|0000000000) of the one --format; fp16:0x3C00 names its format, and rounds its value
+into the formats shown; 0x3C00p0 is the number 15360.
 Negative values work as they are: fpexplorer inspect -1e-3 -f fp16.
 FORMAT: a name (float16, fp16, bf16, e4m3, e8m0, ...: see `fpexplorer formats`), a P3109
 name binary{K}p{P}{s|u}{e|f} (binary8p3se, binary8p4uf, ...) or a spec such as e6m9 or
@@ -43,6 +46,7 @@ examples:
   fpexplorer inspect 65520 -f fp16 --rounding toward_zero
   fpexplorer inspect 300 -f binary8p4se --overflow saturate_propagate
   fpexplorer inspect 1/3 --all --json
+  fpexplorer inspect fp16:0x3C00 -f bf16 e4m3
   fpexplorer inspect --bits 0x3c00 --format fp16
 """
 
@@ -53,7 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     accept_negative_values(parser)
-    parser.add_argument("value", nargs="?", metavar="VALUE", help="the value to round")
+    parser.add_argument(
+        "value", nargs="?", metavar="VALUE",
+        help="the value to round (a bare 0x3C00 is a code of the one --format: see below)",
+    )  # fmt: skip
     parser.add_argument(
         "-f", "--format", dest="formats", action="extend", nargs="+", metavar="NAME",
         help=f"formats to show (repeatable; default: {', '.join(DEFAULT_FORMATS)})",
@@ -128,16 +135,18 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError("give a VALUE to round (or --bits CODE --format NAME)")
     seed, random_bits = stochastic_draw(args.rounding, args.seed, args.random_bits)
     formats = _resolve_formats(args)
-    from fpexplorer.formats import parse_value
-    from fpexplorer.formats.parse import written_as_code
-    from fpexplorer.formats.quoting import quote_text
+    from fpexplorer.formats import CodeEntry, parse_entry, parse_value
+    from fpexplorer.formats.quoting import cut_text, quote_text
 
-    if written_as_code(args.value) and not args.value.strip().lower().startswith("0x"):
-        # 0b… and the fields 0|01111|… are codes, never values (a bare 0x3C00 is a hex
-        # number, as for float.fromhex): the app's entry field reads them as codes.
+    # A bare code (0x3C00, 0b…, 0|01111|…) is a code of the selected format, as in the app's
+    # entry field; with several formats selected it would be a different value in each.
+    first = parse_entry(args.value, formats[0])
+    if isinstance(first, CodeEntry) and not first.format_named and len(formats) > 1:
+        code = cut_text("".join(args.value.split()), 40)
         raise ValueError(
-            f"{quote_text(args.value.strip())} is written as a code: decode it with "
-            "--bits CODE --format NAME"
+            f"{quote_text(args.value.strip())} is a code of the selected format, and "
+            f"{len(formats)} are selected: give one --format, or name its format "
+            f"(fp16:{code}); for the number write a hex float ({code}p0)"
         )
 
     results = []
@@ -145,10 +154,14 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         exact = parse_value(args.value, fmt)
         rounded = fmt.round(exact, args.rounding, args.overflow, seed=seed, random_bits=random_bits)
         results.append(_describe_rounding(rounded))
-    try:
-        common_input: ExactValue | None = parse_value(args.value)
-    except ValueError:  # a named constant (max, eps, ...): its value differs per format
-        common_input = None
+    common_input: ExactValue | None
+    if isinstance(first, CodeEntry):
+        common_input = first.format.to_exact(first.code)
+    else:
+        try:
+            common_input = parse_value(args.value)
+        except ValueError:  # a named constant (max, eps, ...): its value differs per format
+            common_input = None
     return {
         "input": args.value,
         "input_exact": _exact_text(common_input),

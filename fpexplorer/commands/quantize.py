@@ -30,9 +30,11 @@ DEFAULT_MAX_BLOCKS = 16
 
 EPILOG = """\
 VALUES: decimals of any length (0.1, -1.5e-3), fractions (1/3), hex floats (0x1.8p3), inf,
-nan; they are quantized exactly. --npy / --csv arrays are read as float64 (a .npy of float16,
-float32 or float64 exactly); blocks run along the last axis (--axis to change it), and a
-tail shorter than the block size is a block of its own.
+nan, a code with its format (fp16:0x3C00; a bare 0x3C00 is a code, and a block format selects
+no one format for it: 0x3C00p0 is the number 15360); they are quantized exactly. --npy /
+--csv arrays are read as float64 (a .npy of float16, float32 or float64 exactly); blocks
+run along the last axis (--axis to change it), and a tail shorter than the block size is a
+block of its own.
 Scale rules: floor (OCP MX v1.0, the MX default), ceil, even, rceil (Transformer Engine /
 cuBLAS), nearest (NVFP4's E4M3 block scales; the nvfp4 default).
 

@@ -57,7 +57,7 @@ from .format import (
     to_exact_value,
 )
 from .p3109 import SATURATION_MODES, P3109Parameters, p3109_format, p3109_parameters
-from .parse import parse_code, parse_value
+from .parse import BARE_HEX_RULE, CodeEntry, parse_code, parse_entry, parse_value
 from .registry import get_format, list_formats
 
 # The block formats load numpy at import; `fpexplorer inspect` and `formats` should not pay
@@ -90,6 +90,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "BARE_HEX_RULE",
     "CLASSES",
     "ENCODINGS",
     "OPERATIONS",
@@ -101,6 +102,7 @@ __all__ = [
     "BlockErrorStats",
     "BlockFormat",
     "Calculation",
+    "CodeEntry",
     "DoubleRounding",
     "ErrorStats",
     "ExactBlock",
@@ -130,6 +132,7 @@ __all__ = [
     "p3109_format",
     "p3109_parameters",
     "parse_code",
+    "parse_entry",
     "parse_value",
     "quantize",
     "quantize_block_exact",

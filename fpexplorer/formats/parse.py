@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -33,18 +35,103 @@ _NUMBER_START = (
 _VALUE_START = re.compile(rf"[+\-\u2212]?\s*{_NUMBER_START}(?:\s*/\s*{_NUMBER_START})?")
 
 
-def parse_value(text: str, fmt: FloatFormat | None = None) -> ExactValue:
-    """Parse a number exactly.
+@dataclass(frozen=True, slots=True)
+class CodeEntry:
+    """Text written as a code (a bit pattern): "0x3C00" in the selected format, or
+    "fp16:0x3C00" in the one it names (`format_named`)."""
 
-    Accepts decimals of any length ("0.1", "-12.5e-3"), fractions ("1/3", "-2.5/7"), hex
-    floats ("0x1.8p3"), "inf", "-inf", "+inf", "nan", "-0", and with `fmt` the named constants
-    "max", "min_normal", "min_subnormal", "eps" (optionally signed). Anything else raises
-    ValueError saying what is wrong.
+    format: FloatFormat
+    code: int
+    format_named: bool
+
+
+# The one rule for a bare hex integer, in every place a value is typed (the app's entry and
+# operand fields, `inspect VALUE`, `calc` operands, the library): as float.exposed and Float
+# Toy read it, the bit pattern of the selected format. A hex float (0x1.8p3, 0x3C00p0) is a
+# number. Said in each place's help by this text.
+BARE_HEX_RULE = (
+    "a bare 0x3C00 (or 0b…, 0|01111|…) is a code of the selected format; fp16:0x3C00 names "
+    "the format; 0x3C00p0 is the number 15360"
+)
+
+
+def parse_entry(
+    text: str, fmt: FloatFormat | None = None, known: Sequence[FloatFormat] = ()
+) -> ExactValue | CodeEntry:
+    """Text typed where a value is expected: a value (see `parse_value`) or a code.
+
+    A code is written 0x3C00, 0b0011110000000000 or as the fields 0|01111|0000000000 and
+    read in `fmt`, the selected format; or as FORMAT:CODE ("fp16:0x3C00", "e5m2:0b01111100";
+    FORMAT is a name, a spec, or the name of one of `known`). Without `fmt` a bare code has
+    no meaning: ValueError naming the two ways to write it. ValueError for anything wrong.
     """
     if not isinstance(text, str):
         raise ValueError(f"expected text, got {type(text).__name__}")
     if len(text) > MAX_TEXT_LENGTH:
         raise ValueError(f"value text too long ({len(text)} characters, at most {MAX_TEXT_LENGTH})")
+    # "−0x3C00" with the minus sign the app writes is refused as "-0x3C00" is (a code has
+    # no sign), not read as the number -15360.
+    entry = _code_entry(text.strip().replace("\u2212", "-"), fmt, known)
+    return entry if entry is not None else _parse_number(text, fmt)
+
+
+def parse_value(
+    text: str, fmt: FloatFormat | None = None, known: Sequence[FloatFormat] = ()
+) -> ExactValue:
+    """Parse a number exactly.
+
+    Accepts decimals of any length ("0.1", "-12.5e-3"), fractions ("1/3", "-2.5/7"), hex
+    floats ("0x1.8p3"), "inf", "-inf", "+inf", "nan", "-0", and with `fmt` the named constants
+    "max", "min_normal", "min_subnormal", "eps" (optionally signed). A code ("0x3C00" with
+    `fmt`, "fp16:0x3C00" always; see `parse_entry`) stands for its value. Anything else
+    raises ValueError saying what is wrong.
+    """
+    entry = parse_entry(text, fmt, known)
+    if isinstance(entry, CodeEntry):
+        return entry.format.to_exact(entry.code)
+    return entry
+
+
+def _code_entry(
+    compact: str, fmt: FloatFormat | None, known: Sequence[FloatFormat]
+) -> CodeEntry | None:
+    head, colon, tail = compact.rpartition(":")
+    if not colon:
+        if fmt is None:
+            unsigned = "".join(compact.split()).lstrip("+-")
+            # A code written wrongly ("0x3G00") gets parse_code's message, pointing at the digit.
+            if written_as_code(unsigned) and _code_digits(unsigned) is not None:
+                raise ValueError(
+                    f"{quote_text(compact)} is written as a code (a bit pattern), but no "
+                    f"format is selected: name it, as fp16:{cut_text(unsigned)}; for the "
+                    f"number write a hex float, {cut_text(compact)}p0"
+                )
+            return None
+        code = parse_code(compact, fmt)
+        return None if code is None else CodeEntry(fmt, code, format_named=False)
+    head = head.strip()
+    if not head or not written_as_code(tail):
+        return None  # not a code entry: "1:2" is a typo, read (and refused) as a number
+    from .registry import get_format  # the registry imports this module
+
+    by_name = {known_format.name: known_format for known_format in known}
+    try:
+        named = by_name.get(head) or get_format(head)
+    except ValueError as error:
+        raise ValueError(f"{quote_text(head)} before ':' is not a format: {error}") from None
+    try:
+        code = parse_code(tail, named)
+    except ValueError as error:
+        raise ValueError(f"after '{head}:' comes a raw code: {error}") from None
+    if code is None:
+        raise ValueError(
+            f"after '{head}:' comes a raw code such as 0x3C00 or 0b0011110000000000, not "
+            f"{quote_text(tail.strip(), 40)}"
+        )
+    return CodeEntry(named, code, format_named=True)
+
+
+def _parse_number(text: str, fmt: FloatFormat | None) -> ExactValue:
     # The minus sign and infinity as the app itself writes them ("−∞" in the block editor,
     # "−" in formulas), so that what it shows can be typed back.
     stripped = text.strip().replace("\u2212", "-").replace("∞", "inf")
@@ -188,6 +275,21 @@ def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | N
     wrong: a sign (a code's sign is its top bit), a digit not of its base, or more bits
     than the format has.
     """
+    read = _code_digits(text, decimal)
+    if read is None:
+        return None
+    compact, code = read
+    if code >= 1 << fmt.width:
+        raise ValueError(
+            f"code {cut_text(compact)} has more than {fmt.width} bits: {fmt.name} codes go up to "
+            f"{fmt.code_to_hex((1 << fmt.width) - 1)}"
+        )
+    return code
+
+
+def _code_digits(text: str, decimal: bool = False) -> tuple[str, int] | None:
+    """(the text without spaces, the code it writes) by `parse_code`'s rules, with no width
+    check; None when `text` is not written as a code."""
     if not isinstance(text, str):
         raise ValueError(f"a code to read must be text, not {type(text).__name__}")
     compact = "".join(text.split())
@@ -218,9 +320,4 @@ def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | N
         )
     else:
         return None
-    if code >= 1 << fmt.width:
-        raise ValueError(
-            f"code {cut_text(compact)} has more than {fmt.width} bits: {fmt.name} codes go up to "
-            f"{fmt.code_to_hex((1 << fmt.width) - 1)}"
-        )
-    return code
+    return compact, code

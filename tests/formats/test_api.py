@@ -406,7 +406,7 @@ def test_exact_value_strings() -> None:
         ("-2.5/5", Fraction(-1, 2)),
         ("0x1.8p3", Fraction(12)),
         ("-0x.8", Fraction(-1, 2)),
-        ("0x10", Fraction(16)),
+        ("0x10p0", Fraction(16)),
         ("1_000", Fraction(1000)),
         ("0x1_0p1_0", Fraction(16 * 1024)),
         ("1_0/2_0", Fraction(1, 2)),
@@ -447,7 +447,8 @@ def test_parse_value_specials_and_constants() -> None:
         ("-", "a sign with no number"),
         ("1e999999999", "exponent out of range"),
         ("0x1p99999999", "exponent out of range"),
-        ("0xg", "hex float"),
+        ("0xg", "not a hex code"),
+        ("0x.g", "hex float"),
         ("1/", "missing"),
         ("1e", "not a number"),
         ("١٢", "not a number"),
@@ -481,7 +482,9 @@ NINES = "9" * 3000
         ("1__0", "'_' at character 2 of 4 is misplaced"),
         (NINES + "x", "not a number: 'x' at character 3001 of 3001"),
         (NINES + "_", "'_' at character 3001 of 3001 is misplaced"),
-        ("0x" + "f" * 3000 + "g", "not a hex float: 'g' at character 3003 of 3003"),
+        # Written as a code (a bare hex integer is one), wrongly: the code reader's message.
+        ("0x" + "f" * 3000 + "g", "not a hex code: 'g' at character 3003 of 3003"),
+        ("0x" + "f" * 3000 + ".g", "not a hex float: 'g' at character 3004 of 3004"),
     ],
 )
 def test_parse_value_points_at_the_first_wrong_character(text: str, where: str) -> None:

@@ -427,13 +427,17 @@ def test_an_unsigned_format_has_no_sign_field(capsys: pytest.CaptureFixture[str]
     assert [r["fields"]["sign"] for r in result["results"]] == [None, None, 0]
 
 
-@pytest.mark.parametrize("value", ["0|01111|0000000000", "0b0011110000000000"])
-def test_a_code_given_as_the_value_points_to_bits(
+@pytest.mark.parametrize("value", ["0|01111|0000000000", "0b0011110000000000", "0x3C00"])
+def test_a_code_given_as_the_value_is_a_code_of_the_one_format(
     capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
-    # Pasted from inspect's own code row, it said "not a number (expected a decimal …)".
-    assert main(["inspect", value, "-f", "fp16"]) == 2
-    assert "is written as a code: decode it with --bits CODE --format NAME" in (
+    # Pasted from inspect's own code row, it said "not a number (expected a decimal …)"; then
+    # "decode it with --bits". A code is read as the app's entry field reads it: in the one
+    # selected format (and refused when several are, each reading it differently).
+    (result,) = _json(capsys, ["inspect", value, "-f", "fp16", "--json"])["results"]
+    assert result["code"] == 0x3C00 and result["value_exact"] == "1"
+    assert main(["inspect", value, "-f", "fp16", "bf16"]) == 2
+    assert "2 are selected: give one --format, or name its format (fp16:" in (
         capsys.readouterr().err
     )
     assert (

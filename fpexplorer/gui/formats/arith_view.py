@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fpexplorer.formats import BARE_HEX_RULE
 from fpexplorer.gui.formats.arith_state import (
     OPERAND_NAMES,
     OPERATION_LABELS,
@@ -39,7 +40,8 @@ from fpexplorer.gui.theme import role_color
 MODE_COLUMNS = ("rounding", "result", "code", "error |result − exact|", "error (ulps)", "flags")
 OPERAND_HELP = (
     "A number: 0.1, -2.5e-3, 1/3, 0x1.8p3 (hex float), inf, nan, max, min_normal, eps. "
-    "It is rounded into the format (nearest even) before the operation."
+    "It is rounded into the format (nearest even) before the operation. "
+    f"Codes: {BARE_HEX_RULE} (the selected format is the one computed in)."
 )
 
 

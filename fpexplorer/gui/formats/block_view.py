@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from fpexplorer.formats import BARE_HEX_RULE
 from fpexplorer.formats.decimal import approximate_decimal, display_decimal
 from fpexplorer.gui.formats.bit_row import BitRow
 from fpexplorer.gui.formats.block_state import (
@@ -192,6 +193,10 @@ class BlockEditorView(LazyView):
         self.values_field = QLineEdit()
         self.values_field.setPlaceholderText(
             "values, e.g. 0.1, -2.5, 1e-3, 1/3 … (up to a block), Enter loads them"
+        )
+        self.values_field.setToolTip(
+            "Numbers separated by commas or spaces: 0.1, -2.5e-3, 1/3, 0x1.8p3 (hex float), inf, "
+            f"nan. Codes: {BARE_HEX_RULE}; here no one format is selected, so name it."
         )
         self.values_field.setClearButtonEnabled(True)
         self.load_button = QPushButton("Load")

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.formats import OVERFLOW_POLICIES, ROUNDING_MODES
+from fpexplorer.formats import BARE_HEX_RULE, OVERFLOW_POLICIES, ROUNDING_MODES
 from fpexplorer.gui.formats.state import (
     DEFAULT_OVERFLOW_LABEL,
     FormatsSession,
@@ -28,7 +28,8 @@ ENTRY_HELP = (
     "Type a number and press Enter: 0.1, -2.5e-8, 1/3, 0x1.8p3 (hex float), inf, -inf, nan, "
     "-0, max, min_normal, min_subnormal, eps — or a raw code, read in the active editor's "
     "format (0x3C00, 0b0011110000000000, 0|01111|0000000000) or in the format named before "
-    "it (fp16:0x3C00, e5m2:0x7C, bf16:0x3F80)."
+    "it (fp16:0x3C00, e5m2:0x7C, bf16:0x3F80). "
+    f"The rule, the same in every field and on the command line: {BARE_HEX_RULE}."
 )
 ROUNDING_HELP = {
     "nearest_even": "Round to the nearest value; ties go to the even code (IEEE default).",

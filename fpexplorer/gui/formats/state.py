@@ -23,6 +23,7 @@ from typing import Any
 from fpexplorer.formats import (
     OVERFLOW_POLICIES,
     ROUNDING_MODES,
+    CodeEntry,
     ExactValue,
     Fields,
     FloatFormat,
@@ -31,10 +32,10 @@ from fpexplorer.formats import (
     get_format,
     list_formats,
     make_format,
-    parse_value,
+    parse_entry,
 )
 from fpexplorer.formats.decimal import display_decimal, shortest_display
-from fpexplorer.formats.parse import parse_code, written_as_code
+from fpexplorer.formats.parse import parse_code
 from fpexplorer.formats.quoting import quote_text
 from fpexplorer.gui.formats.text import scientific
 
@@ -103,39 +104,6 @@ def display_text(fmt: FloatFormat, code: int) -> str:
 
 def hex_code(fmt: FloatFormat, code: int) -> str:
     return f"0x{code:0{(fmt.width + 3) // 4}X}"
-
-
-def parse_code_entry(
-    text: str, active: FloatFormat, known: Sequence[FloatFormat] = ()
-) -> tuple[FloatFormat, int] | None:
-    """A raw code, optionally with the format to read it in: "0x3C00" (the active editor's
-    format) or "fp16:0x3C00", "e5m2:0b01111100" (any format name or spec; specs may hold
-    colons themselves, so the code is what follows the last one). None when `text` is not
-    a raw code; ValueError when the format is unknown or the code does not fit it.
-    """
-    compact = text.strip()
-    head, colon, tail = compact.rpartition(":")
-    if not colon:
-        code = parse_code(compact, active)
-        return None if code is None else (active, code)
-    head = head.strip()
-    if not head or not written_as_code(tail):
-        return None  # not a code entry ("e5m2:fn" alone is a spec, not a value)
-    by_name = {fmt.name: fmt for fmt in known}
-    try:
-        fmt = by_name.get(head) or get_format(head)
-    except ValueError as error:
-        raise ValueError(f"{quote_text(head)} before ':' is not a format: {error}") from None
-    try:
-        code = parse_code(tail, fmt)
-    except ValueError as error:
-        raise ValueError(f"after '{head}:' comes a raw code: {error}") from None
-    if code is None:
-        raise ValueError(
-            f"after '{head}:' comes a raw code such as 0x3C00 or 0b0011110000000000, not "
-            f"{quote_text(tail.strip(), 40)}"
-        )
-    return fmt, code
 
 
 def entry_placeholder(active: FloatFormat) -> str:
@@ -492,20 +460,19 @@ class FormatsSession:
                     "type a number (1.5, 1/3, 0x1.8p3, inf, nan, max …) or a code (0x3C00, "
                     "fp16:0x3C00)"
                 )
-            entry = parse_code_entry(stripped, editor.format, self.known_formats())
-            value = None if entry is not None else parse_value(stripped, editor.format)
+            parsed = parse_entry(stripped, editor.format, self.known_formats())
         except ValueError as error:
             self.entry_error = str(error)
             self.entry_note = None
             self.entry_changed.emit()
             return False
-        if entry is not None:
-            fmt, code = entry
+        if isinstance(parsed, CodeEntry):
+            fmt, code = parsed.format, parsed.code
             note = f"code {hex_code(fmt, code)} read in {fmt.name} = {display_text(fmt, code)}"
             if fmt == editor.format:
                 editor.set_code(code)
                 self._follow(editor, editor.value())
-                if ":" not in stripped:
+                if not parsed.format_named:
                     note += " (the active editor's format; write e.g. fp16:0x3C00 for another)"
             else:
                 code_value = fmt.to_exact(code)
@@ -519,14 +486,13 @@ class FormatsSession:
                 note += f", rounded into {editor.format.name}"
             self.entry_note = note
         else:
-            assert value is not None
-            problem = editor.set_input(value)
+            problem = editor.set_input(parsed)
             if problem is not None:
                 self.entry_error = problem
                 self.entry_note = None
                 self.entry_changed.emit()
                 return False
-            self._follow(editor, value)
+            self._follow(editor, parsed)
             self.entry_note = None
         self.entry_error = None
         self.entry_changed.emit()
