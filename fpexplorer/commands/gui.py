@@ -61,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
     from fpexplorer.gui.main_window import MainWindow
     from fpexplorer.gui.settings import SettingsStore
 
-    window = MainWindow(SettingsStore(), restore=not args.fresh and not formats)
+    # The last session's window always comes back; its formats only where no --format
+    # chooses others.
+    window = MainWindow(SettingsStore(), restore=not args.fresh, restore_formats=not formats)
     apply_start_state(window, formats, args.value)
     window.show()
     return int(app.exec())
@@ -89,6 +91,8 @@ def apply_start_state(window: object, formats: list[object], value: str | None) 
 
     assert isinstance(window, MainWindow)
     session = window.session
+    if formats or value is not None:
+        window.tabs.setCurrentIndex(0)  # what they load is seen (a restored tab may hide it)
     if formats:
         session.editors = [EditorState(fmt) for fmt in formats]  # type: ignore[arg-type]
         session.editors_changed.emit()

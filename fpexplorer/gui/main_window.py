@@ -131,9 +131,13 @@ class MainWindow(QMainWindow):
         settings: SettingsStore | None = None,
         *,
         restore: bool = True,
+        restore_formats: bool = True,
         session: FormatsSession | None = None,
     ) -> None:
+        """`restore`: the last session's window (geometry, tab, view) and, unless
+        `restore_formats` is false (the start arguments choose them), its formats."""
         super().__init__()
+        self._bring_onto_screen_when_shown = False
         self.settings = settings or SettingsStore(persistent=False)
         self.setWindowTitle("fpexplorer")
         self.setObjectName("MainWindow")
@@ -166,7 +170,7 @@ class MainWindow(QMainWindow):
         app = QApplication.instance()
         if isinstance(app, QApplication):
             app.focusChanged.connect(self._on_app_focus_changed)
-        restore_problems = self._restore() if restore else []
+        restore_problems = self._restore(restore_formats) if restore else []
         problem = self.settings.problem()
         if problem:
             self.status.showMessage(problem)
@@ -229,6 +233,10 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
+        if self._bring_onto_screen_when_shown:
+            # Once shown: only then is the frame around the window known.
+            self._bring_onto_screen_when_shown = False
+            self._bring_onto_screen()
         if self._training_panel is None:
             QTimer.singleShot(TRAINING_PANEL_DELAY_MS, self, self._on_training_timer_timeout)
 
@@ -438,10 +446,11 @@ class MainWindow(QMainWindow):
             self.status.showMessage(problem, 5000)
 
     # -- state kept between runs ---------------------------------------------------------
-    def _restore(self) -> list[str]:
+    def _restore(self, formats: bool = True) -> list[str]:
         geometry = self.settings.value("window/geometry")
         if isinstance(geometry, QByteArray | bytes):
             self.restoreGeometry(QByteArray(geometry))
+            self._bring_onto_screen_when_shown = True
         tab = self.settings.text("window/tab", "0")
         if tab in ("0", "1"):
             self.tabs.setCurrentIndex(int(tab))
@@ -457,9 +466,29 @@ class MainWindow(QMainWindow):
             value = self.settings.value(STATE_PREFIX + key)
             if value is not None:
                 saved[key] = value
-        if not saved.get("formats"):
+        if not formats or not saved.get("formats"):
             return []
         return self.session.restore(saved)
+
+    def _bring_onto_screen(self) -> None:
+        """Move (and if need be shrink) the window so that all of it, frame included, is
+        on its screen's free area: a geometry saved on a monitor since unplugged or on a
+        larger screen. Qt's restoreGeometry brings it back only nearly: its frame was
+        left a pixel past the screen's right and bottom edges."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:
+            return
+        area = screen.availableGeometry()
+        frame = self.frameGeometry()
+        border = frame.size() - self.size()
+        size = self.size().boundedTo(area.size() - border)
+        if size != self.size():
+            self.resize(size)
+            frame = self.frameGeometry()
+        x = min(max(frame.left(), area.left()), area.left() + area.width() - frame.width())
+        y = min(max(frame.top(), area.top()), area.top() + area.height() - frame.height())
+        if (x, y) != (frame.left(), frame.top()):
+            self.move(x, y)  # a window's position is its frame's
 
     def save_state(self) -> str | None:
         """Write geometry and the Formats state; returns a problem sentence or None."""

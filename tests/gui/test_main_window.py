@@ -778,3 +778,51 @@ def test_copy_on_the_training_tab_never_takes_the_hidden_editors_value(
     window.tabs.setCurrentIndex(0)
     window.copy_code_action.trigger()
     assert clipboard.text() == window.session.active.readout().hex_code
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["gui", "--format", "fp16"], ["--format", "e5m2", "--value", "2"], ["--value", "1/3"]],
+)
+def test_every_way_of_starting_restores_the_saved_window_onto_the_screen(
+    qapp: object, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """The geometry, tab and view of the last session come back whatever the start
+    arguments (was: any --format skipped them); one saved off the screen comes back on it."""
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.cli import main
+
+    last = MainWindow(SettingsStore())
+    last.resize(653, 471)
+    last.show()
+    last.move(5000, 4000)  # a second monitor since unplugged
+    last.tabs.setCurrentIndex(1)
+    last.formats_panel.show_view("codes")
+    last.close()
+    last.deleteLater()
+    shown: list[MainWindow] = []
+
+    def check_instead_of_exec() -> int:
+        windows = [
+            w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()
+        ]
+        shown.extend(windows)
+        return 0
+
+    monkeypatch.setattr(QApplication, "exec", staticmethod(check_instead_of_exec))
+    assert main(argv) == 0
+    [window] = shown
+    try:
+        assert window.size().toTuple() == (653, 471)
+        screen = QGuiApplication.primaryScreen().availableGeometry()
+        assert screen.contains(window.frameGeometry()), (screen, window.frameGeometry())
+        assert window.formats_panel.current_view_name() == "codes"
+        # The tab: the Formats tab where the start arguments load the bit editor.
+        start_state = any(option in argv for option in ("--format", "--value"))
+        assert window.tabs.currentIndex() == (0 if start_state else 1)
+        if "--format" in argv:
+            assert window.session.active.format == get_format(argv[argv.index("--format") + 1])
+    finally:
+        window.close()
+        window.deleteLater()
