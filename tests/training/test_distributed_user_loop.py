@@ -19,10 +19,18 @@ import pytest
 from test_distributed import HANG_GUARD_S
 from training_helpers import REPO, run_cli
 
+from fpexplorer.gui.training.code_snippet import pytorch_code
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.view_model import settings_of
 from fpexplorer.training.config import TrainConfig
-from fpexplorer.training.monitor.ranks import parallel_of, rank_log_path
+from fpexplorer.training.monitor.ranks import (
+    RDZV_ENDPOINT_ENV,
+    RankContext,
+    launch_settings,
+    parallel_of,
+    rank_log_path,
+)
+from fpexplorer.training.records import HeaderRecord, RankInfo
 from fpexplorer.training.runlog import Run, load_run
 
 # MODE: "plain", "user-hook" (the user's fp16 compression hook is registered first) or
@@ -448,3 +456,65 @@ def test_a_monitor_missing_on_a_rank_or_on_another_cadence_is_refused_not_hung(
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
     assert message in done.stderr, done.stderr[-3000:]
+
+
+# What torchrun's agent puts in the environment of rank 3 of 2 nodes x 2 ranks (torch's
+# LocalElasticAgent: the rendezvous gave node 0's store address as MASTER_ADDR/PORT).
+TWO_NODES_RANK_3 = {
+    "RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1", "ROLE_RANK": "3",
+    "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2",
+    "ROLE_WORLD_SIZE": "4", "MASTER_ADDR": "node0.cluster", "MASTER_PORT": "29500",
+    "TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "0",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("environment", "stated"),
+    [
+        (TWO_NODES_RANK_3, {"nnodes": 2, "rdzv_endpoint": "node0.cluster:29500"}),
+        ({**TWO_NODES_RANK_3, "MASTER_ADDR": "fd00::1"}, {"rdzv_endpoint": "[fd00::1]:29500"}),
+        # One node: no endpoint (a run on one node takes any free port).
+        ({**TWO_NODES_RANK_3, "GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "4"},
+         {"nnodes": 1, "nproc_per_node": 4, "rdzv_endpoint": None}),
+    ],
+)  # fmt: skip
+def test_a_torchrun_launch_on_several_nodes_is_stated_from_its_environment(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], stated: dict[str, object]
+) -> None:
+    """A user's loop on several nodes under torchrun: its header states the node count and
+    where the nodes met, in `fpexplorer train --nnodes`'s own fields, so the panel's form
+    and code view re-create the launch (was: no endpoint; the code read HOST:PORT)."""
+    for name in (
+        "GROUP_WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        RDZV_ENDPOINT_ENV,
+    ):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    launch = launch_settings(RankContext(rank=3, world_size=4, local_rank=1, host="n1"), "ddp")
+    want = {"nproc_per_node": 2, "nnodes": 2, "rdzv_endpoint": None, "parallel": "ddp", **stated}
+    assert {name: launch.get(name) for name in want} == want
+    monkeypatch.undo()  # the panel reading the log is not a rank
+    header = HeaderRecord(
+        config={**TrainConfig(task="mlp", device="cpu").to_dict(), **launch},
+        ranks=RankInfo(rank=3, world_size=4, host="n1", local_rank=1, parallel="ddp"),
+    )
+    model = RunModel()
+    model.add_records([header])
+    settings = settings_of(model)
+    assert isinstance(settings, TrainConfig), settings
+    assert settings.validate() == {}
+    assert {name: getattr(settings, name) for name in want} == want
+    argv = settings.to_argv()
+    endpoint = want["rdzv_endpoint"]
+    if endpoint is not None:
+        assert argv[argv.index("--rdzv-endpoint") + 1] == endpoint
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert f"torchrun --nproc-per-node 2 --nnodes 2 --rdzv-endpoint {endpoint} " in (
+            pytorch_code(settings)
+        )
+    else:
+        assert "--rdzv-endpoint" not in argv
