@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from fractions import Fraction
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
@@ -10,14 +13,16 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from fpexplorer.formats import FloatFormat, Rounded, exact_decimal
+from fpexplorer.formats import ExactValue, FloatFormat, Rounded, exact_decimal
 from fpexplorer.formats.decimal import display_decimals
+from fpexplorer.formats.quoting import cut_text
 from fpexplorer.gui.formats.plotting import LazyView
 from fpexplorer.gui.formats.state import (
     STOCHASTIC_SEED,
@@ -60,6 +65,80 @@ PROPERTY_TIPS = {
     "Bias": "Stored exponent E means the power E − bias.",
     "Finite values": "Number of codes holding finite values (+0 and −0 counted apart).",
 }
+
+
+FILTER_HELP = (
+    "Show only the formats whose name, alias, spec or family (the description's start: "
+    "IEEE 754, OCP FP8, OCP MX, IEEE P3109, …) holds every word typed, in any case"
+)
+# A sort key: a rank first, so that -inf < finite values < +inf, then the value itself.
+SortKey = tuple[int, Fraction] | tuple[int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class CrossRow:
+    """One row of the All formats table: a format and its rounding of the typed value (or
+    why it has none), with the row's cell texts."""
+
+    format: FloatFormat
+    result: Rounded | str
+    cells: tuple[str, ...]
+
+    @property
+    def code(self) -> int:
+        return self.result.code if isinstance(self.result, Rounded) else 0
+
+
+def format_matches(fmt: FloatFormat, filter_text: str) -> bool:
+    """Whether every word of `filter_text` is in the format's name, an alias, its spec or its
+    family (its description, which starts with the family: "OCP FP8 E4M3; 8 bits: …")."""
+    haystack = " ".join((fmt.name, *fmt.aliases, fmt.spec, fmt.description)).casefold()
+    return all(word in haystack for word in filter_text.casefold().split())
+
+
+def _value_key(value: ExactValue | None) -> SortKey | None:
+    if value is None or value.is_nan:
+        return None  # NaN and "no value" have no place among numbers: they go last
+    if value.is_inf:
+        return (2, Fraction(0)) if not value.negative else (0, Fraction(0))
+    return (1, value.fraction)
+
+
+def cross_sort_key(row: CrossRow, column: int) -> SortKey | None:
+    """The All formats table's order for `column`: numbers by their exact value (never by
+    their text: "1e-5" < "9"), texts in any case; None for a cell with no number."""
+    result = row.result
+    name = COMPARE_COLUMNS[column]
+    if name == "Format":
+        return (0, row.format.name.casefold())
+    if name in ("Class", "Flags"):
+        return (0, row.cells[column].casefold()) if isinstance(result, Rounded) else None
+    if not isinstance(result, Rounded):
+        return None
+    if name == "Code":
+        return (1, Fraction(result.code))
+    if name == "Value":
+        return _value_key(result.value)
+    error = {"Abs. error": result.error_abs, "Rel. error": result.error_rel}.get(
+        name, result.error_ulps
+    )
+    return None if error is None else (1, error)
+
+
+def sort_cross_rows(rows: list[CrossRow], column: int, descending: bool) -> list[CrossRow]:
+    """`rows` ordered by `column` (stable: equal keys keep their order); rows without a key
+    (NaN, a format with no code for the value) last in either direction."""
+    keyed = [(cross_sort_key(row, column), row) for row in rows]
+    present = [(key, row) for key, row in keyed if key is not None]
+    present.sort(key=lambda pair: pair[0], reverse=descending)
+    return [row for _, row in present] + [row for key, row in keyed if key is None]
+
+
+def typed_filter(filter_text: str) -> str:
+    """The filter as the caption quotes it (escaped: the caption is rich text)."""
+    from html import escape
+
+    return f"“{escape(cut_text(filter_text, 40))}”"
 
 
 def _item(text: str, tip: str | None = None) -> QTableWidgetItem:
@@ -107,16 +186,36 @@ class CrossFormatTable(LazyView):
         header.setStretchLastSection(True)
         self._fitted_for: tuple[FloatFormat, ...] = ()
         self._longest: tuple[int, ...] = ()  # widest text per column (pixels), when last fitted
-        self.table.setToolTip("Click a row to load that format and code into the editor.")
-        self.rows: list[tuple[FloatFormat, int]] = []
+        self.table.setToolTip(
+            "Click a row to load that format and code into the editor; click a column's "
+            "header to sort by it (numbers by their exact value), again to reverse."
+        )
+        # Sorted here, not by Qt: QTableWidget sorts numbers by their text ("1e-5" after
+        # "9") and moves rows while they are filled. No indicator: the formats' own order.
+        header.setSectionsClickable(True)
+        header.setSortIndicatorShown(True)
+        header.setSortIndicator(-1, Qt.SortOrder.AscendingOrder)
+        self.filter_field = QLineEdit()
+        self.filter_field.setPlaceholderText("filter: name or family (fp8, e4m3, P3109, OCP MX…)")
+        self.filter_field.setToolTip(FILTER_HELP)
+        self.filter_field.setClearButtonEnabled(True)
+        self.filter_field.setAccessibleName("filter formats")
+        # As wide as its example text: the caption beside it takes the rest.
+        placeholder = self.filter_field.placeholderText()
+        width = self.filter_field.fontMetrics().horizontalAdvance(placeholder) + 40
+        self.filter_field.setFixedWidth(width)
+        self.rows: list[tuple[FloatFormat, int]] = []  # the rows as shown: sorted, filtered
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         top = QHBoxLayout()
         top.addWidget(self.caption, 1)
+        top.addWidget(self.filter_field)
         top.addWidget(self.only_stacked)
         layout.addLayout(top)
         layout.addWidget(self.table, 1)
         self.table.cellClicked.connect(self._on_table_cell_clicked)
+        header.sortIndicatorChanged.connect(lambda _column, _order: self.mark_stale())
+        self.filter_field.textChanged.connect(lambda _text: self.mark_stale())
         self.only_stacked.toggled.connect(lambda _checked: self.mark_stale())
         session.editors_changed.connect(self.mark_stale)
         session.changed.connect(self.mark_stale)
@@ -134,14 +233,21 @@ class CrossFormatTable(LazyView):
         else:
             formats = session.known_formats()
         which = "the stacked formats" if self.only_stacked.isChecked() else "every format"
+        filter_text = self.filter_field.text().strip()
+        shown_formats = [fmt for fmt in formats if format_matches(fmt, filter_text)]
+        matching = (
+            f"; {len(shown_formats)} of {len(formats)} match {typed_filter(filter_text)}"
+            if filter_text
+            else ""
+        )
         self.caption.setText(
             f"<b>{typed(value)}</b> rounded into {which} ({session.rounding}, "
-            f"overflow: {session.overflow or 'format default'}). Click a row to load it into "
-            "the active editor."
+            f"overflow: {session.overflow or 'format default'}{matching}). Click a row to "
+            "load it into the active editor."
         )
+        formats = shown_formats
         self.table.setUpdatesEnabled(False)
         self.table.setRowCount(len(formats))
-        self.rows = []
         results: list[Rounded | str] = []
         for fmt in formats:
             try:
@@ -155,13 +261,24 @@ class CrossFormatTable(LazyView):
         texts = display_decimals(
             [value, *(r.value if isinstance(r, Rounded) else None for r in results)]
         )
-        for row, (fmt, result, text) in enumerate(zip(formats, results, texts[1:], strict=True)):
-            if isinstance(result, str):
-                self.rows.append((fmt, 0))
-                self._fill(row, [fmt.name, "—", result, "", "", "", "", ""], None)
-                continue
-            self.rows.append((fmt, result.code))
-            self._fill(row, self._cells(fmt, result, text or ""), result)
+        rows = [
+            CrossRow(
+                fmt,
+                result,
+                (fmt.name, "—", result, "", "", "", "", "")
+                if isinstance(result, str)
+                else self._cells(fmt, result, text or ""),
+            )
+            for fmt, result, text in zip(formats, results, texts[1:], strict=True)
+        ]
+        header = self.table.horizontalHeader()
+        if 0 <= header.sortIndicatorSection() < len(COMPARE_COLUMNS):
+            descending = header.sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
+            rows = sort_cross_rows(rows, header.sortIndicatorSection(), descending)
+        self.rows = [(shown.format, shown.code) for shown in rows]
+        for index, shown in enumerate(rows):
+            rounded = shown.result if isinstance(shown.result, Rounded) else None
+            self._fill(index, list(shown.cells), rounded)
         active = session.active
         for row, (fmt, code) in enumerate(self.rows):
             if fmt == active.format and code == active.code:
@@ -192,7 +309,7 @@ class CrossFormatTable(LazyView):
         return [item.text() for item in items if item is not None]
 
     @staticmethod
-    def _cells(fmt: FloatFormat, rounded: Rounded, value_text: str) -> list[str]:
+    def _cells(fmt: FloatFormat, rounded: Rounded, value_text: str) -> tuple[str, ...]:
         kind = fmt.classify(rounded.code)
         # invalid: the format has no code for the value (NaN into FP4, -1 into E8M0).
         flags = [
@@ -200,7 +317,7 @@ class CrossFormatTable(LazyView):
             for name in ("invalid", "overflow", "underflow", "inexact")
             if getattr(rounded, name)
         ]
-        return [
+        return (
             fmt.name,
             hex_code(fmt, rounded.code),
             value_text,
@@ -209,7 +326,7 @@ class CrossFormatTable(LazyView):
             short(rounded.error_rel),
             short(rounded.error_ulps),
             ", ".join(flags) if flags else "exact",
-        ]
+        )
 
     def _fill(self, row: int, texts: list[str], rounded: Rounded | None) -> None:
         for column, text in enumerate(texts):
