@@ -138,22 +138,21 @@ def check_launch_stated(out: Path, parallel: str) -> None:
     assert (settings.nproc_per_node, settings.nnodes, settings.parallel) == (2, 1, parallel)
 
 
-# A user's loop with an FSDP2 (`fully_shard`) model, no fpexplorer job code.
+# A user's loop with an FSDP model, no fpexplorer job code: WRAP shards it.
 FSDP_LOOP = """
 import sys
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 
 from fpexplorer.training.monitor import AmpMonitor
 
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-for module in (net[0], net[2], net):
-    fully_shard(module)
+WRAP
 optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
 monitor = AmpMonitor(net, optimizer, None, out=sys.argv[1], stats_every=1)
 for step in range(2):
@@ -165,12 +164,20 @@ for step in range(2):
 monitor.close()
 dist.destroy_process_group()
 """
+FSDP_WRAPS = {
+    # FSDP2: `fully_shard` on each linear and the whole.
+    "fsdp2": "for module in (net[0], net[2], net):\n    fully_shard(module)",
+    # The old FSDP (FSDP1) runs on CPU under gloo in torch 2.13 when its device is named:
+    # with device_id=None it raises "FSDP needs a non-CPU accelerator device".
+    "fsdp1": 'net = FullyShardedDataParallel(net, device_id=torch.device("cpu"))',
+}
 
 
-@pytest.mark.slow  # a torchrun launch of 2 ranks and FSDP2's imports: seconds
-def test_a_user_fsdp2_loop_states_its_launch_in_the_header(tmp_path: Path) -> None:
+@pytest.mark.slow  # a torchrun launch of 2 ranks and FSDP's imports: seconds
+@pytest.mark.parametrize("wrap", sorted(FSDP_WRAPS))
+def test_a_user_fsdp_loop_states_its_launch_in_the_header(tmp_path: Path, wrap: str) -> None:
     script = tmp_path / "fsdp_loop.py"
-    script.write_text(textwrap.dedent(FSDP_LOOP))
+    script.write_text(textwrap.dedent(FSDP_LOOP).replace("WRAP", FSDP_WRAPS[wrap]))
     out = tmp_path / "fsdp.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -180,6 +187,8 @@ def test_a_user_fsdp2_loop_states_its_launch_in_the_header(tmp_path: Path) -> No
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert load_run(out).status == "completed" and len(load_run(out).steps) == 2
+    # Both detected as FSDP by the monitor (FSDP1 by its wrapper class): "fsdp" in every
+    # log's header and in the form.
     check_launch_stated(out, "fsdp")
 
 
