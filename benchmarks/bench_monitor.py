@@ -9,7 +9,7 @@ same invocation.
 Variants:
   bare      the loop alone (it reads its loss on the host every step, as loops that log do)
   cheap     AmpMonitor(stats_every=0): loss, scale, skipped, growth tracker, grad norm, every step
-  defaults  AmpMonitor() as it comes (statistics within a 5% time budget)
+  defaults  AmpMonitor() as it comes (statistics within a 4% time budget: about 1.05x in all)
   every     AmpMonitor(stats_every=1): full statistics on every step, so every/bare is the
             cost of one statistics step relative to a bare step
 
@@ -184,7 +184,7 @@ def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> N
 
 def in_process_runs(task_name: str, precision: str, steps: int, rounds: int) -> None:
     """Whole runs of `steps` steps, bare, cheap (stats_every=0) and defaults (AmpMonitor()
-    as it comes: the 5% budget), in rotating order in one process, `rounds` of each: what a
+    as it comes: the 4% budget), in rotating order in one process, `rounds` of each: what a
     run with the defaults costs, statistics on step 0 and the budget's cadence included,
     without the spread between processes. Each watched run has its own monitor, made before
     its clock starts (as in the process-per-run rows), with no precision given (its header

@@ -57,7 +57,7 @@ import torch
 from torch import nn
 
 from fpexplorer.training.config import LAUNCH_OPTIONS, TrainConfig, launched_world_size
-from fpexplorer.training.monitor.ranks import RankContext, rendezvous_store
+from fpexplorer.training.monitor.ranks import RDZV_ENDPOINT_ENV, RankContext, rendezvous_store
 from fpexplorer.training.scaler_rules import ScalerSettings
 
 COLLECTIVE_TIMEOUT_S = 60
@@ -195,15 +195,18 @@ def launch(config: TrainConfig) -> int:
     )
     ranks = f"{config.world_size} ranks"
     # The ranks (this process's children) may ask it to stop them all (`stop_launcher`).
-    previous = os.environ.get(LAUNCHER_ENV)
-    os.environ[LAUNCHER_ENV] = str(os.getpid())
+    # And their headers state the endpoint the nodes met at, as given.
+    told = {LAUNCHER_ENV: str(os.getpid()), RDZV_ENDPOINT_ENV: config.rdzv_endpoint or ""}
+    previous = {name: os.environ.get(name) for name in told}
+    os.environ.update(told)
     try:
         return _run_launch(launch_config, command, path, ranks, endpoint, config)
     finally:
-        if previous is None:
-            os.environ.pop(LAUNCHER_ENV, None)
-        else:
-            os.environ[LAUNCHER_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         # A run stopped before any rank began its log leaves no empty run folder behind.
         if not config.out:
             with contextlib.suppress(OSError):

@@ -322,8 +322,9 @@ def test_a_rendezvous_that_never_completes_times_out_with_exit_2(tmp_path: Path)
 def test_two_nodes_meet_at_a_rendezvous_endpoint(tmp_path: Path) -> None:
     # Two "nodes" on one machine: two launchers, one rank each, the same endpoint and --out.
     out = tmp_path / "run.jsonl"
+    endpoint = f"127.0.0.1:{_free_port()}"
     args = ["--precision", "bf16", "--steps", "4", "--nproc-per-node", "1", "--nnodes", "2",
-            "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--rdzv-timeout", "60",
+            "--rdzv-endpoint", endpoint, "--rdzv-timeout", "60",
             "--out", str(out)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "fpexplorer", "train", "--device", "cpu", *args]
@@ -339,6 +340,8 @@ def test_two_nodes_meet_at_a_rendezvous_endpoint(tmp_path: Path) -> None:
     assert merged.status == "completed" and len(merged.steps) == 4
     assert all(run.status == "completed" for run in ranks)
     assert merged.header is not None and merged.header.config["nnodes"] == 2
+    # Where the nodes met, as given (was not recorded: the form could not re-create it).
+    assert merged.header.config["rdzv_endpoint"] == endpoint
     assert merged.end is not None and len(merged.end.ranks) == 2
 
 

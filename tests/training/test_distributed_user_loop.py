@@ -19,10 +19,18 @@ import pytest
 from test_distributed import HANG_GUARD_S
 from training_helpers import REPO, run_cli
 
+from fpexplorer.gui.training.code_snippet import pytorch_code
 from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.view_model import settings_of
 from fpexplorer.training.config import TrainConfig
-from fpexplorer.training.monitor.ranks import parallel_of, rank_log_path
+from fpexplorer.training.monitor.ranks import (
+    RDZV_ENDPOINT_ENV,
+    RankContext,
+    launch_settings,
+    parallel_of,
+    rank_log_path,
+)
+from fpexplorer.training.records import HeaderRecord, RankInfo
 from fpexplorer.training.runlog import Run, load_run
 
 # MODE: "plain", "user-hook" (the user's fp16 compression hook is registered first) or
@@ -130,22 +138,21 @@ def check_launch_stated(out: Path, parallel: str) -> None:
     assert (settings.nproc_per_node, settings.nnodes, settings.parallel) == (2, 1, parallel)
 
 
-# A user's loop with an FSDP2 (`fully_shard`) model, no fpexplorer job code.
+# A user's loop with an FSDP model, no fpexplorer job code: WRAP shards it.
 FSDP_LOOP = """
 import sys
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 
 from fpexplorer.training.monitor import AmpMonitor
 
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-for module in (net[0], net[2], net):
-    fully_shard(module)
+WRAP
 optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
 monitor = AmpMonitor(net, optimizer, None, out=sys.argv[1], stats_every=1)
 for step in range(2):
@@ -157,12 +164,20 @@ for step in range(2):
 monitor.close()
 dist.destroy_process_group()
 """
+FSDP_WRAPS = {
+    # FSDP2: `fully_shard` on each linear and the whole.
+    "fsdp2": "for module in (net[0], net[2], net):\n    fully_shard(module)",
+    # The old FSDP (FSDP1) runs on CPU under gloo in torch 2.13 when its device is named:
+    # with device_id=None it raises "FSDP needs a non-CPU accelerator device".
+    "fsdp1": 'net = FullyShardedDataParallel(net, device_id=torch.device("cpu"))',
+}
 
 
-@pytest.mark.slow  # a torchrun launch of 2 ranks and FSDP2's imports: seconds
-def test_a_user_fsdp2_loop_states_its_launch_in_the_header(tmp_path: Path) -> None:
+@pytest.mark.slow  # a torchrun launch of 2 ranks and FSDP's imports: seconds
+@pytest.mark.parametrize("wrap", sorted(FSDP_WRAPS))
+def test_a_user_fsdp_loop_states_its_launch_in_the_header(tmp_path: Path, wrap: str) -> None:
     script = tmp_path / "fsdp_loop.py"
-    script.write_text(textwrap.dedent(FSDP_LOOP))
+    script.write_text(textwrap.dedent(FSDP_LOOP).replace("WRAP", FSDP_WRAPS[wrap]))
     out = tmp_path / "fsdp.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -172,6 +187,8 @@ def test_a_user_fsdp2_loop_states_its_launch_in_the_header(tmp_path: Path) -> No
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert load_run(out).status == "completed" and len(load_run(out).steps) == 2
+    # Both detected as FSDP by the monitor (FSDP1 by its wrapper class): "fsdp" in every
+    # log's header and in the form.
     check_launch_stated(out, "fsdp")
 
 
@@ -448,3 +465,65 @@ def test_a_monitor_missing_on_a_rank_or_on_another_cadence_is_refused_not_hung(
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]
     assert message in done.stderr, done.stderr[-3000:]
+
+
+# What torchrun's agent puts in the environment of rank 3 of 2 nodes x 2 ranks (torch's
+# LocalElasticAgent: the rendezvous gave node 0's store address as MASTER_ADDR/PORT).
+TWO_NODES_RANK_3 = {
+    "RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1", "ROLE_RANK": "3",
+    "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2",
+    "ROLE_WORLD_SIZE": "4", "MASTER_ADDR": "node0.cluster", "MASTER_PORT": "29500",
+    "TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "0",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("environment", "stated"),
+    [
+        (TWO_NODES_RANK_3, {"nnodes": 2, "rdzv_endpoint": "node0.cluster:29500"}),
+        ({**TWO_NODES_RANK_3, "MASTER_ADDR": "fd00::1"}, {"rdzv_endpoint": "[fd00::1]:29500"}),
+        # One node: no endpoint (a run on one node takes any free port).
+        ({**TWO_NODES_RANK_3, "GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "4"},
+         {"nnodes": 1, "nproc_per_node": 4, "rdzv_endpoint": None}),
+    ],
+)  # fmt: skip
+def test_a_torchrun_launch_on_several_nodes_is_stated_from_its_environment(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], stated: dict[str, object]
+) -> None:
+    """A user's loop on several nodes under torchrun: its header states the node count and
+    where the nodes met, in `fpexplorer train --nnodes`'s own fields, so the panel's form
+    and code view re-create the launch (was: no endpoint; the code read HOST:PORT)."""
+    for name in (
+        "GROUP_WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        RDZV_ENDPOINT_ENV,
+    ):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    launch = launch_settings(RankContext(rank=3, world_size=4, local_rank=1, host="n1"), "ddp")
+    want = {"nproc_per_node": 2, "nnodes": 2, "rdzv_endpoint": None, "parallel": "ddp", **stated}
+    assert {name: launch.get(name) for name in want} == want
+    monkeypatch.undo()  # the panel reading the log is not a rank
+    header = HeaderRecord(
+        config={**TrainConfig(task="mlp", device="cpu").to_dict(), **launch},
+        ranks=RankInfo(rank=3, world_size=4, host="n1", local_rank=1, parallel="ddp"),
+    )
+    model = RunModel()
+    model.add_records([header])
+    settings = settings_of(model)
+    assert isinstance(settings, TrainConfig), settings
+    assert settings.validate() == {}
+    assert {name: getattr(settings, name) for name in want} == want
+    argv = settings.to_argv()
+    endpoint = want["rdzv_endpoint"]
+    if endpoint is not None:
+        assert argv[argv.index("--rdzv-endpoint") + 1] == endpoint
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert f"torchrun --nproc-per-node 2 --nnodes 2 --rdzv-endpoint {endpoint} " in (
+            pytorch_code(settings)
+        )
+    else:
+        assert "--rdzv-endpoint" not in argv

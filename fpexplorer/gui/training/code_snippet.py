@@ -248,7 +248,9 @@ def _backward_and_step(mode: PrecisionMode, policy_scaler: bool = False) -> str:
 
 def _ranks_head(config: TrainConfig) -> str:
     """Several ranks: how to start the file, the process group, this rank's device."""
-    nodes = f" --nnodes {config.nnodes} --rdzv-endpoint HOST:PORT" if config.nnodes > 1 else ""
+    # A run's own endpoint where its header states one (node 0's address in the run).
+    endpoint = config.rdzv_endpoint or "HOST:PORT"
+    nodes = f" --nnodes {config.nnodes} --rdzv-endpoint {endpoint}" if config.nnodes > 1 else ""
     cuda = 'torch.device("cuda", int(os.environ["LOCAL_RANK"]))'
     if config.device == "auto":
         device = (

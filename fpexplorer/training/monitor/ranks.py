@@ -151,18 +151,42 @@ def parallel_of(model: nn.Module) -> str | None:
     return None
 
 
+# `fpexplorer train --rdzv-endpoint`'s launcher tells its ranks the endpoint it was given
+# (the environment torchrun's agent gives them names node 0's store, not that endpoint).
+RDZV_ENDPOINT_ENV = "FPEXPLORER_RDZV_ENDPOINT"
+
+
 def launch_settings(context: RankContext, parallel: str | None) -> dict[str, Any]:
     """The launch a rank belongs to, from torchrun's environment, as the header's config
-    states it (the fields of `fpexplorer train --nproc-per-node`; `parallel` when known)."""
+    states it (the fields of `fpexplorer train --nproc-per-node ... --nnodes ...
+    --rdzv-endpoint ...`; `parallel` when known).
+
+    torchrun's agent gives each rank LOCAL_WORLD_SIZE (ranks on its node), GROUP_WORLD_SIZE
+    (nodes, agents) and MASTER_ADDR/MASTER_PORT: the store on node 0 that the ranks'
+    process group starts from. On several nodes that address is the endpoint stated: with
+    torchrun's static rendezvous (--master-addr/--master-port) it is the endpoint itself;
+    with c10d its host is node 0, where the nodes met, and its port one that was free there.
+    One node states none: a run on one node takes any free port (as `--standalone`)."""
     world = context.world_size
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)) or world)
-    settings: dict[str, Any] = {
-        "nproc_per_node": per_node,
-        "nnodes": max(world // max(per_node, 1), 1),
-    }
+    per_node = _env_int("LOCAL_WORLD_SIZE") or world
+    nodes = _env_int("GROUP_WORLD_SIZE") or max(world // max(per_node, 1), 1)
+    settings: dict[str, Any] = {"nproc_per_node": per_node, "nnodes": nodes}
+    host, port = os.environ.get("MASTER_ADDR", ""), _env_int("MASTER_PORT")
+    given = os.environ.get(RDZV_ENDPOINT_ENV)
+    if nodes > 1 and given:
+        settings["rdzv_endpoint"] = given  # `fpexplorer train --rdzv-endpoint`'s own
+    elif nodes > 1 and host and port:
+        # An IPv6 address in brackets, as the endpoint's HOST:PORT form reads it.
+        settings["rdzv_endpoint"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if parallel is not None:
         settings["parallel"] = parallel
     return settings
+
+
+def _env_int(name: str) -> int | None:
+    """A positive whole number torchrun put in the environment; None when absent or not."""
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
