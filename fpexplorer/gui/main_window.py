@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer import __version__
+from fpexplorer.gui.formats.bit_row import COPY_BITS_SHORTCUT, COPY_CODE_SHORTCUT
 from fpexplorer.gui.formats.clipboard import selected_cells_text
 from fpexplorer.gui.formats.panel import VIEW_NAMES, VIEW_TABS, FormatsPanel
 from fpexplorer.gui.formats.state import FormatsSession
@@ -49,6 +50,8 @@ SHORTCUTS_HELP = """<table cellspacing="0" cellpadding="3">
 in a text field: its selected text)</td></tr>
 <tr><td><b>Ctrl+Shift+C</b></td><td>copy the code (hex)</td></tr>
 <tr><td><b>Ctrl+Alt+C</b></td><td>copy the shortest decimal that reads back</td></tr>
+<tr><td><b>Ctrl+Shift+B</b></td><td>copy the bits, sign|exponent|fraction (right-click the
+bits: bits or hex)</td></tr>
 <tr><td><b>Ctrl+Shift+A</b></td><td>add a format to the stack</td></tr>
 <tr><td><b>Ctrl+Shift+F</b></td><td>custom format…</td></tr>
 <tr><td><b>Ctrl+1, Ctrl+2</b></td><td>Formats / Training tab</td></tr>
@@ -291,7 +294,7 @@ class MainWindow(QMainWindow):
         self.copy_code_action = self._action(
             "Copy C&ode",
             self.copy_code,
-            "Ctrl+Shift+C",
+            COPY_CODE_SHORTCUT,
             "Copy the code in hexadecimal",
         )
         self.copy_shortest_action = self._action(
@@ -299,6 +302,12 @@ class MainWindow(QMainWindow):
             self.copy_shortest,
             "Ctrl+Alt+C",
             "Copy the shortest decimal that reads back to this code",
+        )
+        self.copy_bits_action = self._action(
+            "Copy &Bits",
+            self.copy_bits,
+            COPY_BITS_SHORTCUT,
+            "Copy the code in binary, grouped sign|exponent|fraction as shown",
         )
         self.focus_entry_action = self._action(
             "&Type a Value…",
@@ -310,6 +319,7 @@ class MainWindow(QMainWindow):
             self.copy_value_action,
             self.copy_code_action,
             self.copy_shortest_action,
+            self.copy_bits_action,
             self.focus_entry_action,
         ):
             edit_menu.addAction(action)
@@ -374,6 +384,10 @@ class MainWindow(QMainWindow):
     def copy_code(self) -> None:
         if self._editor_shown():
             self._copy(self.session.active.readout().hex_code, "code")
+
+    def copy_bits(self) -> None:
+        if self._editor_shown():
+            self._copy(self.session.active.readout().binary_code, "bits")
 
     def copy_shortest(self) -> None:
         if self._editor_shown():

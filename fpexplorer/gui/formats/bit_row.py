@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPoint, QRect, QSize, Qt, Signal
 from PySide6.QtGui import (
+    QContextMenuEvent,
     QFocusEvent,
     QFont,
     QFontMetrics,
+    QGuiApplication,
     QHelpEvent,
     QKeyEvent,
     QMouseEvent,
@@ -26,11 +28,15 @@ from PySide6.QtGui import (
     QPixmap,
     QResizeEvent,
 )
-from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
+from PySide6.QtWidgets import QMenu, QSizePolicy, QToolTip, QWidget
 
 from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.theme import field_colors
 
+# The window's shortcut for Copy Bits (Edit menu); its context menu names it.
+COPY_BITS_SHORTCUT = "Ctrl+Shift+B"
+COPY_CODE_SHORTCUT = "Ctrl+Shift+C"
+MENU_TEXT_LIMIT = 40  # a 64-bit code's bits are cut in the menu's label, never in the copy
 MIN_INDEX_GAP = 3  # pixels between two bit indices, so that "24" "23" never read "2423"
 # Under a field too narrow for its name (a one-bit fraction).
 SHORT_FIELD_NAMES = {"sign": "s", "exponent": "exp", "fraction": "frac"}
@@ -324,6 +330,36 @@ class BitRow(QWidget):
         return []
 
     # -- mouse ---------------------------------------------------------------------------
+    def copy_texts(self) -> list[tuple[str, str, str]]:
+        """(label, shortcut, text) of each copy the context menu offers: the bits grouped
+        sign|exponent|fraction as the read-outs show them, and the code in hex. Both read
+        back in the value field (0|01111|0000000000, 0x3C00)."""
+        fmt = self._format
+        if fmt is None:
+            return []
+        code = self._code
+        return [
+            ("Copy Bits", COPY_BITS_SHORTCUT, fmt.code_to_bits(code)),
+            ("Copy Code (hex)", COPY_CODE_SHORTCUT, f"0x{code:0{(fmt.width + 3) // 4}X}"),
+        ]
+
+    def context_menu(self) -> QMenu:
+        """The right-click menu: each copy with its text (cut when long) and its shortcut."""
+        menu = QMenu(self)
+        for label, shortcut, text in self.copy_texts():
+            shown = text if len(text) <= MENU_TEXT_LIMIT else text[:MENU_TEXT_LIMIT] + "…"
+            # After a tab Qt shows the window's shortcut, without claiming the key here.
+            action = menu.addAction(f"{label}  {shown}\t{shortcut}")
+            action.triggered.connect(
+                lambda _checked=False, copied=text: QGuiApplication.clipboard().setText(copied)
+            )
+        return menu
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:
+        menu = self.context_menu()
+        menu.exec(event.globalPos())
+        menu.deleteLater()
+
     def mousePressEvent(self, event: QMouseEvent) -> None:
         self.activated.emit()
         if event.button() != Qt.MouseButton.LeftButton:

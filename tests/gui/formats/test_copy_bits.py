@@ -1,0 +1,82 @@
+"""Copy Bits: the bit editor's code in binary, grouped sign|exponent|fraction as shown, from
+the Edit menu's shortcut (Ctrl+Shift+B, taken by nothing else) or the bits' right-click
+menu, which also copies the hex code. Expected bits come from numpy's own float32/float16
+bit patterns (the oracle)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication, QKeySequence
+from pytestqt.qtbot import QtBot
+
+from fpexplorer.formats import get_format
+from fpexplorer.gui.main_window import SHORTCUTS_HELP, MainWindow
+from fpexplorer.gui.settings import SettingsStore
+
+
+@pytest.fixture
+def window(qtbot: QtBot) -> MainWindow:
+    main = MainWindow(SettingsStore(persistent=False), restore=False)
+    qtbot.addWidget(main)
+    main.show()
+    qtbot.waitExposed(main)
+    yield main
+    main.close()
+
+
+def _grouped(bits: str, exponent_bits: int) -> str:
+    return f"{bits[0]}|{bits[1 : 1 + exponent_bits]}|{bits[1 + exponent_bits :]}"
+
+
+def test_ctrl_shift_b_copies_the_active_editors_bits(qtbot: QtBot, window: MainWindow) -> None:
+    window.session.enter_text("0.1")
+    bits = window.formats_panel.rows[0].bits
+    bits.setFocus()
+    qtbot.keyClick(
+        bits, Qt.Key.Key_B, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    )
+    expected = _grouped(format(int(np.float32(0.1).view(np.uint32)), "032b"), 8)
+    assert QGuiApplication.clipboard().text() == expected == "0|01111011|10011001100110011001101"
+    assert "Copied bits" in window.statusBar().currentMessage()
+    # What is copied reads back as the same code.
+    assert window.session.enter_text(expected) and window.session.active.code == int(
+        np.float32(0.1).view(np.uint32)
+    )
+
+
+def test_the_bits_context_menu_copies_bits_and_hex(qtbot: QtBot, window: MainWindow) -> None:
+    window.session.enter_text("-1/3")
+    row = window.formats_panel.rows[1]  # float16
+    assert row.editor.format == get_format("float16")
+    code = int(np.float16(-1 / 3).view(np.uint16))
+    menu = row.bits.context_menu()
+    actions = menu.actions()
+    assert [action.text().split("  ")[0] for action in actions] == ["Copy Bits", "Copy Code (hex)"]
+    assert all(action.text().endswith(("\tCtrl+Shift+B", "\tCtrl+Shift+C")) for action in actions)
+    actions[0].trigger()
+    assert QGuiApplication.clipboard().text() == _grouped(format(code, "016b"), 5)
+    actions[1].trigger()
+    assert QGuiApplication.clipboard().text() == f"0x{code:04X}"
+    menu.deleteLater()
+
+
+def test_an_unsigned_formats_bits_have_no_sign_part(window: MainWindow) -> None:
+    window.session.set_format(window.session.active, get_format("e8m0"))
+    window.session.enter_text("4")
+    window.copy_bits()
+    assert QGuiApplication.clipboard().text() == format(127 + 2, "08b")
+
+
+def test_the_copy_bits_shortcut_is_unique_and_listed(window: MainWindow) -> None:
+    window.training_panel  # noqa: B018 - builds it: its actions join the File menu
+    keys = [
+        action.shortcut().toString(QKeySequence.SequenceFormat.PortableText)
+        for menu_action in window.menuBar().actions()
+        for action in menu_action.menu().actions()
+        if not action.shortcut().isEmpty()
+    ]
+    assert keys.count("Ctrl+Shift+B") == 1
+    assert len(keys) == len(set(keys))
+    assert "<b>Ctrl+Shift+B</b>" in SHORTCUTS_HELP
