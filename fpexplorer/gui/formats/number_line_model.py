@@ -93,7 +93,9 @@ def stochastic_outcomes(
     with 7378697629483820646 / 2**64, a hair under 0.4). Without
     subnormals the grid below min_normal is just 0 and min_normal.
     """
-    single = ((fmt.round(value, "stochastic", overflow, seed=STOCHASTIC_SEED).code, Fraction(1)),)
+    # Codes only (from_value), never `round`: its errors divide numbers of 330,000 bits for
+    # 1e99999 typed into e16m47 (50 ms a division), and nothing here shows them.
+    single = ((fmt.from_value(value, "stochastic", overflow, seed=STOCHASTIC_SEED), Fraction(1)),)
     if not value.is_finite or value.is_zero or (value.negative and not fmt.signed):
         return single
     magnitude = value.magnitude
@@ -107,18 +109,22 @@ def stochastic_outcomes(
         quantum = Fraction(2) ** (max(exponent, emin) - fmt.mantissa_bits)
     steps = magnitude // quantum
     low = steps * quantum
-    rest = (magnitude - low) / quantum
-    if rest == 0:
+    above_low = magnitude - low
+    if above_low == 0:
         return single
+    # rest = above_low / quantum as a ratio of integers, not reduced: reducing it is a gcd of
+    # two numbers of 330,000 bits for 1e99999 (most of the half second it took to show).
     draws = 1 << DEFAULT_RANDOM_BITS
+    rest_numerator = above_low.numerator * quantum.denominator
+    rest_denominator = above_low.denominator * quantum.numerator
     up = Fraction(
-        stochastic_threshold(rest.numerator, rest.denominator, DEFAULT_RANDOM_BITS), draws
+        stochastic_threshold(rest_numerator, rest_denominator, DEFAULT_RANDOM_BITS), draws
     )
     outcomes: dict[int, Fraction] = {}
     for point, probability in ((low, 1 - up), (low + quantum, up)):
         if probability == 0:
             continue
-        code = fmt.round(ExactValue("finite", value.negative, point), "nearest_even", overflow).code
+        code = fmt.from_value(ExactValue("finite", value.negative, point), "nearest_even", overflow)
         outcomes[code] = outcomes.get(code, Fraction(0)) + probability
     return tuple(outcomes.items())
 
@@ -229,13 +235,19 @@ def number_line_picture(
     left, right = min(xs) - 0.6, max(xs) + 0.6
     low_reach, high_reach = min(xs) - OFF_SCALE_MARGIN, max(xs) + OFF_SCALE_MARGIN
 
+    high_edge = center + Fraction(high_reach) * unit
+    low_edge = center + Fraction(low_reach) * unit
+
     def clamped_x(value: Fraction) -> tuple[float, bool]:
-        offset = (value - center) / unit
-        if offset > high_reach:
+        # Compared before dividing: (1e99999 - center) / unit reduces numbers of 330,000 bits.
+        if value > high_edge:
             return high_reach, True
-        if offset < low_reach:
+        if value < low_edge:
             return low_reach, True
-        return float(offset), False
+        # As a ratio of integers, not reduced: 1e-99999's reduction is a gcd of two numbers
+        # of 330,000 bits; int / int rounds correctly, as float(Fraction) does.
+        offset = value - center
+        return offset.numerator * unit.denominator / (offset.denominator * unit.numerator), False
 
     axis_label = (
         f"distance from {display_decimal(center)}, in ulps of it "
@@ -283,8 +295,7 @@ def number_line_picture(
             outcomes = stochastic_outcomes(fmt, typed, overflow)
             picks = tuple(pick(c, f"p = {display_decimal(p)}") for c, p in outcomes)
         else:
-            rounded = fmt.round(typed, mode, overflow, seed=STOCHASTIC_SEED)
-            picks = (pick(rounded.code),)
+            picks = (pick(fmt.from_value(typed, mode, overflow, seed=STOCHASTIC_SEED)),)
         landed_outside |= any(not fmt.to_exact(p.code).is_finite for p in picks)
         rows.append(ModeRow(mode, picks))
     if landed_outside:
