@@ -15,7 +15,6 @@ from PySide6.QtGui import (
     QShowEvent,
 )
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QApplication,
     QFrame,
     QLabel,
@@ -29,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer import __version__
+from fpexplorer.gui.formats.clipboard import selected_cells_text
 from fpexplorer.gui.formats.panel import VIEW_NAMES, VIEW_TABS, FormatsPanel
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.settings import SettingsStore
@@ -59,20 +59,6 @@ in a text field: its selected text)</td></tr>
 
 
 DEFAULT_SIZE = QSize(1280, 800)
-
-
-def _selected_cells_text(widget: QWidget | None) -> str | None:
-    """The selected cells of a focused table as tab-separated rows, None when `widget` is
-    not a table or nothing is selected. Cells are copied as shown, "…" marks included."""
-    if not isinstance(widget, QAbstractItemView) or widget.model() is None:
-        return None
-    indexes = sorted(widget.selectionModel().selectedIndexes(), key=lambda i: (i.row(), i.column()))
-    if not indexes:
-        return None
-    rows: dict[int, list[str]] = {}
-    for index in indexes:
-        rows.setdefault(index.row(), []).append(str(index.data() or ""))
-    return "\n".join("\t".join(cells) for cells in rows.values())
 
 
 def _local_paths(mime: QMimeData | None) -> list[str]:
@@ -375,12 +361,12 @@ class MainWindow(QMainWindow):
         self.status.showMessage(f"Copied {what}: {shown}", 5000)
 
     def copy_value(self) -> None:
-        cells = _selected_cells_text(QApplication.focusWidget())
+        cells = selected_cells_text(QApplication.focusWidget())
         if cells is not None:
             # Ctrl+C in a table copies what is selected there, not the editor's value (a
             # row of the All formats table or the block editor's was silently replaced by
             # the active editor's number).
-            self._copy(cells, "the selected cells as shown")
+            self._copy(cells, "the selected cells")
             return
         if self._editor_shown():
             self._copy(self.session.active.readout().exact, "exact value")

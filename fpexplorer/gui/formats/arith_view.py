@@ -33,6 +33,7 @@ from fpexplorer.gui.formats.arith_state import (
     operand_count,
     operation_names,
 )
+from fpexplorer.gui.formats.clipboard import CopyValue, set_copy_value
 from fpexplorer.gui.formats.plotting import LazyView
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.theme import role_color
@@ -207,6 +208,15 @@ class ArithmeticView(LazyView):
                 line.ulps_text,
                 line.flags_text,
             )
+            # A copy gives the numbers in full (the error of an irrational root is known
+            # only approximately: copied as shown, "≈" kept).
+            result = line.result
+            exact_error = not result.error_is_approximate
+            numbers: dict[int, CopyValue | None] = {
+                1: result.value,
+                3: result.error_abs if exact_error else None,
+                4: result.error_ulps if exact_error else None,
+            }
             for column, text in enumerate(texts):
                 item = table.item(row, column)
                 if item is None:
@@ -217,6 +227,7 @@ class ArithmeticView(LazyView):
                         )
                     table.setItem(row, column, item)
                 item.setText(text)
+                set_copy_value(item, numbers.get(column))
             flags = line.result.flags
             alarming = flags.invalid or flags.overflow or flags.divide_by_zero
             flag_item = table.item(row, len(texts) - 1)

@@ -50,6 +50,7 @@ from fpexplorer.gui.formats.block_state import (
     rounding_modes_for,
     scale_rules_for,
 )
+from fpexplorer.gui.formats.clipboard import CopyValue, set_copy_value
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
 from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.theme import class_color, plot_colors, role_color
@@ -596,6 +597,8 @@ class BlockEditorView(LazyView):
                 row.element_text,
                 row.status,
             )
+            # A copy gives the numbers in full, not their cut display.
+            numbers: dict[int, CopyValue | None] = {1: row.input, 2: row.value, 3: row.error}
             for column, text in enumerate(texts):
                 item = table.item(row.index, column)
                 if item is None:
@@ -609,6 +612,7 @@ class BlockEditorView(LazyView):
                     table.setItem(row.index, column, item)
                 if item.text() != text:
                     item.setText(text)
+                set_copy_value(item, numbers.get(column))
                 if column == STATUS_COLUMN:
                     foreground = error_color if text in ("saturated", "NaN scale") else None
                     item.setForeground(foreground or table.palette().color(QPalette.ColorRole.Text))

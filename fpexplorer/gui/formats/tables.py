@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from fpexplorer.formats import ExactValue, FloatFormat, Rounded, exact_decimal
 from fpexplorer.formats.decimal import display_decimals
 from fpexplorer.formats.quoting import cut_text
+from fpexplorer.gui.formats.clipboard import CopyValue, set_copy_value
 from fpexplorer.gui.formats.plotting import LazyView
 from fpexplorer.gui.formats.state import (
     STOCHASTIC_SEED,
@@ -329,8 +330,18 @@ class CrossFormatTable(LazyView):
         )
 
     def _fill(self, row: int, texts: list[str], rounded: Rounded | None) -> None:
+        # What a copy of a cell gives: the number in full, not its cut display.
+        numbers: dict[int, CopyValue | None] = {}
+        if rounded is not None:
+            numbers = {
+                2: rounded.value,
+                4: rounded.error_abs,
+                5: rounded.error_rel,
+                6: rounded.error_ulps,
+            }
         for column, text in enumerate(texts):
             item = _set_text(self.table, row, column, text)
+            set_copy_value(item, numbers.get(column))
             if column == 3 and text:
                 item.setForeground(QBrush(role_color(f"class_{text}")))
             if column == 7:
@@ -407,8 +418,15 @@ class PropertiesTable(LazyView):
                 "yes" if fmt.has_negative_zero else "no",
             ]
             exact = {3: fmt.max, 4: fmt.min_normal, 5: fmt.min_subnormal, 6: fmt.eps}
+            # A copy gives what another program reads: 4278190080, not "4,278,190,080".
+            numbers: dict[int, CopyValue | None] = {
+                **exact,
+                7: fmt.decimal_digits,
+                8: fmt.finite_count,
+            }
             for column, text in enumerate(texts):
                 item = _set_text(self.table, row, column, text)
+                set_copy_value(item, numbers.get(column))
                 if column == 0:
                     item.setToolTip(fmt.description)
                 else:
