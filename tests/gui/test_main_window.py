@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gui_helpers import REPO, run_python
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QApplication
@@ -17,8 +18,6 @@ from fpexplorer.formats import get_format
 from fpexplorer.gui.formats.panel import VIEW_NAMES
 from fpexplorer.gui.main_window import SHORTCUTS_HELP, MainWindow
 from fpexplorer.gui.settings import SettingsStore
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -256,15 +255,7 @@ def test_gui_startup_does_not_import_torch() -> None:
         "w.close()\n"
     )
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
+    result = run_python("-c", code, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "NO-TORCH" in result.stdout
     assert "PANEL TrainingPanel" in result.stdout
@@ -279,15 +270,7 @@ def _environment_without_a_display() -> dict[str, str]:
 @pytest.mark.slow  # a child process: about half a second
 def test_gui_without_a_display_says_so(tmp_path: Path) -> None:
     env = _environment_without_a_display()
-    result = subprocess.run(
-        [sys.executable, "-m", "fpexplorer", "gui"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    result = run_python("-m", "fpexplorer", "gui", env=env)
     if sys.platform.startswith("linux"):
         assert result.returncode == 2
         assert "no display" in result.stderr
@@ -313,15 +296,7 @@ def test_a_display_that_cannot_be_used_is_one_line_and_exit_2(where: str) -> Non
     else:
         env["QT_QPA_PLATFORM"] = "nosuch"
         setting = "QT_QPA_PLATFORM='nosuch'"
-    result = subprocess.run(
-        [sys.executable, "-m", "fpexplorer", "gui", "--fresh"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    result = run_python("-m", "fpexplorer", "gui", "--fresh", env=env)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1, lines
@@ -490,15 +465,7 @@ def test_unwritable_home_is_reported_not_fatal(tmp_path: Path) -> None:
     env.update(
         QT_QPA_PLATFORM="offscreen", FPEXPLORER_SETTINGS_SCOPE="user", HOME=str(blocker / "home")
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-        check=False,
-    )
+    result = run_python("-c", code, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert str(blocker) in result.stdout  # it really used the (unwritable) home
     assert "STATUS Settings" in result.stdout

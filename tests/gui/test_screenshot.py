@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from gui_helpers import REPO, run_python
 from PySide6.QtGui import QImage
 from pytestqt.qtbot import QtBot
 
@@ -21,21 +21,12 @@ from fpexplorer.cli import build_parser
 from fpexplorer.commands.screenshot import prepare_window, render
 from fpexplorer.gui.main_window import MainWindow
 
-REPO = Path(__file__).resolve().parents[2]
 MAKE_SH = REPO / "docs" / "screenshots" / "make.sh"
 
 
 def run_cli(*args: str, **environment: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", **environment}
-    return subprocess.run(
-        [sys.executable, "-m", "fpexplorer", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=180,
-        check=False,
-    )
+    return run_python("-m", "fpexplorer", *args, env=env, timeout=180)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gui_helpers import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -15,14 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow  # a real training job in a child process: ~10 s
 def test_selftest_prints_only_its_checks(tmp_path: Path) -> None:
     env = {**os.environ, "FPEXPLORER_SETTINGS_SCOPE": f"tests-{tmp_path.name}"}
-    result = subprocess.run(
-        [sys.executable, "-m", "fpexplorer", "selftest", "--steps", "2"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=300,
-        check=False,
+    result = run_python(
+        "-m", "fpexplorer", "selftest", "--steps", "2", env=env, timeout=300, cwd=tmp_path
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()

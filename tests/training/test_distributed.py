@@ -21,15 +21,12 @@ from pathlib import Path
 
 import pytest
 from test_job import replay_grad_scaler
-from training_helpers import REPO, run_cli
+from training_helpers import HANG_GUARD_S, REPO, run_cli, torchrun
 
 from fpexplorer.training.monitor.ranks import rank_log_path
 from fpexplorer.training.ranked import NoRunError, find_run
 from fpexplorer.training.records import Histogram, StepRecord
 from fpexplorer.training.runlog import Run, load_run
-
-# A hang guard, not a speed figure: a lost rank must end the run, never leave it waiting.
-HANG_GUARD_S = 150
 
 
 def train(tmp_path: Path, *args: str, fault: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -375,16 +372,9 @@ dist.destroy_process_group()
 def test_user_script_under_torchrun_and_a_rank_whose_log_cannot_be_written(
     tmp_path: Path,
 ) -> None:
-    script = tmp_path / "loop.py"
-    script.write_text(textwrap.dedent(USER_SCRIPT))
     out = tmp_path / "mine.jsonl"
     rank_log_path(out, 1).mkdir()  # rank 1's log cannot be opened: a folder is in its place
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(out)],
-        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=REPO,
-    )  # fmt: skip
+    done = torchrun(tmp_path, USER_SCRIPT, str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 1 warnings: ['AmpMonitor: cannot write the run log" in done.stderr
     merged = load_run(out)

@@ -8,16 +8,12 @@ communication hook stays (one warning); `check_reduction=False` installs nothing
 from __future__ import annotations
 
 import math
-import os
 import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_distributed import HANG_GUARD_S
-from training_helpers import REPO, run_cli
+from training_helpers import run_cli, torchrun
 
 from fpexplorer.gui.training.code_snippet import pytorch_code
 from fpexplorer.gui.training.run_model import RunModel
@@ -88,15 +84,8 @@ WARNING = (
 
 
 def run_user_loop(tmp_path: Path, mode: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    script = tmp_path / "loop.py"
-    script.write_text(textwrap.dedent(USER_LOOP))
     out = tmp_path / f"{mode}.jsonl"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(out), mode],
-        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=REPO,
-    )  # fmt: skip
+    done = torchrun(tmp_path, USER_LOOP, str(out), mode)
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done
 
@@ -176,15 +165,8 @@ FSDP_WRAPS = {
 @pytest.mark.slow  # a torchrun launch of 2 ranks and FSDP's imports: seconds
 @pytest.mark.parametrize("wrap", sorted(FSDP_WRAPS))
 def test_a_user_fsdp_loop_states_its_launch_in_the_header(tmp_path: Path, wrap: str) -> None:
-    script = tmp_path / "fsdp_loop.py"
-    script.write_text(textwrap.dedent(FSDP_LOOP).replace("WRAP", FSDP_WRAPS[wrap]))
     out = tmp_path / "fsdp.jsonl"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(out)],
-        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=REPO,
-    )  # fmt: skip
+    done = torchrun(tmp_path, FSDP_LOOP.replace("WRAP", FSDP_WRAPS[wrap]), str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     assert load_run(out).status == "completed" and len(load_run(out).steps) == 2
     # Both detected as FSDP by the monitor (FSDP1 by its wrapper class): "fsdp" in every
@@ -455,14 +437,7 @@ def test_a_monitor_missing_on_a_rank_or_on_another_cadence_is_refused_not_hung(
 ) -> None:
     """Before, a monitor on rank 0 alone waited for ever in its first exchange (an
     all_reduce rank 1 never joins), and so did monitors whose cadences differ."""
-    script = tmp_path / "lopsided.py"
-    script.write_text(textwrap.dedent(LOPSIDED_LOOP))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(tmp_path / "run.jsonl"), mode],
-        capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=REPO,
-    )  # fmt: skip
+    done = torchrun(tmp_path, LOPSIDED_LOOP, str(tmp_path / "run.jsonl"), mode)
     assert done.returncode == 1, done.stderr[-3000:]
     assert message in done.stderr, done.stderr[-3000:]
 
