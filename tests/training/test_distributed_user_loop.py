@@ -443,20 +443,28 @@ def test_a_monitor_missing_on_a_rank_or_on_another_cadence_is_refused_not_hung(
 
 
 # What torchrun's agent puts in the environment of rank 3 of 2 nodes x 2 ranks (torch's
-# LocalElasticAgent: the rendezvous gave node 0's store address as MASTER_ADDR/PORT).
+# LocalElasticAgent). MASTER_ADDR/PORT is the store the process group starts from: with
+# the c10d rendezvous node 0's host name and a port free there, whatever endpoint the
+# nodes were given (`torchrun --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29413` gave
+# its ranks localhost:42165).
 TWO_NODES_RANK_3 = {
     "RANK": "3", "LOCAL_RANK": "1", "GROUP_RANK": "1", "ROLE_RANK": "3",
     "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4", "GROUP_WORLD_SIZE": "2",
-    "ROLE_WORLD_SIZE": "4", "MASTER_ADDR": "node0.cluster", "MASTER_PORT": "29500",
+    "ROLE_WORLD_SIZE": "4", "MASTER_ADDR": "node0.cluster", "MASTER_PORT": "42165",
     "TORCHELASTIC_RUN_ID": "job7", "TORCHELASTIC_RESTART_COUNT": "0",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
 }  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("environment", "stated"),
     [
-        (TWO_NODES_RANK_3, {"nnodes": 2, "rdzv_endpoint": "node0.cluster:29500"}),
-        ({**TWO_NODES_RANK_3, "MASTER_ADDR": "fd00::1"}, {"rdzv_endpoint": "[fd00::1]:29500"}),
+        # A user's torchrun: the nodes, never the store's address as if it were the
+        # endpoint (was: "node0.cluster:42165", which no node was given).
+        (TWO_NODES_RANK_3, {"nnodes": 2, "rdzv_endpoint": None}),
+        # `fpexplorer train --nnodes 2 --rdzv-endpoint [fd00::1]:29400`: its own, as given.
+        ({**TWO_NODES_RANK_3, RDZV_ENDPOINT_ENV: "[fd00::1]:29400"},
+         {"rdzv_endpoint": "[fd00::1]:29400"}),
         # One node: no endpoint (a run on one node takes any free port).
         ({**TWO_NODES_RANK_3, "GROUP_WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "4"},
          {"nnodes": 1, "nproc_per_node": 4, "rdzv_endpoint": None}),
@@ -465,9 +473,10 @@ TWO_NODES_RANK_3 = {
 def test_a_torchrun_launch_on_several_nodes_is_stated_from_its_environment(
     monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], stated: dict[str, object]
 ) -> None:
-    """A user's loop on several nodes under torchrun: its header states the node count and
-    where the nodes met, in `fpexplorer train --nnodes`'s own fields, so the panel's form
-    and code view re-create the launch (was: no endpoint; the code read HOST:PORT)."""
+    """A run on several nodes under torchrun: its header states the node count, and the
+    endpoint where the nodes met only where it was given one, in `fpexplorer train
+    --nnodes`'s own fields; the panel's form and code view re-create the launch, with
+    HOST:PORT to fill in where the endpoint is not known."""
     for name in (
         "GROUP_WORLD_SIZE",
         "LOCAL_WORLD_SIZE",
@@ -490,15 +499,23 @@ def test_a_torchrun_launch_on_several_nodes_is_stated_from_its_environment(
     model.add_records([header])
     settings = settings_of(model)
     assert isinstance(settings, TrainConfig), settings
-    assert settings.validate() == {}
     assert {name: getattr(settings, name) for name in want} == want
     argv = settings.to_argv()
+    code = pytorch_code(settings)
     endpoint = want["rdzv_endpoint"]
+    if want["nnodes"] == 1:
+        assert settings.validate() == {}
+        assert "--rdzv-endpoint" not in argv and "--nnodes" not in code
+        return
+    assert argv[argv.index("--nnodes") + 1] == "2"
+    # torchrun's default rendezvous (static) would make every node node-rank 0.
+    shown = endpoint if endpoint is not None else "HOST:PORT"
+    line = f"torchrun --nproc-per-node 2 --nnodes 2 --rdzv-backend c10d --rdzv-endpoint {shown} "
+    assert line in code
     if endpoint is not None:
+        assert settings.validate() == {}
         assert argv[argv.index("--rdzv-endpoint") + 1] == endpoint
-        assert argv[argv.index("--nnodes") + 1] == "2"
-        assert f"torchrun --nproc-per-node 2 --nnodes 2 --rdzv-endpoint {endpoint} " in (
-            pytorch_code(settings)
-        )
     else:
+        # The form shows the settings and asks for the endpoint at the field.
+        assert list(settings.validate()) == ["nnodes"]
         assert "--rdzv-endpoint" not in argv

@@ -248,9 +248,14 @@ def _backward_and_step(mode: PrecisionMode, policy_scaler: bool = False) -> str:
 
 def _ranks_head(config: TrainConfig) -> str:
     """Several ranks: how to start the file, the process group, this rank's device."""
-    # A run's own endpoint where its header states one (node 0's address in the run).
+    # The endpoint the run was given where its header states one. The c10d rendezvous, as
+    # fpexplorer's launcher: torchrun's default (static) makes every node node-rank 0.
     endpoint = config.rdzv_endpoint or "HOST:PORT"
-    nodes = f" --nnodes {config.nnodes} --rdzv-endpoint {endpoint}" if config.nnodes > 1 else ""
+    nodes = (
+        f" --nnodes {config.nnodes} --rdzv-backend c10d --rdzv-endpoint {endpoint}"
+        if config.nnodes > 1
+        else ""
+    )
     cuda = 'torch.device("cuda", int(os.environ["LOCAL_RANK"]))'
     if config.device == "auto":
         device = (

@@ -474,6 +474,10 @@ def settings_of(model: RunModel) -> TrainConfig | str:
     # A run from another machine: its task file may not exist here, which the form shows
     # at the field; any other problem means the form cannot hold these settings.
     problems.pop("task", None)
+    # A user's torchrun loop on several nodes does not know where its nodes met (the
+    # monitor states no endpoint it was not given): the form asks for it at the field.
+    if isinstance(settings.nnodes, int) and settings.nnodes > 1 and not settings.rdzv_endpoint:
+        problems.pop("nnodes", None)
     if problems:
         name, message = next(iter(problems.items()))
         return f"this run's settings cannot be shown ({name}: {elide(message, 60)})"

@@ -161,23 +161,22 @@ def launch_settings(context: RankContext, parallel: str | None) -> dict[str, Any
     states it (the fields of `fpexplorer train --nproc-per-node ... --nnodes ...
     --rdzv-endpoint ...`; `parallel` when known).
 
-    torchrun's agent gives each rank LOCAL_WORLD_SIZE (ranks on its node), GROUP_WORLD_SIZE
-    (nodes, agents) and MASTER_ADDR/MASTER_PORT: the store on node 0 that the ranks'
-    process group starts from. On several nodes that address is the endpoint stated: with
-    torchrun's static rendezvous (--master-addr/--master-port) it is the endpoint itself;
-    with c10d its host is node 0, where the nodes met, and its port one that was free there.
-    One node states none: a run on one node takes any free port (as `--standalone`)."""
+    torchrun's agent gives each rank LOCAL_WORLD_SIZE (ranks on its node) and
+    GROUP_WORLD_SIZE (nodes, agents). The endpoint is stated only where it is known as
+    given: `fpexplorer train --rdzv-endpoint`'s launcher tells its ranks. A user's torchrun
+    states none: MASTER_ADDR/MASTER_PORT, the one address a rank gets, is the store its
+    process group starts from; with the c10d rendezvous (torchrun's way onto several
+    nodes) that is node 0's host name and a port free there, not the endpoint
+    (`--rdzv-endpoint 127.0.0.1:29413` gave ranks localhost:42165), and a rank cannot tell
+    c10d from the static rendezvous, where the two are the same. One node states none: a
+    run on one node takes any free port (as `--standalone`)."""
     world = context.world_size
     per_node = _env_int("LOCAL_WORLD_SIZE") or world
     nodes = _env_int("GROUP_WORLD_SIZE") or max(world // max(per_node, 1), 1)
     settings: dict[str, Any] = {"nproc_per_node": per_node, "nnodes": nodes}
-    host, port = os.environ.get("MASTER_ADDR", ""), _env_int("MASTER_PORT")
     given = os.environ.get(RDZV_ENDPOINT_ENV)
     if nodes > 1 and given:
         settings["rdzv_endpoint"] = given  # `fpexplorer train --rdzv-endpoint`'s own
-    elif nodes > 1 and host and port:
-        # An IPv6 address in brackets, as the endpoint's HOST:PORT form reads it.
-        settings["rdzv_endpoint"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     if parallel is not None:
         settings["parallel"] = parallel
     return settings
