@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QEvent, QMimeData, QObject, QSize, Qt, QTimer
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer import __version__
+from fpexplorer.gui.file_drops import FileDropFilter, local_paths
 from fpexplorer.gui.formats.bit_row import COPY_BITS_SHORTCUT, COPY_CODE_SHORTCUT
 from fpexplorer.gui.formats.clipboard import selected_cells_text
 from fpexplorer.gui.formats.panel import VIEW_NAMES, VIEW_TABS, FormatsPanel
@@ -62,13 +63,6 @@ bits: bits or hex)</td></tr>
 
 
 DEFAULT_SIZE = QSize(1280, 800)
-
-
-def _local_paths(mime: QMimeData | None) -> list[str]:
-    """The local files and folders of a drag, in order; none for text or remote URLs."""
-    if mime is None or not mime.hasUrls():
-        return []
-    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()]
 
 
 def default_size() -> QSize:
@@ -159,6 +153,12 @@ class MainWindow(QMainWindow):
         app = QApplication.instance()
         if isinstance(app, QApplication):
             app.focusChanged.connect(self._on_app_focus_changed)
+            # A file dropped on a text field opens as on the window, never pastes its path.
+            app.installEventFilter(
+                FileDropFilter(
+                    self, self.dropEvent, lambda text: self.status.showMessage(text, 8000)
+                )
+            )
         restore_problems = self._restore(restore_formats) if restore else []
         problem = self.settings.problem()
         if problem:
@@ -200,17 +200,17 @@ class MainWindow(QMainWindow):
 
     # -- run logs dropped on the window ---------------------------------------------------
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:
-        if _local_paths(event.mimeData()):
+        if local_paths(event.mimeData()):
             event.acceptProposedAction()
 
     def dragMoveEvent(self, event: QDragMoveEvent) -> None:
-        if _local_paths(event.mimeData()):
+        if local_paths(event.mimeData()):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
         """Files or run folders dropped anywhere on the window open as File > Open Run...
         opens them (the Training panel says what is not a run log)."""
-        paths = _local_paths(event.mimeData())
+        paths = local_paths(event.mimeData())
         if not paths:
             return
         event.acceptProposedAction()
