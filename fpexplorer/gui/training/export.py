@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPoint, QRect, QSize, Qt
-from PySide6.QtGui import QFont, QFontMetrics, QImage, QPaintDevice, QPainter
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPoint, QPointF, QRect, QSize
+from PySide6.QtGui import QFont, QImage, QPaintDevice, QPainter, QTextLayout, QTextOption
 from PySide6.QtSvg import QSvgGenerator
 from PySide6.QtWidgets import QWidget
 
@@ -101,16 +101,33 @@ def _caption_fonts(widget: QWidget) -> tuple[QFont, QFont]:
     return title, text
 
 
-def _caption_blocks(widget: QWidget, caption: PlotCaption) -> list[tuple[QFont, str, QRect]]:
-    """The caption's title and lines, each with its font and its word-wrapped rectangle."""
+def _wrapped(font: QFont, text: str, width: int) -> QTextLayout:
+    """`text` in lines at most `width` pixels wide: broken between words, and inside a
+    word longer than a line (a run's long file name), never cut off at the edge."""
+    layout = QTextLayout(text, font)
+    option = QTextOption()
+    option.setWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+    layout.setTextOption(option)
+    layout.beginLayout()
+    top = 0.0
+    while (line := layout.createLine()).isValid():
+        line.setLineWidth(width)
+        line.setPosition(QPointF(0, top))
+        top += line.height()
+    layout.endLayout()
+    return layout
+
+
+def _caption_blocks(widget: QWidget, caption: PlotCaption) -> list[tuple[QTextLayout, QRect]]:
+    """The caption's title and lines, each laid out in its font, with its rectangle."""
     width = max(widget.width() - 2 * _CAPTION_MARGIN, 1)
     title_font, text_font = _caption_fonts(widget)
-    blocks: list[tuple[QFont, str, QRect]] = []
+    blocks: list[tuple[QTextLayout, QRect]] = []
     top = _CAPTION_MARGIN
     for font, text in ((title_font, caption.title), *((text_font, t) for t in caption.lines())):
-        flags = int(Qt.TextFlag.TextWordWrap)
-        height = QFontMetrics(font).boundingRect(QRect(0, 0, width, 1 << 20), flags, text).height()
-        blocks.append((font, text, QRect(_CAPTION_MARGIN, top, width, height)))
+        layout = _wrapped(font, text, width)
+        height = math.ceil(layout.boundingRect().height())
+        blocks.append((layout, QRect(_CAPTION_MARGIN, top, width, height)))
         top += height + 2
     return blocks
 
@@ -118,7 +135,7 @@ def _caption_blocks(widget: QWidget, caption: PlotCaption) -> list[tuple[QFont, 
 def caption_height(widget: QWidget, caption: PlotCaption) -> int:
     """The height, in the widget's pixels, the caption takes above it in an export."""
     blocks = _caption_blocks(widget, caption)
-    return blocks[-1][2].bottom() + _CAPTION_MARGIN if blocks else 0
+    return blocks[-1][1].bottom() + _CAPTION_MARGIN if blocks else 0
 
 
 def _paint(widget: QWidget, painter: QPainter, caption: PlotCaption, height_above: int) -> None:
@@ -126,9 +143,8 @@ def _paint(widget: QWidget, painter: QPainter, caption: PlotCaption, height_abov
     colours = plot_colors()
     painter.fillRect(QRect(0, 0, widget.width(), height_above), colours.background)
     painter.setPen(colours.foreground)
-    for font, text, rect in _caption_blocks(widget, caption):
-        painter.setFont(font)
-        painter.drawText(rect, int(Qt.TextFlag.TextWordWrap), text)
+    for layout, rect in _caption_blocks(widget, caption):
+        layout.draw(painter, QPointF(rect.topLeft()))
     QWidget.render(widget, painter, QPoint(0, height_above))  # not a view's scene API
 
 

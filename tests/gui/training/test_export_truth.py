@@ -208,3 +208,30 @@ def test_every_exported_plot_says_what_it_shows_and_which_run(  # type: ignore[n
         assert png.text("Title") == want[svg.stem]
         assert png.text("Description").startswith(f"run: {label}")
     assert _svg_texts(tmp_path / "out" / "quant_sqnr.svg")[0].count("SQNR (dB)") == 1
+
+
+def test_a_caption_wider_than_the_plot_is_wrapped_inside_it_not_cut_off(  # type: ignore[no-untyped-def]
+    panel, synthetic_run: Path, tmp_path: Path
+) -> None:
+    """A run named by a long file name without a space (a user's script) is broken inside
+    the name where it is wider than the plot: every caption line fits and the whole name
+    is there (was: one line past the edge, cut off in the PNG and the SVG alike)."""
+    from PySide6.QtGui import QFont, QFontMetrics
+
+    panel.load_run(synthetic_run)
+    plot = panel.loss_plot.plot
+    name = "train_" + "wide" * 200 + ".py:main bf16 lr=0.01"
+    caption = PlotCaption("Loss", (name,), "Loss per step, one curve per run.")
+    export_plot(plot, tmp_path / "loss", caption)
+    texts, title = _svg_texts(tmp_path / "loss.svg")
+    assert title == "Loss"
+    # The caption's lines come first, the plot's own text after them.
+    wanted = "".join(f"Loss run: {name} {caption.explanation}".split())
+    lines: list[str] = []
+    while "".join("".join(lines).split()) != wanted:
+        assert texts, ("the caption is not whole", lines)
+        lines.append(texts.pop(0))
+    metrics = QFontMetrics(QFont(plot.font()))
+    for line in lines[1:]:  # the title is short; the rest in the plot's font
+        assert metrics.horizontalAdvance(line) <= plot.width() - 2 * 8, line[:40]
+    assert len(lines) > 3  # the name took lines of its own
