@@ -476,8 +476,8 @@ class MainWindow(QMainWindow):
         larger screen. Qt's restoreGeometry brings it back only nearly: its frame was
         left a pixel past the screen's right and bottom edges."""
         screen = self.screen() or QGuiApplication.primaryScreen()
-        if screen is None:
-            return
+        if screen is None or self.isMaximized() or self.isFullScreen():
+            return  # the window system places those; a move would un-maximize it
         area = screen.availableGeometry()
         frame = self.frameGeometry()
         border = frame.size() - self.size()

@@ -793,3 +793,18 @@ def test_every_way_of_starting_restores_the_saved_window_onto_the_screen(
     finally:
         window.close()
         window.deleteLater()
+
+
+def test_a_window_saved_maximized_comes_back_maximized(qtbot: QtBot) -> None:
+    """Bringing a restored window onto the screen leaves a maximized one alone: the window
+    system places it (was: moved by a pixel of its frame, and so no longer maximized)."""
+    last = MainWindow(SettingsStore())
+    qtbot.addWidget(last)
+    last.showMaximized()
+    qtbot.waitUntil(last.isMaximized)
+    last.close()
+    window = MainWindow(SettingsStore())
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    assert window.isMaximized()
