@@ -336,6 +336,11 @@ class TrainForm(QWidget):
 
     # ----- the configuration ----------------------------------------------------------
 
+    def held(self) -> tuple[dict[str, Any], dict[str, str]]:
+        """What the fields hold now: the values read and the fields that cannot be read
+        (equal for equal forms, wherever what changed the form came from)."""
+        return self._parse()
+
     def _parse(self) -> tuple[dict[str, Any], dict[str, str]]:
         values: dict[str, Any] = {
             "task": self.task_combo.currentText().strip(),

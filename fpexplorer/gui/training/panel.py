@@ -12,6 +12,7 @@ import logging
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
@@ -169,6 +170,8 @@ class TrainingPanel(QWidget):
         self._live: RunEntry | None = None
 
         # ----- left: the job ------------------------------------------------------------
+        # The selected run's code, and what the form held when it was shown (below).
+        self._run_code: tuple[tuple[dict[str, Any], dict[str, str]], str] | None = None
         self.form = TrainForm()
         self.form.changed.connect(self._on_form_changed)
         form_scroll = FormScrollArea()
@@ -604,9 +607,10 @@ class TrainingPanel(QWidget):
             self._show_status(f"{elide_name(entry.model.label, 60)}: {settings}.")
             return
         self.form.set_config(settings)
+        # The code of the run's own settings, even where this machine lacks its task file,
+        # and with its nodes (options the form does not hold), while the form holds them.
+        self._run_code = (self.form.held(), pytorch_code(settings))
         self._on_form_changed()
-        # The code of the run's own settings, even where this machine lacks its task file.
-        self.code_view.setPlainText(pytorch_code(settings))
 
     def _on_remove_clicked(self) -> None:
         row = self.run_list.currentRow()
@@ -738,6 +742,11 @@ class TrainingPanel(QWidget):
         )
         self.start_problems.setStyleSheet(f"color: {alarm_colour()};")
         self.start_problems.setVisible(bool(summary))
+        if self._run_code is not None and self.form.held() == self._run_code[0]:
+            # Unchanged since a run's settings were shown (the devices found since, ...).
+            self.code_view.setPlainText(self._run_code[1])
+            return
+        self._run_code = None
         try:
             config = self.form.config()
         except ValueError:

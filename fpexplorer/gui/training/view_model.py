@@ -475,7 +475,8 @@ def settings_of(model: RunModel) -> TrainConfig | str:
     # at the field; any other problem means the form cannot hold these settings.
     problems.pop("task", None)
     # A user's torchrun loop on several nodes does not know where its nodes met (the
-    # monitor states no endpoint it was not given): the form asks for it at the field.
+    # monitor states no endpoint it was not given): the code view shows HOST:PORT (the
+    # form holds no node options).
     if isinstance(settings.nnodes, int) and settings.nnodes > 1 and not settings.rdzv_endpoint:
         problems.pop("nnodes", None)
     if problems:

@@ -515,3 +515,33 @@ def test_long_format_labels_are_cut_between_numbers_and_tooltipped_whole(  # typ
         assert label.toolTip() == name
         assert label.toPlainText() in hist.ranges_label.text()
         assert name in hist.ranges_label.toolTip().splitlines()
+
+
+def test_the_code_view_keeps_a_runs_nodes_while_the_form_holds_its_settings(  # type: ignore[no-untyped-def]
+    panel, tmp_path: Path
+) -> None:
+    """A run of 2 nodes: the code view's torchrun line states its nodes and endpoint
+    (options the form does not hold) until the form is changed, not merely until the
+    devices are found or anything else makes the form say it changed (was: the line of one
+    node as soon as the device search ended)."""
+    import dataclasses
+
+    from fpexplorer.gui.training.synthetic import synthetic_records
+    from fpexplorer.training.records import HeaderRecord
+    from fpexplorer.training.runlog import RunWriter
+
+    path = tmp_path / "two_nodes.jsonl"
+    launch = {"task": "mlp", "nproc_per_node": 2, "nnodes": 2, "rdzv_endpoint": "node0:29400"}
+    with RunWriter(path) as writer:
+        for record in synthetic_records(20):
+            if isinstance(record, HeaderRecord):
+                record = dataclasses.replace(record, config={**record.config, **launch})
+            writer.write(record)
+    panel.load_run(path)
+    line = "torchrun --nproc-per-node 2 --nnodes 2 --rdzv-backend c10d --rdzv-endpoint node0:29400"
+    assert line in panel.code_view.toPlainText()
+    panel.form.device_finder.found.emit([], "no NVIDIA driver found")  # as the search ends
+    assert line in panel.code_view.toPlainText()
+    panel.form.fields["steps"].edit.setText("7")  # the user's own settings now: one node
+    code = panel.code_view.toPlainText()
+    assert "torchrun --nproc-per-node 2 train.py" in code and "--nnodes" not in code
