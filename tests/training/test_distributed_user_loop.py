@@ -539,13 +539,13 @@ def test_a_user_loop_on_two_nodes_under_c10d_states_no_endpoint_it_was_not_given
     script.write_text(textwrap.dedent(USER_LOOP))
     out = tmp_path / "run.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+               "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+               "--rdzv-id", "two-nodes", str(script), str(out), "plain"]  # fmt: skip
     agents = [
         subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-             "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-             "--rdzv-id", "two-nodes", str(script), str(out), "plain"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
-        )  # fmt: skip
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO
+        )
         for _node in range(2)
     ]
     try:
