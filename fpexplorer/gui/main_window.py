@@ -29,7 +29,11 @@ from PySide6.QtWidgets import (
 
 from fpexplorer import __version__
 from fpexplorer.gui.file_drops import FileDropFilter, local_paths
-from fpexplorer.gui.formats.bit_row import COPY_BITS_SHORTCUT, COPY_CODE_SHORTCUT
+from fpexplorer.gui.formats.bit_row import (
+    COPY_BITS_SHORTCUT,
+    COPY_CODE_SHORTCUT,
+    bits_to_copy,
+)
 from fpexplorer.gui.formats.clipboard import selected_cells_text
 from fpexplorer.gui.formats.panel import VIEW_NAMES, VIEW_TABS, FormatsPanel
 from fpexplorer.gui.formats.state import FormatsSession
@@ -387,7 +391,8 @@ class MainWindow(QMainWindow):
 
     def copy_bits(self) -> None:
         if self._editor_shown():
-            self._copy(self.session.active.readout().binary_code, "bits")
+            active = self.session.active
+            self._copy(bits_to_copy(active.format, active.code), "bits")
 
     def copy_shortest(self) -> None:
         if self._editor_shown():

@@ -51,6 +51,14 @@ FIELD_HELP = {
 }
 
 
+def bits_to_copy(fmt: FloatFormat, code: int) -> str:
+    """The code in binary as Copy Bits gives it: grouped sign|exponent|fraction as shown, and
+    "0b" before bits that are one field (E8M0: no sign, no fraction), which without a "|"
+    or the prefix would read back in the value field as a decimal (10000001)."""
+    bits = fmt.code_to_bits(code)
+    return bits if "|" in bits else f"0b{bits}"
+
+
 @dataclass(frozen=True, slots=True)
 class _Cell:
     bit: int  # bit index in the code (0 = least significant)
@@ -339,7 +347,7 @@ class BitRow(QWidget):
             return []
         code = self._code
         return [
-            ("Copy Bits", COPY_BITS_SHORTCUT, fmt.code_to_bits(code)),
+            ("Copy Bits", COPY_BITS_SHORTCUT, bits_to_copy(fmt, code)),
             ("Copy Code (hex)", COPY_CODE_SHORTCUT, f"0x{code:0{(fmt.width + 3) // 4}X}"),
         ]
 

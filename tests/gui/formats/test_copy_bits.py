@@ -62,11 +62,23 @@ def test_the_bits_context_menu_copies_bits_and_hex(qtbot: QtBot, window: MainWin
     menu.deleteLater()
 
 
-def test_an_unsigned_formats_bits_have_no_sign_part(window: MainWindow) -> None:
-    window.session.set_format(window.session.active, get_format("e8m0"))
+@pytest.mark.parametrize("name", ["e8m0", "binary8p1ue"])
+def test_one_field_bits_are_copied_as_a_binary_code_that_reads_back(
+    window: MainWindow, name: str
+) -> None:
+    # No sign, no fraction: the bits are one field, no "|" in them. Copied bare
+    # ("10000001") they read back in the value field as the decimal 10,000,001.
+    window.session.set_format(window.session.active, get_format(name))
     window.session.enter_text("4")
+    code = window.session.active.code
+    expected = "0b" + format(code, "08b")
     window.copy_bits()
-    assert QGuiApplication.clipboard().text() == format(127 + 2, "08b")
+    assert QGuiApplication.clipboard().text() == expected
+    row = window.formats_panel.rows[0]
+    assert row.bits.copy_texts()[0][2] == expected
+    # What is copied reads back as the same code.
+    window.session.enter_text("1")
+    assert window.session.enter_text(expected) and window.session.active.code == code
 
 
 def test_the_copy_bits_shortcut_is_unique_and_listed(window: MainWindow) -> None:
