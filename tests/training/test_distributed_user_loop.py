@@ -8,12 +8,16 @@ communication hook stays (one warning); `check_reduction=False` installs nothing
 from __future__ import annotations
 
 import math
+import os
+import socket
 import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from training_helpers import run_cli, torchrun
+from training_helpers import HANG_GUARD_S, REPO, run_cli, torchrun
 
 from fpexplorer.gui.training.code_snippet import pytorch_code
 from fpexplorer.gui.training.run_model import RunModel
@@ -519,3 +523,47 @@ def test_a_torchrun_launch_on_several_nodes_is_stated_from_its_environment(
         # The form shows the settings and asks for the endpoint at the field.
         assert list(settings.validate()) == ["nnodes"]
         assert "--rdzv-endpoint" not in argv
+
+
+@pytest.mark.slow  # two torchrun agents of one rank each: seconds
+def test_a_user_loop_on_two_nodes_under_c10d_states_no_endpoint_it_was_not_given(
+    tmp_path: Path,
+) -> None:
+    """Two torchrun agents ("nodes") meet at a c10d endpoint; their ranks get node 0's
+    host and a port free there as MASTER_ADDR/PORT. The header states 2 nodes and no
+    endpoint (was: that store's address, an endpoint no node was given)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{probe.getsockname()[1]}"
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(USER_LOOP))
+    out = tmp_path / "run.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+               "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+               "--rdzv-id", "two-nodes", str(script), str(out), "plain"]  # fmt: skip
+    agents = [
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO
+        )
+        for _node in range(2)
+    ]
+    try:
+        for agent in agents:
+            _, stderr = agent.communicate(timeout=HANG_GUARD_S)
+            assert agent.returncode == 0, stderr[-3000:]
+    finally:
+        for agent in agents:  # one failed or hung: the other is not left behind
+            if agent.poll() is None:
+                agent.kill()
+                agent.communicate()
+    header = load_run(out).header
+    assert header is not None
+    launch = {name: header.config.get(name) for name in ("nproc_per_node", "nnodes")}
+    assert launch == {"nproc_per_node": 1, "nnodes": 2}
+    assert header.config.get("rdzv_endpoint") is None, header.config.get("rdzv_endpoint")
+    model = RunModel()
+    model.add_records([header])
+    settings = settings_of(model)
+    assert isinstance(settings, TrainConfig), settings
+    assert "--nnodes 2 --rdzv-backend c10d --rdzv-endpoint HOST:PORT " in pytorch_code(settings)
