@@ -105,28 +105,39 @@ def parse_expression(text: str, fmt: FloatFormat | None = None) -> tuple[str, li
             raise ValueError(f"{shown}: {operation} takes {OPERATIONS[operation]} operand(s)")
         return operation, arguments
     splits: list[tuple[bool, str, str, str]] = []
+    # Why an operand of a split where the other one reads failed ("-0x3C00 + 1": a code has
+    # no sign), spaced operators first: said instead of "not an operation" when none reads.
+    operand_problems: list[tuple[bool, str]] = []
     for position, character in enumerate(text):
         if character not in _OPERATORS or position == 0:
             continue
         left, right = text[:position].strip(), text[position + 1 :].strip()
         if not left or not right:
             continue
-        try:
-            parse_value(left.replace("−", "-"), fmt)
-            parse_value(right.replace("−", "-"), fmt)
-        except ValueError:
-            continue
         spaced = (
             text[position - 1].isspace()
             and position + 1 < len(text)
             and (text[position + 1].isspace())
         )
+        problems: list[str] = []
+        for operand in (left, right):
+            try:
+                parse_value(operand.replace("−", "-"), fmt)
+            except ValueError as error:
+                problems.append(str(error))
+        if len(problems) == 1:
+            operand_problems.append((spaced, problems[0]))
+        if problems:
+            continue
         splits.append((spaced, _OPERATORS[character], left, right))
     if len(splits) > 1:
         spaced = [split for split in splits if split[0]]
         splits = spaced if len(spaced) == 1 else splits
     if len(splits) > 1:
         raise ValueError(f"{shown} is ambiguous: put spaces around the operator (1/2 / 3)")
+    if not splits and operand_problems and not _is_one_value(text, fmt):
+        spaced_first = sorted(operand_problems, key=lambda problem: not problem[0])
+        raise ValueError(f"{shown}: {spaced_first[0][1]}")
     if not splits:
         raise ValueError(
             f"{shown}: not an operation (expected a + b, a - b, a * b, a / b, fma(a, b, c) "
@@ -134,6 +145,17 @@ def parse_expression(text: str, fmt: FloatFormat | None = None) -> tuple[str, li
         )
     _, operation, left, right = splits[0]
     return operation, [left.replace("−", "-"), right.replace("−", "-")]
+
+
+def _is_one_value(text: str, fmt: FloatFormat | None) -> bool:
+    """Whether `text` is one operand alone ("2e-5" is no split of "2e" and "5")."""
+    from fpexplorer.formats import parse_value
+
+    try:
+        parse_value(text.replace("−", "-"), fmt)
+    except ValueError:
+        return False
+    return True
 
 
 def build(

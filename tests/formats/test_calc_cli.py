@@ -94,6 +94,13 @@ def test_expressions(text: str, expected: tuple[str, list[str]]) -> None:
         (["1/2/3"], "ambiguous"),
         (["hello"], "not an operation"),
         (["2"], "not an operation"),
+        (["2e-5"], "not an operation"),  # one number, not "2e" minus 5
+        # An operand that is not read says why, not "not an operation": a bare hex code with
+        # a sign or more bits than the format (numbers before the one rule for bare codes).
+        (["-0x3C00 + 1", "-f", "fp16"], "'-0x3C00 + 1': -0x3C00: a code has no sign"),
+        (["0x3C00*-0x3C00", "-f", "fp16"], "a code has no sign"),
+        (["0x1FFFF + 1", "-f", "fp16"], "code 0x1FFFF has more than 16 bits"),
+        (["1 + 1.2.3"], "'1.2.3': not a number"),
         (["fma(1, 2)"], "fma takes 3"),
         (["sqrt()"], "sqrt takes 1"),
         (["1 + 2", "-f", "binary8p9se"], "P must be"),
