@@ -5,7 +5,8 @@ dragged from a file manager as text and inserted "/home/me/run.jsonl" into a num
 field. `FileDropFilter`, installed on the application, sees drags before any field: a drag
 of local files onto a text field of the main window is handed to the window's own drop
 handling (runs open on the Training tab); onto a field of another window (a dialog) it is
-refused, and the status bar says where files go. Text drags ("0.1") still reach the field.
+refused, and the status bar says where files go, except in Qt's own file dialog, which
+takes the file as the one to choose. Text drags ("0.1") still reach the field.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QEvent, QMimeData, QObject
 from PySide6.QtGui import QDropEvent
-from PySide6.QtWidgets import QAbstractScrollArea, QLineEdit, QPlainTextEdit, QTextEdit, QWidget
+from PySide6.QtWidgets import (
+    QAbstractScrollArea,
+    QFileDialog,
+    QLineEdit,
+    QPlainTextEdit,
+    QTextEdit,
+    QWidget,
+)
 
 DRAG_EVENTS = (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop)
 REFUSED_MESSAGE = (
@@ -70,7 +78,9 @@ class FileDropFilter(QObject):
             else:
                 event.acceptProposedAction()
             return True
-        if self._owns(field):
+        # Qt's own file dialog (where no native one is used) takes a file dropped on its
+        # name field as the file to choose: that drop is the dialog's.
+        if self._owns(field) and not isinstance(field.window(), QFileDialog):
             if event.type() == QEvent.Type.DragEnter:
                 self._say(REFUSED_MESSAGE)
             event.ignore()

@@ -105,3 +105,27 @@ def test_a_file_dropped_on_a_dialogs_field_is_refused_with_a_message(
     assert name.text() == before
     assert window.statusBar().currentMessage() == REFUSED_MESSAGE
     dialog.close()
+
+
+def test_a_file_dropped_on_a_file_dialogs_name_field_goes_in(
+    window: MainWindow, tmp_path: Path
+) -> None:
+    # Qt's own file dialog (where no native one is used, as File ▸ Open Run… may be) takes a
+    # file dropped on its name field as the file to choose: that drop is the dialog's, not
+    # refused as a path typed into a number field.
+    from PySide6.QtWidgets import QFileDialog
+
+    dialog = QFileDialog(window, "Open Run", str(tmp_path))
+    dialog.setOption(QFileDialog.Option.DontUseNativeDialog)
+    dialog.show()
+    window.status.clearMessage()
+    name = next(field for field in dialog.findChildren(QLineEdit) if field.isVisible())
+    name.clear()
+    run = tmp_path / "run.jsonl"
+    run.write_text("")
+    assert _drag(name, _file_drag(run)) == (True, True)
+    assert name.text() == run.name  # the dialog's own reading: the file in its folder
+    assert dialog.selectedFiles() == [str(run)]
+    assert window.statusBar().currentMessage() != REFUSED_MESSAGE
+    assert window.tabs.currentIndex() == 0  # not opened as a drop on the window
+    dialog.close()
