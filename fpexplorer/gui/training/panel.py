@@ -902,8 +902,10 @@ class TrainingPanel(QWidget):
         gradients = "activation" if self.hist_plot.showing_activations else "parameter"
         stats = current.latest_stats if current is not None else None
         at_step = f", step {stats.step}" if stats is not None else ""
+        weight = self.loss_plot.smoothing  # the curves drawn are averages then, not steps
+        smoothed = f", smoothed (exponential moving average, weight {weight:g})" if weight else ""
         plots = {
-            "loss": ("loss", self.loss_plot.plot, "", every),
+            "loss": ("loss", self.loss_plot.plot, smoothed, every),
             "loss_scale": ("scale", self.scale_plot.plot, "", every),
             "gradient_histogram": (
                 "histogram",

@@ -235,3 +235,19 @@ def test_a_caption_wider_than_the_plot_is_wrapped_inside_it_not_cut_off(  # type
     for line in lines[1:]:  # the title is short; the rest in the plot's font
         assert metrics.horizontalAdvance(line) <= plot.width() - 2 * 8, line[:40]
     assert len(lines) > 3  # the name took lines of its own
+
+
+def test_an_exported_smoothed_loss_says_it_is_smoothed(  # type: ignore[no-untyped-def]
+    panel, synthetic_run: Path, tmp_path: Path
+) -> None:
+    """The loss card's smoothing is outside the exported plot: the caption states it (was:
+    'Loss' and 'Loss per step' above curves averaged over many steps)."""
+    panel.load_run(synthetic_run)
+    panel.loss_plot.smooth_spin.setValue(90)
+    panel.export_to(tmp_path / "smoothed")
+    texts, title = _svg_texts(tmp_path / "smoothed" / "loss.svg")
+    assert title == "Loss, smoothed (exponential moving average, weight 0.9)"
+    assert " ".join(texts).startswith(title)
+    panel.loss_plot.smooth_spin.setValue(0)
+    panel.export_to(tmp_path / "raw")
+    assert _svg_texts(tmp_path / "raw" / "loss.svg")[1] == "Loss"
