@@ -74,8 +74,11 @@ class BitRow(QWidget):
     step_requested = Signal(str)  # "up" | "down"
     activated = Signal()
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, *, window_shortcuts: bool = True) -> None:
+        """`window_shortcuts`: the context menu names the window's Copy Bits / Copy Code
+        keys, which copy the bit editor's active code (not a block editor's scale)."""
         super().__init__(parent)
+        self._window_shortcuts = window_shortcuts
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMouseTracking(False)
@@ -357,7 +360,8 @@ class BitRow(QWidget):
         for label, shortcut, text in self.copy_texts():
             shown = text if len(text) <= MENU_TEXT_LIMIT else text[:MENU_TEXT_LIMIT] + "…"
             # After a tab Qt shows the window's shortcut, without claiming the key here.
-            action = menu.addAction(f"{label}  {shown}\t{shortcut}")
+            keys = f"\t{shortcut}" if self._window_shortcuts else ""
+            action = menu.addAction(f"{label}  {shown}{keys}")
             action.triggered.connect(
                 lambda _checked=False, copied=text: QGuiApplication.clipboard().setText(copied)
             )

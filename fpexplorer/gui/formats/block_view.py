@@ -237,7 +237,7 @@ class BlockEditorView(LazyView):
         loaders.addWidget(self.block_spin)
 
         # -- scale bit editors ----------------------------------------------------------------
-        self.scale_bits = BitRow()
+        self.scale_bits = BitRow(window_shortcuts=False)  # the keys copy the editor's code
         self.scale_label = QLabel()
         self.scale_label.setTextFormat(Qt.TextFormat.RichText)
         self.scale_label.setWordWrap(True)
@@ -250,7 +250,7 @@ class BlockEditorView(LazyView):
         scale_layout.addWidget(self.scale_bits)
         scale_layout.addWidget(self.scale_label, 1)
         scale_layout.addWidget(self.rule_scale_button)
-        self.tensor_bits = BitRow()
+        self.tensor_bits = BitRow(window_shortcuts=False)  # the keys copy the editor's code
         self.tensor_bits.set_format(FLOAT32)
         self.tensor_label = QLabel()
         self.tensor_label.setWordWrap(True)

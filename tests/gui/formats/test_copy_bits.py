@@ -114,3 +114,25 @@ def test_bits_copied_from_one_format_are_not_read_as_a_code_of_another(
     assert window.session.enter_text("float16:" + copied) and window.session.active.code == int(
         np.float32(1).view(np.uint32)
     )
+
+
+def test_the_block_editors_bits_menus_name_no_shortcut_that_copies_something_else(
+    window: MainWindow,
+) -> None:
+    # Ctrl+Shift+B and Ctrl+Shift+C copy the bit editor's active code: named beside the
+    # block scale's own Copy Bits they promised a copy of the scale.
+    from fpexplorer.gui.formats.block_view import BlockEditorView
+
+    window.formats_panel.show_view("block")
+    (view,) = window.findChildren(BlockEditorView)
+    for bits in (view.scale_bits, view.tensor_bits):
+        menu = bits.context_menu()
+        texts = [action.text() for action in menu.actions()]
+        assert [text.split("  ")[0] for text in texts] == ["Copy Bits", "Copy Code (hex)"]
+        assert not any("\t" in text for text in texts), texts
+        menu.actions()[0].trigger()
+        assert QGuiApplication.clipboard().text() == bits.copy_texts()[0][2]
+        menu.deleteLater()
+    row_menu = window.formats_panel.rows[0].bits.context_menu()
+    assert all("\tCtrl+Shift+" in action.text() for action in row_menu.actions())
+    row_menu.deleteLater()
