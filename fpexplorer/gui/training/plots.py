@@ -19,6 +19,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QT
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QDoubleSpinBox,
     QFrame,
     QGraphicsItem,
     QHBoxLayout,
@@ -27,7 +28,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QRadioButton,
     QSizePolicy,
-    QDoubleSpinBox,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
