@@ -272,8 +272,8 @@ def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | N
 
     The one reader of codes, for the command line and the GUI. None when `text` is not
     written as a code (so it may be a value: 0.5, 0x1.8p3); ValueError when it is, but is
-    wrong: a sign (a code's sign is its top bit), a digit not of its base, or more bits
-    than the format has.
+    wrong: a sign (a code's sign is its top bit), a digit not of its base, more bits than
+    the format has, or fields ("|") of other widths than its own.
     """
     read = _code_digits(text, decimal)
     if read is None:
@@ -284,6 +284,17 @@ def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | N
             f"code {cut_text(compact)} has more than {fmt.width} bits: {fmt.name} codes go up to "
             f"{fmt.code_to_hex((1 << fmt.width) - 1)}"
         )
+    if "|" in compact:
+        # The fields of another format (E4M3's 0|0111|000, copied from its bits) are not a
+        # code of this one, though they fit in its width.
+        fields = compact[2:] if compact[:2].lower() == "0b" else compact
+        written = "|".join(str(len(part.replace("_", ""))) for part in fields.split("|"))
+        own = "|".join(str(len(part)) for part in fmt.code_to_bits(0).split("|"))
+        if written != own:
+            raise ValueError(
+                f"{cut_text(compact)} has fields of {written} bits, but {fmt.name}'s are "
+                f"{own}: name the format they are fields of, as FORMAT:{cut_text(compact)}"
+            )
     return code
 
 

@@ -92,3 +92,25 @@ def test_the_copy_bits_shortcut_is_unique_and_listed(window: MainWindow) -> None
     assert keys.count("Ctrl+Shift+B") == 1
     assert len(keys) == len(set(keys))
     assert "<b>Ctrl+Shift+B</b>" in SHORTCUTS_HELP
+
+
+def test_bits_copied_from_one_format_are_not_read_as_a_code_of_another(
+    window: MainWindow,
+) -> None:
+    # Copy Bits on the float16 row, paste into the value field while float32 is active: the
+    # fields 1|5|10 are not float32's 1|8|23. Before, they were read as the 16-bit number
+    # 0x3C00, a float32 subnormal (2.15e-41), silently.
+    window.session.enter_text("1")
+    window.session.set_active(window.session.editors[1])  # float16
+    window.copy_bits()
+    copied = QGuiApplication.clipboard().text()
+    assert copied == "0|01111|0000000000"
+    window.session.set_active(window.session.editors[0])  # float32
+    assert not window.session.enter_text(copied)
+    assert "float32's are 1|8|23: name the format they are fields of" in str(
+        window.session.entry_error
+    )
+    assert window.session.active.code == int(np.float32(1).view(np.uint32))
+    assert window.session.enter_text("float16:" + copied) and window.session.active.code == int(
+        np.float32(1).view(np.uint32)
+    )

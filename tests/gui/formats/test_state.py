@@ -477,6 +477,11 @@ CODE_TABLE: list[tuple[str, int | str]] = [
     ("0x12345", "more than 16 bits"),
     ("0b" + "1" * 17, "more than 16 bits"),
     ("1|01111|00000000000", "more than 16 bits"),
+    # The fields of another format (E4M3's bits, as Copy Bits gives them) are not a code of
+    # this one: before, read as the 8-bit number 0b00111000 (an FP16 subnormal), silently.
+    ("0|0111|000", "fields of 1|4|3 bits, but float16's are 1|5|10: name the format"),
+    ("0b0|0111|000", "fields of 1|4|3 bits, but float16's are 1|5|10"),
+    ("01111|0000000000", "fields of 5|10 bits, but float16's are 1|5|10"),
 ]
 
 
