@@ -19,6 +19,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter, QPaintEvent, QT
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
+    QDoubleSpinBox,
     QFrame,
     QGraphicsItem,
     QHBoxLayout,
@@ -742,10 +743,12 @@ class LossPlot(QWidget):
         self.hover = HoverReadout(self.plot, self._hover_text)
         self.log_box = QCheckBox("log axis")
         self.log_box.toggled.connect(self._on_log_toggled)
-        self.smooth_spin = QSpinBox()
-        self.smooth_spin.setRange(0, 99)
-        self.smooth_spin.setSingleStep(10)
-        self.smooth_spin.setPrefix("smooth 0.")
+        # The weight itself, to the hundredth (was an integer behind "0.": 5 read 0.5).
+        self.smooth_spin = QDoubleSpinBox()
+        self.smooth_spin.setDecimals(2)
+        self.smooth_spin.setRange(0.0, 0.99)
+        self.smooth_spin.setSingleStep(0.1)
+        self.smooth_spin.setPrefix("smooth ")
         self.smooth_spin.setSpecialValueText("no smoothing")
         self.smooth_spin.setToolTip(
             "Exponential moving average of the loss (weight 0.NN); inf/NaN points are left out"
@@ -761,14 +764,14 @@ class LossPlot(QWidget):
 
     @property
     def smoothing(self) -> float:
-        return self.smooth_spin.value() / 100.0
+        return round(self.smooth_spin.value(), 2)
 
     def _on_log_toggled(self, checked: bool) -> None:
         self.plot.getPlotItem().setLogMode(x=False, y=checked)
         self.range.reset()
         self._show_range()
 
-    def _on_smooth_changed(self, _value: int) -> None:
+    def _on_smooth_changed(self, _value: float) -> None:
         self.refresh(self._overlay, self._shown)
 
     def _hover_text(self, step: float, _y: float) -> list[HoverLine]:

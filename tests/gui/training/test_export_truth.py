@@ -243,7 +243,7 @@ def test_an_exported_smoothed_loss_says_it_is_smoothed(  # type: ignore[no-untyp
     """The loss card's smoothing is outside the exported plot: the caption states it (was:
     'Loss' and 'Loss per step' above curves averaged over many steps)."""
     panel.load_run(synthetic_run)
-    panel.loss_plot.smooth_spin.setValue(90)
+    panel.loss_plot.smooth_spin.setValue(0.9)
     panel.export_to(tmp_path / "smoothed")
     texts, title = _svg_texts(tmp_path / "smoothed" / "loss.svg")
     assert title == "Loss, smoothed (exponential moving average, weight 0.9)"

@@ -89,5 +89,5 @@ def test_a_redraw_gives_data_only_to_the_curves_of_runs_that_moved(panel, make_r
     moved.model.add_records(list(synthetic_records(40))[-3:-1])  # two more steps
     panel.refresh()
     assert sorted(given) == [f"LossPlot {moved.key}", f"LossScalePlot {moved.key}"]
-    panel.loss_plot.smooth_spin.setValue(50)  # a new smoothing: every loss curve again
+    panel.loss_plot.smooth_spin.setValue(0.5)  # a new smoothing: every loss curve again
     assert sum(name.startswith("LossPlot") for name in given) == 1 + 3

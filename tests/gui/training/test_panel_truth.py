@@ -204,7 +204,7 @@ def test_smoothing_and_markers_on_the_loss_plot(panel, make_run) -> None:  # typ
     panel.refresh()
     key = panel.runs[0].key
     _x, raw = panel.loss_plot.curves.curves[key].getData()
-    panel.loss_plot.smooth_spin.setValue(90)
+    panel.loss_plot.smooth_spin.setValue(0.9)
     _x, smooth = panel.loss_plot.curves.curves[key].getData()
     assert len(smooth) == len(raw) and (abs(smooth - raw) > 0).any()
     # The hover reads the recorded loss, and says it is not the smoothed curve.
@@ -545,3 +545,14 @@ def test_the_code_view_keeps_a_runs_nodes_while_the_form_holds_its_settings(  # 
     panel.form.fields["steps"].edit.setText("7")  # the user's own settings now: one node
     code = panel.code_view.toPlainText()
     assert "torchrun --nproc-per-node 2 train.py" in code and "--nnodes" not in code
+
+
+def test_the_loss_smoothing_box_shows_the_weight_it_applies(panel) -> None:  # type: ignore[no-untyped-def]
+    """A weight of 0.05 reads 'smooth 0.05' (was 'smooth 0.5': a whole number of
+    hundredths shown behind a '0.' prefix)."""
+    spin = panel.loss_plot.smooth_spin
+    for weight, text in ((0.05, "smooth 0.05"), (0.5, "smooth 0.50"), (0.99, "smooth 0.99")):
+        spin.setValue(weight)
+        assert (spin.text(), panel.loss_plot.smoothing) == (text, weight)
+    spin.setValue(0)
+    assert (spin.text(), panel.loss_plot.smoothing) == ("no smoothing", 0)
