@@ -733,7 +733,8 @@ class LossPlot(QWidget):
 
     def __init__(self) -> None:
         super().__init__()
-        self.plot = _plot_widget()
+        # Its own left axis: on a log scale its labels are spaced to fit the plot's height.
+        self.plot = _plot_widget(SpacedTicksAxis("left"))
         self.plot.setLabel("bottom", "step")
         self.plot.setLabel("left", "loss")
         self.curves = RunCurves(self.plot)

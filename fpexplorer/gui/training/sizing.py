@@ -29,14 +29,27 @@ SCROLLED_PAGE_MIN_HEIGHT = 160
 TICK_LABEL_GAP = 3
 
 
+# A log axis labels 1 x 10^k (every `step`-th decade if even those crowd); where a decade
+# has room, then 2 and 5 x 10^k, then the other digits, each where it clears its neighbours.
+LOG_LABEL_DIGITS = ((2, 5), (3, 4, 6, 7, 8, 9))
+# Pixels a decade needs before its unlabelled 2..9 ticks are drawn (9 to 10 is 0.046 of a
+# decade: about 2 px apart at this height).
+LOG_MINOR_TICKS_FROM = 44.0
+
+
 class SpacedTicksAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untyped
-    """A horizontal axis whose tick labels never run into each other.
+    """An axis whose tick labels never run into each other: horizontal on a linear scale,
+    either orientation on a log scale.
 
     pyqtgraph picks a tick spacing from the axis length alone (about log(pixels) ticks), not
     from the labels' width: on a narrow plot at 1024x640 "5", "10" and "15" were drawn over
     each other. The spacing grows through 1, 2, 5 x 10^k until the widest label and a gap
     fit between two ticks; the ticks in between are left out (unlabelled ticks would come
-    back with their own labels wherever pyqtgraph judged them sparse enough)."""
+    back with their own labels wherever pyqtgraph judged them sparse enough).
+
+    On a log scale pyqtgraph labels every digit of a decade whatever the length: the loss
+    plot at 1024x640 drew "0.2" to "0.9" over each other in 80 px. See `logTickValues`.
+    """
 
     def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:
         levels: list[tuple[float, float]] = super().tickSpacing(minVal, maxVal, size)
@@ -60,6 +73,84 @@ class SpacedTicksAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untype
         if spacing == levels[0][0]:
             return levels
         return [(spacing, 0.0)]
+
+    def __init__(self, orientation: str, **options: object) -> None:
+        super().__init__(orientation, **options)
+        self._linear_text_levels = int(self.style["maxTextLevel"])
+
+    def setLogMode(self, *args: object, **kwargs: object) -> None:
+        super().setLogMode(*args, **kwargs)
+        # On a log scale only the first level is labelled (chosen to fit by logTickValues);
+        # the second holds unlabelled ticks.
+        self.setStyle(maxTextLevel=0 if self.logMode else self._linear_text_levels)
+
+    def logTickValues(
+        self, minVal: float, maxVal: float, size: float, stdTicks: object
+    ) -> list[tuple[float | None, list[float]]]:
+        """Labelled ticks (see `LOG_LABEL_DIGITS`), each clear of its neighbours' labels,
+        then unlabelled ticks at every digit (every decade where those would crowd)."""
+        if not maxVal > minVal or not math.isfinite(maxVal - minVal) or size <= 0:
+            return []
+        # `size` is the axis line's length, which overhangs the view by a pixel at each end.
+        pixels_per_decade = max(size - 2.0, 1.0) / (maxVal - minVal)
+        metrics = QFontMetricsF(self.style["tickFont"] or self.font())
+        decade_step = 1
+        labelled = _log_ticks(minVal, maxVal, (1,))
+        for _ in range(64):  # a bound: each pass multiplies the step by 2 to 2.5
+            if self._labels_fit(labelled, pixels_per_decade, metrics):
+                break
+            decade_step = round(_next_nice(decade_step))
+            labelled = _log_ticks(minVal, maxVal, (1,), decade_step)
+        if decade_step == 1:
+            for digits in LOG_LABEL_DIGITS:
+                for value in _log_ticks(minVal, maxVal, digits):
+                    candidate = sorted([*labelled, value])
+                    index = candidate.index(value)
+                    neighbours = candidate[max(index - 1, 0) : index + 2]
+                    if self._labels_fit(neighbours, pixels_per_decade, metrics):
+                        labelled = candidate
+        if pixels_per_decade >= LOG_MINOR_TICKS_FROM:
+            minor = _log_ticks(minVal, maxVal, (1, 2, 3, 4, 5, 6, 7, 8, 9))
+        else:
+            minor = _log_ticks(minVal, maxVal, (1,))
+        shown = set(labelled)
+        return [(None, labelled), (None, [value for value in minor if value not in shown])]
+
+    def _labels_fit(
+        self, values: list[float], pixels_per_decade: float, metrics: QFontMetricsF
+    ) -> bool:
+        """Whether labels at `values` (log10, ascending) stay apart: a line of text between
+        two on a vertical axis (stacked as lines of a paragraph are), half of each one's
+        width and `TICK_LABEL_GAP` on a horizontal one."""
+        if len(values) < 2:
+            return True
+        if self.orientation in ("left", "right"):
+            extents = [metrics.height()] * len(values)
+            gap = 0.0
+        else:
+            labels = self.logTickStrings(values, self.autoSIPrefixScale * self.scale, 1.0)
+            extents = [metrics.horizontalAdvance(text) for text in labels]
+            gap = TICK_LABEL_GAP
+        return all(
+            (second - first) * pixels_per_decade >= (first_extent + second_extent) / 2 + gap
+            for first, second, first_extent, second_extent in zip(
+                values, values[1:], extents, extents[1:], strict=False
+            )
+        )
+
+
+def _log_ticks(
+    low: float, high: float, digits: tuple[int, ...], decade_step: int = 1
+) -> list[float]:
+    """log10 of each digit x 10^k in [10^low, 10^high], k a multiple of `decade_step`."""
+    first, last = math.floor(low), math.ceil(high)
+    first -= first % decade_step
+    return [
+        value
+        for power in range(first, last + 1, decade_step)
+        for value in (power + math.log10(digit) for digit in digits)
+        if low <= value <= high
+    ]
 
 
 def _next_nice(spacing: float) -> float:

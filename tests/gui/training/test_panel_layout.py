@@ -10,13 +10,15 @@ box layout laid the "ranges" line over the axis title "log2 |g| (binade)".
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import QPoint, QRect, QRectF
-from PySide6.QtGui import QImage, QPainter
+from PySide6.QtGui import QFontMetricsF, QImage, QPainter
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -262,3 +264,82 @@ def test_a_narrow_step_axis_labels_its_ticks_without_overlap(  # type: ignore[no
     QApplication.processEvents()
     assert overlapping_tick_labels(axis) == []
     assert tick_labels(axis)  # still labelled
+
+
+def _vertical_label_crowding(axis: pg.AxisItem) -> list[tuple[str, str]]:
+    """Pairs of a vertical axis's neighbouring tick labels closer than a line of the tick
+    font (pyqtgraph's own rectangles are 0.8 of the text's height: this is stricter)."""
+    line = QFontMetricsF(axis.style["tickFont"] or axis.font()).height()
+    placed = sorted((rect.center().y(), text) for rect, _flags, text in tick_labels(axis))
+    return [
+        (first, second)
+        for (first_y, first), (second_y, second) in itertools.pairwise(placed)
+        if second_y - first_y < line
+    ]
+
+
+_SUPERSCRIPT_DIGITS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+_SUPERSCRIPTS = str.maketrans(f"{_SUPERSCRIPT_DIGITS}⁻", "0123456789-")
+
+
+def _log_label_value(text: str) -> float:
+    """The number a log axis's label reads ("0.2", "5", "10³", "2·10⁻⁵")."""
+    if any(character in _SUPERSCRIPT_DIGITS for character in text):
+        digit, _, power = text.rpartition("10")
+        mantissa = float(digit.rstrip("·")) if digit else 1.0
+        return mantissa * 10.0 ** int(power.translate(_SUPERSCRIPTS))
+    return float(text)
+
+
+@pytest.mark.parametrize("height", [40, 60, 90, 160, 400])
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [(0.15, 2.5), (0.5, 0.95), (0.04, 3.0), (1e-3, 10.0), (1e-12, 1e4), (1e-30, 1e30)],
+)
+def test_a_log_axis_labels_its_ticks_without_overlap(  # type: ignore[no-untyped-def]
+    qtbot, height: int, low: float, high: float
+) -> None:
+    # Was: the loss plot on a log axis at 1024x640 labelled every minor step of a decade,
+    # "0.2 0.3 0.4 ... 0.9" drawn over each other in about 80 px.
+    plot = pg.PlotWidget(axisItems={"left": SpacedTicksAxis("left")})
+    qtbot.addWidget(plot)
+    plot.getPlotItem().getAxis("bottom").hide()
+    plot.resize(300, height)
+    plot.show()
+    plot.getPlotItem().setLogMode(x=False, y=True)
+    plot.setYRange(math.log10(low), math.log10(high), padding=0)
+    QApplication.processEvents()
+    axis = plot.getPlotItem().getAxis("left")
+    view_height = plot.getPlotItem().getViewBox().height()
+    assert overlapping_tick_labels(axis) == []
+    assert _vertical_label_crowding(axis) == []
+    texts = [text for _rect, _flags, text in tick_labels(axis)]
+    if view_height >= 60:
+        assert len(texts) >= 2, texts  # still labelled where two labels fit
+    # Each label is a digit times a power of ten, rising up the axis.
+    placed = sorted(
+        (rect.center().y(), _log_label_value(text)) for rect, _f, text in tick_labels(axis)
+    )
+    values = [value for _y, value in placed]
+    assert values == sorted(values, reverse=True), texts
+
+
+@pytest.mark.slow  # a whole window built and laid out per case: about a second each
+@pytest.mark.parametrize("size", [(1024, 640), (1920, 1080)])
+def test_the_loss_plot_on_a_log_axis_labels_its_ticks_without_overlap(  # type: ignore[no-untyped-def]
+    qtbot, run_dir: Path, make_run, size: tuple[int, int]
+) -> None:
+    from fpexplorer.commands.screenshot import render
+
+    run = make_run("fp16-log.jsonl", steps=300, seed=0)
+    for window in _window(qtbot, [run]):
+        loss = window.training_panel.loss_plot
+        loss.log_box.setChecked(True)
+        render(window, *size)
+        QApplication.processEvents()
+        axis = loss.plot.getPlotItem().getAxis("left")
+        texts = [text for _rect, _flags, text in tick_labels(axis)]
+        assert len(texts) >= 2, texts
+        assert overlapping_tick_labels(axis) == []
+        assert _vertical_label_crowding(axis) == []
+        assert layout_problems(window.training_panel) == []
