@@ -110,6 +110,15 @@ def _resolve_formats(args: argparse.Namespace) -> list[FloatFormat]:
     return formats
 
 
+def _reads_code(text: str, fmt: FloatFormat) -> bool:
+    from fpexplorer.formats import parse_code
+
+    try:
+        return parse_code(text, fmt) is not None
+    except ValueError:
+        return False
+
+
 def _build(args: argparse.Namespace) -> dict[str, Any]:
     from fpexplorer.formats import get_format
 
@@ -136,18 +145,24 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     seed, random_bits = stochastic_draw(args.rounding, args.seed, args.random_bits)
     formats = _resolve_formats(args)
     from fpexplorer.formats import CodeEntry, parse_entry, parse_value
+    from fpexplorer.formats.parse import written_as_code
     from fpexplorer.formats.quoting import cut_text, quote_text
 
     # A bare code (0x3C00, 0b…, 0|01111|…) is a code of the selected format, as in the app's
-    # entry field; with several formats selected it would be a different value in each.
-    first = parse_entry(args.value, formats[0])
-    if isinstance(first, CodeEntry) and not first.format_named and len(formats) > 1:
+    # entry field; with several formats selected it would be a different value in each. Said
+    # before reading it in the first one: "0x1FFFF -f fp16 fp32" is not about fp16's width.
+    value = args.value.strip()
+    if len(formats) > 1 and ":" not in value and value[:1] not in "+-−" and written_as_code(value):
         code = cut_text("".join(args.value.split()), 40)
+        # The example names a selected format the code is one of (0x1FFFF is none of fp16's).
+        readers = [fmt for fmt in formats if _reads_code(value, fmt)] or formats
+        in_hex = code[:2].lower() == "0x"
+        number = f"; for the number write a hex float ({code}p0)" if in_hex else ""
         raise ValueError(
-            f"{quote_text(args.value.strip())} is a code of the selected format, and "
-            f"{len(formats)} are selected: give one --format, or name its format "
-            f"(fp16:{code}); for the number write a hex float ({code}p0)"
+            f"{quote_text(value)} is a code of the selected format, and {len(formats)} are "
+            f"selected: give one --format, or name its format ({readers[0].name}:{code}){number}"
         )
+    first = parse_entry(args.value, formats[0])
 
     results = []
     for fmt in formats:

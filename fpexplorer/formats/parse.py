@@ -101,10 +101,15 @@ def _code_entry(
             unsigned = "".join(compact.split()).lstrip("+-")
             # A code written wrongly ("0x3G00") gets parse_code's message, pointing at the digit.
             if written_as_code(unsigned) and _code_digits(unsigned) is not None:
+                # A hex float is the number only for a code in hex: "0b0011p0" is none.
+                number = (
+                    f"; for the number write a hex float, {cut_text(compact)}p0"
+                    if unsigned[:2].lower() == "0x"
+                    else ""
+                )
                 raise ValueError(
                     f"{quote_text(compact)} is written as a code (a bit pattern), but no "
-                    f"format is selected: name it, as fp16:{cut_text(unsigned)}; for the "
-                    f"number write a hex float, {cut_text(compact)}p0"
+                    f"format is selected: name it, as fp16:{cut_text(unsigned)}{number}"
                 )
             return None
         code = parse_code(compact, fmt)

@@ -437,10 +437,25 @@ def test_a_code_given_as_the_value_is_a_code_of_the_one_format(
     (result,) = _json(capsys, ["inspect", value, "-f", "fp16", "--json"])["results"]
     assert result["code"] == 0x3C00 and result["value_exact"] == "1"
     assert main(["inspect", value, "-f", "fp16", "bf16"]) == 2
-    assert "2 are selected: give one --format, or name its format (fp16:" in (
-        capsys.readouterr().err
-    )
+    message = capsys.readouterr().err
+    assert "2 are selected: give one --format, or name its format (float16:" in message
+    # A hex float is the number only where the code is written in hex.
+    assert ("hex float" in message) == value.startswith("0x")
     assert (
         _json(capsys, ["inspect", "--bits", value, "-f", "fp16", "--json"])["results"][0]["code"]
         == 0x3C00
     )
+
+
+@pytest.mark.parametrize(
+    ("formats", "example"), [(["fp16", "fp32"], "float32"), (["fp32", "fp16"], "float32")]
+)
+def test_a_code_with_several_formats_gets_one_message_whatever_their_order(
+    capsys: pytest.CaptureFixture[str], formats: list[str], example: str
+) -> None:
+    # 0x1FFFF with fp16 first said "more than 16 bits" (read in fp16 alone), with fp32 first
+    # "2 are selected ... (fp16:0x1FFFF)", an example that is itself refused.
+    assert main(["inspect", "0x1FFFF", "-f", *formats]) == 2
+    message = capsys.readouterr().err
+    assert "2 are selected: give one --format" in message
+    assert f"({example}:0x1FFFF)" in message and "more than 16 bits" not in message

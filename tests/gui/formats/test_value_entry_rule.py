@@ -11,6 +11,7 @@ The expected values come from numpy's float16 / ml_dtypes' bfloat16 (the oracles
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 
 import ml_dtypes
@@ -116,6 +117,10 @@ def test_without_one_selected_format_a_bare_code_is_refused_saying_how_to_write_
     assert "6 are selected: give one --format" in message and "0x3C00p0" in message
     assert main(["quantize", "-f", "mxfp4", "0x3C00"]) == 2
     assert "fp16:0x3C00" in capsys.readouterr().err
+    # A hex float is the number only for a code written in hex: "0b0011p0" is no number.
+    for binary in ("0b0011", "0|01111|0000000000"):
+        with pytest.raises(ValueError, match=f"name it, as fp16:{re.escape(binary)}$"):
+            parse_value(binary)
 
 
 @pytest.mark.parametrize("text", ["-0x3C00", "\u22120x3C00", "+0b1"])
