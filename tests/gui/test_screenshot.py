@@ -209,3 +209,34 @@ def test_a_run_folder_or_a_ranks_log_is_pictured_as_the_merged_run(
     assert main(argv) == 2
     said = f"--run '{empty}': {empty} holds no run log (no .jsonl file)"
     assert capsys.readouterr().err.strip() == "fpexplorer screenshot: error: " + said
+
+
+@pytest.mark.parametrize(
+    "formats", [("fp16", "bf16"), ("fp32", "fp16", "bf16"), ("fp32", "fp16", "bf16", "e4m3")]
+)
+@pytest.mark.parametrize("size", [(1024, 640), (1920, 1080)])
+@pytest.mark.parametrize("view", ["number-line", "arithmetic"])  # the shortest, the tallest
+def test_each_stacked_editor_is_shown_whole_or_scrolled_to(  # type: ignore[no-untyped-def]
+    shoot, formats: tuple[str, ...], size: tuple[int, int], view: str
+) -> None:
+    # Was: `--format fp16 --format bf16 --size 1024x640` gave the editors' pane 80 px, one
+    # editor and a few pixels of the second, which read as an editor squeezed to a sliver.
+    from PySide6.QtCore import QPoint, QRect
+
+    arguments = [argument for name in formats for argument in ("--format", name)]
+    panel = shoot(*arguments, "--view", view, size=size).formats_panel
+    viewport = panel.top_scroll.viewport()
+    shown = []
+    for row in panel.rows:
+        assert row.height() >= row.minimumSizeHint().height(), row.editor.format.name
+        rect = QRect(row.mapTo(viewport, QPoint(0, 0)), row.size())
+        visible = rect.intersected(viewport.rect())
+        # Whole or not at all: the rest of the stack is reached by scrolling.
+        assert visible.isEmpty() or visible == rect, (row.editor.format.name, visible, rect)
+        if not visible.isEmpty():
+            shown.append(row)
+    assert len(shown) >= min(len(formats), 2)
+    if len(shown) < len(formats):
+        assert panel.top_scroll.verticalScrollBar().maximum() > 0
+    if size == (1920, 1080):
+        assert len(shown) == len(formats)

@@ -44,6 +44,8 @@ ADD_ORDER = (
 )
 VIEWS_MIN_HEIGHT = 290  # number line, tables and charts stay readable
 EDITORS_MIN_HEIGHT = 80  # one editor; more scroll
+# Editors the pane shows whole however short the window (more scroll): two are compared.
+EDITORS_SHOWN_AT_LEAST = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,8 +324,27 @@ class FormatsPanel(QWidget):
             return
         readouts = self.readouts.sizeHint().height()
         wanted = self.top_content.sizeHint().height() + 2
-        editors = max(min(wanted, total - readouts - VIEWS_MIN_HEIGHT), EDITORS_MIN_HEIGHT)
+        room = total - readouts - VIEWS_MIN_HEIGHT
+        if wanted <= room:
+            editors = wanted
+        else:
+            # The pane scrolls: it shows whole editors, at least EDITORS_SHOWN_AT_LEAST (at
+            # 1024x640 it showed one and a few pixels of the next, read as a squeezed editor).
+            count = min(EDITORS_SHOWN_AT_LEAST, len(self.rows))
+            while count < len(self.rows) and self._editors_height(count + 1) <= room:
+                count += 1
+            editors = max(self._editors_height(count), EDITORS_MIN_HEIGHT)
         self.splitter.setSizes([editors, readouts, max(total - editors - readouts, 0)])
+
+    def _editors_height(self, count: int) -> int:
+        """Pixels of the editors' pane that show its first `count` editors whole, at their
+        minimum heights (as they lie when the pane scrolls), up to the next one's top."""
+        heights = [
+            row.minimumSizeHint().expandedTo(row.minimumSize()).height()
+            for row in self.rows[:count]
+        ]
+        spacing = self.stack_layout.spacing() * max(len(heights) - 1, 0)
+        return self.stack_layout.contentsMargins().top() + sum(heights) + spacing
 
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
