@@ -150,6 +150,9 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.tabs)
         self.setAcceptDrops(True)
         self.resize(default_size())
+        # A window still at this size when first shown is capped, frame included, to the
+        # screen's free area then (the frame is known only once shown): see showEvent.
+        self._first_size: QSize | None = self.size()
         self._build_menus()
         self.status = self.statusBar()
         self.session.changed.connect(self._on_session_changed)
@@ -226,8 +229,10 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
-        if self._bring_onto_screen_when_shown:
-            # Once shown: only then is the frame around the window known.
+        first_size, self._first_size = self._first_size, None
+        if self._bring_onto_screen_when_shown or self.size() == first_size:
+            # Once shown: only then is the frame around the window known (default_size
+            # capped the window alone to the screen, and its frame overhung the edges).
             self._bring_onto_screen_when_shown = False
             self._bring_onto_screen()
         if self._training_panel is None:

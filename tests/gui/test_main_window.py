@@ -16,7 +16,7 @@ from pytestqt.qtbot import QtBot
 
 from fpexplorer.formats import get_format
 from fpexplorer.gui.formats.panel import VIEW_NAMES
-from fpexplorer.gui.main_window import SHORTCUTS_HELP, MainWindow
+from fpexplorer.gui.main_window import DEFAULT_SIZE, SHORTCUTS_HELP, MainWindow
 from fpexplorer.gui.settings import SettingsStore
 
 
@@ -793,6 +793,70 @@ def test_every_way_of_starting_restores_the_saved_window_onto_the_screen(
     finally:
         window.close()
         window.deleteLater()
+
+
+@pytest.mark.parametrize("argv", [["--fresh"], ["gui", "--fresh", "--format", "fp16", "bf16"]])
+def test_a_first_window_fits_the_screen_with_its_frame(
+    qapp: object, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """A first (or --fresh) window is sized to the screen's free area frame included (was:
+    the window itself, so its frame overhung the screen's right and bottom edges)."""
+    from PySide6.QtWidgets import QApplication
+
+    from fpexplorer.cli import main
+
+    shown: list[MainWindow] = []
+
+    def check_instead_of_exec() -> int:
+        shown.extend(
+            w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()
+        )
+        return 0
+
+    monkeypatch.setattr(QApplication, "exec", staticmethod(check_instead_of_exec))
+    assert main(argv) == 0
+    [window] = shown
+    try:
+        area = window.screen().availableGeometry()
+        frame = window.frameGeometry()
+        # The offscreen platform draws a frame: this is the case the test is about.
+        assert frame.size() != window.size()
+        assert area.contains(frame), (area, frame)
+        # Capped only where the screen is smaller: still as large as the screen allows.
+        assert frame.width() == min(
+            area.width(), DEFAULT_SIZE.width() + frame.width() - window.width()
+        )
+    finally:
+        window.close()
+        window.deleteLater()
+
+
+@pytest.mark.slow  # a child process that starts Qt: about a second
+def test_a_fresh_window_on_a_1024x640_screen_keeps_its_frame_on_it(tmp_path: Path) -> None:
+    config = tmp_path / "screen.json"
+    config.write_text(
+        '{"windowFrameMargins": true, "screens": [{"name": "laptop", "x": 0, "y": 0, '
+        '"width": 1024, "height": 640, "logicalDpi": 96, "logicalBaseDpi": 96, "dpr": 1}]}'
+    )
+    code = (
+        "from PySide6.QtWidgets import QApplication\n"
+        "from fpexplorer.gui.main_window import MainWindow\n"
+        "from fpexplorer.gui.settings import SettingsStore\n"
+        "app = QApplication([])\n"
+        "w = MainWindow(SettingsStore(persistent=False), restore=False)\n"
+        "w.show(); app.processEvents()\n"
+        "area, frame = w.screen().availableGeometry(), w.frameGeometry()\n"
+        "print('AREA', area.getRect(), 'FRAME', frame.getRect(), 'WINDOW', w.size().toTuple())\n"
+        "w.close()\n"
+    )
+    env = {**os.environ, "QT_QPA_PLATFORM": f"offscreen:configfile={config}"}
+    result = run_python("-c", code, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "AREA (0, 0, 1024, 640)" in result.stdout, result.stdout
+    frame_text = result.stdout.split("FRAME ")[1].split(" WINDOW")[0]
+    x, y, width, height = (int(part) for part in frame_text.strip("()").split(", "))
+    assert x >= 0 and y >= 0 and x + width <= 1024 and y + height <= 640, result.stdout
+    assert (width, height) == (1024, 640), result.stdout  # all of the screen, no more
 
 
 def test_a_window_saved_maximized_comes_back_maximized(qtbot: QtBot) -> None:
