@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer import __version__
-from fpexplorer.gui.file_drops import FileDropFilter, local_paths
+from fpexplorer.gui.file_drops import local_paths, watch_file_drops
 from fpexplorer.gui.formats.bit_row import (
     COPY_BITS_SHORTCUT,
     COPY_CODE_SHORTCUT,
@@ -161,11 +161,7 @@ class MainWindow(QMainWindow):
         if isinstance(app, QApplication):
             app.focusChanged.connect(self._on_app_focus_changed)
             # A file dropped on a text field opens as on the window, never pastes its path.
-            app.installEventFilter(
-                FileDropFilter(
-                    self, self.dropEvent, lambda text: self.status.showMessage(text, 8000)
-                )
-            )
+            watch_file_drops(self)
         restore_problems = self._restore(restore_formats) if restore else []
         problem = self.settings.problem()
         if problem:
