@@ -747,6 +747,7 @@ def test_copy_on_the_training_tab_never_takes_the_hidden_editors_value(
     assert clipboard.text() == window.session.active.readout().hex_code
 
 
+@pytest.mark.slow  # a window started four ways: about a second each
 @pytest.mark.parametrize(
     "argv",
     [[], ["gui", "--format", "fp16"], ["--format", "e5m2", "--value", "2"], ["--value", "1/3"]],

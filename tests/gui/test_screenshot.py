@@ -211,6 +211,7 @@ def test_a_run_folder_or_a_ranks_log_is_pictured_as_the_merged_run(
     assert capsys.readouterr().err.strip() == "fpexplorer screenshot: error: " + said
 
 
+@pytest.mark.slow  # twelve whole windows laid out: half a second each
 @pytest.mark.parametrize(
     "formats", [("fp16", "bf16"), ("fp32", "fp16", "bf16"), ("fp32", "fp16", "bf16", "e4m3")]
 )

@@ -25,6 +25,7 @@ from fpexplorer.gui.formats.number_line_model import (
 WIDE_VALUES = ["1e99999", "-1e99999", "1e-99999", "-1e-99999", "3e-9870", "1e9000", "1.5"]
 
 
+@pytest.mark.slow  # 100,000-digit fractions: a third of a second to 0.8 s each
 @pytest.mark.parametrize("overflow", [None, "saturate"])
 @pytest.mark.parametrize("text", WIDE_VALUES)
 def test_the_errors_are_plain_fraction_arithmetic(text: str, overflow: str | None) -> None:
