@@ -241,3 +241,14 @@ def test_each_stacked_editor_is_shown_whole_or_scrolled_to(  # type: ignore[no-u
         assert panel.top_scroll.verticalScrollBar().maximum() > 0
     if size == (1920, 1080):
         assert len(shown) == len(formats)
+
+
+def test_the_editors_pane_is_as_tall_as_its_editors_where_they_all_fit(shoot) -> None:  # type: ignore[no-untyped-def]
+    # Failed before: the pane was sized from the editors' size hints, in which a summary
+    # that wraps is measured at a default width (202 px for a 70 px editor), so at
+    # 1920x1080 three editors got 396 px, some 170 of them empty above the read-outs.
+    arguments = ["--format", "float8_e4m3fn", "fp16", "bf16", "--value", "500", "--view"]
+    panel = shoot(*arguments, "number-line", size=(1920, 1080)).formats_panel
+    editors = panel.top_content.heightForWidth(panel.top_scroll.viewport().width())
+    assert panel.splitter.sizes()[0] <= editors + 4
+    assert panel.top_scroll.verticalScrollBar().maximum() == 0  # and every editor shown

@@ -323,7 +323,12 @@ class FormatsPanel(QWidget):
         if total <= 0:
             return
         readouts = self.readouts.sizeHint().height()
-        wanted = self.top_content.sizeHint().height() + 2
+        # At the width the editors have: a summary that wraps makes the size hint measure
+        # it at a default width (202 px for an editor 70 px tall at 1920 px).
+        width = self.top_scroll.viewport().width()
+        content = self.top_content
+        height = content.heightForWidth(width) if content.hasHeightForWidth() and width > 0 else -1
+        wanted = (height if height > 0 else content.sizeHint().height()) + 2
         room = total - readouts - VIEWS_MIN_HEIGHT
         if wanted <= room:
             editors = wanted
