@@ -18,16 +18,6 @@ from fpexplorer.gui.main_window import MainWindow
 from fpexplorer.gui.settings import SettingsStore
 
 
-@pytest.fixture
-def window(qtbot: QtBot) -> MainWindow:
-    main = MainWindow(SettingsStore(persistent=False), restore=False)
-    qtbot.addWidget(main)
-    main.show()
-    qtbot.waitExposed(main)
-    yield main
-    main.close()
-
-
 def _file_drag(path: Path) -> QMimeData:
     # As a file manager offers it: the URL, and the path as plain text.
     mime = QMimeData()

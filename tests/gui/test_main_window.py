@@ -20,16 +20,6 @@ from fpexplorer.gui.main_window import DEFAULT_SIZE, SHORTCUTS_HELP, MainWindow
 from fpexplorer.gui.settings import SettingsStore
 
 
-@pytest.fixture
-def window(qtbot: QtBot) -> MainWindow:
-    main = MainWindow(SettingsStore(persistent=False), restore=False)
-    qtbot.addWidget(main)
-    main.show()
-    qtbot.waitExposed(main)
-    yield main
-    main.close()
-
-
 def test_tests_never_use_the_users_settings() -> None:
     store = SettingsStore()
     assert os.environ["FPEXPLORER_SETTINGS_SCOPE"] == "tests"

@@ -19,17 +19,6 @@ from pytestqt.qtbot import QtBot
 from fpexplorer.formats import ExactValue
 from fpexplorer.gui.formats.clipboard import copy_text
 from fpexplorer.gui.main_window import MainWindow
-from fpexplorer.gui.settings import SettingsStore
-
-
-@pytest.fixture
-def window(qtbot: QtBot) -> MainWindow:
-    main = MainWindow(SettingsStore(persistent=False), restore=False)
-    qtbot.addWidget(main)
-    main.show()
-    qtbot.waitExposed(main)
-    yield main
-    main.close()
 
 
 def _copy_row(qtbot: QtBot, table: QTableWidget, name: str) -> list[str]:

@@ -13,17 +13,6 @@ from pytestqt.qtbot import QtBot
 
 from fpexplorer.formats import get_format
 from fpexplorer.gui.main_window import SHORTCUTS_HELP, MainWindow
-from fpexplorer.gui.settings import SettingsStore
-
-
-@pytest.fixture
-def window(qtbot: QtBot) -> MainWindow:
-    main = MainWindow(SettingsStore(persistent=False), restore=False)
-    qtbot.addWidget(main)
-    main.show()
-    qtbot.waitExposed(main)
-    yield main
-    main.close()
 
 
 def _grouped(bits: str, exponent_bits: int) -> str:
