@@ -4,14 +4,21 @@ A line edit (the value entry, a format spec, an operand, a spin box's text) take
 dragged from a file manager as text and inserted "/home/me/run.jsonl" into a number
 field. `FileDropFilter`, installed on the application, sees drags before any field: a drag
 of local files onto a text field of the main window is handed to the window's own drop
-handling (runs open on the Training tab); onto a field of another window (a dialog) it is
-refused, and the status bar says where files go, except in Qt's own file dialog, which
-takes the file as the one to choose. Text drags ("0.1") still reach the field.
+handling (`drop_files(paths, field)`; runs open on the Training tab); onto a field of
+another window (a dialog) it is refused, and the status bar says where files go, except in
+Qt's own file dialog, which takes the file as the one to choose. Text drags ("0.1") still
+reach the field.
+
+A widget that uses files of some kind (the Training form's task row takes a .py, the block
+editor a .npy) says so by having `take_dropped_files` (`FileDropTaker`): the window offers a
+drop to the first such widget at or above the one it lands on (a field, or the widget under
+a drop on the window), before opening the files as runs.
 """
 
 from __future__ import annotations
 
 import weakref
+from typing import Protocol, runtime_checkable
 
 from PySide6.QtCore import QEvent, QMimeData, QObject, Qt
 from PySide6.QtGui import QDropEvent
@@ -38,6 +45,25 @@ def local_paths(mime: QMimeData | None) -> list[str]:
     if mime is None or not mime.hasUrls():
         return []
     return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()]
+
+
+@runtime_checkable
+class FileDropTaker(Protocol):
+    """A widget that uses dropped files of its kind itself."""
+
+    def take_dropped_files(self, paths: list[str]) -> bool:
+        """Use `paths` and return True, or return False (not files of its kind)."""
+        ...
+
+
+def taker_at(widget: QWidget | None) -> FileDropTaker | None:
+    """The first widget at or above `widget` that takes dropped files, if any."""
+    current = widget
+    while current is not None:
+        if isinstance(current, FileDropTaker):
+            return current
+        current = current.parentWidget()
+    return None
 
 
 def text_field_of(target: QObject) -> QWidget | None:
@@ -80,7 +106,14 @@ class FileDropFilter(QObject):
         for window in list(self._windows):
             if home is window:
                 if event.type() == QEvent.Type.Drop:
-                    window.dropEvent(event)
+                    # The window is told the field, not a place: its own `childAt` finds
+                    # widgets by a layout that may not be settled yet.
+                    drop_files = getattr(window, "drop_files", None)
+                    if callable(drop_files):
+                        event.acceptProposedAction()
+                        drop_files(local_paths(event.mimeData()), field)
+                    else:
+                        window.dropEvent(event)
                 else:
                     event.acceptProposedAction()
                 return True

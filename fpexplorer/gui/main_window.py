@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import (
     QAction,
@@ -28,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from fpexplorer import __version__
-from fpexplorer.gui.file_drops import local_paths, watch_file_drops
+from fpexplorer.gui.file_drops import local_paths, taker_at, watch_file_drops
 from fpexplorer.gui.formats.bit_row import (
     COPY_BITS_SHORTCUT,
     COPY_CODE_SHORTCUT,
@@ -40,6 +42,11 @@ from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.settings import SettingsStore
 
 STATE_PREFIX = "formats/"
+# Files that are used somewhere, not opened as runs: where a drop of one goes.
+DROP_PLACES = {
+    ".py": "a task file (.py) on the Training form's Task field to train with it",
+    ".npy": "a tensor (.npy) on the block editor (View ▸ Block editor) to quantize it",
+}
 TRAINING_PANEL_DELAY_MS = 300  # after the first paint of the window
 SHORTCUTS_HELP = """<table cellspacing="0" cellpadding="3">
 <tr><td><b>Click / drag</b></td><td>toggle a bit / paint several bits</td></tr>
@@ -211,13 +218,31 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:
-        """Files or run folders dropped anywhere on the window open as File > Open Run...
-        opens them (the Training panel says what is not a run log)."""
         paths = local_paths(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.drop_files(paths, self.childAt(event.position().toPoint()))
+
+    def drop_files(self, paths: list[str], at: QWidget | None) -> None:
+        """Files dropped on `at` (a field, or the widget under a drop on the window): where
+        it or a widget it is in uses them (a .py on the Training form's Task field, a .npy
+        on the block editor), they go there; elsewhere a task file or a tensor is not
+        opened as a run but the status bar says where it goes; other files or run folders
+        open as File > Open Run... opens them (the Training panel says what is not a run
+        log)."""
+        taker = taker_at(at)
+        if taker is not None and taker.take_dropped_files(paths):
+            return
+        elsewhere = [path for path in paths if Path(path).suffix.lower() in DROP_PLACES]
+        paths = [path for path in paths if path not in elsewhere]
+        if paths:
+            self.tabs.setCurrentIndex(1)
+        if elsewhere:
+            names = ", ".join(Path(path).name for path in elsewhere)
+            places = dict.fromkeys(DROP_PLACES[Path(path).suffix.lower()] for path in elsewhere)
+            self.status.showMessage(f"{names}: not a run; drop " + "; ".join(places), 15000)
         if not paths:
             return
-        event.acceptProposedAction()
-        self.tabs.setCurrentIndex(1)
         load_run = getattr(self.training_panel, "load_run", None)
         if callable(load_run):
             for path in paths:

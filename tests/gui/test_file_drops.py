@@ -138,3 +138,121 @@ def test_every_window_shares_the_applications_one_drop_filter(qtbot: QtBot) -> N
     for window in windows:
         filters |= set(window.findChildren(FileDropFilter))
     assert len(filters) == 1
+
+
+# -- files that are not runs: a task file and a tensor go where they are used ---------------
+# Before: a .py dropped on the Training form's Task field, and a .npy dropped on the block
+# editor, were opened as runs ("not a run log").
+
+
+def _no_runs_opened(window: MainWindow, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    opened: list[str] = []
+    monkeypatch.setattr(
+        window.training_panel, "load_run", lambda path, in_background=False: opened.append(path)
+    )
+    return opened
+
+
+def test_a_task_file_dropped_on_the_task_field_becomes_the_task(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = _no_runs_opened(window, monkeypatch)
+    form = window.training_panel.form  # type: ignore[attr-defined]
+    window.tabs.setCurrentIndex(1)
+    task = tmp_path / "my_task.py"
+    task.write_text("import torch\n\n\ndef helper():\n    pass\n\n\ndef make_task():\n    pass\n")
+    field = form.task_combo.lineEdit()
+    assert _drag(field, _file_drag(task)) == (True, True)
+    assert form.task_combo.currentText() == f"{task}:make_task"
+    assert "task" not in form.problems()
+    # The only function of a file is its factory, whatever its name.
+    other = tmp_path / "other.py"
+    other.write_text("def build(seed=0, batch_size=None):\n    pass\n")
+    assert _drag(form.task_browse, _file_drag(other)) == (True, True)
+    assert form.task_combo.currentText() == f"{other}:build"
+    assert opened == []
+
+
+def test_a_task_file_without_a_factory_is_refused_by_the_fields_own_check(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = _no_runs_opened(window, monkeypatch)
+    form = window.training_panel.form  # type: ignore[attr-defined]
+    window.tabs.setCurrentIndex(1)
+    task = tmp_path / "two.py"
+    task.write_text("def one():\n    pass\n\n\ndef two():\n    pass\n")
+    assert _drag(form.task_combo.lineEdit(), _file_drag(task)) == (True, True)
+    assert form.task_combo.currentText() == f"{task}:make_task"
+    assert "make_task" in form.problems()["task"]
+    assert opened == []
+
+
+def test_a_task_file_dropped_elsewhere_says_where_it_goes(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = _no_runs_opened(window, monkeypatch)
+    task = tmp_path / "my_task.py"
+    task.write_text("def make_task():\n    pass\n")
+    for target in (window.formats_panel.entry.field, window.tabs):
+        window.status.clearMessage()
+        assert _drag(target, _file_drag(task)) == (True, True)
+        message = window.status.currentMessage()
+        assert "my_task.py" in message and "Task field" in message, message
+        assert "not a run log" not in message
+    assert opened == []
+
+
+def test_a_tensor_dropped_on_the_block_editor_loads_there(
+    window: MainWindow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    from fpexplorer.gui.formats.block_view import BlockEditorView
+
+    opened = _no_runs_opened(window, monkeypatch)
+    window.tabs.setCurrentIndex(0)
+    window.formats_panel.show_view("block")
+    view = window.findChild(BlockEditorView)
+    assert view is not None
+    tensor = tmp_path / "w.npy"
+    np.save(tensor, np.linspace(-1.0, 1.0, 96, dtype=np.float32))
+    loaded: list[str] = []
+
+    def load_npy(path: str, block: int = 0) -> bool:
+        loaded.append(path)
+        return True
+
+    monkeypatch.setattr(view.state, "load_npy", load_npy)
+    assert _drag(view.values_field, _file_drag(tensor)) == (True, True)
+    assert loaded == [str(tensor)]
+    assert _drag(view.open_button, _file_drag(tensor)) == (True, True)
+    assert loaded == [str(tensor)] * 2
+    assert window.tabs.currentIndex() == 0
+    # Elsewhere a tensor is not opened as a run: the status bar says where it goes.
+    window.formats_panel.entry.field.setFocus()
+    assert _drag(window.formats_panel.entry.field, _file_drag(tensor)) == (True, True)
+    message = window.status.currentMessage()
+    assert "w.npy" in message and "block editor" in message, message
+    assert loaded == [str(tensor)] * 2 and opened == []
+
+
+def test_a_factory_bound_any_way_at_the_top_of_the_file_is_found(tmp_path: Path) -> None:
+    from fpexplorer.gui.training.form import factory_problem
+
+    cases = {
+        "from elsewhere import make_task\n": None,
+        "import functools\nmake_task = functools.partial(print)\n": None,
+        "class make_task:\n    pass\n": None,
+        "def make_task(:\n": None,  # does not parse: starting the job says why
+        "def build():\n    pass\n": "no make_task (it defines build)",
+        "x = 1\n": "no make_task (it defines no function)",
+    }
+    for number, (source, problem) in enumerate(cases.items()):
+        task = tmp_path / f"task{number}.py"
+        task.write_text(source)
+        found = factory_problem(f"{task}:make_task")
+        if problem is None:
+            assert found is None, source
+        else:
+            assert found is not None and problem in found, (source, found)
+    assert factory_problem(f"{tmp_path / 'missing.py'}:make_task") is None  # config says so

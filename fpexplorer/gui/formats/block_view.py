@@ -426,6 +426,13 @@ class BlockEditorView(LazyView):
     def open_npy(self, path: str) -> bool:
         return self.state.load_npy(path, block=0)
 
+    def take_dropped_files(self, paths: list[str]) -> bool:
+        """A .npy file dropped on the editor loads as Open .npy… loads it (FileDropTaker)."""
+        if len(paths) != 1 or not paths[0].lower().endswith(".npy"):
+            return False
+        self.open_npy(paths[0])
+        return True
+
     def _on_open_clicked(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a tensor", "", "NumPy arrays (*.npy)")
         if path:

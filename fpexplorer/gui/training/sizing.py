@@ -109,12 +109,64 @@ class SpacedTicksAxis(pg.AxisItem):  # type: ignore[misc]  # pyqtgraph is untype
                     neighbours = candidate[max(index - 1, 0) : index + 2]
                     if self._labels_fit(neighbours, pixels_per_decade, metrics):
                         labelled = candidate
+        if len(labelled) < 2:
+            # No two digit x 10^k fit inside (a loss settled between 2.2 and 2.6): label
+            # values at a 1, 2, 5 x 10^k step instead, the finest whose labels stay apart.
+            linear = self._linear_log_ticks(minVal, maxVal, pixels_per_decade, metrics)
+            if len(linear) >= 2:
+                labelled = linear
         if pixels_per_decade >= LOG_MINOR_TICKS_FROM:
             minor = _log_ticks(minVal, maxVal, (1, 2, 3, 4, 5, 6, 7, 8, 9))
         else:
             minor = _log_ticks(minVal, maxVal, (1,))
         shown = set(labelled)
         return [(None, labelled), (None, [value for value in minor if value not in shown])]
+
+    def _linear_log_ticks(
+        self, low: float, high: float, pixels_per_decade: float, metrics: QFontMetricsF
+    ) -> list[float]:
+        """log10 of the multiples of the finest 1, 2, 5 x 10^k step in [10^low, 10^high]
+        whose labels stay apart (fewer than two when even two do not fit); a label's room
+        apart where that still leaves four (labels a line apart over a tall axis are a wall
+        of text)."""
+        roomy = self._step_multiples(low, high, pixels_per_decade / 2, metrics)
+        if len(roomy) >= 4:
+            return roomy
+        return self._step_multiples(low, high, pixels_per_decade, metrics)
+
+    def _step_multiples(
+        self, low: float, high: float, pixels_per_decade: float, metrics: QFontMetricsF
+    ) -> list[float]:
+        if not -300.0 < low < high < 300.0:  # 10^x stays a finite, non-zero float
+            return []
+        bottom, top = 10.0**low, 10.0**high
+        if not top > bottom:
+            return []
+        power = math.floor(math.log10(top - bottom)) - 1
+        mantissa = 1
+        for _ in range(64):  # a bound: the step grows 2 to 2.5 times a pass
+            step = mantissa * 10.0**power
+            first = max(math.ceil(bottom / step - 1e-9), 1)  # a log axis has no 0
+            last = math.floor(top / step + 1e-9)
+            if last - first < 1:
+                return []
+            # Each value as its decimal reads ("2.2", not 22 x 0.1 = 2.2000000000000002).
+            values = [math.log10(float(f"{k * mantissa}e{power}")) for k in range(first, last + 1)]
+            if self._labels_fit(values, pixels_per_decade, metrics):
+                return values
+            mantissa = {1: 2, 2: 5, 5: 1}[mantissa]
+            power += mantissa == 1
+        return []
+
+    def logTickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        """pyqtgraph's labels ("0.2", "5", "2·10⁻⁵") for digit x 10^k ticks; others (a
+        narrow range's 2.2 or 1.1·10⁻⁵) with the digits that tell them apart, which
+        pyqtgraph's one significant digit rounds away ("2" for 2.2)."""
+        standard: list[str] = super().logTickStrings(values, scale, spacing)
+        return [
+            text if _one_digit(10.0**value * scale) else _decimal_text(10.0**value * scale)
+            for value, text in zip(values, standard, strict=True)
+        ]
 
     def _labels_fit(
         self, values: list[float], pixels_per_decade: float, metrics: QFontMetricsF
@@ -151,6 +203,28 @@ def _log_ticks(
         for value in (power + math.log10(digit) for digit in digits)
         if low <= value <= high
     ]
+
+
+_SUPERSCRIPTS = str.maketrans("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻")
+
+
+def _one_digit(number: float) -> bool:
+    """Whether `number` is a digit x 10^k (to float rounding)."""
+    return math.isclose(float(f"{number:.0e}"), number, rel_tol=1e-9)
+
+
+def _decimal_text(number: float) -> str:
+    """`number` with the fewest significant digits that give it back to 1e-9 (it is a
+    short decimal: a tick value), as "2.2", "0.055" or, as pyqtgraph writes powers,
+    "1.1·10⁻⁵"."""
+    for digits in range(2, 16):
+        text = f"{number:.{digits}g}"
+        if math.isclose(float(text), number, rel_tol=1e-9):
+            break
+    mantissa, _, exponent = text.partition("e")
+    if not exponent:
+        return text
+    return f"{mantissa}·10{str(int(exponent)).translate(_SUPERSCRIPTS)}"
 
 
 def _next_nice(spacing: float) -> float:

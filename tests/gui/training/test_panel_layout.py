@@ -324,6 +324,87 @@ def test_a_log_axis_labels_its_ticks_without_overlap(  # type: ignore[no-untyped
     assert values == sorted(values, reverse=True), texts
 
 
+# Ranges with no digit x 10^k inside: the loss of a run that has settled, 2.2 to 2.6.
+NARROW_LOG_RANGES = [(2.2, 2.6), (0.051, 0.058), (1e-5, 1.3e-5), (0.95, 1.05), (97.0, 160.0)]
+
+
+def _log_axis_labels(axis: pg.AxisItem, vertical: bool) -> list[tuple[float, float]]:
+    """(position along the axis, value read) of each label, in axis order."""
+    placed = sorted(
+        ((rect.center().y() if vertical else rect.center().x()), _log_label_value(text))
+        for rect, _flags, text in tick_labels(axis)
+    )
+    return placed[::-1] if vertical else placed
+
+
+@pytest.mark.parametrize(("orientation", "length"), [("left", 60), ("left", 110), ("bottom", 200)])
+@pytest.mark.parametrize(("low", "high"), NARROW_LOG_RANGES)
+def test_a_narrow_log_range_is_labelled_readably(  # type: ignore[no-untyped-def]
+    qtbot, orientation: str, length: int, low: float, high: float
+) -> None:
+    # Was: 2.2 to 2.6 on a log axis got no label at all (its labels were digits x 10^k
+    # only, and none lies inside), 0.051 to 0.058 the same. Now: values at a 1, 2, 5 x 10^k
+    # step that the axis length allows, each read where it is drawn.
+    vertical = orientation == "left"
+    other = "bottom" if vertical else "left"
+    plot = pg.PlotWidget(axisItems={orientation: SpacedTicksAxis(orientation)})
+    qtbot.addWidget(plot)
+    plot.getPlotItem().getAxis(other).hide()
+    plot.resize(300, length) if vertical else plot.resize(length, 100)
+    plot.show()
+    plot.getPlotItem().setLogMode(x=not vertical, y=vertical)
+    box = plot.getPlotItem().getViewBox()
+    if vertical:
+        plot.setYRange(math.log10(low), math.log10(high), padding=0)
+    else:
+        plot.setXRange(math.log10(low), math.log10(high), padding=0)
+    # Twice: the axis widens to its longer labels ("0.051") once it has measured them.
+    QApplication.processEvents()
+    QApplication.processEvents()
+    axis = plot.getPlotItem().getAxis(orientation)
+    assert overlapping_tick_labels(axis) == []
+    if vertical:
+        assert _vertical_label_crowding(axis) == []
+    labels = _log_axis_labels(axis, vertical)
+    texts = [text for _rect, _flags, text in tick_labels(axis)]
+    assert len(labels) >= 2, texts
+    values = [value for _where, value in labels]
+    assert values == sorted(values), texts
+    assert all(low * (1 - 1e-9) <= value <= high * (1 + 1e-9) for value in values), texts
+    # Each label stands where its value is on the axis (to a pixel).
+    span = box.height() if vertical else box.width()
+    start = box.mapToScene(box.rect().bottomLeft() if vertical else box.rect().topLeft())
+    for where, value in labels:
+        fraction = (math.log10(value) - math.log10(low)) / (math.log10(high) - math.log10(low))
+        origin = start.y() if vertical else start.x()
+        expected = origin - fraction * span if vertical else origin + fraction * span
+        drawn = axis.mapToScene(0, where).y() if vertical else axis.mapToScene(where, 0).x()
+        assert abs(drawn - expected) <= 1.5, (texts, value, drawn, expected)
+
+
+@pytest.mark.slow  # a whole window built and laid out per case: about a second each
+@pytest.mark.parametrize("size", [(1024, 640), (800, 500)])
+@pytest.mark.parametrize(("low", "high"), NARROW_LOG_RANGES[:3])
+def test_the_loss_plot_labels_a_narrow_log_range(  # type: ignore[no-untyped-def]
+    qtbot, run_dir: Path, make_run, size: tuple[int, int], low: float, high: float
+) -> None:
+    from fpexplorer.commands.screenshot import render
+
+    run = make_run("fp16-narrow.jsonl", steps=50, seed=0)
+    for window in _window(qtbot, [run]):
+        loss = window.training_panel.loss_plot
+        loss.log_box.setChecked(True)
+        render(window, *size)
+        loss.plot.setYRange(math.log10(low), math.log10(high), padding=0)
+        QApplication.processEvents()  # twice: the axis widens to its labels once measured
+        QApplication.processEvents()
+        axis = loss.plot.getPlotItem().getAxis("left")
+        texts = [text for _rect, _flags, text in tick_labels(axis)]
+        assert len(texts) >= 2, texts
+        assert overlapping_tick_labels(axis) == []
+        assert _vertical_label_crowding(axis) == []
+
+
 @pytest.mark.slow  # a whole window built and laid out per case: about a second each
 @pytest.mark.parametrize("size", [(1024, 640), (1920, 1080)])
 def test_the_loss_plot_on_a_log_axis_labels_its_ticks_without_overlap(  # type: ignore[no-untyped-def]
