@@ -130,8 +130,8 @@ def _between(
     if rounding == "nearest_away":
         return low if x - low < high - x else high
     if rounding == "nearest_even":
-        # A tie goes to the even code: low when high is odd, and 0 (an even code) below
-        # min_normal without subnormals, where min_normal is even too.
+        # A tie goes to the even one (see _odd): low when high is odd, and 0 below min_normal
+        # without subnormals, where min_normal is even too.
         tie_low = odd_high or low == 0
         return low if x - low < high - x or (x - low == high - x and tie_low) else high
     if rounding == "round_to_odd":
