@@ -17,11 +17,22 @@ With ``subnormals=False`` (and not ``fnu``) every code with exponent field 0 rea
 its sign, as flush-to-zero hardware reads them; rounding then goes to 0 or ±min_normal.
 
 Rounding modes (`ROUNDING_MODES`): the five IEEE 754 ones, ``round_to_odd`` (truncate, then
-make the last code bit 1 when the result is inexact: the sticky rounding that makes a later
-rounding into a narrower format correct), and ``stochastic`` with ``random_bits`` N: the
+make the last significand bit 1 when the result is inexact: the sticky rounding that makes a
+later rounding into a narrower format correct), and ``stochastic`` with ``random_bits`` N: the
 distance to the lower neighbour, as a fraction of the gap, is rounded to N bits (ties to
 even) giving d / 2**N, and N uniform random bits r round up when r + d >= 2**N, so the
 probability of rounding up is exactly d / 2**N (gfloat's ``RoundMode.Stochastic``).
+
+Ties and parity at precision 1 (no fraction bits, e.g. e5m0, E8M0): every significand is 1,
+so IEEE 754's "even least significant digit" cannot choose; IEEE 754-2019 4.3.1 then takes
+the neighbour larger in magnitude (which is why its overflow threshold at p = 1 is
+1.5 * 2**emax, inclusive: 1.5 * max overflows). So do MPFR and ml_dtypes (float8_e8m0fnu:
+3 -> 4, 1.5 * 2**127 -> NaN), and so does this engine: nearest_even and nearest_away agree
+there, and round_to_odd truncates (both neighbours are odd). P3109 formats are the exception:
+gfloat, P3109's reference code, breaks their ties to the even code, whose last bit at p = 1
+is the exponent's (binary8p1se: 1.5 -> 1, 3 -> 4, 6 -> 4, and 1.5 * max -> max, since
+max's code 0x7E is even); the engine follows it there, for ties and round_to_odd alike.
+With fraction bits the code's last bit is the significand's and both readings agree.
 
 Overflow policies (`OVERFLOW_POLICIES`), for a magnitude beyond max:
 
@@ -143,6 +154,7 @@ class _Derived:
     nan_code: int  # canonical (quiet, positive) NaN, -1 if none
     nan_is_signed: bool  # a NaN of either sign exists (ieee, fn); fnuz and P3109 have one NaN
     infinity_magnitude_code: int  # the code of +inf, -1 if none
+    parity_of_code: bool  # ties and round_to_odd read the code's last bit (see _round_magnitude)
 
 
 @dataclass(frozen=True, slots=True)
@@ -694,13 +706,23 @@ class FloatFormat:
         if rest == 0:
             result = low_code
         else:
+            # "Even" and "odd" are those of the significand as an integer at the lower
+            # neighbour's quantum, as IEEE 754 and MPFR read them: with fraction bits that is
+            # the code's last bit. With none (p = 1) the lower neighbour's significand is 1 and
+            # the upper one's, at the same quantum, 10 (binary): a tie goes to the larger
+            # magnitude (IEEE 754-2019 4.3.1: of two odd neighbours, the larger; hence its
+            # overflow threshold 1.5 * 2**emax at p = 1, MPFR and ml_dtypes' E8M0 agree), and
+            # round_to_odd truncates. P3109 formats read the code's last bit instead, the
+            # exponent's at p = 1, as gfloat (P3109's reference code) does: 6 -> 4 there, and
+            # 1.5 * max of binary8p1se -> max, whose code 0x7E is even.
+            parity = low_code if d.parity_of_code else integer
             up = _round_up(
                 rest,
                 scale,
                 rounding,
                 negative,
-                low_odd=bool(low_code & 1),
-                high_odd=not low_code & 1,
+                low_odd=bool(parity & 1),
+                high_odd=not parity & 1,
                 draw=draw,
             )
             result = low_code + up
@@ -832,8 +854,8 @@ def _round_up(
     if rounding == "nearest_even":
         if 2 * rest != scale:
             return int(2 * rest > scale)
-        # A tie goes to the even code; if both are even (0 and min_normal without subnormals)
-        # it goes to zero.
+        # A tie goes to the even one (significand or code: see _round_magnitude); if both are
+        # even (0 and min_normal without subnormals) it goes to zero.
         return int(low_odd and not high_odd)
     if rounding == "nearest_away":
         return int(2 * rest >= scale)
@@ -844,8 +866,9 @@ def _round_up(
     if rounding == "toward_negative":
         return int(negative)
     if rounding == "round_to_odd":
-        # The odd one of two adjacent codes. Where neither is odd (0 and min_normal without
-        # subnormals) the nonzero one: an inexact result must never look exact.
+        # The odd one of two neighbours (significand or code, as for ties). Where neither is
+        # odd (0 and min_normal without subnormals) the nonzero one: an inexact result must
+        # never look exact.
         return int(not low_odd)
     threshold = stochastic_threshold(rest, scale, draw.bits)
     return int(draw.take() + threshold >= 1 << draw.bits)
@@ -1036,6 +1059,7 @@ def _derived(fmt: FloatFormat) -> _Derived:
         nan_code=nan_code,
         nan_is_signed=has_nan and fmt.signed and fmt.encoding in ("ieee", "fn"),
         infinity_magnitude_code=infinity_magnitude_code,
+        parity_of_code=p3109,
     )
 
 

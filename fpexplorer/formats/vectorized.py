@@ -261,7 +261,9 @@ def _round_block(
     low_code = (field_part.astype(np.uint64) << np.uint64(m)) + integer.astype(np.uint64)
     if d.first_exponent_field == 0:
         low_code -= np.uint64(1 << m)
-    low_odd = (low_code & np.uint64(1)).astype(bool)
+    # The significand's parity, or the code's in P3109 formats (see FloatFormat._round_magnitude).
+    parity = low_code if d.parity_of_code else integer.astype(np.uint64)
+    low_odd = (parity & np.uint64(1)).astype(bool)
     draws = stochastic.draws(remainder.shape) if stochastic is not None else None
     up = _round_up(remainder, rounding, negative, low_odd, stochastic, draws)
     code = low_code + up.astype(np.uint64)
@@ -319,8 +321,8 @@ def _round_up(
 ) -> BoolArray:
     """Where a magnitude `remainder` of the way from its lower neighbour goes up.
 
-    `low_odd`: where going up would leave an odd code for an even one (the lower code is odd),
-    so ties to even and round to odd both read it.
+    `low_odd`: where going up would leave an odd significand (or, in P3109 formats, code) for
+    an even one, so ties to even and round to odd both read it.
     """
     if rounding == "nearest_even":
         nearest: BoolArray = (remainder > 0.5) | ((remainder == 0.5) & low_odd)

@@ -21,6 +21,7 @@ from gfloat import Domain, FormatInfo, RoundMode, decode_float, round_ndarray
 
 from fpexplorer.formats import OVERFLOW_POLICIES, FloatFormat, get_format
 from fpexplorer.formats.exact import ExactValue
+from fpexplorer.formats.format import P3109_ENCODINGS
 
 SPECS = (
     "float8_e4m3fn",
@@ -94,9 +95,11 @@ def _oracle(fmt: FloatFormat, x: Fraction, rounding: str, policy: str) -> ExactV
             "toward_positive": gmpy2.RoundUp,
             "toward_negative": gmpy2.RoundDown,
         }
-        # MPFR at precision 1 breaks ties away (every significand is 1); the formats break
-        # them to the even code, whose parity is that of the exponent field there.
-        if rounding in directed or (rounding == "nearest_even" and fmt.mantissa_bits):
+        # MPFR at precision 1 breaks ties away (every significand is 1), as IEEE 754-2019
+        # 4.3.1 does and the engine with it; P3109 formats break them to the even code, whose
+        # parity is that of the exponent field there (gfloat).
+        by_code = fmt.encoding in P3109_ENCODINGS and not fmt.mantissa_bits
+        if rounding in directed or (rounding == "nearest_even" and not by_code):
             value = abs(_mpfr_grid(fmt, x, MPFR_MODES[rounding]))
         else:
             low = _mpfr_grid(fmt, magnitude, gmpy2.RoundToZero)
@@ -127,8 +130,8 @@ def _between(
     if rounding == "nearest_away":
         return low if x - low < high - x else high
     if rounding == "nearest_even":
-        # A tie goes to the even code: low when high is odd, and 0 (an even code) below
-        # min_normal without subnormals, where min_normal is even too.
+        # A tie goes to the even one (see _odd): low when high is odd, and 0 below min_normal
+        # without subnormals, where min_normal is even too.
         tie_low = odd_high or low == 0
         return low if x - low < high - x or (x - low == high - x and tie_low) else high
     if rounding == "round_to_odd":
@@ -138,9 +141,12 @@ def _between(
 
 
 def _odd(fmt: FloatFormat, value: Fraction) -> bool:
-    """Whether the code of a positive grid value is odd: its last significand bit, or with
-    no fraction bits the last bit of its exponent field."""
+    """Whether the upper neighbour `value` counts as odd: its last significand bit at the
+    lower neighbour's quantum (with no fraction bits that is 10 in binary, even), or in a
+    P3109 format with no fraction bits the last bit of its exponent field (its code's)."""
     if fmt.mantissa_bits == 0:
+        if fmt.encoding not in P3109_ENCODINGS:
+            return False
         return (_floor_log2(value) + fmt.bias) % 2 == 1
     quantum = max(fmt.min_normal, Fraction(2) ** _floor_log2(value)) / 2**fmt.mantissa_bits
     return (value / quantum).numerator % 2 == 1
