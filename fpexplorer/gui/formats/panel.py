@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QFrame,
@@ -178,6 +178,10 @@ class FormatsPanel(QWidget):
         self.splitter.setStretchFactor(1, 0)
         self.splitter.setStretchFactor(2, 2)
         self.splitter.setChildrenCollapsible(False)
+        # A view built or refilled later changes its minimum, and the splitter then takes
+        # the pixels from the editors' pane (the block editor cut the second editor at
+        # 1024x640): the stack is refitted after each such change (see eventFilter).
+        self.splitter.installEventFilter(self)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -367,3 +371,9 @@ class FormatsPanel(QWidget):
     def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._fit_stack()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.splitter and event.type() == QEvent.Type.LayoutRequest:
+            # After the splitter has applied its children's new minimums.
+            QTimer.singleShot(0, self, self._fit_stack)
+        return super().eventFilter(watched, event)
