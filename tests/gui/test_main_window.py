@@ -863,3 +863,42 @@ def test_a_window_saved_maximized_comes_back_maximized(qtbot: QtBot) -> None:
     window.show()
     qtbot.waitExposed(window)
     assert window.isMaximized()
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+@pytest.mark.parametrize("view", ["number-line", "codes"])
+def test_the_editors_pane_shows_whole_editors_and_the_panel_scrolls_instead(
+    qtbot: QtBot, window: MainWindow, count: int, view: str
+) -> None:
+    # Failed before: at 800x500 the splitter gave the editors' pane 80 px (its minimum),
+    # so the second editor showed its top 4 px (19 px with the number line); at 1024x640
+    # with All codes, 47 to 61 px of it. Now the pane shows whole editors only (two where
+    # the views leave room, else one) and scrolls to the others; the panel scrolls in the
+    # window where even one editor does not fit.
+    from PySide6.QtCore import QPoint, QRect
+
+    from fpexplorer.gui.formats.panel import EDITORS_SHOWN_AT_LEAST
+
+    panel = window.formats_panel
+    panel.show_view(view)
+    while len(window.session.editors) < count:
+        panel._on_add_clicked()
+    while len(window.session.editors) > count:
+        window.session.remove_editor(window.session.editors[-1])
+    for size in ((800, 500), (1024, 640)):
+        window.resize(*size)
+        qtbot.waitUntil(lambda size=size: (window.width(), window.height()) == size)
+        for _ in range(3):
+            QApplication.processEvents()
+        viewport = panel.top_scroll.viewport()
+        shown = []
+        for row in panel.rows:
+            rect = QRect(row.mapTo(viewport, QPoint(0, 0)), row.size())
+            seen = rect.intersected(viewport.rect()).height()
+            assert seen in (0, rect.height()), (size, panel.rows.index(row), seen, rect)
+            shown.append(seen > 0)
+        assert shown[0], size
+        if (size, view) == ((1024, 640), "number-line"):  # room for the two compared
+            assert shown[:EDITORS_SHOWN_AT_LEAST] == [True] * EDITORS_SHOWN_AT_LEAST, shown
+        # The panel is never squeezed below what it needs: the window's scroll area scrolls.
+        assert panel.height() >= panel.minimumSizeHint().height()

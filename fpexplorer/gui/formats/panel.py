@@ -43,7 +43,7 @@ ADD_ORDER = (
     "float4_e2m1fn",
 )
 VIEWS_MIN_HEIGHT = 290  # number line, tables and charts stay readable
-EDITORS_MIN_HEIGHT = 80  # one editor; more scroll
+EDITORS_MIN_HEIGHT = 80  # the pane's least height before its editors are built
 # Editors the pane shows whole however short the window (more scroll): two are compared.
 EDITORS_SHOWN_AT_LEAST = 2
 
@@ -168,7 +168,7 @@ class FormatsPanel(QWidget):
         self.top_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.top_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.top_scroll.setWidget(top)
-        self.top_scroll.setMinimumHeight(EDITORS_MIN_HEIGHT)
+        self.top_scroll.setMinimumHeight(EDITORS_MIN_HEIGHT)  # then one editor: _fit_stack
         self.top_content = top
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.top_scroll)
@@ -318,7 +318,13 @@ class FormatsPanel(QWidget):
 
     def _fit_stack(self) -> None:
         """The read-outs get the height they need, the editors theirs as far as the views
-        keep VIEWS_MIN_HEIGHT, the views the rest."""
+        keep VIEWS_MIN_HEIGHT, the views the rest. The editors' pane shows whole editors
+        only: where they do not all fit it scrolls, and the next one starts at its edge."""
+        # Its least height is one whole editor: at 80 px it showed one and the top 4 px of
+        # the next (800x500); smaller windows scroll the whole panel.
+        least = self._editors_height(1) if self.rows else EDITORS_MIN_HEIGHT
+        if self.top_scroll.minimumHeight() != least:
+            self.top_scroll.setMinimumHeight(least)
         total = sum(self.splitter.sizes()) or self.splitter.height()
         if total <= 0:
             return
@@ -330,15 +336,22 @@ class FormatsPanel(QWidget):
         height = content.heightForWidth(width) if content.hasHeightForWidth() and width > 0 else -1
         wanted = (height if height > 0 else content.sizeHint().height()) + 2
         room = total - readouts - VIEWS_MIN_HEIGHT
-        if wanted <= room:
+        # The most the splitter gives the pane while the view keeps its own minimum (All
+        # codes needs 238 px): more, and it cut the last editor shown (61 px of the second
+        # at 1024x640).
+        most = total - readouts - self.views.minimumSizeHint().height()
+        if wanted <= min(room, most):
             editors = wanted
         else:
-            # The pane scrolls: it shows whole editors, at least EDITORS_SHOWN_AT_LEAST (at
-            # 1024x640 it showed one and a few pixels of the next, read as a squeezed editor).
+            # The pane scrolls: it shows whole editors, at least EDITORS_SHOWN_AT_LEAST where
+            # they fit (at 1024x640 it showed one and a few pixels of the next, read as a
+            # squeezed editor).
             count = min(EDITORS_SHOWN_AT_LEAST, len(self.rows))
             while count < len(self.rows) and self._editors_height(count + 1) <= room:
                 count += 1
-            editors = max(self._editors_height(count), EDITORS_MIN_HEIGHT)
+            while count > 1 and self._editors_height(count) > most:
+                count -= 1
+            editors = max(self._editors_height(count), least)
         self.splitter.setSizes([editors, readouts, max(total - editors - readouts, 0)])
 
     def _editors_height(self, count: int) -> int:
