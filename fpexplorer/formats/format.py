@@ -29,10 +29,12 @@ the neighbour larger in magnitude (which is why its overflow threshold at p = 1 
 1.5 * 2**emax, inclusive: 1.5 * max overflows). So do MPFR and ml_dtypes (float8_e8m0fnu:
 3 -> 4, 1.5 * 2**127 -> NaN), and so does this engine: nearest_even and nearest_away agree
 there, and round_to_odd truncates (both neighbours are odd). P3109 formats are the exception:
-gfloat, P3109's reference code, breaks their ties to the even code, whose last bit at p = 1
-is the exponent's (binary8p1se: 1.5 -> 1, 3 -> 4, 6 -> 4, and 1.5 * max -> max, since
-max's code 0x7E is even); the engine follows it there, for ties and round_to_odd alike.
-With fraction bits the code's last bit is the significand's and both readings agree.
+the P3109 working group's formal specification (Imandra's ieee-p3109, RoundToPrecision:
+"codeIsEven" is the exponent's evenness at P = 1) and gfloat break their ties, and pick
+round_to_odd's result, by the code, whose last bit at p = 1 is the exponent's (binary8p1se:
+1.5 -> 1, 3 -> 4, 6 -> 4, and 1.5 * max -> max, since max's code 0x7E is even); the engine
+follows them there. With fraction bits the code's last bit is the significand's and both
+readings agree.
 
 Overflow policies (`OVERFLOW_POLICIES`), for a magnitude beyond max:
 
@@ -713,8 +715,8 @@ class FloatFormat:
             # magnitude (IEEE 754-2019 4.3.1: of two odd neighbours, the larger; hence its
             # overflow threshold 1.5 * 2**emax at p = 1, MPFR and ml_dtypes' E8M0 agree), and
             # round_to_odd truncates. P3109 formats read the code's last bit instead, the
-            # exponent's at p = 1, as gfloat (P3109's reference code) does: 6 -> 4 there, and
-            # 1.5 * max of binary8p1se -> max, whose code 0x7E is even.
+            # exponent's at p = 1, as P3109's formal specification and gfloat do: 6 -> 4
+            # there, and 1.5 * max of binary8p1se -> max, whose code 0x7E is even.
             parity = low_code if d.parity_of_code else integer
             up = _round_up(
                 rest,

@@ -275,3 +275,34 @@ def test_ml_dtypes_formats_at_every_tie(spec: str) -> None:
     ours = [fmt.from_value(float(x)) for x in points]
     assert [int(c) for c in oracle] == ours
     assert [int(c) for c in fmt.from_float_array(points)] == ours
+
+
+@pytest.mark.parametrize("parameters", P3109_FORMATS, ids=lambda t: "k{}p{}{}{}".format(*t))
+def test_p3109_round_to_odd_and_ties_follow_the_formal_specification(
+    parameters: tuple[int, int, bool, bool],
+) -> None:
+    """gfloat has no round-to-odd; the P3109 working group's formal specification (Imandra's
+    ieee-p3109, RoundToPrecision) does, with the same code parity as its ties: codeIsEven is
+    the significand's evenness for P > 1, and for P = 1 "floor(s) = 0 or q + bias even" (the
+    exponent field's). Transcribed here for values that stay within max."""
+    k, p, signed, extended = parameters
+    fmt = p3109_format(k, p, signed=signed, extended=extended)
+    for x in _points(fmt):
+        magnitude = abs(x)
+        q = max(_floor_log2(magnitude), 1 - fmt.bias) - p + 1
+        s = magnitude / Fraction(2) ** q
+        floor, nu = divmod(s, 1)
+        code_is_even = floor % 2 == 0 if p > 1 else floor == 0 or (q + fmt.bias) % 2 == 0
+        for rounding, away in (
+            ("round_to_odd", nu > 0 and code_is_even),
+            ("nearest_even", nu > Fraction(1, 2) or (nu == Fraction(1, 2) and not code_is_even)),
+        ):
+            wanted = (floor + away) * Fraction(2) ** q
+            if wanted > fmt.max:
+                continue  # saturation, checked against gfloat above
+            got = fmt.round(x, rounding, "saturate").value
+            assert (got.magnitude, got.negative) == (wanted, x < 0 and wanted != 0), (
+                fmt.name,
+                x,
+                rounding,
+            )

@@ -32,7 +32,8 @@ ENTRY_HELP = (
     f"The rule, the same in every field and on the command line: {BARE_HEX_RULE}."
 )
 ROUNDING_HELP = {
-    "nearest_even": "Round to the nearest value; ties go to the even code (IEEE default).",
+    "nearest_even": "Round to the nearest value; ties go to the even significand (IEEE "
+    "default; with no fraction bits, to the larger magnitude; P3109: the even code).",
     "nearest_away": "Round to the nearest value; ties go away from zero.",
     "toward_zero": "Truncate: always the neighbour nearer to zero.",
     "toward_positive": "Always the neighbour above (ceiling).",

@@ -77,7 +77,8 @@ def side_note(fmt: FloatFormat, kind: str) -> str:
         )
     elif kind == "inf":
         # Not "above max": FP16's 65510 rounds to 65504; only max + half a gap goes to inf,
-        # and that tie itself only where inf's code is the even one (not P3109's 0x7F).
+        # and that tie itself only where the engine rounds it up (not P3109's 0x7F, an odd
+        # code; formats without fraction bits take the larger magnitude, inf).
         top = fmt.from_value(fmt.max)
         threshold = fmt.max + (fmt.ulp(top) or Fraction(0)) / 2
         tie_goes_up = fmt.classify(fmt.from_value(threshold)) == "inf"
