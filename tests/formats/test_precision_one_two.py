@@ -30,10 +30,10 @@ from gfloat import RoundMode, round_float
 from gfloat.formats import format_info_p3109
 from gfloat.types import Domain, Signedness
 
-from fpexplorer.formats import OVERFLOW_POLICIES, FloatFormat, get_format
+from fpexplorer.formats import OVERFLOW_POLICIES, ROUNDING_MODES, FloatFormat, get_format
 from fpexplorer.formats.p3109 import p3109_format
 
-from .test_differential import _gfloat_info, _oracle
+from .test_differential import GFLOAT_MODES, _gfloat_info, _oracle
 
 WIDER_BITS = 12  # "one ulp of a wider format": a gap / 2**12
 RANDOM_BITS = 4  # stochastic rounding over all 16 draws
@@ -64,21 +64,8 @@ P3109_FORMATS = tuple(
     for signed in (True, False)
     for extended in (True, False)
 )
-MODES = (
-    "nearest_even",
-    "nearest_away",
-    "toward_zero",
-    "toward_positive",
-    "toward_negative",
-    "round_to_odd",
-)
-GFLOAT_MODES = {
-    "nearest_even": RoundMode.TiesToEven,
-    "nearest_away": RoundMode.TiesToAway,
-    "toward_zero": RoundMode.TowardZero,
-    "toward_positive": RoundMode.TowardPositive,
-    "toward_negative": RoundMode.TowardNegative,
-}
+# Every mode but stochastic, whose two outcomes are tested apart.
+MODES = tuple(mode for mode in ROUNDING_MODES if mode != "stochastic")
 
 
 def _floor_log2(value: Fraction) -> int:
