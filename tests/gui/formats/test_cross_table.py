@@ -16,20 +16,14 @@ from pytestqt.qtbot import QtBot
 
 from fpexplorer.formats import get_format, make_format
 from fpexplorer.gui.formats.panel import FormatsPanel
-from fpexplorer.gui.formats.state import FormatsSession
 from fpexplorer.gui.formats.tables import COMPARE_COLUMNS, CrossRow, sort_cross_rows
 
 
 @pytest.fixture
-def panel(qtbot: QtBot) -> FormatsPanel:
-    session = FormatsSession([get_format("fp32"), get_format("fp16")])
-    widget = FormatsPanel(session)
-    qtbot.addWidget(widget)
-    widget.resize(1280, 760)
-    widget.show()
-    qtbot.waitExposed(widget)
-    widget.show_view("table")
-    return widget
+def panel(panel: FormatsPanel) -> FormatsPanel:
+    """The shared panel (conftest), on its All formats view."""
+    panel.show_view("table")
+    return panel
 
 
 def _click_header(qtbot: QtBot, panel: FormatsPanel, name: str) -> None:

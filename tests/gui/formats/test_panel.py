@@ -15,23 +15,11 @@ from fpexplorer.formats import ROUNDING_MODES, get_format, make_format
 from fpexplorer.gui.formats.custom_format import CustomFormatDialog
 from fpexplorer.gui.formats.number_line_model import OFF_SCALE_MARGIN
 from fpexplorer.gui.formats.panel import VIEWS, FormatsPanel
-from fpexplorer.gui.formats.state import FormatsSession
 
 
 def oracle_code(value: float, dtype: object) -> int:
     array = np.array(value, dtype=np.float64).astype(dtype)
     return int(array.view(f"uint{np.dtype(dtype).itemsize * 8}"))
-
-
-@pytest.fixture
-def panel(qtbot: QtBot) -> FormatsPanel:
-    session = FormatsSession([get_format("fp32"), get_format("fp16")])
-    widget = FormatsPanel(session)
-    qtbot.addWidget(widget)
-    widget.resize(1280, 760)
-    widget.show()
-    qtbot.waitExposed(widget)
-    return widget
 
 
 def type_value(qtbot: QtBot, panel: FormatsPanel, text: str) -> None:

@@ -382,6 +382,15 @@ def test_a_narrow_log_range_is_labelled_readably(  # type: ignore[no-untyped-def
         assert abs(drawn - expected) <= 1.5, (texts, value, drawn, expected)
 
 
+def _assert_readable_left_axis(plot: object) -> None:
+    """At least two tick labels on the plot's left axis, none overlapping or crowding."""
+    axis = plot.getPlotItem().getAxis("left")  # type: ignore[attr-defined]
+    texts = [text for _rect, _flags, text in tick_labels(axis)]
+    assert len(texts) >= 2, texts
+    assert overlapping_tick_labels(axis) == []
+    assert _vertical_label_crowding(axis) == []
+
+
 @pytest.mark.slow  # a whole window built and laid out per case: about a second each
 @pytest.mark.parametrize("size", [(1024, 640), (800, 500)])
 @pytest.mark.parametrize(("low", "high"), NARROW_LOG_RANGES[:3])
@@ -398,11 +407,7 @@ def test_the_loss_plot_labels_a_narrow_log_range(  # type: ignore[no-untyped-def
         loss.plot.setYRange(math.log10(low), math.log10(high), padding=0)
         QApplication.processEvents()  # twice: the axis widens to its labels once measured
         QApplication.processEvents()
-        axis = loss.plot.getPlotItem().getAxis("left")
-        texts = [text for _rect, _flags, text in tick_labels(axis)]
-        assert len(texts) >= 2, texts
-        assert overlapping_tick_labels(axis) == []
-        assert _vertical_label_crowding(axis) == []
+        _assert_readable_left_axis(loss.plot)
 
 
 @pytest.mark.slow  # a whole window built and laid out per case: about a second each
@@ -418,9 +423,5 @@ def test_the_loss_plot_on_a_log_axis_labels_its_ticks_without_overlap(  # type: 
         loss.log_box.setChecked(True)
         render(window, *size)
         QApplication.processEvents()
-        axis = loss.plot.getPlotItem().getAxis("left")
-        texts = [text for _rect, _flags, text in tick_labels(axis)]
-        assert len(texts) >= 2, texts
-        assert overlapping_tick_labels(axis) == []
-        assert _vertical_label_crowding(axis) == []
+        _assert_readable_left_axis(loss.plot)
         assert layout_problems(window.training_panel) == []
