@@ -154,8 +154,11 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     value = args.value.strip()
     if len(formats) > 1 and ":" not in value and value[:1] not in "+-−" and written_as_code(value):
         code = cut_text("".join(args.value.split()), 40)
-        # The example names a selected format the code is one of (0x1FFFF is none of fp16's).
+        # The example names a selected format the code is one of (0x1FFFF is none of fp16's),
+        # the narrowest: 0x3C00 with the default formats is an FP16 code more likely than
+        # FP32's (the first of them that holds it).
         readers = [fmt for fmt in formats if _reads_code(value, fmt)] or formats
+        readers = sorted(readers, key=lambda fmt: fmt.width)
         in_hex = code[:2].lower() == "0x"
         number = f"; for the number write a hex float ({code}p0)" if in_hex else ""
         raise ValueError(

@@ -459,3 +459,14 @@ def test_a_code_with_several_formats_gets_one_message_whatever_their_order(
     message = capsys.readouterr().err
     assert "2 are selected: give one --format" in message
     assert f"({example}:0x1FFFF)" in message and "more than 16 bits" not in message
+
+
+def test_a_code_among_the_default_formats_names_the_narrowest_that_holds_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Was 'name its format (float32:0x3C00)': the first of the defaults that holds it, for a
+    # code written with FP16's four hex digits.
+    assert main(["inspect", "0x3C00"]) == 2
+    assert "name its format (float16:0x3C00)" in capsys.readouterr().err
+    assert main(["inspect", "0x1FFFF", "-f", "fp16", "fp32"]) == 2
+    assert "name its format (float32:0x1FFFF)" in capsys.readouterr().err
