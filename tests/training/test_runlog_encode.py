@@ -37,8 +37,23 @@ FLOATS = (
     | st.floats(width=16)
     | st.floats(width=32)
     | st.sampled_from(
-        [0.0, -0.0, 5e-324, -1e-310, 1.7976931348623157e308, 1e16, 1e-5, 1e22, 2.0**53,
-         65504.0, 2.0**-24, math.nan, -math.nan, math.inf, -math.inf]  # fmt: skip
+        [
+            0.0,
+            -0.0,
+            5e-324,
+            -1e-310,
+            1.7976931348623157e308,
+            1e16,
+            1e-5,
+            1e22,
+            2.0**53,
+            65504.0,
+            2.0**-24,
+            math.nan,
+            -math.nan,
+            math.inf,
+            -math.inf,
+        ]
     )
 )
 # Any text: quotes, backslashes, control characters, non-ASCII, lone surrogates.
@@ -189,8 +204,9 @@ def test_values_the_generated_encoder_does_not_write_go_to_the_text_encoder(
     changes: dict[str, Any], sent: bool
 ) -> None:
     record = dataclasses.replace(
-        LayerStats(name="fc", grad_norm=0.25, amax=46.375, headroom_log2=10.46,
-                   underflow_share=0.1),  # fmt: skip
+        LayerStats(
+            name="fc", grad_norm=0.25, amax=46.375, headroom_log2=10.46, underflow_share=0.1
+        ),
         **changes,
     )
     text, was_sent = _routing(LayerStats, record)
@@ -235,7 +251,7 @@ def test_keys_of_any_text_are_written_as_the_codec_writes_them() -> None:
     odd = dataclasses.make_dataclass(
         "OddKeys",
         [
-            ("a", float, dataclasses.field(default=0.5, metadata={"json": 'x{y}"\'\\'})),
+            ("a", float, dataclasses.field(default=0.5, metadata={"json": "x{y}\"'\\"})),
             ("b", typing.Optional[str], dataclasses.field(default=None, metadata={"json": "{}"})),  # noqa: UP045
             ("c", typing.Optional[int], dataclasses.field(default=1, metadata={"json": "é\n"})),  # noqa: UP045
             ("kind", ClassVar[str], 'st"{ep}'),
