@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from fpexplorer.training.records import (
     END_STATUSES,
+    MAX_BINADE,
     RECORD_TYPES,
     SCHEMA_VERSION,
     EndRecord,
@@ -124,6 +125,9 @@ def _lock(fd: int, path: Path) -> None:
 FLUSH_INTERVAL = 0.05
 
 
+# `json.dumps` of a str, without its Python layers (its encoder calls this very function).
+_json_string = json.encoder.encode_basestring_ascii
+
 _SPELLED = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
 
 
@@ -143,14 +147,34 @@ def _scalar_text(hint: Any) -> Callable[[Any], str] | None:
     if hint is int:
         return lambda value: int.__repr__(int(value))
     if hint is str:
-        return lambda value: json.dumps(str(value))
+        return lambda value: _json_string(str(value))
     return None
+
+
+# "[%d,%d,...]" by length: a histogram's counts written by one `%` (half the time of a join
+# over each int's repr). Lengths beyond any histogram's are not kept.
+_INT_LIST_FORMATS: dict[int, str] = {}
 
 
 def _int_list_text(values: Any) -> str:
     """A tuple of ints (a histogram's counts) as the codec writes it: one join over the
     ints' own repr (a bool is written as 1 or 0, as `int()` makes it); values that are not
-    ints (numpy integers, floats) go through `int()` one by one, as the codec takes them."""
+    ints (numpy integers, floats) go through `int()` one by one, as the codec takes them.
+
+    A tuple goes through `%d` first, which is each of these in C: an int (bool and other
+    subclasses included) as its own value, anything else as `int()` of it (CPython's `%d`
+    calls the same `PyNumber_Long` as `int()`); where `%d` refuses a value, the rest
+    below writes it or raises the codec's error."""
+    if type(values) is tuple:
+        size = len(values)
+        form = _INT_LIST_FORMATS.get(size)
+        if form is None and size <= 2 * MAX_BINADE:
+            form = _INT_LIST_FORMATS[size] = "[" + ",".join(["%d"] * size) + "]"
+        if form is not None:
+            try:
+                return form % values
+            except (TypeError, ValueError, OverflowError):
+                pass
     try:
         return "[" + ",".join(map(int.__repr__, values)) + "]"
     except TypeError:
@@ -208,22 +232,23 @@ def _mapping_text(member: Callable[[Any], str]) -> Callable[[Any], str]:
         for key, value in mapping.items():
             if type(key) is not str:  # the codec's str(key) may make two keys one
                 raise _NotText
-            parts.append(json.dumps(key) + ":" + member(value))
+            parts.append(_json_string(key) + ":" + member(value))
         return "{" + ",".join(parts) + "}"
 
     return text
 
 
 class _TextEncoder:
-    """`encode_line` written straight to text, nested records, lists and mappings included:
-    about three fifths of the generic codec's cost (a dict per record, then `json.dumps`)
-    for a plain step, which matters on every step of a fast loop; a statistics step's record
-    costs about as much either way (its float reprs take most of it: 36 vs 41 us hot on the
-    built-in mlp, 87 vs 89 on the transformer), without the codec's dicts. Derived from the
-    dataclass like the codec, field by field from the type hints (an added field needs
-    nothing here); a class with a field of a shape the codec does not know is not `usable`
-    (`encode_line` writes it). `tests/training/test_runlog_writer.py` holds it equal to
-    `encode_line`."""
+    """`encode_line` written straight to text, nested records, lists and mappings included,
+    a writer per field: about three fifths of the generic codec's cost (a dict per record,
+    then `json.dumps`) for a plain step; a statistics step's record cost about as much
+    either way (36 vs 41 us hot on the built-in mlp, 87 vs 89 on the transformer). Records
+    are written by the encoder generated for their class (`_compile_text`, about half of
+    this), which comes here for the values it does not write itself (non-finite floats,
+    numpy numbers, None where a value goes). Derived from the dataclass like the codec,
+    field by field from the type hints (an added field needs nothing here); a class with a
+    field of a shape the codec does not know is not `usable` (`encode_line` writes it).
+    `tests/training/test_runlog_writer.py` holds it equal to `encode_line`."""
 
     def __init__(self, cls: type) -> None:
         hints = typing.get_type_hints(cls)
@@ -259,16 +284,168 @@ class _TextEncoder:
 _TEXT_ENCODERS: dict[type, _TextEncoder | None] = {}
 
 
-def fast_encode_line(record: Record) -> str:
-    """`encode_line(record)`, the same text, written without the codec's dicts."""
-    cls = type(record)
+def _text_encoder(cls: type) -> _TextEncoder | None:
+    """The class's `_TextEncoder`, built once; None where the codec writes the class."""
     encoder = _TEXT_ENCODERS.get(cls, False)
     if encoder is False:
         built = _TextEncoder(cls)
         encoder = _TEXT_ENCODERS[cls] = built if built.usable else None
+    return encoder  # type: ignore[return-value]
+
+
+_COMPILED: dict[type, Callable[[Any], str] | None] = {}
+
+
+def _compiled_text(cls: type) -> Callable[[Any], str] | None:
+    """The class's generated encoder (`_compile_text`), built once; None where there is
+    none (the class has no `_TextEncoder`, or a field of a shape it does not write)."""
+    if cls in _COMPILED:
+        return _COMPILED[cls]
+    generic = _text_encoder(cls)
+    _COMPILED[cls] = None  # while it is built: a record that held itself would stay generic
+    if generic is not None:
+        _COMPILED[cls] = _compile_text(cls, generic, generic.encode)
+    return _COMPILED[cls]
+
+
+def _tuple_item(hint: Any) -> Any:
+    """X of `tuple[X, ...]`; None for any other hint."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return args[0]
+    return None
+
+
+def _compile_text(
+    cls: type, generic: _TextEncoder, fallback: Callable[[Any], str]
+) -> Callable[[Any], str] | None:
+    """`generic.encode` (the class's `_TextEncoder`) as one function generated for the class
+    (as dataclasses generates `__init__`: its source built from the fields, `exec`-ed
+    once), for the values a record nearly always holds: finite Python floats, Python ints,
+    bools and strings, nested records of their declared class. Each is written as the
+    `_TextEncoder` writes it (a float's repr, an int's repr, `json.dumps` of a string), all
+    in one f-string: no call per field, no list, no join. About half the `_TextEncoder`'s
+    time on a statistics step's record, its float reprs left as the most of it.
+
+    Any other value (a non-finite float, which the codec spells out; a numpy number; None
+    where the field takes none) sends the record to `fallback(record)`, the class's
+    `_TextEncoder` (the record, not the line: a nested record holding an inf goes there,
+    its parent stays here). Raises `_NotText` for a value of another class where a record
+    goes, and TypeError or AttributeError where a list or mapping is not one
+    (`fast_encode_line` then asks the `_TextEncoder`, then the codec). None where a field
+    has a shape the `_TextEncoder` does not write. `tests/training/test_runlog_encode.py`
+    holds it equal to the `_TextEncoder` and the codec."""
+    hints = typing.get_type_hints(cls)
+    namespace: dict[str, Any] = {
+        "_cls": cls,
+        "_fallback": fallback,
+        "_NotText": _NotText,
+        "_string": _json_string,
+        "_join": ",".join,
+        "_bools": ("false", "true"),
+    }
+    reads: list[str] = []  # each field's value into a local: v0, v1, ...
+    unusual: list[str] = []  # a value none of the f-string's fields writes as the codec
+    finite: list[str] = []  # floats always written: their sum is finite when each is
+    pieces: list[str] = []  # the text of each field that may be left out (or null)
+    template: list[str] = []  # the f-string's text: literal (braces doubled) and {fields}
+    if generic.opening is not None:  # top-level records: "type" first on the line
+        template.append(generic.opening.replace("{", "{{").replace("}", "}}"))
+    # A record whose first field may be left out writes each field after a comma and
+    # drops the first one (StepStats: its grad_hist may be None, and so may the next).
+    leading_comma = not template and bool(generic.fields) and generic.fields[0][3]
+    for index, (name, key, writer, omit_none) in enumerate(generic.fields):
+        value = f"v{index}"
+        reads.append(f"    {value} = _record.{name}")
+        hint = hints[name]
+        args = typing.get_args(hint)
+        optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and (
+            len(args) == 2 and type(None) in args
+        )
+        inner = next(a for a in args if a is not type(None)) if optional else hint
+        item = _tuple_item(inner)
+        text: str  # the field's value as f-string text (the value is not None there)
+        check: str | None  # true for a value `text` does not write as the codec does
+        if inner is float:
+            text, check = f"{{{value}!r}}", f"type({value}) is not float"
+        elif inner is bool:
+            text, check = f"{{_bools[{value}]}}", f"type({value}) is not bool"
+        elif inner is int:
+            text, check = f"{{{value}}}", f"type({value}) is not int"
+        elif inner is str:
+            text, check = f"{{_string({value})}}", f"type({value}) is not str"
+        elif isinstance(inner, type) and dataclasses.is_dataclass(inner):
+            # The nested encoder checks the value's class itself (raises _NotText).
+            namespace[f"_w{index}"] = _compiled_text(inner) or _text_of(inner)
+            text, check = f"{{_w{index}({value})}}", None
+        elif isinstance(item, type) and dataclasses.is_dataclass(item):
+            # A tuple of records (a step's layers): each by its class's encoder.
+            namespace[f"_w{index}"] = _compiled_text(item) or _text_of(item)
+            text, check = f"[{{_join(map(_w{index}, {value}))}}]", None
+        else:  # lists of scalars, mappings, free-form JSON: the _TextEncoder's own writer
+            namespace[f"_w{index}"] = _text_of(inner) if optional else writer
+            text, check = f"{{_w{index}({value})}}", None
+        if namespace.get(f"_w{index}", True) is None:
+            return None
+        comma = "," if template or leading_comma else ""
+        written = comma + key.replace("{", "{{").replace("}", "}}") + text
+        if omit_none or optional:
+            # Made apart, then put in the line: "" when left out, or null.
+            absent = "" if omit_none else comma + key + "null"
+            pieces.append(f"    p{index} = {absent!r} if {value} is None else f{written!r}")
+            template.append(f"{{p{index}}}")
+            if check is not None:
+                if inner is float:
+                    check = f"{check} or {value} - {value} != 0.0"
+                unusual.append(f"({value} is not None and ({check}))")
+        else:
+            template.append(written)
+            if check is not None:
+                unusual.append(check)
+            if inner is float:
+                finite.append(value)
+    lines = ["def encode(_record):", "    if type(_record) is not _cls:", "        raise _NotText"]
+    lines += reads
+    if unusual:
+        lines += [f"    if {' or '.join(unusual)}:", "        return _fallback(_record)"]
+    if finite:
+        # x - x is 0.0 for every finite x, NaN for inf and NaN (a sum that overflows sends
+        # finite values to the fallback, which writes them right).
+        lines += [
+            f"    total = {' + '.join(finite)}",
+            "    if total - total != 0.0:",
+            "        return _fallback(_record)",
+        ]
+    lines += pieces
+    body = "".join(template)
+    if leading_comma:
+        lines += [f"    body = f{body!r}", "    return '{' + body[1:] + '}'"]
+    else:
+        lines.append(f"    return f{'{{' + body + '}}'!r}")
+    # Generated from the dataclass: attribute names are identifiers, every other text
+    # (the JSON keys, the "type") is a literal made by repr().
+    exec("\n".join(lines), namespace)
+    encode: Callable[[Any], str] = namespace["encode"]
+    encode.__qualname__ = f"_compile_text.<{cls.__name__}>"
+    return encode
+
+
+def fast_encode_line(record: Record) -> str:
+    """`encode_line(record)`, the same text, written without the codec's dicts."""
+    cls = type(record)
+    try:
+        compiled = _COMPILED[cls]
+    except KeyError:
+        compiled = _compiled_text(cls)
+    if compiled is not None:
+        try:
+            return compiled(record)
+        except (_NotText, TypeError, ValueError, AttributeError):
+            pass  # the _TextEncoder's turn: it writes such values, or refuses them
+    encoder = _text_encoder(cls)
     if encoder is not None:
         try:
-            return encoder.encode(record)  # type: ignore[union-attr]
+            return encoder.encode(record)
         except (_NotText, TypeError, ValueError, AttributeError):
             # A value its field cannot hold (None for a float, a key that is not a string):
             # the codec writes it as it does, or raises its own error for it (a line of

@@ -224,6 +224,35 @@ def test_two_monitors_on_one_model_both_count_the_saved_activations(tmp_path: Pa
     assert saved_bytes_by_hand(model, inputs) == expected
 
 
+def test_a_monitor_on_a_submodule_counts_its_own_forwards_saved_activations(
+    tmp_path: Path,
+) -> None:
+    # Two monitors whose forwards nest (one on the model, one on its first block): each
+    # counts what autograd saved while its own forward ran, the inner one only its block's,
+    # though both read the one list of saved tensors (from where each joined it).
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(8, 32), nn.GELU())
+    model = nn.Sequential(block, nn.Linear(32, 16), nn.Tanh(), nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = torch.randn(16, 8)
+    whole, inner = saved_bytes_by_hand(model, inputs), saved_bytes_by_hand(block, inputs)
+    assert whole["float32"] > inner["float32"] > 0
+    outer = AmpMonitor(model, optimizer, None, out=tmp_path / "outer.jsonl", stats_every=1)
+    nested = AmpMonitor(block, optimizer, None, out=tmp_path / "nested.jsonl", stats_every=1)
+    seen = []
+    for _ in range(2):
+        loss = model(inputs).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        memories = [monitor.step(loss).stats for monitor in (outer, nested)]
+        seen.append(tuple(m.memory.activations if m and m.memory else {} for m in memories))
+    nested.close()
+    outer.close()
+    assert seen == [(whole, inner), (whole, inner)]
+    assert saved_bytes_by_hand(model, inputs) == whole  # nothing of theirs left in autograd
+
+
 def test_forward_checks_read_on_the_host_and_on_the_device_keep_their_order(
     tmp_path: Path,
 ) -> None:

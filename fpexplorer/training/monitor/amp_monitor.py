@@ -93,7 +93,7 @@ import time
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
@@ -319,37 +319,44 @@ _ForwardCheck = bool | tuple[torch.Tensor, torch.Tensor]  # finite flag, or (min
 
 
 class _SavedTensorTap(threading.local):
-    """The one pair of saved-tensor hooks of a thread's monitors, each monitor's counter
-    called for every tensor autograd saves while any of them is in a forward.
+    """The one pair of saved-tensor hooks of a thread's monitors: every tensor autograd saves
+    while any of them is in a forward is appended to `saved`, and each monitor reads those
+    saved since it joined when its forward ends (`join` returns where they start).
 
     `torch.autograd.graph.saved_tensors_hooks` is a stack and autograd calls only its top
     pair: two monitors on one model, each entering its own pair, left the first one's
     saved-activation bytes empty. Monitors join this pair instead (it is entered by the
-    first to join and left by the last to leave). Per thread, as torch's stack is."""
+    first to join and left by the last to leave, which empties `saved`). Per thread, as
+    torch's stack is. The pack hook only appends: the bytes are summed once per pass, at
+    its end, not tensor by tensor in the middle of the forward. The list holds nothing
+    autograd does not hold until then anyway (it saved them for backward)."""
 
     def __init__(self) -> None:
-        self.counters: list[Callable[[torch.Tensor], None]] = []
-        self._hooks: AbstractContextManager[None] | None = None
+        self.saved: list[torch.Tensor] = []
+        self.joined = 0
+        append = self.saved.append
 
-    def join(self, counter: Callable[[torch.Tensor], None]) -> None:
-        self.counters.append(counter)
-        if self._hooks is None:
-            self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack_saved)
+        def pack(tensor: torch.Tensor) -> tuple[torch.Tensor]:
+            append(tensor)
+            return (tensor,)  # unpacked by a C function: no Python frame in backward
+
+        # Made once, entered and left again for each pass.
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack_saved)
+
+    def join(self) -> int:
+        self.joined += 1
+        if self.joined == 1:
             self._hooks.__enter__()
+        return len(self.saved)
 
-    def leave(self, counter: Callable[[torch.Tensor], None]) -> None:
-        self.counters.remove(counter)
-        if not self.counters and self._hooks is not None:
-            hooks, self._hooks = self._hooks, None
-            hooks.__exit__(None, None, None)
-
-    def _pack(self, tensor: torch.Tensor) -> tuple[torch.Tensor]:
-        for counter in self.counters:
-            counter(tensor)
-        return (tensor,)  # unpacked by a C function: no Python frame per tensor in backward
+    def leave(self) -> None:
+        self.joined -= 1
+        if not self.joined:
+            self._hooks.__exit__(None, None, None)
+            self.saved.clear()
 
 
-# The tensor back from `_SavedTensorTap._pack`'s tuple (called for every saved tensor in
+# The tensor back from the saved-tensor tap's tuple (called for every saved tensor in
 # backward).
 _unpack_saved = operator.itemgetter(0)
 _SAVED_TENSOR_TAP = _SavedTensorTap()
@@ -540,8 +547,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._backward_ran = False  # since the current pass began
         # Whether each leaf module's output is finite, of the passes a backward used.
         self._forward_checks: list[tuple[int, _ForwardCheck]] = []
-        self._param_ptrs: set[int] = set()
         self._tapping = False  # joined _SAVED_TENSOR_TAP for the current forward
+        self._tap_start = 0  # where this forward's tensors start in the tap's `saved`
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
         # Steps of each optimizer since the last step() (by position in `optimizers`): one
@@ -833,7 +840,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             # Where a forward overflow starts (FP16 activations above 65504 become inf).
             data = tensor.detach()
             forward_pass = self._pass
-            if data.device.type == "cpu":  # read at once: a CPU has nothing to wait for
+            if data.is_cpu:  # read at once: a CPU has nothing to wait for
                 forward_pass.checks.append((layer_index, _all_finite(data)))
             else:  # the extremes, one operation; whether finite, for all layers at step()
                 forward_pass.checks.append((layer_index, torch.aminmax(data.reshape(-1))))
@@ -876,22 +883,25 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._pass = _ForwardPass(group)
         self._passes.append(self._pass)
         self._saved = self._pass.saved
-        self._param_ptrs = {p.data_ptr() for p in self._params}  # every parameter, once
         self._tapping = True
-        _SAVED_TENSOR_TAP.join(self._count_saved)
+        self._tap_start = _SAVED_TENSOR_TAP.join()
 
     def _on_model_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._tapping:
             self._tapping = False
-            _SAVED_TENSOR_TAP.leave(self._count_saved)
+            self._count_saved(_SAVED_TENSOR_TAP.saved[self._tap_start :])
+            _SAVED_TENSOR_TAP.leave()
 
-    def _count_saved(self, tensor: torch.Tensor) -> None:
-        # Parameters saved for backward cost nothing extra; a tensor saved twice counts once.
-        # Bytes by dtype are summed at step().
-        pointer = tensor.data_ptr()
-        if pointer not in self._param_ptrs:
-            size = tensor.numel() * tensor.element_size()  # nbytes fails on sparse tensors
-            self._saved.setdefault((pointer, tensor.dtype), size)
+    def _count_saved(self, tensors: list[torch.Tensor]) -> None:
+        """The bytes of the tensors autograd saved in this pass, into the pass's dict.
+        Parameters saved for backward cost nothing extra; a tensor saved twice counts once.
+        Bytes by dtype are summed at step()."""
+        params = set(map(torch.Tensor.data_ptr, self._params))  # every parameter, once
+        saved = self._saved
+        for pointer, tensor in zip(map(torch.Tensor.data_ptr, tensors), tensors, strict=True):
+            if pointer not in params:
+                size = tensor.numel() * tensor.element_size()  # nbytes fails on sparse tensors
+                saved.setdefault((pointer, tensor.dtype), size)
 
     def _on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._optimizer_stepped = True
@@ -1639,7 +1649,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._remove_module_hooks()
         if self._tapping:
             self._tapping = False
-            _SAVED_TENSOR_TAP.leave(self._count_saved)
+            _SAVED_TENSOR_TAP.leave()
         self._write_header()
         elapsed = time.perf_counter() - self._started
         self._write(EndRecord(status=status, error=error, steps=self.step_index, elapsed=elapsed))
