@@ -657,6 +657,69 @@ RECORD_TYPES: dict[str, type[HeaderRecord] | type[StepRecord] | type[EndRecord]]
 
 
 # ---------------------------------------------------------------------------------------
+# Making records: an __init__ that sets the slots directly
+
+# A record's parameter left to its default_factory (dataclasses' own sentinel is private).
+_FACTORY_DEFAULT: Any = type("_FactoryDefault", (), {"__repr__": lambda self: "<factory>"})()
+
+
+def _slot_init(cls: type) -> Callable[..., None] | None:
+    """An `__init__` for a frozen slots dataclass that does what the dataclass's own does
+    (the same parameters, defaults, keyword-only fields, default_factory calls and
+    `__post_init__`) but sets each field through its slot's member descriptor: a frozen
+    dataclass's `__init__` goes through object.__setattr__ for each field, 40% of making a
+    LayerStats, and a statistics step makes a dozen records (the transformer's, over twenty). None
+    where a field is not a plain init slot (the dataclass's own stays)."""
+    namespace: dict[str, Any] = {"_FACTORY_DEFAULT": _FACTORY_DEFAULT}
+    parameters = ["self"]
+    keyword_only: list[str] = []  # after a `*`, as __init__ takes them
+    body: list[str] = []
+    for item in dataclasses.fields(cls):
+        slot: Any = cls.__dict__.get(item.name)
+        name = item.name
+        if not item.init or not hasattr(slot, "__set__") or name == "self":
+            return None
+        namespace[f"_set_{name}"] = slot.__set__
+        taken = keyword_only if item.kw_only is True else parameters
+        value = name
+        if item.default_factory is not dataclasses.MISSING:
+            namespace[f"_factory_{name}"] = item.default_factory
+            taken.append(f"{name}=_FACTORY_DEFAULT")
+            value = f"_factory_{name}() if {name} is _FACTORY_DEFAULT else {name}"
+        elif item.default is not dataclasses.MISSING:
+            namespace[f"_default_{name}"] = item.default
+            taken.append(f"{name}=_default_{name}")
+        else:
+            taken.append(name)
+        body.append(f"    _set_{name}(self, {value})")
+    if keyword_only:
+        parameters += ["*", *keyword_only]
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()")
+    source = "\n".join([f"def __init__({', '.join(parameters)}):", *(body or ["    pass"])])
+    exec(source, namespace)  # field names only: identifiers, from the dataclass
+    init: Callable[..., None] = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    init.__annotations__ = dict(getattr(cls.__init__, "__annotations__", {}))  # type: ignore[misc]
+    return init
+
+
+# The dataclasses' own __init__ of the record classes, replaced below (the tests compare).
+DATACLASS_INITS: dict[type, Callable[..., None]] = {}
+for _record_class in [
+    value
+    for value in list(globals().values())
+    if isinstance(value, type) and issubclass(value, _Codable) and value is not _Codable
+]:
+    _init = _slot_init(_record_class)
+    if _init is not None:
+        DATACLASS_INITS[_record_class] = _record_class.__init__
+        setattr(_record_class, "__init__", _init)  # noqa: B010 (mypy: no method assignment)
+del _record_class, _init
+
+
+# ---------------------------------------------------------------------------------------
 # Schema upgrades: UPGRADES[n] turns a record of schema n into one of schema n + 1
 
 _SCHEMA1_STATS_KEYS = tuple(item.name for item in dataclasses.fields(StepStats))

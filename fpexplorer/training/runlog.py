@@ -211,6 +211,8 @@ def _text_of(hint: Any) -> Callable[[Any], str] | None:
         each = item
         return lambda values: "[" + ",".join([each(value) for value in values]) + "]"
     if origin in (dict, Mapping) and args and args[0] is str:
+        if args[1] is int:
+            return _int_mapping_text
         item = _text_of(args[1])
         if item is None:
             return None
@@ -236,6 +238,18 @@ def _mapping_text(member: Callable[[Any], str]) -> Callable[[Any], str]:
         return "{" + ",".join(parts) + "}"
 
     return text
+
+
+def _int_mapping_text(mapping: Any) -> str:
+    """`_mapping_text` of ints (a Memory's bytes by dtype) with no call per item: an int
+    written as f-string text is its repr; anything else as `int.__repr__(int(value))`."""
+    parts = []
+    for key, value in mapping.items():
+        if type(key) is not str:  # the codec's str(key) may make two keys one
+            raise _NotText
+        text = value if type(value) is int else int.__repr__(int(value))
+        parts.append(f"{_json_string(key)}:{text}")
+    return "{" + ",".join(parts) + "}"
 
 
 class _TextEncoder:
@@ -324,8 +338,9 @@ def _compile_text(
     once), for the values a record nearly always holds: finite Python floats, Python ints,
     bools and strings, nested records of their declared class. Each is written as the
     `_TextEncoder` writes it (a float's repr, an int's repr, `json.dumps` of a string), all
-    in one f-string: no call per field, no list, no join. About half the `_TextEncoder`'s
-    time on a statistics step's record, its float reprs left as the most of it.
+    in one f-string (one for each way its fields left out when None can be, where they are
+    few): no call per field, no list, no join. About half the `_TextEncoder`'s time on a
+    statistics step's record, the float reprs left as the most of it.
 
     Any other value (a non-finite float, which the codec spells out; a numpy number; None
     where the field takes none) sends the record to `fallback(record)`, the class's
@@ -347,13 +362,10 @@ def _compile_text(
     reads: list[str] = []  # each field's value into a local: v0, v1, ...
     unusual: list[str] = []  # a value none of the f-string's fields writes as the codec
     finite: list[str] = []  # floats always written: their sum is finite when each is
-    pieces: list[str] = []  # the text of each field that may be left out (or null)
-    template: list[str] = []  # the f-string's text: literal (braces doubled) and {fields}
-    if generic.opening is not None:  # top-level records: "type" first on the line
-        template.append(generic.opening.replace("{", "{{").replace("}", "}}"))
-    # A record whose first field may be left out writes each field after a comma and
-    # drops the first one (StepStats: its grad_hist may be None, and so may the next).
-    leading_comma = not template and bool(generic.fields) and generic.fields[0][3]
+    nulls: list[str] = []  # the text of each optional field written as null when None
+    # Each field as f-string text ('"key":' and its value, no comma), with the local that
+    # holds its value when the field is left out when None (else None).
+    fields: list[tuple[str, str | None]] = []
     for index, (name, key, writer, omit_none) in enumerate(generic.fields):
         value = f"v{index}"
         reads.append(f"    {value} = _record.{name}")
@@ -387,23 +399,24 @@ def _compile_text(
             text, check = f"{{_w{index}({value})}}", None
         if namespace.get(f"_w{index}", True) is None:
             return None
-        comma = "," if template or leading_comma else ""
-        written = comma + key.replace("{", "{{").replace("}", "}}") + text
+        written = key.replace("{", "{{").replace("}", "}}") + text
         if omit_none or optional:
-            # Made apart, then put in the line: "" when left out, or null.
-            absent = "" if omit_none else comma + key + "null"
-            pieces.append(f"    p{index} = {absent!r} if {value} is None else f{written!r}")
-            template.append(f"{{p{index}}}")
             if check is not None:
                 if inner is float:
                     check = f"{check} or {value} - {value} != 0.0"
                 unusual.append(f"({value} is not None and ({check}))")
         else:
-            template.append(written)
             if check is not None:
                 unusual.append(check)
             if inner is float:
                 finite.append(value)
+        if omit_none:
+            fields.append((written, value))
+        elif optional:  # made apart: its text or null
+            nulls.append(f"    n{index} = {key + 'null'!r} if {value} is None else f{written!r}")
+            fields.append((f"{{n{index}}}", None))
+        else:
+            fields.append((written, None))
     lines = ["def encode(_record):", "    if type(_record) is not _cls:", "        raise _NotText"]
     lines += reads
     if unusual:
@@ -416,18 +429,65 @@ def _compile_text(
             "    if total - total != 0.0:",
             "        return _fallback(_record)",
         ]
-    lines += pieces
-    body = "".join(template)
-    if leading_comma:
-        lines += [f"    body = f{body!r}", "    return '{' + body[1:] + '}'"]
+    lines += nulls
+    opening = [] if generic.opening is None else [generic.opening]  # "type" first
+    omissible = [local for _, local in fields if local is not None]
+    if len(omissible) <= _MOST_OMISSIBLE_VARIANTS:
+        # An f-string for each way the fields left out when None can be (LayerStats, its
+        # grad_norm and headroom_log2: four): none of them made apart.
+        lines += _variants(opening, fields, omissible, frozenset(), "    ")
     else:
-        lines.append(f"    return f{'{{' + body + '}}'!r}")
+        # Each field left out when None made apart: "" or a comma and its text.
+        for written, local in fields:
+            if local is not None:
+                lines.append(f"    p{local} = '' if {local} is None else f{',' + written!r}")
+        parts = [text.replace("{", "{{").replace("}", "}}") for text in opening]
+        if parts or fields[0][1] is None:  # a field always written first
+            for written, local in fields:
+                parts.append(
+                    f"{{p{local}}}" if local is not None else ("," if parts else "") + written
+                )
+            lines.append(f"    return f{'{{' + ''.join(parts) + '}}'!r}")
+        else:
+            # The first field may be left out, then the next (StepStats: grad_hist,
+            # act_hist): each after a comma, the first comma dropped.
+            body = "".join(
+                f"{{p{local}}}" if local is not None else "," + written for written, local in fields
+            )
+            lines += [f"    body = f{body!r}", "    return '{' + body[1:] + '}'"]
     # Generated from the dataclass: attribute names are identifiers, every other text
     # (the JSON keys, the "type") is a literal made by repr().
     exec("\n".join(lines), namespace)
     encode: Callable[[Any], str] = namespace["encode"]
     encode.__qualname__ = f"_compile_text.<{cls.__name__}>"
     return encode
+
+
+# Records with at most this many fields left out when None get an f-string for each way
+# they can be (2**n of them); others make each such field's text apart.
+_MOST_OMISSIBLE_VARIANTS = 2
+
+
+def _variants(
+    opening: list[str],
+    fields: list[tuple[str, str | None]],
+    omissible: list[str],
+    left_out: frozenset[str],
+    indent: str,
+) -> list[str]:
+    """The statements returning the record's text, one f-string for each combination of
+    the `omissible` fields (their locals) being None: `if v is None:` (without it), then
+    with it. `left_out`: those already known to be None."""
+    if omissible:
+        first, rest = omissible[0], omissible[1:]
+        return [
+            f"{indent}if {first} is None:",
+            *_variants(opening, fields, rest, left_out | {first}, indent + "    "),
+            *_variants(opening, fields, rest, left_out, indent),
+        ]
+    literal = [text.replace("{", "{{").replace("}", "}}") for text in opening]
+    present = [written for written, value in fields if value not in left_out]
+    return [f"{indent}return f{'{{' + ','.join(literal + present) + '}}'!r}"]
 
 
 def fast_encode_line(record: Record) -> str:

@@ -47,7 +47,10 @@ def assert_shows(
     assert np.array_equal(nonfinite.numpy(), fp16_cannot_hold)
 
 
-def test_fp32_master_updates_for_every_fp16_pattern() -> None:
+def fp32_master_cases() -> tuple[np.ndarray, np.ndarray]:
+    """(old, new) float32 weights: every FP16 value, its float32 neighbours and points
+    between FP16 values, stepped by nothing, the smallest subnormal, +-inf, NaN, huge steps
+    and fractions of an FP16 ulp around the ties; then weights FP16 cannot hold."""
     fp16 = all_fp16_values()
     with np.errstate(over="ignore", invalid="ignore"):
         # The FP16 ulp above each value (NaN/inf for the specials, which the list covers).
@@ -82,8 +85,13 @@ def test_fp32_master_updates_for_every_fp16_pattern() -> None:
         for step in [*steps, -65536.0, -1e5, -3.4e38, 3.4e38, -1.0, 16.0]:
             cases_old.append(big)
             cases_new.append(big + np.float32(step))
-    old = np.concatenate(cases_old).astype(np.float32)
-    new = np.concatenate(cases_new).astype(np.float32)
+    return np.concatenate(cases_old).astype(np.float32), np.concatenate(cases_new).astype(
+        np.float32
+    )
+
+
+def test_fp32_master_updates_for_every_fp16_pattern() -> None:
+    old, new = fp32_master_cases()
     expected = oracle_shows(old, new, fp16_weights=False)
     with np.errstate(over="ignore"):
         lost_at_inf = np.isinf(old.astype(np.float16)) & np.isfinite(old) & ~expected
@@ -91,6 +99,42 @@ def test_fp32_master_updates_for_every_fp16_pattern() -> None:
     assert_shows(old, new, expected, fp16_weights=False)
     # Both outcomes occur often: the cases straddle the rounding boundaries.
     assert 0.2 < expected.mean() < 0.8
+
+
+def test_cpu_counts_of_float32_weights_for_every_fp16_pattern(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Float32 weights whose FP16 values are all finite are counted on a CPU without
+    # `update_shows` (see `updates._count_on_cpu`): the same counts as the formula, on the
+    # cases above, 2**20 weights at a time (no sample); the gradients have zeros of both
+    # signs, inf and NaN.
+    def general_path(*args: object, **kwargs: object) -> torch.Tensor:
+        raise AssertionError("the general path was taken")
+
+    monkeypatch.setattr(updates, "update_shows", general_path)
+    old, new = fp32_master_cases()
+    with np.errstate(over="ignore"):
+        finite = np.isfinite(old.astype(np.float16))
+    old, new = old[finite], new[finite]
+    check = LostUpdateCheck()
+    size = updates.LOST_UPDATE_SAMPLE
+    for start in range(0, old.size, size):
+        before = torch.from_numpy(old[start : start + size].copy())
+        param = before.clone().reshape(-1, 1) if start == 0 else before.clone()
+        grad = gradients_for(param, start)
+        check.keep([param])
+        param.copy_(torch.from_numpy(new[start : start + size]).reshape(param.shape))
+        counts = check.count([param], [grad])
+        assert counts is not None and counts.dtype == torch.float32
+        intended, applied, nonfinite = (int(c) for c in counts.tolist())
+        expected_intended, expected_lost, expected_nonfinite = oracle_counts(
+            [before], [param], [grad]
+        )
+        assert (intended, intended - applied, nonfinite) == (
+            expected_intended, expected_lost, expected_nonfinite
+        )  # fmt: skip
+        assert 0 < expected_lost < expected_intended
+        check.forget()
 
 
 def test_fp16_weight_updates_for_every_pattern() -> None:

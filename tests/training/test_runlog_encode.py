@@ -300,6 +300,13 @@ def test_counts_of_any_type_are_written_as_the_codec_writes_them_or_refused_alik
         assert _int_list_text(given_as) == _int_list_codec(given_as)
 
 
+def test_byte_counts_of_any_int_type_are_written_as_the_codec_writes_them() -> None:
+    # Memory's dict[str, int] fields: numpy integers and bools through int(), as the codec.
+    for params in ({"float32": np.int64(4096), "bfloat16": True}, {"a": 2**70, "b": -1}, {}):
+        record = StepRecord(step=0, loss=0.5, stats=StepStats(memory=records.Memory(params=params)))  # type: ignore[arg-type]
+        assert fast_encode_line(record) == encode_line(record)
+
+
 def test_counts_longer_than_any_histogram_are_written_too() -> None:
     counts = tuple(range(2 * records.MAX_BINADE + 5))
     assert runlog._int_list_text(counts) == json.dumps(list(counts), separators=(",", ":"))

@@ -1751,8 +1751,12 @@ def _norms_again_in_float64(norms: Sequence[float], grads: Sequence[torch.Tensor
 
 def _without_norm_overflow(host: HostValues, grads: Sequence[torch.Tensor]) -> HostValues:
     """`host` with the gradient norms that float32 overflowed taken again in float64 (and
-    the total norm from them); unchanged, at the cost of one numpy call, on other steps."""
+    the total norm from them); unchanged on other steps: at no cost where the total norm is
+    in `host` and finite (a norm of inf makes it inf or NaN), else at one numpy call."""
     if "norms" not in host:
+        return host
+    # HostPack's name of the total norm (the one the step's signals read), not a record.
+    if "grad_norm" in host and math.isfinite(host.scalar("grad_norm")):
         return host
     norms = host["norms"]
     if not np.isposinf(norms).any() or len(norms) != len(grads):

@@ -277,6 +277,7 @@ _EXPONENT_COLUMNS = (
     INF_CODE,
 )
 _EXPONENT_COLUMN_ARRAY = np.array(_EXPONENT_COLUMNS)
+_FIRST_FIELD_CODE = 1 - _FLOAT32_BIAS - BINADE_LO  # the code of exponent field 1 (2**-126)
 _PATTERN_TABLES = ("float16", "bfloat16")  # 16-bit formats: a pattern is its value
 _FIELD_SHIFT = 21  # bits >> 21: the exponent field and the top two mantissa bits
 _FIELD_BINS = EXPONENT_FIELDS << (23 - _FIELD_SHIFT)
@@ -457,12 +458,18 @@ def group_code_counts(
     bins = _FIELD_BINS if float32 and not keep_patterns else PATTERNS
     found: list[torch.Tensor] = []  # code counts (lookup: one chunk) or bin counts, summed
     nonzero: list[torch.Tensor] = []
+    on_host = device.type == "cpu"
 
     def count(chunk: torch.Tensor) -> None:
         """Count a flat copy of some of the values (changed in place)."""
         if float32:  # |x|, then its exponent field (with two lane bits) or its top half
             bits = chunk.abs_().view(torch.int32)
-            nonzero.append(torch.count_nonzero(bits))  # of |x|: -0.0 is a zero too
+            # Of |x|: -0.0 is a zero too. On a CPU numpy counts an int32 array in half the
+            # time torch takes.
+            nonzero.append(
+                torch.tensor(np.count_nonzero(bits.numpy())) if on_host
+                else torch.count_nonzero(bits)
+            )  # fmt: skip
             binned = bits.bitwise_right_shift_(_FIELD_SHIFT if bins == _FIELD_BINS else 16)
         else:
             out = scratch.get("chunk_patterns", chunk.numel(), torch.int16, device)
@@ -475,12 +482,16 @@ def group_code_counts(
         else:
             found.append(_count_bins(binned, bins))
 
-    flats = [t.detach() if t.dtype == dtype else t.detach().to(dtype) for t in tensors]
+    # Detached only where a graph is attached: a detach per gradient costs its tensor.
+    flats = [
+        (t.detach() if t.requires_grad else t) if t.dtype == dtype else t.detach().to(dtype)
+        for t in tensors
+    ]
     if total <= _CHUNK:  # one copy of them all, made in one call
         count(flatten_dense_tensors(flats) if len(flats) > 1 else flats[0].reshape(-1).clone())
     else:
         _count_in_chunks(flats, scratch.get("chunk_values", _CHUNK, dtype, device), count)
-    nonzero_count = torch.stack(nonzero).sum()
+    nonzero_count = nonzero[0] if len(nonzero) == 1 else torch.stack(nonzero).sum()
     if lookup:
         return found[0], None, nonzero_count
     counts = found[0]
@@ -706,7 +717,7 @@ def segment_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
 def _device_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
     """`segment_rows` by torch operations only (on an accelerator a host read per segment
     would be a sync); zeros not yet counted are counted here."""
-    rows, amax = _placed_rows(segments, host=False)
+    rows, amax = _placed_rows(segments)
     known = [(i, s.zeros) for i, s in enumerate(segments) if s.zeros is not None]
     deferred = [i for i, s in enumerate(segments) if s.zeros is None and s.tensor is not None]
     for index in deferred:  # only on a CPU: an accelerator counts them in the hook
@@ -722,38 +733,88 @@ def _device_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _host_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
-    """`segment_rows` on a CPU: the counted segments placed by torch, then, in numpy on
-    zero-copy views, the zeros (only where exponent field 0 is occupied) and the pending
-    small tensors, each kind counted at once (`_count_on_host`)."""
-    if any(segment.layout != "pending" for segment in segments):
-        rows, amax = _placed_rows(segments, host=True)
-        host_rows, host_amax = rows.numpy(), amax.numpy()
-    else:  # all pending (a small model): nothing for torch to place
-        host_rows = np.zeros((len(segments), CODES + 1), dtype=np.int64)
-        host_amax = np.zeros(len(segments), dtype=np.float32)
-        rows, amax = torch.from_numpy(host_rows), torch.from_numpy(host_amax)
+    """`segment_rows` on a CPU, in numpy on zero-copy views of the counts (a few numpy calls
+    per layout, where torch's indexed copies cost several times as much): the counted
+    segments placed, then the zeros (counted only where exponent field 0 is occupied) and
+    the pending small tensors, each kind counted at once (`_count_on_host`)."""
+    count = len(segments)
+    rows = np.zeros((count, CODES + 1), dtype=np.int64)
+    amax = np.zeros(count, dtype=np.float32)  # parameter rows: 0
+    kinds: dict[tuple[str, str], list[int]] = {}
+    peaks: dict[str, tuple[list[int], list[torch.Tensor | int]]] = {}
     pending: dict[str, list[int]] = {}
+    zeros_at: list[int] = []
+    zeros: list[int] = []
+    deferred: list[int] = []  # zeros not counted yet
     for index, segment in enumerate(segments):
-        if segment.layout == "pending":
+        layout = segment.layout
+        if layout == "pending":
             # bfloat16 is counted by its exponent fields with the float32 ones (one count).
             table = "float32" if segment.table == "bfloat16" else segment.table
             pending.setdefault(table, []).append(index)
-        elif segment.zeros is not None:
-            host_rows[index, ZERO_CODE] += int(segment.zeros)
-        elif segment.tensor is not None and host_rows[index, CODES]:
+            continue
+        if layout == "codes":
+            rows[index] = segment.codes.numpy()
+        else:  # float32 and bfloat16 exponent fields are placed alike: together
+            table = segment.table if layout == "blocks" else ""
+            kinds.setdefault((layout, table), []).append(index)
+        if segment.peak is not None:
+            where, found = peaks.setdefault(segment.table, ([], []))
+            where.append(index)
+            found.append(segment.peak)
+        if segment.zeros is not None:
+            zeros_at.append(index)
+            zeros.append(int(segment.zeros))
+        elif segment.tensor is not None:
+            deferred.append(index)
+    for (layout, table), where in kinds.items():
+        stacked = torch.stack([segments[i].codes for i in where])
+        at = np.array(where)[:, None]
+        if layout == "exponents":
+            # Summed by torch: numpy's sum over an axis of 4 costs several times as much.
+            fields = stacked.view(len(where), EXPONENT_FIELDS, -1).sum(dim=2).numpy()
+            if where[-1] - where[0] == len(where) - 1:  # consecutive rows: slices, no gather
+                block = rows[where[0] : where[-1] + 1]
+                block[:, _FIRST_FIELD_CODE : _FIRST_FIELD_CODE + EXPONENT_FIELDS - 2] = fields[
+                    :, 1:-1
+                ]
+                block[:, CODES] = fields[:, 0]
+                block[:, INF_CODE] = fields[:, -1]
+            else:
+                rows[at, _EXPONENT_COLUMN_ARRAY] = fields
+        else:  # "blocks": the edge patterns' codes repeat, so torch adds them up, in `rows`
+            _, edge_codes, field_columns = _columns(table, torch.device("cpu"))
+            rows[at, field_columns.numpy()] = stacked.numpy()[:, 1:-1]
+            edges = torch.stack([edge for i in where if (edge := segments[i].edges) is not None])
+            at_tensor = torch.from_numpy(at)
+            torch.from_numpy(rows).index_put_((at_tensor, edge_codes), edges, accumulate=True)
+    for table, (where, found) in peaks.items():
+        if all(isinstance(peak, torch.Tensor) for peak in found):
+            bits = torch.stack(found).numpy()  # type: ignore[arg-type]  # int16 or int32
+        else:
+            bits = np.array([int(peak) for peak in found])
+        if table in _PATTERN_TABLES:
+            amax[where] = pattern_values(torch.device("cpu"))[table].numpy()[bits]
+        else:
+            amax[where] = bits.astype(np.int32).view(np.float32)
+    if zeros_at:
+        rows[zeros_at, ZERO_CODE] += zeros
+    for index in deferred:
+        tensor = segments[index].tensor
+        if tensor is not None and rows[index, CODES]:
             # Field 0 occupied: the zeros, compared with 0 (-0.0 included): numpy counts
             # non-zero floats far slower.
-            host_rows[index, ZERO_CODE] += int(np.count_nonzero(segment.tensor.numpy() == 0))
+            rows[index, ZERO_CODE] += int(np.count_nonzero(tensor.numpy() == 0))
     for table, where in pending.items():
         tensors = [tensor for i in where if (tensor := segments[i].tensor) is not None]
-        host_rows[where], host_amax[where] = _count_on_host(table, tensors)
-    return rows, amax
+        rows[where], amax[where] = _count_on_host(table, tensors)
+    return torch.from_numpy(rows), torch.from_numpy(amax)
 
 
-def _placed_rows(segments: Sequence[Segment], *, host: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, max |x|) of the counted segments, each layout stacked and placed at once
-    (`host`: CPU tensors, whose rows of codes numpy copies faster); zeros not added,
-    pending segments left empty."""
+def _placed_rows(segments: Sequence[Segment]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, max |x|) of the counted segments, each layout stacked and placed at once by
+    torch operations (on an accelerator; a CPU's are placed in numpy by `_host_rows`); zeros
+    not added, pending segments left empty."""
     device = segments[0].codes.device
     count = len(segments)
     rows = torch.zeros(count, CODES + 1, dtype=torch.int64, device=device)
@@ -768,11 +829,6 @@ def _placed_rows(segments: Sequence[Segment], *, host: bool) -> tuple[torch.Tens
             found.append(torch.as_tensor(segment.peak, device=device))
     for (layout, table), where in kinds.items():
         if layout == "pending":
-            continue
-        if layout == "codes" and host:  # a copy each, in numpy: no stacking
-            copies = rows.numpy()
-            for index in where:
-                copies[index] = segments[index].codes.numpy()
             continue
         counts = torch.stack([segments[i].codes for i in where])
         at = _index(where, device)
@@ -843,16 +899,21 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     layout = _host_layout(sizes, EXPONENT_FIELDS)
     magnitudes = layout.values  # the bits of |x| (as a float32)
     narrow: list[int] = []  # the bfloat16 tensors
-    for position, (tensor, start, size) in enumerate(
-        zip(tensors, layout.starts.tolist(), sizes, strict=True)
-    ):
-        part = magnitudes[start : start + size]
-        if tensor.dtype == torch.bfloat16:
-            narrow.append(position)
-            np.bitwise_and(tensor.view(torch.int16).numpy().reshape(-1), 0x7FFF, out=part)
-            np.left_shift(part, 16, out=part)
-        else:
-            np.bitwise_and(tensor.numpy().view(np.int32).reshape(-1), 0x7FFFFFFF, out=part)
+    if all(tensor.dtype == torch.float32 for tensor in tensors):
+        # One copy of them all and one mask: two calls, whatever their number.
+        torch.cat([t.reshape(-1) for t in tensors], out=layout.values_tensor.view(torch.float32))
+        np.bitwise_and(magnitudes, 0x7FFFFFFF, out=magnitudes)
+    else:
+        for position, (tensor, start, size) in enumerate(
+            zip(tensors, layout.starts.tolist(), sizes, strict=True)
+        ):
+            part = magnitudes[start : start + size]
+            if tensor.dtype == torch.bfloat16:
+                narrow.append(position)
+                np.bitwise_and(tensor.view(torch.int16).numpy().reshape(-1), 0x7FFF, out=part)
+                np.left_shift(part, 16, out=part)
+            else:
+                np.bitwise_and(tensor.numpy().view(np.int32).reshape(-1), 0x7FFFFFFF, out=part)
     fields = np.right_shift(magnitudes, 23, out=layout.bins)  # the exponent field
     fields += layout.slots
     rows = np.zeros((count, CODES + 1), dtype=np.int64)

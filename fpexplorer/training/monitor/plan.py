@@ -72,20 +72,18 @@ class HostPack:
         self._names: list[tuple[str, int]] = []
         self._host: dict[str, npt.NDArray[np.float64]] = {}
         self._scalars: dict[str, float] = {}
+        self._added: set[str] = set()
 
     def _check_new(self, name: str) -> None:
-        if (
-            name in self._host
-            or name in self._scalars
-            or any(name == known for known, _ in self._names)
-        ):
+        if name in self._added:
             raise ValueError(f"{name!r} is already in the pack")
+        self._added.add(name)
 
     def add(self, name: str, values: torch.Tensor | float) -> None:
         self._check_new(name)
         if not isinstance(values, torch.Tensor):
             self._scalars[name] = float(values)
-        elif self._on_host and values.device.type == "cpu":
+        elif self._on_host and values.is_cpu:
             if values.numel() == 1:  # the cheap signals: item() is the fastest read
                 self._scalars[name] = float(values.item())
             else:  # a zero-copy view, converted by numpy (cheaper than a torch operation)
@@ -199,7 +197,7 @@ class StatsPlan:
         segments = tuple(group.segment for group in groups) + act_segments
         histograms = self._histograms(host, segments)
         n_groups = len(groups)
-        grad_counts = histograms[:n_groups].sum(axis=0)
+        grad_counts = histograms[0] if n_groups == 1 else histograms[:n_groups].sum(axis=0)
         act_histograms = histograms[n_groups:]
         act_counts = act_histograms.sum(axis=0)
         act_layers = [segment.layer for segment in act_segments]
@@ -264,12 +262,15 @@ class StatsPlan:
         exponent field 0 holding more than the zeros, or below 2**-133 for the top-half
         patterns of the format shares; exponent field 255 or the inf pattern, which hold
         NaNs too) are counted again exactly: rare, and only those rows."""
-        rows = host["rows"].reshape(len(segments), CODES + 1).copy()
+        rows = host["rows"].reshape(len(segments), CODES + 1)
         unresolved = rows[:, CODES] > rows[:, ZERO_CODE]
         unresolved |= rows[:, INF_CODE] > 0
+        copied = False  # the host values stay as they are: rows are changed in a copy
         for index in np.flatnonzero(unresolved):
             if segments[int(index)].exact:  # 16-bit patterns place every element
                 continue
+            if not copied:
+                rows, copied = rows.copy(), True
             if index < len(self.param_groups):
                 exact = group_code_histogram(self.param_groups[int(index)].members)
             else:
