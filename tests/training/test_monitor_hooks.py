@@ -253,6 +253,34 @@ def test_a_monitor_on_a_submodule_counts_its_own_forwards_saved_activations(
     assert saved_bytes_by_hand(model, inputs) == whole  # nothing of theirs left in autograd
 
 
+def test_a_forward_where_saved_tensor_hooks_are_disabled_leaves_the_monitor_as_it_was(
+    tmp_path: Path,
+) -> None:
+    # torch refuses saved-tensor hooks while they are disabled (as some of its own transforms
+    # do): that forward fails, and the monitor counts the next one as usual (nothing joined,
+    # nothing left to leave).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = torch.randn(16, 8)
+    expected = saved_bytes_by_hand(model, inputs)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        torch._C._autograd._saved_tensors_hooks_disable("disabled by the test")
+        try:
+            with pytest.raises(RuntimeError, match="disabled by the test"):
+                model(inputs)
+        finally:
+            torch._C._autograd._saved_tensors_hooks_enable()
+        loss = model(inputs).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        stats = monitor.step(loss).stats
+    assert stats is not None and stats.memory is not None
+    assert stats.memory.activations == expected
+    assert saved_bytes_by_hand(model, inputs) == expected  # nothing of the monitor's left
+
+
 def test_forward_checks_read_on_the_host_and_on_the_device_keep_their_order(
     tmp_path: Path,
 ) -> None:

@@ -344,9 +344,9 @@ class _SavedTensorTap(threading.local):
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack_saved)
 
     def join(self) -> int:
-        self.joined += 1
-        if self.joined == 1:
+        if not self.joined:  # may raise (saved-tensor hooks disabled): nothing joined then
             self._hooks.__enter__()
+        self.joined += 1
         return len(self.saved)
 
     def leave(self) -> None:
@@ -883,8 +883,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._pass = _ForwardPass(group)
         self._passes.append(self._pass)
         self._saved = self._pass.saved
-        self._tapping = True
         self._tap_start = _SAVED_TENSOR_TAP.join()
+        self._tapping = True
 
     def _on_model_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._tapping:

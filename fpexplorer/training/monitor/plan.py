@@ -183,10 +183,13 @@ class StatsPlan:
         layer_sumsq = [0.0] * layer_count
         layer_nonfinite = [False] * layer_count
         if self.param_layers:
-            for layer, norm in zip(self.param_layers, host["norms"].tolist(), strict=True):
+            norms = host["norms"].tolist()
+            for layer, norm in zip(self.param_layers, norms, strict=True):
                 layer_sumsq[layer] += norm * norm
-                if not math.isfinite(norm):
-                    layer_nonfinite[layer] = True
+            if not math.isfinite(sum(norms)):  # an inf or NaN norm (or a sum that overflows)
+                for layer, norm in zip(self.param_layers, norms, strict=True):
+                    if not math.isfinite(norm):
+                        layer_nonfinite[layer] = True
         first_forward: str | None = None
         if self.forward_layers:
             flags = host["forward_finite"].tolist()  # 1.0: finite; a few dozen at most
@@ -194,7 +197,7 @@ class StatsPlan:
                 first_forward = self.layer_names[self.forward_layers[flags.index(0.0)]]
         groups = self.param_groups
         act_segments = self.act_segments
-        segments = tuple(group.segment for group in groups) + act_segments
+        segments = tuple([group.segment for group in groups]) + act_segments
         histograms = self._histograms(host, segments)
         n_groups = len(groups)
         grad_counts = histograms[0] if n_groups == 1 else histograms[:n_groups].sum(axis=0)
