@@ -308,6 +308,7 @@ def test_byte_counts_of_any_int_type_are_written_as_the_codec_writes_them() -> N
 
 
 def test_counts_longer_than_any_histogram_are_written_too() -> None:
-    counts = tuple(range(2 * records.MAX_BINADE + 5))
-    assert runlog._int_list_text(counts) == json.dumps(list(counts), separators=(",", ":"))
-    assert len(counts) not in runlog._INT_LIST_FORMATS
+    for size in (runlog._INT_LIST_FORMAT_MAX, runlog._INT_LIST_FORMAT_MAX + 1, 2500):
+        counts = tuple(range(size))
+        assert runlog._int_list_text(counts) == json.dumps(list(counts), separators=(",", ":"))
+    assert max(runlog._INT_LIST_FORMATS) <= runlog._INT_LIST_FORMAT_MAX
