@@ -49,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -696,9 +697,22 @@ def _slot_init(cls: type) -> Callable[..., None] | None:
         parameters += ["*", *keyword_only]
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
-    source = "\n".join([f"def __init__({', '.join(parameters)}):", *(body or ["    pass"])])
-    exec(source, namespace)  # field names only: identifiers, from the dataclass
-    init: Callable[..., None] = namespace["__init__"]
+    # Made inside a function of the names above (as dataclasses makes __init__), run in the
+    # class's module: its __globals__ are the module's, where its string annotations resolve
+    # (typing.get_type_hints(cls.__init__), inspect.signature(cls, eval_str=True)).
+    source = "\n".join(
+        [
+            f"def _make_init({', '.join(namespace)}):",
+            f"    def __init__({', '.join(parameters)}):",
+            *[f"    {line}" for line in body or ["    pass"]],
+            "    return __init__",
+        ]
+    )
+    module = sys.modules.get(cls.__module__)
+    made: dict[str, Any] = {}
+    # Field names only: identifiers, from the dataclass.
+    exec(source, vars(module) if module is not None else {}, made)
+    init: Callable[..., None] = made["_make_init"](**namespace)
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     init.__annotations__ = dict(getattr(cls.__init__, "__annotations__", {}))  # type: ignore[misc]

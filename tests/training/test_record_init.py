@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import pickle
+import typing
 from typing import Any
 
 import pytest
@@ -84,6 +85,13 @@ def test_the_signature_is_the_dataclasses(cls: type) -> None:
     assert str(inspect.signature(cls.__init__)) == str(  # type: ignore[misc]
         inspect.signature(records.DATACLASS_INITS[cls])
     )
+    # The annotations resolve as the dataclass's do, in the records module (they are
+    # strings there): the generated __init__'s globals were its own, where a nested record
+    # class (Histogram, StepStats, ...) or `Any` was a NameError (this failed before).
+    original = records.DATACLASS_INITS[cls]
+    assert typing.get_type_hints(cls.__init__) == typing.get_type_hints(original)  # type: ignore[misc]
+    resolved = inspect.signature(cls.__init__, eval_str=True)  # type: ignore[misc]
+    assert str(resolved) == str(inspect.signature(original, eval_str=True))
 
 
 @pytest.mark.parametrize(
