@@ -662,7 +662,8 @@ class RunWriter:
                 continue
             try:
                 lines.append(fast_encode_line(item) + "\n")
-            except (TypeError, ValueError) as error:  # a value its field cannot hold
+            except (TypeError, ValueError, OverflowError) as error:
+                # A value its field cannot hold (OverflowError: int(inf), float(10**400)).
                 # Encoded late: the records around it are still written, and the error
                 # reaches the writer's caller (at once, or at its next write from the timer).
                 unwritable = unwritable or ValueError(f"a step record cannot be written: {error}")
