@@ -35,7 +35,6 @@ from typing import IO, Any
 
 from fpexplorer.training.records import (
     END_STATUSES,
-    MAX_BINADE,
     RECORD_TYPES,
     SCHEMA_VERSION,
     EndRecord,
@@ -152,7 +151,9 @@ def _scalar_text(hint: Any) -> Callable[[Any], str] | None:
 
 
 # "[%d,%d,...]" by length: a histogram's counts written by one `%` (half the time of a join
-# over each int's repr). Lengths beyond any histogram's are not kept.
+# over each int's repr). Kept up to this length (float32's binades, -149..127, are 277;
+# every length up to it, about 400 kB); longer counts are joined.
+_INT_LIST_FORMAT_MAX = 512
 _INT_LIST_FORMATS: dict[int, str] = {}
 
 
@@ -168,7 +169,7 @@ def _int_list_text(values: Any) -> str:
     if type(values) is tuple:
         size = len(values)
         form = _INT_LIST_FORMATS.get(size)
-        if form is None and size <= 2 * MAX_BINADE:
+        if form is None and size <= _INT_LIST_FORMAT_MAX:
             form = _INT_LIST_FORMATS[size] = "[" + ",".join(["%d"] * size) + "]"
         if form is not None:
             try:

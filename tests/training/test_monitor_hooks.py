@@ -6,6 +6,7 @@ in-place op after the module, a module returning its input, a tuple output, a le
 from __future__ import annotations
 
 import copy
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from monitor_helpers import flat
 from torch import nn
 
 from fpexplorer.training.monitor import AmpMonitor
-from fpexplorer.training.monitor.amp_monitor import _all_finite
+from fpexplorer.training.monitor.amp_monitor import _SAVED_TENSOR_TAP, _all_finite
 from fpexplorer.training.monitor.device import bytes_by_dtype
 from fpexplorer.training.monitor.plan import HostPack
 
@@ -278,6 +279,64 @@ def test_a_forward_where_saved_tensor_hooks_are_disabled_leaves_the_monitor_as_i
         stats = monitor.step(loss).stats
     assert stats is not None and stats.memory is not None
     assert stats.memory.activations == expected
+    assert saved_bytes_by_hand(model, inputs) == expected  # nothing of the monitor's left
+
+
+class ForwardOnAnotherThread(nn.Module):
+    """Passes its input on; on its first call runs `model` forward and backward on another
+    thread, to the end, while the caller's forward waits in the middle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: nn.Module | None = None
+        self.inputs = torch.randn(16, 8)
+        self.ran = False
+        self.error: BaseException | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.ran and self.model is not None:
+            self.ran = True
+            model = self.model
+
+            def other() -> None:
+                try:
+                    model(self.inputs).sum().backward()
+                except BaseException as error:  # reported by the test
+                    self.error = error
+
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join()
+        return x
+
+
+def test_a_forward_on_another_thread_ending_inside_the_monitored_one_leaves_its_tap_alone(
+    tmp_path: Path,
+) -> None:
+    # The tap and torch's saved-tensor hook stack are per thread. The other thread's forward
+    # end left the tap of its own thread (never joined: -1 from then on) and not the
+    # caller's: that step's activations read {}, and the caller's tap stayed joined for good,
+    # holding every tensor saved in every later forward (this failed before; the code before
+    # this session raised "list.remove(x): x not in list" in the other thread instead).
+    torch.manual_seed(0)
+    spawner = ForwardOnAnotherThread()
+    model = nn.Sequential(nn.Linear(8, 32), spawner, nn.GELU(), nn.Linear(32, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = torch.randn(16, 8)
+    expected = saved_bytes_by_hand(model, inputs)  # no thread yet: `model` not given
+    spawner.model = model
+    seen = []
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for _ in range(3):
+            loss = model(inputs).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            stats = monitor.step(loss).stats
+            seen.append(stats.memory.activations if stats and stats.memory else None)
+            assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+    assert spawner.ran and spawner.error is None
+    assert seen == [expected] * 3
     assert saved_bytes_by_hand(model, inputs) == expected  # nothing of the monitor's left
 
 

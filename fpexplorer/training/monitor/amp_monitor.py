@@ -548,6 +548,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # Whether each leaf module's output is finite, of the passes a backward used.
         self._forward_checks: list[tuple[int, _ForwardCheck]] = []
         self._tapping = False  # joined _SAVED_TENSOR_TAP for the current forward
+        # The thread whose tap was joined: only its forward's end leaves it (the tap and
+        # torch's hook stack are per thread; a forward on another thread that ends inside
+        # this one's must leave neither).
+        self._tap_thread = 0
         self._tap_start = 0  # where this forward's tensors start in the tap's `saved`
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
@@ -884,10 +888,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._passes.append(self._pass)
         self._saved = self._pass.saved
         self._tap_start = _SAVED_TENSOR_TAP.join()
+        self._tap_thread = threading.get_ident()
         self._tapping = True
 
     def _on_model_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
-        if self._tapping:
+        if self._tapping and self._tap_thread == threading.get_ident():
             self._tapping = False
             self._count_saved(_SAVED_TENSOR_TAP.saved[self._tap_start :])
             _SAVED_TENSOR_TAP.leave()
@@ -1647,7 +1652,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         for handle in self._handles:
             handle.remove()
         self._remove_module_hooks()
-        if self._tapping:
+        if self._tapping and self._tap_thread == threading.get_ident():
             self._tapping = False
             _SAVED_TENSOR_TAP.leave()
         self._write_header()
