@@ -552,6 +552,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # torch's hook stack are per thread; a forward on another thread that ends inside
         # this one's must leave neither).
         self._tap_thread = 0
+        # Calls of the model inside its own forward (a recursive model's `self(...)`), on the
+        # tapping thread, not ended yet: their ends are not the forward's.
+        self._tap_depth = 0
         self._tap_start = 0  # where this forward's tensors start in the tap's `saved`
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
@@ -879,7 +882,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if torch.compiler.is_compiling():  # a compiled function calls the model
             self._traced = True
             return
-        if not self._collecting or not torch.is_grad_enabled() or self._tapping:
+        if self._tapping:
+            if self._tap_thread == threading.get_ident():
+                self._tap_depth += 1
+            return
+        if not self._collecting or not torch.is_grad_enabled():
             return
         # A new pass; after a backward, in a new group (the passes before it were freed).
         group = self._pass.group + self._backward_ran
@@ -889,10 +896,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._saved = self._pass.saved
         self._tap_start = _SAVED_TENSOR_TAP.join()
         self._tap_thread = threading.get_ident()
+        self._tap_depth = 0
         self._tapping = True
 
     def _on_model_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._tapping and self._tap_thread == threading.get_ident():
+            if self._tap_depth:  # a call inside the forward ended, not the forward
+                self._tap_depth -= 1
+                return
             self._tapping = False
             self._count_saved(_SAVED_TENSOR_TAP.saved[self._tap_start :])
             _SAVED_TENSOR_TAP.leave()
