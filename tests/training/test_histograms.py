@@ -235,3 +235,34 @@ def test_recorded_activation_figures_equal_numpy_for_large_and_small_tensors(
             # Backward reaches the layers in reverse: the captures are in backward order.
             peaks = [float(g.float().abs().max()) for g in reversed(captured)]
             assert [layer["amax"] for layer in record["layers"]] == peaks
+
+
+@pytest.mark.parametrize("values", ["ordinary", "edge"])
+def test_a_large_float32_parameter_group_on_a_cpu_equals_numpy(tmp_path: Path, values: str) -> None:
+    # Parameter gradients of 2**14 float32 elements or more are counted on a CPU by their
+    # exponent fields and placed with the activation gradients' ("exponents" rows); the
+    # record's histogram equals numpy's, with zeros of both signs, and with subnormals,
+    # infinities and NaN (counted again from the values) in the "edge" case.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(128, 160), nn.ReLU(), nn.Linear(160, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for step in range(2):
+            optimizer.zero_grad()
+            loss = model(torch.randn(16, 128)).square().mean()
+            loss.backward()
+            weight_grad = model[0].weight.grad
+            assert weight_grad is not None and weight_grad.numel() >= 2**14
+            flat_grad = weight_grad.view(-1)
+            flat_grad[::7] = 0.0
+            flat_grad[1::11] = -0.0
+            if values == "edge":
+                special = edge_values(torch.float32)
+                flat_grad[2 : 2 + special.numel()] = special
+            optimizer.step()
+            record = flat(monitor.step(loss))
+            grads = [p.grad.numpy() for p in model.parameters() if p.grad is not None]
+            histogram = numpy_histogram(grads)
+            assert {k: record["grad_hist"][k] for k in histogram} == histogram, step
+            assert histogram["zero"] > 2**14 // 7
+            assert (histogram["nan"] > 0) == (values == "edge")

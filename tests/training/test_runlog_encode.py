@@ -131,7 +131,25 @@ def _compiled(cls: type) -> Callable[[Any], str]:
     return compiled
 
 
-@pytest.mark.parametrize("cls", _record_classes(), ids=lambda cls: cls.__name__)
+# Records with many or nested fields take half a second to 4 s each to draw: the slow set.
+_LARGE_RECORDS = (
+    "StepRecord",
+    "StepStats",
+    "HeaderRecord",
+    "RankStep",
+    "QuantTensorStats",
+    "EndRecord",
+)
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        pytest.param(cls, marks=pytest.mark.slow) if cls.__name__ in _LARGE_RECORDS else cls
+        for cls in _record_classes()
+    ],
+    ids=lambda cls: cls.__name__,
+)
 @given(data=st.data())
 def test_every_record_class_is_written_as_its_text_encoder_and_the_codec_write_it(
     cls: type, data: st.DataObject

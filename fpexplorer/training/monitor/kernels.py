@@ -440,6 +440,7 @@ def group_code_counts(
     scratch: Scratch,
     *,
     keep_patterns: bool = False,
+    field_counts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """(CODES + 1 counts by code, the 32768 pattern counts or None, the count of non-zero
     elements) of several tensors counted together: float16/bfloat16 by their own bits
@@ -449,7 +450,9 @@ def group_code_counts(
     field, |x| < 2**-126). Consecutive tensors are copied into one reused buffer of at most
     2**20 elements (one `cat` each time it fills), which is then counted: a handful of
     operations per 2**20 elements however many tensors there are; up to 2**20 elements,
-    one flattening copy of them all (a single call) is counted."""
+    one flattening copy of them all (a single call) is counted. `field_counts` (float32
+    without the pattern counts only): the _FIELD_BINS counts of the exponent field and two
+    mantissa bits in place of the codes, as an "exponents" `Segment` holds them."""
     float32 = table_name == "float32_high"
     dtype = torch.float32 if float32 else tensors[0].dtype
     total = sum(t.numel() for t in tensors)
@@ -491,6 +494,8 @@ def group_code_counts(
     if lookup:
         return found[0], None, nonzero_count
     counts = found[0]
+    if bins == _FIELD_BINS and field_counts:
+        return counts, None, nonzero_count
     if bins == _FIELD_BINS:
         codes = torch.zeros(CODES + 1, dtype=torch.int64, device=device)
         fields = counts.view(EXPONENT_FIELDS, -1).sum(dim=1)
@@ -525,6 +530,14 @@ def group_segment(
         return Segment(-1, name, total, name, _PENDING, None, None, flat, None, top_exact,
                        layout="pending")  # fmt: skip
     table = "float32_high" if float32 else name
+    on_host = members[0].device.type == "cpu"
+    if float32 and on_host and not keep_patterns:
+        # The exponent-field counts as they are (an "exponents" segment, placed with the
+        # activation gradients' by `segment_rows`: no row of codes made here), the zeros
+        # read now (a CPU has no queue to wait for).
+        fields, _, nonzero = group_code_counts(members, table, scratch, field_counts=True)
+        return Segment(-1, name, total, table, fields, total - int(nonzero), None, None, None,
+                       top_exact, layout="exponents")  # fmt: skip
     codes, counts, nonzero = group_code_counts(members, table, scratch,
                                                keep_patterns=keep_patterns)  # fmt: skip
     if float32:
