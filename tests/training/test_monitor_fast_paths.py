@@ -102,6 +102,21 @@ def test_format_shares_of_16_bit_valued_gradients(
         assert record["format_shares"] == expected_shares(exact.numpy(), scale)
 
 
+@pytest.mark.parametrize("scale", [1.0, 2.0**16, 1000.0])
+def test_format_shares_of_float64_gradients_are_those_of_their_float32_values(
+    tmp_path: Path, scale: float
+) -> None:
+    # A float64 model's gradients are counted by their float32 values, as its histogram
+    # is: the exact check of a bound inside an occupied pattern wrote |g| of float64
+    # gradients into its float32 buffer, a RuntimeError ("Found dtype Float but expected
+    # Double") at every such statistics step (this failed before, and before this session).
+    generator = np.random.default_rng(12)
+    spread = generator.standard_normal(2000) * np.exp2(generator.integers(-140, 40, 2000))
+    grads = torch.cat([tricky_gradients(scale, seed=12).double(), torch.from_numpy(spread)])
+    record = one_step(tmp_path, grads, scale, torch.float64)
+    assert record["format_shares"] == expected_shares(grads.numpy(), scale)
+
+
 def test_lost_updates_equal_numpy(tmp_path: Path) -> None:
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(64, 64), nn.Linear(64, 1))

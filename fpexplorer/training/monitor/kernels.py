@@ -240,14 +240,19 @@ def count_abs_at_most(
     tensors: Sequence[torch.Tensor], bounds: Sequence[float], scratch: Scratch
 ) -> torch.Tensor:
     """For each bound (a float32 value): the count of elements with |x| <= bound over the
-    float tensors (one pass for |x|, then one comparison per bound)."""
+    float tensors, by their float32 values (one pass for |x|, then one comparison per
+    bound)."""
     total = sum(t.numel() for t in tensors)
     device = tensors[0].device
     magnitudes = scratch.get("magnitudes", total, torch.float32, device)
     offset = 0
     for tensor in tensors:
         end = offset + tensor.numel()
-        torch.abs(tensor.detach().reshape(-1), out=magnitudes[offset:end])
+        part = magnitudes[offset:end]
+        if tensor.dtype == torch.float32:
+            torch.abs(tensor.detach().reshape(-1), out=part)
+        else:  # abs() writes its input's dtype: a float64 tensor's float32 values, then |x|
+            part.copy_(tensor.detach().reshape(-1)).abs_()
         offset = end
     flags = scratch.get("flags", total, torch.bool, device)
     return torch.stack(
