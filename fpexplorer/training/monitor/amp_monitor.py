@@ -329,11 +329,18 @@ class _SavedTensorTap(threading.local):
     first to join and left by the last to leave, which empties `saved`). Per thread, as
     torch's stack is. The pack hook only appends: the bytes are summed once per pass, at
     its end, not tensor by tensor in the middle of the forward. The list holds nothing
-    autograd does not hold until then anyway (it saved them for backward)."""
+    autograd does not hold until then anyway (it saved them for backward).
+
+    A forward that starts under saved-tensor hooks of someone else's (the model called
+    inside `torch.utils.checkpoint`, or `save_on_cpu`) is not tapped: entered on top, this
+    pair replaced theirs, and a checkpoint then kept every activation instead of
+    recomputing it. What such hooks pack is theirs to keep or drop; it is not counted, as
+    it is not where their region starts inside the model's forward."""
 
     def __init__(self) -> None:
         self.saved: list[torch.Tensor] = []
         self.joined = 0
+        self._entered = False  # this pair is on torch's stack (no other pair was)
         append = self.saved.append
 
         def pack(tensor: torch.Tensor) -> tuple[torch.Tensor]:
@@ -344,16 +351,25 @@ class _SavedTensorTap(threading.local):
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack_saved)
 
     def join(self) -> int:
-        if not self.joined:  # may raise (saved-tensor hooks disabled): nothing joined then
-            self._hooks.__enter__()
+        if not self.joined:
+            self._entered = _saved_tensor_hooks_in_use() is None
+            if self._entered:  # may raise (saved-tensor hooks disabled): nothing joined then
+                self._hooks.__enter__()
         self.joined += 1
         return len(self.saved)
 
     def leave(self) -> None:
         self.joined -= 1
         if not self.joined:
-            self._hooks.__exit__(None, None, None)
+            if self._entered:
+                self._entered = False
+                self._hooks.__exit__(None, None, None)
             self.saved.clear()
+
+
+def _saved_tensor_hooks_in_use() -> object:
+    """The saved-tensor hooks autograd calls now (the top of its stack), None when none."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False)
 
 
 # The tensor back from the saved-tensor tap's tuple (called for every saved tensor in
