@@ -340,6 +340,106 @@ def test_a_forward_on_another_thread_ending_inside_the_monitored_one_leaves_its_
     assert saved_bytes_by_hand(model, inputs) == expected  # nothing of the monitor's left
 
 
+class Recursive(nn.Module):
+    """Applies itself once more inside its forward, by `self(...)` (as tree models recurse)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(8, 8)
+        self.outer = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, depth: int = 1) -> torch.Tensor:
+        hidden = torch.tanh(self.inner(x))
+        if depth:
+            hidden = hidden + self(hidden, depth - 1)
+        return torch.tanh(self.outer(hidden))
+
+
+def test_a_model_that_calls_itself_in_its_forward_has_all_its_saved_activations_counted(
+    tmp_path: Path,
+) -> None:
+    # The inner call's end ran the forward-end hook, which ended the tapping: what the rest
+    # of the outer forward saved was not counted (2048 bytes of 3072; this failed before,
+    # and in the code before this session too).
+    torch.manual_seed(0)
+    model = Recursive()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = torch.randn(16, 8)
+    expected = saved_bytes_by_hand(model, inputs)
+    seen = []
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for _ in range(2):
+            loss = model(inputs).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            stats = monitor.step(loss).stats
+            seen.append(stats.memory.activations if stats and stats.memory else None)
+            assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+    assert seen == [expected] * 2
+    assert saved_bytes_by_hand(model, inputs) == expected  # nothing of the monitor's left
+
+
+class CountedCalls(nn.Module):
+    """A small model that counts its forward calls (a checkpoint's recomputation is one)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(8, 32)
+        self.last = nn.Linear(32, 4)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.last(torch.nn.functional.gelu(self.first(x)))
+
+
+def test_a_model_run_under_other_saved_tensor_hooks_keeps_them_on_statistics_steps(
+    tmp_path: Path,
+) -> None:
+    # The monitor's tap was entered on top of hooks already in place when the model's
+    # forward began, and autograd calls only the top pair: `checkpoint(model, x)` (not
+    # reentrant) kept every activation and ran no recomputation on statistics steps, and a
+    # caller's own hooks (offloading, counting) were never called (this failed before, and
+    # in the code before this session too). Their tensors are theirs: not counted.
+    torch.manual_seed(0)
+    model = CountedCalls()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = torch.randn(16, 8)
+    packed: list[int] = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        packed.append(tensor.numel())
+        return tensor
+
+    def under_own_hooks() -> torch.Tensor:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            return model(inputs).square().mean()
+
+    under_own_hooks()
+    expected_packed, packed[:] = list(packed), []  # no monitor yet
+    assert expected_packed
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for step in range(4):
+            model.calls, packed[:] = 0, []
+            if step % 2:
+                loss = under_own_hooks()
+            else:
+                output = torch.utils.checkpoint.checkpoint(model, inputs, use_reentrant=False)
+                loss = output.square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            stats = monitor.step(loss).stats
+            assert stats is not None and stats.memory is not None
+            assert stats.memory.activations == {}
+            if step % 2:
+                assert packed == expected_packed  # every tensor went through their hooks
+            else:
+                assert model.calls == 2  # the forward, then its recomputation in backward
+            assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+
+
 def test_forward_checks_read_on_the_host_and_on_the_device_keep_their_order(
     tmp_path: Path,
 ) -> None:

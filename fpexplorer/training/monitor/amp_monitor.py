@@ -329,11 +329,18 @@ class _SavedTensorTap(threading.local):
     first to join and left by the last to leave, which empties `saved`). Per thread, as
     torch's stack is. The pack hook only appends: the bytes are summed once per pass, at
     its end, not tensor by tensor in the middle of the forward. The list holds nothing
-    autograd does not hold until then anyway (it saved them for backward)."""
+    autograd does not hold until then anyway (it saved them for backward).
+
+    A forward that starts under saved-tensor hooks of someone else's (the model called
+    inside `torch.utils.checkpoint`, or `save_on_cpu`) is not tapped: entered on top, this
+    pair replaced theirs, and a checkpoint then kept every activation instead of
+    recomputing it. What such hooks pack is theirs to keep or drop; it is not counted, as
+    it is not where their region starts inside the model's forward."""
 
     def __init__(self) -> None:
         self.saved: list[torch.Tensor] = []
         self.joined = 0
+        self._entered = False  # this pair is on torch's stack (no other pair was)
         append = self.saved.append
 
         def pack(tensor: torch.Tensor) -> tuple[torch.Tensor]:
@@ -344,16 +351,25 @@ class _SavedTensorTap(threading.local):
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack_saved)
 
     def join(self) -> int:
-        if not self.joined:  # may raise (saved-tensor hooks disabled): nothing joined then
-            self._hooks.__enter__()
+        if not self.joined:
+            self._entered = _saved_tensor_hooks_in_use() is None
+            if self._entered:  # may raise (saved-tensor hooks disabled): nothing joined then
+                self._hooks.__enter__()
         self.joined += 1
         return len(self.saved)
 
     def leave(self) -> None:
         self.joined -= 1
         if not self.joined:
-            self._hooks.__exit__(None, None, None)
+            if self._entered:
+                self._entered = False
+                self._hooks.__exit__(None, None, None)
             self.saved.clear()
+
+
+def _saved_tensor_hooks_in_use() -> object:
+    """The saved-tensor hooks autograd calls now (the top of its stack), None when none."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False)
 
 
 # The tensor back from the saved-tensor tap's tuple (called for every saved tensor in
@@ -552,6 +568,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # torch's hook stack are per thread; a forward on another thread that ends inside
         # this one's must leave neither).
         self._tap_thread = 0
+        # Calls of the model inside its own forward (a recursive model's `self(...)`), on the
+        # tapping thread, not ended yet: their ends are not the forward's.
+        self._tap_depth = 0
         self._tap_start = 0  # where this forward's tensors start in the tap's `saved`
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
@@ -879,7 +898,11 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         if torch.compiler.is_compiling():  # a compiled function calls the model
             self._traced = True
             return
-        if not self._collecting or not torch.is_grad_enabled() or self._tapping:
+        if self._tapping:
+            if self._tap_thread == threading.get_ident():
+                self._tap_depth += 1
+            return
+        if not self._collecting or not torch.is_grad_enabled():
             return
         # A new pass; after a backward, in a new group (the passes before it were freed).
         group = self._pass.group + self._backward_ran
@@ -889,10 +912,14 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._saved = self._pass.saved
         self._tap_start = _SAVED_TENSOR_TAP.join()
         self._tap_thread = threading.get_ident()
+        self._tap_depth = 0
         self._tapping = True
 
     def _on_model_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._tapping and self._tap_thread == threading.get_ident():
+            if self._tap_depth:  # a call inside the forward ended, not the forward
+                self._tap_depth -= 1
+                return
             self._tapping = False
             self._count_saved(_SAVED_TENSOR_TAP.saved[self._tap_start :])
             _SAVED_TENSOR_TAP.leave()
