@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -437,6 +438,35 @@ def test_a_model_run_under_other_saved_tensor_hooks_keeps_them_on_statistics_ste
                 assert packed == expected_packed  # every tensor went through their hooks
             else:
                 assert model.calls == 2  # the forward, then its recomputation in backward
+            assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+
+
+def test_a_compiled_model_run_eagerly_leaves_no_saved_tensor_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `model.compile()` before the monitor: no forward-end hook (it would only be traced).
+    # Run eagerly (dynamo disabled, as TORCHDYNAMO_DISABLE=1 does, or falling back), the
+    # start hook still joined the tap, which nothing left: it held every tensor saved on the
+    # thread from then on, step after step (this failed before: 5 more tensors a step).
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "disable", True)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 4))
+    model.compile(backend="eager")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = torch.randn(16, 8)
+    hidden: list[weakref.ref[torch.Tensor]] = []
+    model[0].register_forward_hook(lambda module, args, output: hidden.append(weakref.ref(output)))
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for _ in range(3):
+            loss = model(inputs).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            monitor.step(loss)
+            del loss
+            assert hidden[-1]() is None  # saved by GELU for backward, freed with the graph
             assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
 
 

@@ -571,6 +571,9 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # Calls of the model inside its own forward (a recursive model's `self(...)`), on the
         # tapping thread, not ended yet: their ends are not the forward's.
         self._tap_depth = 0
+        # The model's forward-end hook is in place: without it (a `model.compile()`d model)
+        # nothing would leave the tap.
+        self._forward_end_hooked = False
         self._tap_start = 0  # where this forward's tensors start in the tap's `saved`
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
@@ -723,6 +726,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             if getattr(self.model, "_compiled_call_impl", None) is None:
                 hook = self._on_model_forward_end
                 handles.append(self.model.register_forward_hook(hook, always_call=True))
+                self._forward_end_hooked = True
         elif not wanted and self._module_handles:
             self._remove_module_hooks()
 
@@ -730,6 +734,7 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         for handle in self._module_handles:
             handle.remove()
         self._module_handles = []
+        self._forward_end_hooked = False
 
     def _scaler_enabled(self) -> bool:
         scaler = self.scaler
@@ -910,6 +915,10 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._pass = _ForwardPass(group)
         self._passes.append(self._pass)
         self._saved = self._pass.saved
+        if not self._forward_end_hooked:
+            # A `model.compile()`d model run eagerly (dynamo disabled, or falling back): no
+            # end hook would leave the tap, which then held every tensor saved from then on.
+            return
         self._tap_start = _SAVED_TENSOR_TAP.join()
         self._tap_thread = threading.get_ident()
         self._tap_depth = 0
