@@ -441,16 +441,13 @@ def test_a_model_run_under_other_saved_tensor_hooks_keeps_them_on_statistics_ste
             assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
 
 
-def test_a_compiled_model_run_eagerly_leaves_no_saved_tensor_held(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_compiled_model_run_eagerly_leaves_no_saved_tensor_held(tmp_path: Path) -> None:
     # `model.compile()` before the monitor: no forward-end hook (it would only be traced).
     # Run eagerly (dynamo disabled, as TORCHDYNAMO_DISABLE=1 does, or falling back), the
     # start hook still joined the tap, which nothing left: it held every tensor saved on the
     # thread from then on, step after step (this failed before: 5 more tensors a step).
     import torch._dynamo
 
-    monkeypatch.setattr(torch._dynamo.config, "disable", True)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 4))
     model.compile(backend="eager")
@@ -458,7 +455,8 @@ def test_a_compiled_model_run_eagerly_leaves_no_saved_tensor_held(
     inputs = torch.randn(16, 8)
     hidden: list[weakref.ref[torch.Tensor]] = []
     model[0].register_forward_hook(lambda module, args, output: hidden.append(weakref.ref(output)))
-    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+    monitor = AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1)
+    with monitor, torch._dynamo.config.patch(disable=True):  # (pytest's monkeypatch deletes it)
         for _ in range(3):
             loss = model(inputs).square().mean()
             optimizer.zero_grad()
