@@ -913,21 +913,18 @@ def _count_on_host(table: str, tensors: list[torch.Tensor]) -> tuple[
     layout = _host_layout(sizes, EXPONENT_FIELDS)
     magnitudes = layout.values  # the bits of |x| (as a float32)
     narrow: list[int] = []  # the bfloat16 tensors
-    if all(tensor.dtype == torch.float32 for tensor in tensors):
-        # One copy of them all and one mask: two calls, whatever their number.
-        torch.cat([t.reshape(-1) for t in tensors], out=layout.values_tensor.view(torch.float32))
-        np.bitwise_and(magnitudes, 0x7FFFFFFF, out=magnitudes)
-    else:
-        for position, (tensor, start, size) in enumerate(
-            zip(tensors, layout.starts.tolist(), sizes, strict=True)
-        ):
-            part = magnitudes[start : start + size]
-            if tensor.dtype == torch.bfloat16:
-                narrow.append(position)
-                np.bitwise_and(tensor.view(torch.int16).numpy().reshape(-1), 0x7FFF, out=part)
-                np.left_shift(part, 16, out=part)
-            else:
-                np.bitwise_and(tensor.numpy().view(np.int32).reshape(-1), 0x7FFFFFFF, out=part)
+    # One numpy call per tensor (a torch.cat of them all, then one mask, is faster timed
+    # alone but not in a training loop: ~168 against ~165 us for the mlp's six tensors).
+    for position, (tensor, start, size) in enumerate(
+        zip(tensors, layout.starts.tolist(), sizes, strict=True)
+    ):
+        part = magnitudes[start : start + size]
+        if tensor.dtype == torch.bfloat16:
+            narrow.append(position)
+            np.bitwise_and(tensor.view(torch.int16).numpy().reshape(-1), 0x7FFF, out=part)
+            np.left_shift(part, 16, out=part)
+        else:
+            np.bitwise_and(tensor.numpy().view(np.int32).reshape(-1), 0x7FFFFFFF, out=part)
     fields = np.right_shift(magnitudes, 23, out=layout.bins)  # the exponent field
     fields += layout.slots
     rows = np.zeros((count, CODES + 1), dtype=np.int64)
