@@ -117,11 +117,22 @@ class FileDropFilter(QObject):
         """Watch the drags of `native` where it is one of our windows or dialogs."""
         if native is None or native in self._native:
             return
-        top = next((w for w in QApplication.topLevelWidgets() if w.windowHandle() is native), None)
-        if top is None or not any(_within(top, window) for window in list(self._windows)):
-            return
-        self._native.add(native)
-        native.installEventFilter(self)
+        # Only our windows' own handles are asked (not `topLevelWidgets()`, which holds
+        # widgets Qt makes and deletes itself: asking one being deleted crashed); a dialog's
+        # native window has its window's as transient parent.
+        ours = []
+        for window in list(self._windows):
+            try:
+                ours.append(window.windowHandle())
+            except RuntimeError:  # deleted already
+                continue
+        current: QWindow | None = native
+        while current is not None:
+            if any(current is handle for handle in ours):
+                self._native.add(native)
+                native.installEventFilter(self)
+                return
+            current = current.transientParent()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if event.type() not in DRAG_EVENTS:
