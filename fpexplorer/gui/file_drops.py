@@ -2,7 +2,8 @@
 
 A line edit (the value entry, a format spec, an operand, a spin box's text) takes a file
 dragged from a file manager as text and inserted "/home/me/run.jsonl" into a number
-field. `FileDropFilter`, installed on the application, sees drags before any field: a drag
+field. `FileDropFilter`, installed on the application while a drag is over one of our
+windows, sees drags before any field: a drag
 of local files onto a text field of the main window is handed to the window's own drop
 handling (`drop_files(paths, field)`; runs open on the Training tab); onto a field of
 another window (a dialog) it is refused, and the status bar says where files go, except in
@@ -20,8 +21,8 @@ from __future__ import annotations
 import weakref
 from typing import Protocol, runtime_checkable
 
-from PySide6.QtCore import QEvent, QMimeData, QObject, Qt
-from PySide6.QtGui import QDropEvent
+from PySide6.QtCore import QEvent, QMimeData, QObject, Qt, QTimer
+from PySide6.QtGui import QDropEvent, QGuiApplication, QWindow
 from PySide6.QtWidgets import (
     QAbstractScrollArea,
     QApplication,
@@ -78,25 +79,73 @@ def text_field_of(target: QObject) -> QWidget | None:
 
 
 class FileDropFilter(QObject):
-    """Application event filter: file drags onto text fields go to the drop handling
-    (`dropEvent`) of the registered window they are in, or are refused, with a message in
-    its status bar, when the field is in another window of ours (a dialog). Only drag
-    events are looked at; the rest pass untouched.
+    """File drags onto text fields go to the drop handling (`dropEvent`) of the registered
+    window they are in, or are refused, with a message in its status bar, when the field is
+    in another window of ours (a dialog). Only drag events are looked at; the rest pass
+    untouched.
 
     One filter for the whole application (`watch_file_drops`), which holds its windows
-    weakly: a filter per window, each called by Python for every event of the application,
-    made every event as slow as the count of windows ever made (a test process that had
-    made 100 windows built a training panel in 2.4 s instead of 0.25)."""
+    weakly. It watches our windows' native windows (`QWindow`), where a drag arrives before
+    Qt hands it to the widget under it, and is an application event filter only while it
+    routes a drag there: an application filter is called by Python for every event of the
+    application (a filter installed for good made the Training tab's first build take
+    0.29 s instead of 0.21; a filter per window, for each of 100 windows made, 2.4 s).
+    Native windows are watched as our windows and dialogs get focus (and when a window is
+    registered after being shown)."""
 
     def __init__(self, parent: QObject) -> None:
         super().__init__(parent)
         self._windows: weakref.WeakSet[QMainWindow] = weakref.WeakSet()
+        self._native: weakref.WeakSet[QWindow] = weakref.WeakSet()
+        self._routing = False  # installed on the application now
+        gui = QGuiApplication.instance()
+        if isinstance(gui, QGuiApplication):
+            gui.focusWindowChanged.connect(self._watch_native)
 
     def watch(self, window: QMainWindow) -> None:
         self._windows.add(window)
+        self._watch_native(window.windowHandle())
+
+    def _stop_routing(self) -> None:
+        """No more Python for every event: the drag event has been handed on."""
+        app = QApplication.instance()
+        if self._routing and app is not None:
+            app.removeEventFilter(self)
+        self._routing = False
+
+    def _watch_native(self, native: QWindow | None) -> None:
+        """Watch the drags of `native` where it is one of our windows or dialogs."""
+        if native is None or native in self._native:
+            return
+        # Only our windows' own handles are asked (not `topLevelWidgets()`, which holds
+        # widgets Qt makes and deletes itself: asking one being deleted crashed); a dialog's
+        # native window has its window's as transient parent.
+        ours = []
+        for window in list(self._windows):
+            try:
+                ours.append(window.windowHandle())
+            except RuntimeError:  # deleted already
+                continue
+        current: QWindow | None = native
+        while current is not None:
+            if any(current is handle for handle in ours):
+                self._native.add(native)
+                native.installEventFilter(self)
+                return
+            current = current.transientParent()
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if event.type() not in DRAG_EVENTS:
+            return False
+        if isinstance(watched, QWindow):
+            # Arrived at a native window of ours: Qt hands it to the widget under it next,
+            # through the application's filters, this one among them until the event loop
+            # takes its next turn.
+            app = QApplication.instance()
+            if not self._routing and app is not None:
+                self._routing = True
+                app.installEventFilter(self)
+                QTimer.singleShot(0, self._stop_routing)
             return False
         assert isinstance(event, QDropEvent)  # QDragEnterEvent and QDragMoveEvent are ones
         field = text_field_of(watched)
@@ -150,5 +199,4 @@ def watch_file_drops(window: QMainWindow) -> None:
     drops = app.findChild(FileDropFilter, options=Qt.FindChildOption.FindDirectChildrenOnly)
     if drops is None:
         drops = FileDropFilter(app)
-        app.installEventFilter(drops)
     drops.watch(window)
