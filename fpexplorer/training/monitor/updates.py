@@ -221,7 +221,10 @@ class LostUpdateCheck:
             buffers.device.type == "cpu"
             and not buffers.sample.sampled
             and buffers.sample.size >= _CPU_PATH_FROM
-            and all(p.dtype == torch.float32 for p in params)
+            # Every weight on the CPU, not only the first (whose device the buffers take):
+            # the general path copies weights of other devices in, the CPU path's in-place
+            # operations on them would not.
+            and all(p.dtype == torch.float32 and p.is_cpu for p in params)
         )
         return buffers
 
