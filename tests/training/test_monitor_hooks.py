@@ -311,6 +311,25 @@ class ForwardOnAnotherThread(nn.Module):
         return x
 
 
+def _saved_activations_of_steps(
+    model: nn.Module, inputs: torch.Tensor, steps: int, tmp_path: Path
+) -> list[dict[str, int] | None]:
+    """Each statistics step's saved-activation bytes by dtype, in a plain SGD loop under a
+    monitor; after each step the thread's tap is left and holds nothing."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    seen = []
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
+        for _ in range(steps):
+            loss = model(inputs).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            stats = monitor.step(loss).stats
+            seen.append(stats.memory.activations if stats and stats.memory else None)
+            assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+    return seen
+
+
 def test_a_forward_on_another_thread_ending_inside_the_monitored_one_leaves_its_tap_alone(
     tmp_path: Path,
 ) -> None:
@@ -322,20 +341,10 @@ def test_a_forward_on_another_thread_ending_inside_the_monitored_one_leaves_its_
     torch.manual_seed(0)
     spawner = ForwardOnAnotherThread()
     model = nn.Sequential(nn.Linear(8, 32), spawner, nn.GELU(), nn.Linear(32, 4))
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     inputs = torch.randn(16, 8)
     expected = saved_bytes_by_hand(model, inputs)  # no thread yet: `model` not given
     spawner.model = model
-    seen = []
-    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
-        for _ in range(3):
-            loss = model(inputs).square().mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            stats = monitor.step(loss).stats
-            seen.append(stats.memory.activations if stats and stats.memory else None)
-            assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+    seen = _saved_activations_of_steps(model, inputs, 3, tmp_path)
     assert spawner.ran and spawner.error is None
     assert seen == [expected] * 3
     assert saved_bytes_by_hand(model, inputs) == expected  # nothing of the monitor's left
@@ -364,19 +373,9 @@ def test_a_model_that_calls_itself_in_its_forward_has_all_its_saved_activations_
     # and in the code before this session too).
     torch.manual_seed(0)
     model = Recursive()
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     inputs = torch.randn(16, 8)
     expected = saved_bytes_by_hand(model, inputs)
-    seen = []
-    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1) as monitor:
-        for _ in range(2):
-            loss = model(inputs).square().mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            stats = monitor.step(loss).stats
-            seen.append(stats.memory.activations if stats and stats.memory else None)
-            assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+    seen = _saved_activations_of_steps(model, inputs, 2, tmp_path)
     assert seen == [expected] * 2
     assert saved_bytes_by_hand(model, inputs) == expected  # nothing of the monitor's left
 
