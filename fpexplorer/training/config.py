@@ -28,6 +28,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from fpexplorer.formats import get_format
 from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.training.precision import PRECISION_MODES, PRECISION_NAMES, find_precision_mode
 from fpexplorer.training.scaler_rules import (
@@ -148,6 +149,11 @@ MAX_AMAX_HISTORY = 2**16
 # 448 / 2**margin in E4M3. 448 / 2**18 ~ 2^-9.2 still rounds to E4M3's smallest
 # subnormal 2^-9; from 19 on even the amax (and so every value) flushes to zero.
 MAX_MARGIN = 18
+# pure-fp16 holds the model, and so its loss, in FP16: backward starts from the loss's
+# gradient, the scale itself, cast to FP16, where a scale from 65520 up is inf (65536 on
+# every built-in task: every step skipped, measured). A user's task may compute its loss
+# in FP32, so only the built-in tasks are held to it.
+FLOAT16 = get_format("float16")
 
 
 _FLOAT32_MAX_TEXT = display_decimal(Fraction(FLOAT32_MAX))  # "3.40282346…e38"
@@ -462,6 +468,16 @@ class TrainConfig:
             problems["loss_scale"] = "the loss scale must be a positive finite number"
         elif (problem := scale_problem("the loss scale", self.loss_scale)) is not None:
             problems["loss_scale"] = problem
+        elif (
+            self.precision == "pure-fp16"
+            and split_user_task(self.task) is None
+            and FLOAT16.classify(FLOAT16.from_value(self.loss_scale)) == "inf"
+        ):
+            problems["loss_scale"] = (
+                f"the loss scale {exact_number(self.loss_scale)} is inf in float16, where "
+                "pure-fp16's backward pass starts from it (every step would be skipped): use "
+                "at most float16's largest, 65504"
+            )
         problems.update(self._distributed_problems())
         problems.update(self._low_precision_problems())
         for name, why in self.inapplicable().items():
