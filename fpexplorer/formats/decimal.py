@@ -259,7 +259,9 @@ def figure_text(x: ValueLike | Decimal | float, *, decimals: int = 1, most: int 
         raise ValueError("decimals must be at least 0 and most at least 3")
     if isinstance(x, float | Decimal) and not math.isfinite(x):
         return str(float(x))
-    magnitude = abs(Fraction(x))
+    if isinstance(x, ExactValue) and not x.is_finite:
+        return str(x)
+    _, magnitude = _sign_and_magnitude(x)
     whole = magnitude.numerator // magnitude.denominator
     integer_digits = len(int_to_decimal_str(whole)) if whole else 0
     shown = min(max(3, integer_digits + decimals), most)
