@@ -166,6 +166,18 @@ def test_pure_fp16s_loss_scale_bound_is_where_float16_overflows(tmp_path: Path) 
     assert pure.replace(task=f"{task_file}:make", loss_scale=1e5).validate() == {}
 
 
+def test_a_user_task_without_its_factory_is_refused_before_the_job(tmp_path: Path) -> None:
+    """The factory is looked up in the file's text, not run: the CLI ran the job, wrote a
+    failed run log and printed fpexplorer's own traceback (exit 1), where the form said."""
+    task_file = tmp_path / "task.py"
+    task_file.write_text("import torch\n\ndef build():\n    raise SystemExit('not run')\n")
+    problems = TrainConfig(task=f"{task_file}:make_task").validate()
+    assert problems == {
+        "task": "task.py has no make_task (it defines build): name its factory after the colon"
+    }
+    assert TrainConfig(task=f"{task_file}:build").validate() == {}
+
+
 def test_the_margin_bound_is_where_e4m3_flushes_the_amax_itself() -> None:
     """The delayed scale casts a tensor's amax to 448 / 2**margin in E4M3 (ml_dtypes as the
     oracle): at the largest margin allowed it is still non-zero, one more flushes it."""
