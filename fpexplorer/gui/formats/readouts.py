@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.gui.formats.notes import side_note
 from fpexplorer.gui.formats.state import CodeReadout, FormatsSession
-from fpexplorer.gui.formats.text import short, value_and_typed
+from fpexplorer.gui.formats.text import keep_numbers_whole, short, value_and_typed
 from fpexplorer.gui.theme import role_hex
 
 
@@ -218,9 +218,9 @@ class ReadoutPanel(QFrame):
         self.hex_code.setCursorPosition(0)
         self.binary_code.setText(readout.binary_code)
         self.binary_code.setCursorPosition(0)
-        self.formula.setText(readout.formula)
-        self.gaps.setText(self._gaps_text(readout))
-        self.error.setText(self._error_text(readout, editor.input is not None))
+        self.formula.setText(keep_numbers_whole(readout.formula))
+        self.gaps.setText(keep_numbers_whole(self._gaps_text(readout)))
+        self.error.setText(keep_numbers_whole(self._error_text(readout, editor.input is not None)))
         self.note.setHtml(side_note(fmt, readout.kind))
         self._update_needed_height()
 
