@@ -838,3 +838,27 @@ def test_a_cut_number_never_breaks_across_the_lines_of_a_wrapped_label(
             bare = _wrapped_lines(text.replace("\u2060", ""), label, width)
             provoked += any(split.match(line) for line in bare[1:])
     assert provoked
+
+
+def test_number_line_value_labels_lie_inside_the_plot(qtbot: QtBot, panel: FormatsPanel) -> None:
+    """A label centred on a value near the plot's edge ran past it and was clipped: at 1024
+    px, e16m47's "-1.000000000000021…e-9800" read "1.000000000000021…e-9800" (its minus
+    cut off). Labels that would not fit whole are left out, as those that collide."""
+    panel.session.set_format(panel.session.active, get_format("e16m47"))
+    panel.show_view("number-line")
+    line = panel.number_line
+    for width in (1024, 1280, 1920):
+        panel.resize(width, 760)
+        for text in ("-1e-9800", "0.1", "-1e-310", "3e300"):
+            type_value(qtbot, panel, text)
+            qtbot.wait(1)
+            plot_area = line.plot.vb.sceneBoundingRect()
+            shown = [label for label in line.value_labels if label.textItem.toPlainText()]
+            assert shown
+            for label in shown:
+                box = label.textItem.mapRectToScene(label.textItem.boundingRect())
+                assert plot_area.left() <= box.left() and box.right() <= plot_area.right(), (
+                    width,
+                    text,
+                    label.textItem.toPlainText(),
+                )
