@@ -353,7 +353,8 @@ class FormatShares(_Codable):
 @dataclass(frozen=True, slots=True)
 class LostUpdates(_Codable):
     """Share of parameter updates lost to rounding: kind "actual" in pure-fp16, otherwise
-    "fp16_would_lose" (what FP16 weights would have lost)."""
+    "fp16_would_lose" (what FP16 weights would have lost). A complex weight's real and
+    imaginary parts are two weights here (as torch's optimizers update them)."""
 
     share: float
     kind: str
@@ -443,7 +444,7 @@ class QuantTensorStats(_Codable):
 class StepStats(_Codable):
     """What a statistics step adds to a step (every `stats_every` steps)."""
 
-    grad_hist: Histogram | None = None  # parameter gradients, unscaled
+    grad_hist: Histogram | None = None  # parameter gradients, unscaled (complex: both parts)
     act_hist: Histogram | None = None  # activation gradients, as scaled by the loss scale
     act_zero_share: float | None = None
     layers: tuple[LayerStats, ...] = ()

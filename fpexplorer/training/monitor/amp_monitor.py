@@ -136,7 +136,7 @@ from fpexplorer.training.monitor.reduction import (
     watched_module,
 )
 from fpexplorer.training.monitor.thresholds import DEFAULT_FORMATS, format_ranges
-from fpexplorer.training.monitor.updates import LostUpdateCheck
+from fpexplorer.training.monitor.updates import LostUpdateCheck, as_real
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RunWriter
 
@@ -1569,6 +1569,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         counted through one chunk buffer (no parameter-sized copy)."""
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for grad in grads:
+            if grad.is_complex():  # its real and imaginary parts, as the lost updates take them
+                grad = torch.view_as_real(grad)
             dtype = grad.dtype
             if dtype not in _NARROW_DTYPES:
                 dtype = torch.float32
@@ -1779,10 +1781,11 @@ def _inside(name: str, wrapper: str) -> str:
 
 
 def _nonzero_count(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The values of `tensors` that are not zero (NaN included), on the device (int64)."""
+    """The values of `tensors` that are not zero (NaN included), on the device (int64); a
+    complex tensor's real and imaginary parts counted apart (see `updates.as_real`)."""
     if not tensors:
         return torch.zeros((), dtype=torch.int64)
-    return torch.stack([torch.count_nonzero(t) for t in tensors]).sum()
+    return torch.stack([torch.count_nonzero(t) for t in as_real(tensors)]).sum()
 
 
 def _strided(grads: list[torch.Tensor]) -> list[torch.Tensor]:
