@@ -101,7 +101,9 @@ def _resolve_formats(args: argparse.Namespace) -> list[FloatFormat]:
         return list_formats()
     names: list[str] = []
     for item in args.formats or DEFAULT_FORMATS:
-        names.extend(part for part in item.split(",") if part.strip())
+        parts = [part for part in item.split(",") if part.strip()]
+        # `-f ""` (an unset shell variable) names no format: get_format says so.
+        names.extend(parts or [item])
     formats: list[FloatFormat] = []
     for name in names:
         fmt = get_format(name)

@@ -148,8 +148,11 @@ def prepare_window(args: argparse.Namespace) -> tuple[QApplication, MainWindow]:
                 if not any(entry.path == merged for entry in panel.runs):
                     # The panel would show the file's problem in its status line: a
                     # picture of an empty panel is not what --run asked for.
+                    # In the panel's and `runs check`'s words: an empty file or a log of
+                    # a newer schema is not "not a run log".
+                    reason = panel.last_refusal or "not a run log (no run records found)"
                     window.close()  # ends its children (nvidia-smi) before the exit
-                    raise UsageError(f"--run {path!r}: not a run log (no run records found)")
+                    raise UsageError(f"--run {path!r}: {reason}")
             panel.show_plot_page(args.training_page)
     return app, window
 

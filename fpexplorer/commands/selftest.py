@@ -254,7 +254,9 @@ def _run_checks(folder: Path, steps: int, timeout_s: float) -> list[CheckResult]
         if run.problems:
             raise CheckFailed(f"problems: {list(run.problems)}")
         last = run.steps[-1]
-        return f"{len(run.steps)} steps, last loss {last.loss:.4g}, status {run.status}"
+        from fpexplorer.training.summary import loss_text
+
+        return f"{len(run.steps)} steps, last loss {loss_text(last.loss)}, status {run.status}"
 
     def training_replay() -> str:
         window = state["window"]

@@ -246,6 +246,28 @@ def approximate_decimal(
     return f"≈{mantissa}{e}{exponent}"
 
 
+def figure_text(x: ValueLike | Decimal | float, *, decimals: int = 1, most: int = 7) -> str:
+    """A measured figure (a rate, a size in KiB) with `decimals` decimal places and at least
+    three significant digits, at most `most`: exact where that holds it ("1710", "12.5"),
+    else rounded to nearest and marked "≈" ("≈29367.5", "≈0.0123", "≈1.234568e9");
+    `approximate_decimal`'s notation. inf and NaN as "inf", "-inf", "nan".
+
+    >>> figure_text(29367.53), figure_text(1710.0), figure_text(49376 / 1024, decimals=1)
+    ('≈29367.5', '1710', '≈48.2')
+    """
+    if decimals < 0 or most < 3:
+        raise ValueError("decimals must be at least 0 and most at least 3")
+    if isinstance(x, float | Decimal) and not math.isfinite(x):
+        return str(float(x))
+    if isinstance(x, ExactValue) and not x.is_finite:
+        return str(x)
+    _, magnitude = _sign_and_magnitude(x)
+    whole = magnitude.numerator // magnitude.denominator
+    integer_digits = len(int_to_decimal_str(whole)) if whole else 0
+    shown = min(max(3, integer_digits + decimals), most)
+    return approximate_decimal(x, keep=shown, shown=shown)
+
+
 def _written(
     negative: bool, digits: str, exponent10: int, *, cut: bool, mark: str | None = None
 ) -> str:

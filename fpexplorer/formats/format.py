@@ -307,6 +307,12 @@ class FloatFormat:
         return _derived(self).has_nan
 
     @property
+    def has_zero(self) -> bool:
+        """Whether the format encodes zero (E8M0 and other fnu formats do not: tiny values
+        round up to their smallest value)."""
+        return _derived(self).has_zero
+
+    @property
     def has_negative_zero(self) -> bool:
         """Whether -0 is a code of its own (not in fnuz, unsigned or P3109 formats)."""
         return _derived(self).has_negative_zero

@@ -18,7 +18,9 @@ Precision modes are a table of their own (`training.precision.PRECISION_MODES`).
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -28,6 +30,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from fpexplorer.formats import get_format
 from fpexplorer.formats.decimal import display_decimal
 from fpexplorer.training.precision import PRECISION_MODES, PRECISION_NAMES, find_precision_mode
 from fpexplorer.training.scaler_rules import (
@@ -148,6 +151,11 @@ MAX_AMAX_HISTORY = 2**16
 # 448 / 2**margin in E4M3. 448 / 2**18 ~ 2^-9.2 still rounds to E4M3's smallest
 # subnormal 2^-9; from 19 on even the amax (and so every value) flushes to zero.
 MAX_MARGIN = 18
+# pure-fp16 holds the model, and so its loss, in FP16: backward starts from the loss's
+# gradient, the scale itself, cast to FP16, where a scale from 65520 up is inf (65536 on
+# every built-in task: every step skipped, measured). A user's task may compute its loss
+# in FP32, so only the built-in tasks are held to it.
+FLOAT16 = get_format("float16")
 
 
 _FLOAT32_MAX_TEXT = display_decimal(Fraction(FLOAT32_MAX))  # "3.40282346…e38"
@@ -231,6 +239,59 @@ def split_user_task(task: str) -> tuple[str, str] | None:
     if match is None:
         return None
     return match.group("path"), match.group("factory")
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_names(path: str, _mtime_ns: int, _size: int) -> tuple[list[str], set[str]] | None:
+    """(the functions defined at the top of a Python file, every name bound there: defs,
+    classes, assignments, imports), read without running it; None when it cannot be read
+    or parsed (starting the job then says why). Cached per file version: the form checks
+    at every keystroke."""
+    try:
+        tree = ast.parse(Path(path).read_bytes(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    functions: list[str] = []
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            functions.append(node.name)
+        elif isinstance(node, ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            # A factory may be assigned (make_task = partial(...)).
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                bound.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return functions, bound | set(functions)
+
+
+def task_file_names(path: str) -> tuple[list[str], set[str]] | None:
+    """(top-level functions, every top-level name) of a task file, read without running
+    it; None when it cannot be read or parsed."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return None
+    return _parsed_names(path, stat.st_mtime_ns, stat.st_size)
+
+
+def factory_problem(task: str) -> str | None:
+    """What is wrong with a user task's factory name, read from the file without running
+    it: None when the file binds that name (or is not there or unreadable: the config's
+    own check, or the job, says so)."""
+    user = split_user_task(task)
+    if user is None:
+        return None
+    path, factory = user
+    names = task_file_names(path)
+    if names is None or factory in names[1]:
+        return None
+    functions = names[0]
+    defined = f" (it defines {', '.join(functions)})" if functions else " (it defines no function)"
+    return f"{Path(path).name} has no {factory}{defined}: name its factory after the colon"
 
 
 OptionKind = Literal["text", "choice", "int", "float", "flag"]
@@ -426,6 +487,10 @@ class TrainConfig:
                 problems["task"] = f"task file {_short_path(user[0])}: {unusable}"
             elif not Path(user[0]).is_file():
                 problems["task"] = f"task file not found: {user[0]}"
+            elif (missing := factory_problem(self.task)) is not None:
+                # Known from the file's text, as the form knew it: the CLI ran the job,
+                # wrote a failed run log and printed fpexplorer's own traceback (exit 1).
+                problems["task"] = missing
         if self.precision not in PRECISION_NAMES:
             problems["precision"] = (
                 f"unknown precision {self.precision!r}: use one of {', '.join(PRECISION_NAMES)}"
@@ -462,6 +527,16 @@ class TrainConfig:
             problems["loss_scale"] = "the loss scale must be a positive finite number"
         elif (problem := scale_problem("the loss scale", self.loss_scale)) is not None:
             problems["loss_scale"] = problem
+        elif (
+            self.precision == "pure-fp16"
+            and split_user_task(self.task) is None
+            and FLOAT16.classify(FLOAT16.from_value(self.loss_scale)) == "inf"
+        ):
+            problems["loss_scale"] = (
+                f"the loss scale {exact_number(self.loss_scale)} is inf in float16, where "
+                "pure-fp16's backward pass starts from it (every step would be skipped): use "
+                "at most float16's largest, 65504"
+            )
         problems.update(self._distributed_problems())
         problems.update(self._low_precision_problems())
         for name, why in self.inapplicable().items():

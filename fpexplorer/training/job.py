@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from fpexplorer import __version__
+from fpexplorer.formats.decimal import figure_text
 from fpexplorer.training import distributed
 from fpexplorer.training.config import TrainConfig, launched_world_size, split_user_task
 from fpexplorer.training.monitor import (
@@ -49,7 +50,7 @@ from fpexplorer.training.records import (
 )
 from fpexplorer.training.runlog import RunWriter
 from fpexplorer.training.scalers import make_grad_scaler
-from fpexplorer.training.summary import existing_file_text, steps_text
+from fpexplorer.training.summary import existing_file_text, loss_text, scale_text, steps_text
 from fpexplorer.training.tasks import Task, TaskSettingsError, make_task
 
 
@@ -361,8 +362,8 @@ class _Progress:
         filled = int(20 * done / self.total)
         self.stream.write(
             f"\r[{'#' * filled}{'.' * (20 - filled)}] {done}/{self.total}"
-            f"  loss {step.loss:.4g}  scale {step.scale:g}"
-            f"  {step.steps_per_s:.1f} steps/s "
+            f"  loss {loss_text(step.loss)}  scale {scale_text(step.scale)}"
+            f"  {figure_text(step.steps_per_s)} steps/s "
         )
         self.stream.flush()
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fpexplorer.formats.decimal import figure_text
 from fpexplorer.training.records import EndRecord, HeaderRecord, StepRecord
 from fpexplorer.training.runlog import RecordStream
-from fpexplorer.training.summary import READ_CHUNK_BYTES, RunSummary, summarize_file
+from fpexplorer.training.summary import READ_CHUNK_BYTES, RunSummary, loss_text, summarize_file
 
 _RANK_LOG = re.compile(r"^(?P<stem>.+)\.rank-(?P<rank>\d+)(?P<suffix>\.jsonl)$")
 
@@ -258,7 +259,7 @@ def format_ranked(summary: RankedSummary, merged_text: str) -> str:
         if found.rank_ends:
             text = ", ".join(f"rank {rank} {status}" for rank, status, _ in found.rank_ends)
             lines.append(f"ended      {text}")
-    header = "  rank  status      steps  steps/s  final loss  skipped  log"
+    header = "  rank  status      steps   steps/s  final loss  skipped  log"
     lines.append(header)
     # The straggler by the rate the table shows (each rank's steps over their time).
     rates = [(item.steps_per_s, index) for index, item in enumerate(summary.ranks)
@@ -274,8 +275,8 @@ def format_ranked(summary: RankedSummary, merged_text: str) -> str:
         status = "not read" if rank_summary.unreadable is not None else rank_summary.status
         lines.append(
             f"  {rank:>4}  {status:<10}  {rank_summary.steps:>5}"
-            f"  {f'{rate:.2f}' if math.isfinite(rate) else '-':>7}"
-            f"  {f'{final:.4g}' if math.isfinite(final) else '-':>10}"
+            f"  {figure_text(rate, decimals=2) if math.isfinite(rate) else '-':>8}"
+            f"  {loss_text(final) if math.isfinite(final) else '-':>10}"
             f"  {rank_summary.skipped_steps:>7}  {path.name}"
             + ("  <- slowest" if index == slowest else "")
             + (f": {rank_summary.unreadable}" if rank_summary.unreadable is not None else "")

@@ -19,7 +19,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.decimal import approximate_decimal, display_decimal, figure_text
 from fpexplorer.training.config import options_before_logged
 from fpexplorer.training.precision import PRECISION_NAMES, precision_mode
 from fpexplorer.training.records import (
@@ -495,19 +495,33 @@ def _tail_of(
 
 
 def _share(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"
+    """A share as a percentage to a tenth (three significant digits below 10%), exact or
+    marked as rounded: "19.5%" only where it is 19.5%, else "≈19.5%"."""
+    if value is None:
+        return "-"
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{figure_text(Fraction(value) * 100)}%"
 
 
 def _bytes(count: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024  # type: ignore[assignment]
-    return str(count)
+    """A byte count, exact ("64 KiB") or rounded to a tenth and marked ("≈48.2 KiB")."""
+    size = Fraction(count)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{figure_text(size, decimals=0 if unit == 'B' else 1)} {unit}"
+        size /= 1024
+    return f"{figure_text(size)} GiB"
+
+
+def loss_text(value: float) -> str:
+    """A recorded loss in four significant digits, exact or marked as rounded ("≈0.6084");
+    inf and NaN as "inf", "nan"."""
+    return approximate_decimal(value, keep=4, shown=4)
 
 
 def _act_zeros(summary: RunSummary) -> str:
-    """'zero 86.5% (float16)'; 'not measured (compiled model)' when the statistics steps
+    """'zero ≈86.5% (float16)'; 'not measured (compiled model)' when the statistics steps
     said why they left them out; 'not recorded' when no statistics step saw them."""
     if summary.act_zero_share is None:
         if summary.activations_not_measured is not None:
@@ -517,19 +531,21 @@ def _act_zeros(summary: RunSummary) -> str:
 
 
 def _finite_or(value: float, text: str) -> str:
-    return f"{value:.4g}" if math.isfinite(value) else text
+    return loss_text(value) if math.isfinite(value) else text
 
 
 def _quant_worst(worst: QuantWorst | None) -> str:
-    """'12.5% of blocks.0.up input (float8_e4m3fn) at step 40'; 'none' when no value was."""
+    """'12.5% of blocks.0.up input (float8_e4m3fn) at step 40' (exact, or marked '≈');
+    'none' when no value was."""
     if worst is None:
         return "none"
     # Three significant digits: a share of 0.0004 must not read as 0.0%.
     where = f"{worst.layer} {worst.role} ({worst.format})"
-    return f"{100 * worst.share:.3g}% of {where} at step {worst.step}"
+    share = approximate_decimal(Fraction(worst.share) * 100, keep=3, shown=3)
+    return f"{share}% of {where} at step {worst.step}"
 
 
-def _scale_text(value: float) -> str:
+def scale_text(value: float) -> str:
     """A loss scale exactly, as the app shows numbers (Megatron's 2^32 must not read
     "4.29497e+09"), with the power of two beside a large or small one."""
     if not math.isfinite(value) or value <= 0:
@@ -577,7 +593,7 @@ def _scale_range(summary: RunSummary) -> str:
     if not _loss_scaled(summary):
         return "none (no loss scaling)"
     low, high, final = (
-        _scale_text(value) for value in (summary.scale_min, summary.scale_max, summary.scale_final)
+        scale_text(value) for value in (summary.scale_min, summary.scale_max, summary.scale_final)
     )
     return f"{low} .. {high} (final {final})"
 
@@ -606,7 +622,7 @@ def format_summary(summary: RunSummary) -> str:
         return "\n".join(lines)
     lines += [
         # The first loss as recorded (a NaN there is news); final and min over finite ones.
-        f"loss       first {summary.first_loss:.4g}"
+        f"loss       first {loss_text(summary.first_loss)}"
         f"   final {_finite_or(summary.final_loss, 'none finite')}"
         f"   min {_finite_or(summary.min_loss, 'none finite')}"
         f"   non-finite {summary.nonfinite_losses}",
@@ -645,7 +661,8 @@ def format_summary(summary: RunSummary) -> str:
         lines.append(f"saturated  at most {_quant_worst(summary.worst_saturated)}")
         lines.append(f"flushed    at most {_quant_worst(summary.worst_flushed)}")
     if math.isfinite(summary.steps_per_s):
-        lines.append(f"speed      {summary.steps_per_s:.2f} steps/s (steps over their time)")
+        speed = figure_text(summary.steps_per_s, decimals=2)
+        lines.append(f"speed      {speed} steps/s (steps over their time)")
     lines.extend(f"problem    {problem}" for problem in summary.problems)
     return "\n".join(lines)
 
@@ -683,22 +700,22 @@ def format_table(summaries: Sequence[RunSummary]) -> str:
         elif not _loss_scaled(s):
             scale = "none"
         elif s.scale_min == s.scale_max:
-            scale = _scale_text(s.scale_min)
+            scale = scale_text(s.scale_min)
         else:
-            scale = f"{_scale_text(s.scale_min)}–{_scale_text(s.scale_max)}"
+            scale = f"{scale_text(s.scale_min)}–{scale_text(s.scale_max)}"
         rows.append(
             [
                 name.replace("|", "\\|"),
                 s.task.replace("\\", "/").rsplit("/", 1)[-1].replace("|", "\\|"),
                 (s.precision_label or s.precision).replace("|", "\\|"),
                 s.status,
-                f"{s.final_loss:.4g}" if s.steps else "-",
+                loss_text(s.final_loss) if s.steps else "-",
                 _share(s.act_zero_share)
                 if s.act_zero_share is not None or s.activations_not_measured is None
                 else "not measured",
                 str(s.skipped_steps),
                 scale,
-                f"{s.steps_per_s:.1f}" if math.isfinite(s.steps_per_s) else "-",
+                figure_text(s.steps_per_s) if math.isfinite(s.steps_per_s) else "-",
             ]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -147,6 +147,9 @@ def test_inspect_bits(capsys: pytest.CaptureFixture[str]) -> None:
         (["inspect", "1", "--all", "-f", "fp16"], "not both"),
         (["inspect", "min_subnormal", "-f", "e8m0"], "no min subnormal"),
         (["inspect", "1", "-f", "e4m3:encoding=fnuz:unsigned"], "sign bit"),
+        # An empty name (a shell variable left unset) was an IndexError traceback.
+        (["inspect", "1", "-f", ""], "unknown format ''"),
+        (["inspect", "1", "-f", " , "], "unknown format"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(

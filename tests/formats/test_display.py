@@ -177,6 +177,47 @@ def test_approximate_decimal_is_exact_or_rounded_to_nearest_and_marked(
     assert text.startswith("≈") == (expected != value), text
 
 
+@given(
+    st.integers(min_value=-(2**60), max_value=2**60),
+    st.integers(min_value=-80, max_value=80),
+    st.integers(min_value=0, max_value=3),
+)
+def test_figure_text_keeps_its_decimals_and_marks_what_it_rounds(
+    mantissa: int, exponent: int, decimals: int
+) -> None:
+    from decimal import ROUND_HALF_EVEN, Context, Decimal
+
+    from fpexplorer.formats.decimal import figure_text
+
+    value = Fraction(mantissa) * Fraction(2) ** exponent
+    text = figure_text(value, decimals=decimals)
+    written = text.removeprefix("≈")
+    assert NOTATION.fullmatch(written) and "…" not in written, text
+    # The oracle: the decimal module rounds the exact value once, ties to even, to the
+    # significant digits the figure keeps (its whole part and `decimals` places, at least
+    # three and at most seven).
+    magnitude = abs(value)
+    integer_digits = len(str(int(magnitude))) if magnitude >= 1 else 0
+    digits = min(max(3, integer_digits + decimals), 7)
+    wide = Context(prec=2000)
+    exact = wide.divide(Decimal(value.numerator), Decimal(value.denominator))
+    expected = Fraction(Context(prec=digits, rounding=ROUND_HALF_EVEN).plus(exact))
+    assert Fraction(Decimal(written)) == expected, text
+    assert text.startswith("≈") == (expected != value), text
+
+
+def test_figure_text_of_rates_and_sizes() -> None:
+    from fpexplorer.formats.decimal import figure_text
+
+    assert figure_text(29367.53) == "≈29367.5"  # a rate: one decimal, marked
+    assert figure_text(1710.0) == "1710" and figure_text(12.5) == "12.5"  # exact
+    assert figure_text(49376 / 1024) == "≈48.2"  # 48.21875 KiB
+    assert figure_text(0.0123) == "≈0.0123"  # three significant digits below 1
+    assert figure_text(float("inf")) == "inf" and figure_text(float("nan")) == "nan"
+    with pytest.raises(ValueError, match="decimals"):
+        figure_text(1.0, decimals=-1)
+
+
 def test_command_line_tables_use_the_display_notation(capsys: pytest.CaptureFixture[str]) -> None:
     # `formats` printed 1.798e+308 and 1.192e-07 where `inspect` and the GUI print e308, e-7.
     from fpexplorer.cli import main

@@ -288,7 +288,7 @@ def test_a_tensor_dropped_on_the_block_editor_loads_there(
 
 
 def test_a_factory_bound_any_way_at_the_top_of_the_file_is_found(tmp_path: Path) -> None:
-    from fpexplorer.gui.training.form import factory_problem
+    from fpexplorer.training.config import factory_problem
 
     cases = {
         "from elsewhere import make_task\n": None,

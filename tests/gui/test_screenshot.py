@@ -149,17 +149,25 @@ def test_bad_screenshot_arguments_get_one_line_and_exit_2(tmp_path: Path) -> Non
 @pytest.mark.slow  # child processes that start the GUI: a second
 def test_a_run_file_that_is_not_a_run_log_gets_one_line_and_exit_2(tmp_path: Path) -> None:
     # Was: exit 0 and a picture of an empty panel, its status line full of the file's bytes.
+    # Then an empty file and a log of a newer schema were "not a run log" here too, where the
+    # panel and `runs check` say what they are.
     junk = tmp_path / "junk.jsonl"
     junk.write_bytes(bytes(range(256)) * 8)
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
-    for run in (junk, empty):
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text('{"type": "header", "schema": 99, "config": {}}\n')
+    for run, reason in (
+        (junk, "not a run log (no header, step or end record in it)"),
+        (empty, "empty file (a job that has not written its header yet?)"),
+        (newer, "schema 99 is newer than this fpexplorer reads (2): update fpexplorer to read "
+         "this run"),
+    ):  # fmt: skip
         args = ["--panel", "training", "--training-page", "low", "--run", str(run)]
         result = run_cli("screenshot", "--out", str(tmp_path / "x.png"), *args)
         assert result.returncode == 2, result.stderr
         assert result.stderr.strip().splitlines() == [
-            f"fpexplorer screenshot: error: --run {str(run)!r}: not a run log (no run records "
-            "found)"
+            f"fpexplorer screenshot: error: --run {str(run)!r}: {reason}"
         ]
         assert not (tmp_path / "x.png").exists()
 

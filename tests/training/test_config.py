@@ -115,6 +115,8 @@ def test_choices_have_descriptions() -> None:
         ({"scaler": "megatron", "consecutive_hysteresis": True}, "consecutive_hysteresis"),
         ({"precision": "fp16-static", "loss_scale": float("inf")}, "loss_scale"),
         ({"precision": "pure-fp16", "loss_scale": 1e-50}, "loss_scale"),
+        # inf in FP16, where pure-fp16's backward starts: every step was skipped, "completed"
+        ({"precision": "pure-fp16", "loss_scale": 65536.0}, "loss_scale"),
         # given and not used by the mode: said, not ignored
         ({"precision": "bf16", "init_scale": 1024.0}, "init_scale"),
         ({"precision": "fp8", "growth_interval": 5}, "growth_interval"),
@@ -141,6 +143,39 @@ def test_the_scale_bounds_are_float32s_own() -> None:
         assert config.replace(**{field: huge}).validate() == {}
         assert list(config.replace(**{field: below}).validate()) == [field]
         assert list(config.replace(**{field: huge * 1.0000001}).validate()) == [field]
+
+
+def test_pure_fp16s_loss_scale_bound_is_where_float16_overflows(tmp_path: Path) -> None:
+    """pure-fp16's backward starts from the scale cast to FP16 (numpy's float16 as the
+    oracle): every scale FP16 holds finite is accepted, the first that is inf refused; a
+    task of the user's own, whose loss may be FP32, is not held to it."""
+    largest_finite = float(np.nextafter(np.float16(np.inf), np.float16(0)))  # 65504
+    last_finite = float(np.nextafter(65520.0, 0.0))  # FP16 rounds it down to 65504
+    with np.errstate(over="ignore"):
+        assert np.isfinite(np.float16(last_finite)) and np.isinf(np.float16(65520.0))
+    pure = TrainConfig(precision="pure-fp16")
+    for scale in (largest_finite, last_finite):
+        assert pure.replace(loss_scale=scale).validate() == {}
+    for scale in (65520.0, 65536.0, 1e5):
+        problem = pure.replace(loss_scale=scale).validate()["loss_scale"]
+        assert "inf in float16" in problem and "65504" in problem
+    # fp16-static holds the scale in float32 (its model and loss stay FP32 under autocast)
+    assert TrainConfig(precision="fp16-static", loss_scale=1e5).validate() == {}
+    task_file = tmp_path / "task.py"
+    task_file.write_text("def make(): pass\n")
+    assert pure.replace(task=f"{task_file}:make", loss_scale=1e5).validate() == {}
+
+
+def test_a_user_task_without_its_factory_is_refused_before_the_job(tmp_path: Path) -> None:
+    """The factory is looked up in the file's text, not run: the CLI ran the job, wrote a
+    failed run log and printed fpexplorer's own traceback (exit 1), where the form said."""
+    task_file = tmp_path / "task.py"
+    task_file.write_text("import torch\n\ndef build():\n    raise SystemExit('not run')\n")
+    problems = TrainConfig(task=f"{task_file}:make_task").validate()
+    assert problems == {
+        "task": "task.py has no make_task (it defines build): name its factory after the colon"
+    }
+    assert TrainConfig(task=f"{task_file}:build").validate() == {}
 
 
 def test_the_margin_bound_is_where_e4m3_flushes_the_amax_itself() -> None:

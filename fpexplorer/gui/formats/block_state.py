@@ -774,6 +774,10 @@ class BlockEditorState:
         finite_inputs = [x for x in block.inputs if x.is_finite]
         if multiplier is None:
             max_error_text, sqnr_text = "∞ (NaN scale)", "−∞ (NaN scale)"
+        elif not finite_inputs:
+            # ±inf alone (NVFP4 saturates them under a finite scale): nothing to measure;
+            # it read "max |error| 0 · SQNR ∞ (no error)" for -inf stored as -2688.
+            max_error_text = sqnr_text = "— (no finite input)"
         else:
             max_error_text = _text(max((abs(e) for e in errors), default=Fraction(0)))
             signal = sum((x.magnitude**2 for x in finite_inputs), Fraction(0))
@@ -795,7 +799,10 @@ class BlockEditorState:
             tensor_text = display_decimal(block.tensor_scale)
             if self._forced_tensor_scale is None:
                 tensor_source = "from this block's amax / (448·6)"
-                if amax / NVFP4_GLOBAL_DIVISOR > FLOAT32.max:
+                if amax == 0:
+                    # Zeros and ±inf alone: the rule's 1, not amax / (448·6).
+                    tensor_source = "the rule's default: this block has no finite non-zero input"
+                elif amax / NVFP4_GLOBAL_DIVISOR > FLOAT32.max:
                     # 1e400 typed: the quotient is past FP32, the scale its max, not it.
                     tensor_source = "FP32's max: this block's amax / (448·6) is past it"
             elif (

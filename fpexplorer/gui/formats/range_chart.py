@@ -131,9 +131,10 @@ class RangeChart(LazyView):
         self.include_common = QCheckBox("also FP32, FP16, BF16, FP8")
         self.include_common.setChecked(True)
         self.caption = QLabel(
-            "x: log2 |value|. Bars: grey rounds to 0, purple subnormal (precision fades), "
-            "green normal range, red overflow. Curves: relative gap ulp/|x| (lower = more "
-            "precise). Dashed: the current value."
+            "x: log2 |value|. Bars: grey rounds to 0 (none where a format has no zero, as "
+            "E8M0: it rounds tiny values up to its smallest), purple subnormal (precision "
+            "fades), green normal range, red overflow. Curves: relative gap ulp/|x| (lower = "
+            "more precise). Dashed: the current value."
         )
         self.caption.setWordWrap(True)
         self.graphics = pg.GraphicsLayoutWidget()
@@ -243,7 +244,12 @@ class RangeChart(LazyView):
         lows = np.array([low for low, _, _ in edges])
         normals = np.array([normal for _, normal, _ in edges])
         highs = np.array([high for _, _, high in edges])
-        self.underflow_bars.setOpts(x0=np.full(len(rows), left), x1=lows - 1, y0=bottom, y1=top)
+        # Nothing rounds to 0 in a format without zero (E8M0 rounds 2**-200 up to 2**-127):
+        # no grey bar there, which read "rounds to 0".
+        underflow_ends = np.where([fmt.has_zero for fmt in formats], lows - 1, left)
+        self.underflow_bars.setOpts(
+            x0=np.full(len(rows), left), x1=underflow_ends, y0=bottom, y1=top
+        )
         self.subnormal_bars.setOpts(x0=lows, x1=normals, y0=bottom, y1=top)
         self.normal_bars.setOpts(x0=normals, x1=highs, y0=bottom, y1=top)
         self.overflow_bars.setOpts(x0=highs, x1=np.full(len(rows), right), y0=bottom, y1=top)

@@ -7,8 +7,6 @@ or TrainConfig.validate()'s message). Each field shows its own message under it.
 
 from __future__ import annotations
 
-import ast
-import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -38,7 +36,7 @@ from fpexplorer.training.config import (
     TASKS,
     OptionSpec,
     TrainConfig,
-    split_user_task,
+    task_file_names,
     train_options,
 )
 
@@ -47,65 +45,14 @@ _DEFAULTS = TrainConfig()
 DEFAULT_FACTORY = "make_task"
 
 
-@functools.lru_cache(maxsize=16)
-def _parsed_names(path: str, _mtime_ns: int, _size: int) -> tuple[list[str], set[str]] | None:
-    """(the functions defined at the top of a Python file, every name bound there: defs,
-    classes, assignments, imports), read without running it; None when it cannot be read
-    or parsed (starting the job then says why). Cached per file version: `problems()` runs
-    at every keystroke."""
-    try:
-        tree = ast.parse(Path(path).read_bytes(), filename=path)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    functions: list[str] = []
-    bound: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            functions.append(node.name)
-        elif isinstance(node, ast.ClassDef):
-            bound.add(node.name)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
-            # A factory may be assigned (make_task = partial(...)).
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                bound.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-    return functions, bound | set(functions)
-
-
-def _task_file_names(path: str) -> tuple[list[str], set[str]] | None:
-    try:
-        stat = Path(path).stat()
-    except OSError:
-        return None
-    return _parsed_names(path, stat.st_mtime_ns, stat.st_size)
-
-
 def dropped_task(path: str) -> str:
     """The task for a dropped .py file: `path:make_task` when it has a make_task, else its
     only function, else `path:make_task` (and the field says what the file lacks)."""
-    names = _task_file_names(path)
+    names = task_file_names(path)
     functions = names[0] if names is not None else []
     if DEFAULT_FACTORY not in functions and len(functions) == 1:
         return f"{path}:{functions[0]}"
     return f"{path}:{DEFAULT_FACTORY}"
-
-
-def factory_problem(task: str) -> str | None:
-    """What is wrong with a user task's factory name, read from the file without running
-    it: None when the file binds that name (or is not there or unreadable: the config's
-    own check, or the job, says so)."""
-    user = split_user_task(task)
-    if user is None:
-        return None
-    path, factory = user
-    names = _task_file_names(path)
-    if names is None or factory in names[1]:
-        return None
-    functions = names[0]
-    defined = f" (it defines {', '.join(functions)})" if functions else " (it defines no function)"
-    return f"{Path(path).name} has no {factory}{defined}: name its factory after the colon"
 
 
 class _TaskBox(QWidget):
@@ -463,8 +410,6 @@ class TrainForm(QWidget):
         config = TrainConfig(**defaults)
         for name, message in config.validate().items():
             errors.setdefault(name, message)
-        if "task" not in errors and (factory := factory_problem(config.task)) is not None:
-            errors["task"] = factory
         return errors
 
     def config(self) -> TrainConfig:

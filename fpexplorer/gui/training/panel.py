@@ -162,6 +162,9 @@ class TrainingPanel(QWidget):
         self._readouts_at = 0.0
         self._drawn_at = 0.0  # when refresh() last ran (time.monotonic())
         self._replays: list[tuple[RunFileReplay, RunEntry]] = []
+        # Why the last file read held no run, in the status line's words (the screenshot
+        # command says it too); None once a file holds one.
+        self.last_refusal: str | None = None
         self.job = TrainingJob(self)
         self.job.records_received.connect(self._on_job_records)
         self.job.state_changed.connect(self._on_job_state_changed)
@@ -416,7 +419,8 @@ class TrainingPanel(QWidget):
             model.source = Path(path).name
             replay = RunFileReplay(path, model)
             if replay.done:  # could not even open it
-                self._show_status(f"Could not open {path}: " + "; ".join(model.problems[:1]))
+                self.last_refusal = "; ".join(model.problems[:1]) or "cannot be read"
+                self._show_status(f"Could not open {path}: {self.last_refusal}")
                 return
             if replay.size <= SYNC_LOAD_BYTES and not in_background:
                 replay.advance()
@@ -496,12 +500,14 @@ class TrainingPanel(QWidget):
                 # "not a run log"); the damaged lines' text (binary garbage for a file that is
                 # not a run log at all) goes in the tooltip, not the status.
                 reason = no_run_reason(replay.refused_schema, replay.size, replay.torn_first_line)
+                self.last_refusal = reason
                 self._show_status(f"{elide(path.name, 60)}: {reason}", error=True)
                 self.status_label.setToolTip(
                     "\n".join([str(path), *(elide(p, 200) for p in model.problems[:3])])
                 )
                 self.run_loaded.emit(str(path))
                 return
+            self.last_refusal = None
             in_pieces = entry is not None
             if entry is None:
                 entry = self._add_run(model, path)

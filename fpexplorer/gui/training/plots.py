@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.decimal import figure_text
 from fpexplorer.gui.theme import plot_colors, role_hex
 from fpexplorer.gui.training.run_model import (
     HEAT_BINS,
@@ -1398,18 +1398,16 @@ class LayerTable(QWidget):
 
 
 def _human_bytes(n: float) -> str:
+    """A byte count in B, KiB, MiB or GiB: exact ("512 B", "64 KiB"), or rounded to a tenth
+    and marked ("≈48.2 KiB"); a damaged file's 1e300 in the display notation, not 301 digits."""
     if not math.isfinite(n):
         return "?"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            text = f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-            if len(text) > 20:
-                # A damaged file's 1e300 must not widen the table, nor be cut in its middle
-                # ("9313225746…0000.0 GiB" read as another number): the display rule's form.
-                text = f"{display_decimal(Fraction(n), cut_digits=4)} {unit}"
-            return text
-        n /= 1024
-    return f"{n:.1f} GiB"
+    size = Fraction(n)
+    for unit in ("B", "KiB", "MiB"):
+        if abs(size) < 1024:
+            return f"{figure_text(size, decimals=0 if unit == 'B' else 1)} {unit}"
+        size /= 1024
+    return f"{figure_text(size)} GiB"
 
 
 class MemoryReadout(QWidget):

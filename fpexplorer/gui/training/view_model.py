@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fpexplorer.formats import get_format
-from fpexplorer.formats.decimal import display_decimal
+from fpexplorer.formats.decimal import display_decimal, figure_text
 from fpexplorer.gui.training.run_model import (
     HEAT_BINS,
     HEAT_LO,
@@ -767,7 +767,8 @@ def heatmap_hover_text(
     column = int(layout.columns[cell])
     value = float(image[column, row])
     # The image is clipped at 10^-8 (no value at all reads the same).
-    share = "at most 10^-8 of the values" if value <= -8.0 else f"10^{value:.1f} of the values"
+    # The image holds log10 of the share, rounded here to a tenth: marked as rounded.
+    share = "at most 10^-8 of the values" if value <= -8.0 else f"≈10^{value:.1f} of the values"
     start = float(heat.column_steps[0][column])
     return [
         HoverLine(f"steps from {start:.0f}"),
@@ -1086,7 +1087,7 @@ def progress_view(model: RunModel, job_active: bool, state: str | None) -> Progr
     text = f"{count_text(done)}/{count_text(planned) if planned else '?'} steps"
     rate = model.steps_per_second()
     if rate is not None:
-        text += f" · {rate:.1f} steps/s"
+        text += f" · {figure_text(rate)} steps/s"
     try:
         left = model.seconds_left()
     except OverflowError:  # a damaged header's 10**309 planned steps
@@ -1108,7 +1109,7 @@ def throughput_text(model: RunModel | None) -> str:
     done, planned = model.progress()
     of = f" of {count_text(planned)}" if planned else ""
     # No "throughput:" before it: the card's title says so, and the line must fit 1024 px.
-    return f"{rate:.1f} steps/s (recent) · step {count_text(done)}{of}"
+    return f"{figure_text(rate)} steps/s (recent) · step {count_text(done)}{of}"
 
 
 def summarize_problems(problems: dict[str, str], titles: dict[str, str]) -> str:

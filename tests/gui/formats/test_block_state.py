@@ -11,7 +11,7 @@ import pytest
 
 from fpexplorer.formats import get_format
 from fpexplorer.formats.block import get_block_format
-from fpexplorer.formats.block_quantize import quantize
+from fpexplorer.formats.block_quantize import quantize, tensor_scale_for
 from fpexplorer.gui.formats.block_state import (
     DEFAULT_VALUES,
     BlockEditorState,
@@ -323,6 +323,31 @@ def test_sqnr_of_blocks_with_errors_beyond_float_range() -> None:
     state.set_scale_code(252)
     low = state.readout().sqnr_text
     assert low.startswith("≈ -") and low.endswith(" dB")
+
+
+@pytest.mark.parametrize("text", ["-inf -inf", "inf", "inf -inf nan"])
+def test_a_block_with_no_finite_input_claims_no_error(text: str) -> None:
+    """NVFP4 saturates ±inf to ±max (its scale stays finite): with no finite input there is
+    no error to measure (the engine's errors are None, `quantize` says n/a). It read "max
+    |error| 0 · SQNR ∞ (no error)" for a block of -inf turned into -2688. MX makes such a
+    block's scale NaN, which says so."""
+    state = BlockEditorState("nvfp4")
+    assert state.load_text(text)
+    readout = state.readout()
+    assert all(row.error is None for row in readout.rows)
+    if readout.block.multiplier is None:  # NaN among the inputs: a NaN scale
+        assert readout.sqnr_text == "−∞ (NaN scale)"
+        return
+    assert readout.max_abs_error_text == "— (no finite input)"
+    assert readout.sqnr_text == "— (no finite input)"
+    # The per-tensor scale is the rule's 1 (tensor_scale_for(0)), not amax / (448·6).
+    assert readout.block.tensor_scale == tensor_scale_for(0) == 1
+    assert readout.tensor_scale_source == (
+        "the rule's default: this block has no finite non-zero input"
+    )
+    mx = BlockEditorState("mxfp8_e4m3")
+    assert mx.load_text(text)
+    assert mx.readout().sqnr_text == "−∞ (NaN scale)"
 
 
 @pytest.mark.parametrize(

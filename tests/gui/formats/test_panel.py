@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -431,6 +432,25 @@ def test_range_chart_and_properties_show_the_chosen_formats(
     assert names[:2] == ["float32", "float16"]
     fp16_row = names.index("float16")
     assert table.item(fp16_row, 3).text() == "65504"
+
+
+def test_range_chart_draws_no_underflow_to_zero_for_a_format_without_zero(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    """E8M0 has no zero: the engine rounds 2**-200 up to its smallest value, 2**-127, so no
+    grey "rounds to 0" bar is drawn for it (one was, from the plot's edge to 2**-128)."""
+    e8m0 = get_format("e8m0")
+    tiny = e8m0.round(Fraction(1, 2**200), "toward_zero")
+    assert not e8m0.has_zero and e8m0.to_fraction(tiny.code) == Fraction(1, 2**127)
+    assert get_format("fp16").has_zero
+    panel.session.set_format(panel.session.active, e8m0)
+    panel.show_view("range")
+    chart = panel.range_chart
+    qtbot.waitUntil(lambda: bool(chart._shown) and chart._shown[0] == e8m0)
+    starts, ends = chart.underflow_bars.opts["x0"], chart.underflow_bars.opts["x1"]
+    widths = {fmt.name: ends[i] - starts[i] for i, fmt in enumerate(chart._shown)}
+    assert widths["float8_e8m0fnu"] == 0
+    assert widths["float16"] > 0 and widths["float32"] > 0  # these do round tiny values to 0
 
 
 @pytest.mark.parametrize("theme_name", ["light", "dark"])

@@ -556,3 +556,14 @@ def test_the_loss_smoothing_box_shows_the_weight_it_applies(panel) -> None:  # t
         assert (spin.text(), panel.loss_plot.smoothing) == (text, weight)
     spin.setValue(0)
     assert (spin.text(), panel.loss_plot.smoothing) == ("no smoothing", 0)
+
+
+def test_memory_sizes_are_exact_or_marked_as_rounded() -> None:
+    # Was "48.2 KiB" for 49376 bytes (48.21875 KiB): a rounded figure shown as if exact.
+    from fpexplorer.gui.training.plots import _human_bytes
+
+    assert _human_bytes(49376) == "≈48.2 KiB"
+    assert _human_bytes(65536) == "64 KiB" and _human_bytes(512) == "512 B"
+    assert _human_bytes(3.5 * 2**30) == "3.5 GiB" and _human_bytes(1.5 * 2**20) == "1.5 MiB"
+    assert _human_bytes(float("nan")) == "?"
+    assert len(_human_bytes(1e300)) < 20  # a damaged file's figure stays short

@@ -92,5 +92,8 @@ def test_the_throughput_says_it_is_recent() -> None:
     # run's time) with nothing saying they measure different things.
     model = RunModel()
     model.add_records([StepRecord(step=i, loss=1.0, steps_per_s=35.125) for i in range(3)])
-    assert throughput_text(model) == "35.1 steps/s (recent) · step 3"
+    # Rounded to a tenth, and marked as rounded (35.125 is not 35.1).
+    assert throughput_text(model) == "≈35.1 steps/s (recent) · step 3"
+    model.add_records([StepRecord(step=3, loss=1.0, steps_per_s=58.5)])
+    assert throughput_text(model) == "58.5 steps/s (recent) · step 4"  # exact: no mark
     assert throughput_text(RunModel()) == "throughput: –"

@@ -354,7 +354,7 @@ def test_hover_over_the_histogram_and_the_heatmap_reads_the_cell() -> None:
     heat.add(0, Histogram(lo=-3, counts=(1, 1)))
     heat.add(10, Histogram(lo=-3, counts=(0, 100)))
     assert hover_plain(heatmap_hover_text(heat, 3.0, -2.5)) == (
-        "steps from 0\n2^-3 ≤ |g| < 2^-2\n10^-0.3 of the values"  # a half: log10 0.5
+        "steps from 0\n2^-3 ≤ |g| < 2^-2\n≈10^-0.3 of the values"  # a half: log10 0.5, rounded
     )
     assert hover_plain(heatmap_hover_text(heat, 12.0, -3.0)) == (
         "steps from 10\n2^-3 ≤ |g| < 2^-2\nat most 10^-8 of the values"
