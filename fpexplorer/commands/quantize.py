@@ -314,7 +314,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
         except FileNotFoundError:
             raise ValueError(f"no such file: {args.npy}") from None
         except (OSError, ValueError, EOFError) as error:
-            raise ValueError(f"{args.npy}: not a readable .npy file ({error})") from None
+            from fpexplorer.formats.vectorized import npy_load_reason
+
+            reason = npy_load_reason(error)
+            raise ValueError(f"{args.npy}: not a readable .npy file ({reason})") from None
         if not isinstance(data, np.ndarray):
             raise ValueError(f"{args.npy}: holds several arrays; give a .npy of one array")
         return data, "npy"

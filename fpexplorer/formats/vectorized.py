@@ -143,6 +143,19 @@ def read_array(x: npt.ArrayLike) -> np.ndarray[Any, Any]:
         raise ValueError(f"cannot read a {type(x).__name__} as an array: {error}") from None
 
 
+def npy_load_reason(error: BaseException) -> str:
+    """One line saying why `np.load(path, allow_pickle=False)` refused a file. numpy reads a
+    file without the .npy header as a pickle, refuses it and advises loading it "unsafely"
+    (`allow_pickle=True`): advice to run a stranger's pickle for a file that is simply not
+    a .npy (a CSV, a text file), or for an array of Python objects. Said as what it is."""
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if "pickled" in text and "allow_pickle" in text:
+        return "no .npy header: not a file numpy.save wrote"
+    if text.startswith("Object arrays cannot be loaded"):
+        return "an array of Python objects, not numbers"
+    return text
+
+
 def from_float_array(
     fmt: FloatFormat,
     x: npt.ArrayLike,

@@ -165,6 +165,11 @@ def test_bad_files_are_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         assert main(["quantize", "-f", "mxfp4", *argv]) == 2
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        # numpy's own advice for a file without the .npy header: load it "unsafely".
+        assert "unsafely" not in err and "pickle" not in err
+    assert main(["quantize", "-f", "mxfp4", "--npy", str(tmp_path / "bad.npy")]) == 2
+    reason = "bad.npy: not a readable .npy file (no .npy header: not a file numpy.save wrote)"
+    assert capsys.readouterr().err.strip().endswith(reason)
     np.save(tmp_path / "x.npy", np.ones((2, 3)))
     assert main(["quantize", "-f", "mxfp4", "--npy", str(tmp_path / "x.npy"), "--axis", "5"]) == 2
     assert "axis 5 is out of range" in capsys.readouterr().err

@@ -45,6 +45,7 @@ from fpexplorer.formats.block_quantize import (
 from fpexplorer.formats.decimal import approximate_decimal, display_decimal, share_percent
 from fpexplorer.formats.format import ROUNDING_MODES
 from fpexplorer.formats.quoting import quote_text
+from fpexplorer.formats.vectorized import npy_load_reason
 from fpexplorer.gui.formats.state import Signal
 from fpexplorer.gui.formats.text import power_of_two
 
@@ -348,8 +349,7 @@ def read_npy(path: str | Path) -> np.ndarray[Any, Any]:
     except FileNotFoundError:
         raise ValueError(f"{name}: no such file") from None
     except (OSError, ValueError, EOFError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ValueError(f"{name} is not a readable .npy file ({reason})") from None
+        raise ValueError(f"{name} is not a readable .npy file ({npy_load_reason(error)})") from None
     if not isinstance(array, np.ndarray):
         raise ValueError(f"{name} holds several arrays (.npz); save one array with np.save")
     if array.dtype.kind not in "fiuV" or (array.dtype.kind == "V" and array.dtype.names):

@@ -282,7 +282,18 @@ def test_bad_npy_files_get_a_sentence_and_lose_nothing(tmp_path: Path) -> None:
         assert not state.load_npy(path)
         assert state.problem is not None and path.name in state.problem and words in state.problem
         assert "\n" not in state.problem
+        # numpy's advice for a file without the .npy header was to load it "unsafely"
+        # (allow_pickle): the text file is simply not a .npy, the objects not numbers.
+        assert "pickle" not in state.problem
         assert state.inputs == kept and state.tensor is None
+    assert not state.load_npy(text)
+    assert state.problem == (
+        "text.npy is not a readable .npy file (no .npy header: not a file numpy.save wrote)"
+    )
+    assert not state.load_npy(objects)
+    assert state.problem == (
+        "objects.npy is not a readable .npy file (an array of Python objects, not numbers)"
+    )
     np.save(tmp_path / "ok.npy", np.ones(10))
     assert not state.load_npy(tmp_path / "ok.npy", block=5)
     assert state.problem == "ok.npy has blocks 0..0, not 5"
