@@ -253,10 +253,8 @@ def record_fields(cls: type) -> tuple[str, ...]:
 
 def _encode_dataclass(value: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    # Only the top-level records declare their type as a ClassVar `kind`; a nested record
-    # may have a data field of that name (LostUpdates.kind), which is not a record type.
-    kind = type(value).__dict__.get("kind")
-    if isinstance(kind, str):
+    kind = record_kind(type(value))
+    if kind is not None:
         out["type"] = kind  # first on the line: the stream resynchronises on it
     for codec in _plan(type(value)):
         item = getattr(value, codec.name)
@@ -353,7 +351,8 @@ class FormatShares(_Codable):
 @dataclass(frozen=True, slots=True)
 class LostUpdates(_Codable):
     """Share of parameter updates lost to rounding: kind "actual" in pure-fp16, otherwise
-    "fp16_would_lose" (what FP16 weights would have lost)."""
+    "fp16_would_lose" (what FP16 weights would have lost). A complex weight's real and
+    imaginary parts are two weights here (as torch's optimizers update them)."""
 
     share: float
     kind: str
@@ -443,7 +442,7 @@ class QuantTensorStats(_Codable):
 class StepStats(_Codable):
     """What a statistics step adds to a step (every `stats_every` steps)."""
 
-    grad_hist: Histogram | None = None  # parameter gradients, unscaled
+    grad_hist: Histogram | None = None  # parameter gradients, unscaled (complex: both parts)
     act_hist: Histogram | None = None  # activation gradients, as scaled by the loss scale
     act_zero_share: float | None = None
     layers: tuple[LayerStats, ...] = ()
@@ -655,6 +654,38 @@ RECORD_TYPES: dict[str, type[HeaderRecord] | type[StepRecord] | type[EndRecord]]
     "step": StepRecord,
     "end": EndRecord,
 }
+# The "type" each record class is written with, found once per class (see record_kind).
+_KINDS: dict[type, str | None] = {}
+
+
+def record_kind(cls: type) -> str | None:
+    """The "type" a record of class `cls` is written with: the `kind` its class, or the
+    nearest base that does, declares as a class variable of its own (the top-level records
+    above); None for a nested record (LostUpdates' `kind` is a data field, no string).
+
+    A subclass of a record type (a user's, a test's) is written as that record type, and
+    read back as one. TypeError for one that adds fields or declares another `kind`: its
+    line could not carry them (readers drop keys they do not know, and skip unknown types,
+    so its records would be lost on reading)."""
+    try:
+        return _KINDS[cls]
+    except KeyError:
+        pass
+    declared = [c for c in cls.__mro__ if isinstance(c.__dict__.get("kind"), str)]
+    kind: str | None = declared[0].__dict__["kind"] if declared else None
+    if declared and declared[-1] is not cls:  # derived from a record type
+        base = declared[-1]
+        added = [item.name for item in dataclasses.fields(cls)][len(dataclasses.fields(base)) :]
+        if added or kind != base.__dict__["kind"]:
+            what = f"the fields {', '.join(added)}" if added else f"the kind {kind!r}"
+            raise TypeError(
+                f"{cls.__name__} is written as a {base.__name__} "
+                f"(type {base.__dict__['kind']!r}), which has no place for {what}: add "
+                f"fields to {base.__name__} in fpexplorer/training/records.py, or write a "
+                f"{base.__name__}"
+            )
+    _KINDS[cls] = kind
+    return kind
 
 
 # ---------------------------------------------------------------------------------------

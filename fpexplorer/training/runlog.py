@@ -54,6 +54,7 @@ from fpexplorer.training.records import (
     encode_line,
     from_schema1_dict,
     record_fields,
+    record_kind,
 )
 
 __all__ = [
@@ -268,8 +269,8 @@ class _TextEncoder:
     def __init__(self, cls: type) -> None:
         hints = typing.get_type_hints(cls)
         self.cls = cls
-        kind = cls.__dict__.get("kind")  # top-level records only: "type" leads the line
-        self.opening = f'"type":{json.dumps(kind)}' if isinstance(kind, str) else None
+        kind = record_kind(cls)  # top-level records only: "type" leads the line
+        self.opening = None if kind is None else f'"type":{json.dumps(kind)}'
         # (attribute, '"key":', writer, left out when None); a None kept is the writer's:
         # null for an optional field, the codec's value or error for any other.
         self.fields: list[tuple[str, str, Callable[[Any], str], bool]] = []
@@ -525,6 +526,7 @@ def _typed_record(record: Record | Mapping[str, Any]) -> Record:
                 "RunWriter writes a HeaderRecord, StepRecord or EndRecord, not "
                 f"{'None' if record is None else 'a ' + type(record).__name__}"
             )
+        record_kind(type(record))  # a subclass of one: TypeError where its line cannot say it
         return record
     typed = from_schema1_dict(record)
     if typed is None:

@@ -18,7 +18,11 @@ from monitor_helpers import flat
 from torch import nn
 
 from fpexplorer.training.monitor import AmpMonitor
-from fpexplorer.training.monitor.amp_monitor import _SAVED_TENSOR_TAP, _all_finite
+from fpexplorer.training.monitor.amp_monitor import (
+    _SAVED_TENSOR_TAP,
+    _all_finite,
+    _saved_tensor_hooks_in_use,
+)
 from fpexplorer.training.monitor.device import bytes_by_dtype
 from fpexplorer.training.monitor.plan import HostPack
 
@@ -348,6 +352,77 @@ def test_a_forward_on_another_thread_ending_inside_the_monitored_one_leaves_its_
     assert spawner.ran and spawner.error is None
     assert seen == [expected] * 3
     assert saved_bytes_by_hand(model, inputs) == expected  # nothing of the monitor's left
+
+
+class WaitsMidForward(nn.Module):
+    """On its first call, stops in the middle of its forward (after saving a tensor for
+    backward) until `go_on` is set, having set `reached`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(8, 32)
+        self.last = nn.Linear(32, 4)
+        self.reached = threading.Event()
+        self.go_on = threading.Event()
+        self.waited = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.nn.functional.gelu(self.first(x))
+        if not self.reached.is_set():
+            self.reached.set()
+            self.waited = self.go_on.wait(timeout=60)  # False only when the test is stuck
+        return self.last(hidden)
+
+
+def test_close_on_another_thread_mid_forward_leaves_the_forwards_thread_untapped(
+    tmp_path: Path,
+) -> None:
+    # The tap is per thread and only its thread can leave it; close() removed the
+    # forward-end hook that would have: the forward's thread stayed joined for good, its
+    # tap holding every tensor autograd saved there from then on, after the monitor was
+    # gone (this failed before: 5 more tensors held a step, the tap's hooks left on
+    # torch's stack). Nothing is counted into the closed monitor either.
+    torch.manual_seed(0)
+    model = WaitsMidForward()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    inputs = torch.randn(16, 8)
+    monitor = AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1)
+    seen: list[tuple[int, int, bool, bool]] = []  # each step, on the forward's thread
+    errors: list[BaseException] = []
+
+    hidden: list[weakref.ref[torch.Tensor]] = []
+    model.first.register_forward_hook(
+        lambda module, args, output: hidden.append(weakref.ref(output))
+    )
+
+    def train() -> None:
+        try:
+            for _ in range(3):
+                loss = model(inputs).square().mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                del loss
+                seen.append((
+                    _SAVED_TENSOR_TAP.joined,
+                    len(_SAVED_TENSOR_TAP.saved),
+                    _saved_tensor_hooks_in_use() is None,
+                    hidden[-1]() is None,  # saved for GELU's backward, freed with the graph
+                ))  # fmt: skip
+        except BaseException as error:  # reported by the test
+            errors.append(error)
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    assert model.reached.wait(timeout=60)
+    monitor.close()  # the forward is in its middle, on the other thread
+    model.go_on.set()
+    thread.join()
+    assert not errors and model.waited
+    assert seen == [(0, 0, True, True)] * 3
+    assert monitor._pass.saved == {}  # the closed monitor counted nothing
+    assert saved_bytes_by_hand(model, inputs)  # this thread's tap untouched too
+    assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
 
 
 class Recursive(nn.Module):

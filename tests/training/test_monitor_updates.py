@@ -6,6 +6,7 @@ and gradients of every dtype, sampled and not, against the formula applied to wh
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -353,3 +354,64 @@ def test_weights_fp16_cannot_hold_are_not_reported_as_updates_lost(
         "updates    lost to rounding: n/a (1 statistics step had weights FP16 cannot hold "
         "(|w| > 65504, or inf/NaN), left out)"
     ) in text
+
+
+class ComplexWeights(nn.Module):
+    """A complex weight and a real one beside it (the test sets their gradients itself)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(size)
+        parts = torch.randn(size, 2, generator=generator) * 30 + 1
+        self.weight = nn.Parameter(torch.complex(parts[:, 0], parts[:, 1]))
+        self.bias = nn.Parameter(torch.randn(8, generator=generator) * 30)
+
+
+def as_parts(values: np.ndarray) -> np.ndarray:
+    """Each value's real part then its imaginary part, float32 (a real array as it is)."""
+    if not np.iscomplexobj(values):
+        return values.astype(np.float32).ravel()
+    return np.stack([values.real, values.imag], axis=-1).astype(np.float32).ravel()
+
+
+@pytest.mark.parametrize("size", [64, 12_000])  # the general path; the CPU float32 path
+def test_complex_weights_count_each_real_and_imaginary_part_as_a_weight(
+    tmp_path: Path, size: int
+) -> None:
+    # The float32 buffers took `copy_` of the complex weights and gradients, which keeps the
+    # real parts only (torch warned): an update to imaginary parts only read as lost, and
+    # gradients with zero real parts as no update intended (share 1.0 of 0 intended; this
+    # failed before). Each part is a weight, as torch's optimizers take it: numpy's FP16
+    # rounding of each part is the oracle.
+    model = ComplexWeights(size)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    generator = torch.Generator().manual_seed(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "Casting complex values to real discards..."
+        monitor = AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1)
+        with monitor:
+            for _ in range(3):
+                # Steps from far below to far above half an FP16 ulp of the weights (about
+                # 2**-6 at 30): many lost, many not. Imaginary parts only in the first half.
+                sizes = torch.exp2(torch.randint(-14, 2, (size, 2), generator=generator))
+                parts = sizes * torch.randn(size, 2, generator=generator)
+                parts[: size // 2, 0] = 0.0
+                parts[::5] = 0.0  # no update to either part
+                model.weight.grad = torch.complex(parts[:, 0], parts[:, 1])
+                model.bias.grad = torch.randn(8, generator=generator)
+                model.bias.grad[::3] = 0.0
+                old = [as_parts(p.detach().numpy().copy()) for p in model.parameters()]
+                optimizer.step()
+                record = monitor.step(0.0)
+                new = [as_parts(p.detach().numpy()) for p in model.parameters()]
+                grads = [as_parts(p.grad.numpy()) for p in model.parameters() if p.grad is not None]
+                intended = np.concatenate(grads) != 0
+                shows = oracle_shows(np.concatenate(old), np.concatenate(new), fp16_weights=False)
+                lost = int((intended & ~shows).sum())
+                assert 0 < lost < intended.sum()
+                assert record.lost_updates is not None
+                assert record.lost_updates.intended == int(intended.sum())
+                assert record.lost_updates.share == lost / int(intended.sum())
+                assert record.lost_updates.kind == "fp16_would_lose"
+                assert record.stats is not None and record.stats.grad_hist is not None
+                assert record.stats.grad_hist.zero == int((~intended).sum())

@@ -30,7 +30,7 @@ from fpexplorer.training.records import (
     StepStats,
     encode_line,
 )
-from fpexplorer.training.runlog import RunWriter, fast_encode_line, load_run
+from fpexplorer.training.runlog import RecordStream, RunWriter, fast_encode_line, load_run
 
 ANY_FLOAT = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
     [0.0, -0.0, 1e-310, 5e-324, 1.7976931348623157e308, 0.1, 65504.0, 2.0**-24]
@@ -434,3 +434,87 @@ def test_a_killed_writer_loses_at_most_the_held_plain_steps(
     run = load_run(path)
     assert run.problems == () and run.header is not None and run.end is None
     assert [step.step for step in run.steps] == list(range(kept))
+
+
+class UserStep(StepRecord):
+    """A step record with a method of a user's own (a plain subclass, with a __dict__)."""
+
+    def loss_text(self) -> str:
+        return f"{self.loss:.3f}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SlottedStep(StepRecord):
+    """A dataclass subclass adding nothing."""
+
+
+class UserHeader(HeaderRecord):
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UserEnd(EndRecord):
+    pass
+
+
+def _as_record_type(record: Any) -> Any:
+    """The record as one of its record type's own class, field by field."""
+    base = next(c for c in type(record).__mro__ if c in (HeaderRecord, StepRecord, EndRecord))
+    return base(**{item.name: getattr(record, item.name) for item in dataclasses.fields(base)})
+
+
+def test_a_subclass_of_a_record_type_is_written_as_that_type_and_read_back(
+    tmp_path: Path,
+) -> None:
+    # The "type" was looked up in the record class's own __dict__: a subclass's lines had
+    # none, from RunWriter's generated encoder and from `to_json` alike, and RecordStream
+    # refused every one ('a record without a "type"'; this failed before).
+    stats = StepStats(grad_hist=Histogram(lo=0, counts=(1, 2)))
+    written = [
+        UserHeader(config={"task": "t"}),
+        UserStep(step=0, loss=0.5),  # plain steps: held, encoded when their window is
+        SlottedStep(step=1, loss=0.25),
+        SlottedStep(step=2, loss=0.125, stats=stats),  # written at once
+        UserStep(step=3, loss=1.0, skipped=True),
+        UserEnd(status="completed", steps=4),
+    ]
+    expected = [_as_record_type(record) for record in written]
+    path = tmp_path / "run.jsonl"
+    with RunWriter(path, flush_interval=3600.0) as writer:
+        for record in written:
+            writer.write(record)
+    assert path.read_text().splitlines() == [encode_line(record) for record in expected]
+    assert [record.to_json() for record in written] == [record.to_json() for record in expected]
+    stream = RecordStream()
+    assert stream.feed(path.read_bytes()) + stream.finish() == expected
+    assert stream.problems == []
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NotedStep(StepRecord):
+    note: str = ""
+
+
+class OwnKindStep(StepRecord):
+    kind: ClassVar[str] = "noted step"
+
+
+@pytest.mark.parametrize(
+    ("cls", "reason"),
+    [(NotedStep, "no place for the fields note"), (OwnKindStep, "no place for the kind")],
+)
+def test_a_subclass_its_line_could_not_carry_is_refused_with_the_reason(
+    tmp_path: Path, cls: type[StepRecord], reason: str
+) -> None:
+    # Readers drop keys they do not know and skip record types they do not know: such a
+    # record would be written and lost on reading.
+    path = tmp_path / "run.jsonl"
+    with RunWriter(path) as writer:
+        with pytest.raises(
+            TypeError, match=f"{cls.__name__} is written as a StepRecord .*{reason}"
+        ):
+            writer.write(cls(step=0, loss=0.5))
+        writer.write(StepRecord(step=1, loss=0.5))  # the writer goes on
+    with pytest.raises(TypeError, match=reason):
+        cls(step=0, loss=0.5).to_json()
+    assert [line["step"] for line in _lines(path)] == [1]

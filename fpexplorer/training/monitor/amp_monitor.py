@@ -136,7 +136,7 @@ from fpexplorer.training.monitor.reduction import (
     watched_module,
 )
 from fpexplorer.training.monitor.thresholds import DEFAULT_FORMATS, format_ranges
-from fpexplorer.training.monitor.updates import LostUpdateCheck
+from fpexplorer.training.monitor.updates import LostUpdateCheck, as_real
 from fpexplorer.training.records import EndRecord, HeaderRecord, Memory, Record, StepRecord
 from fpexplorer.training.runlog import RunWriter
 
@@ -574,6 +574,15 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         # The model's forward-end hook is in place: without it (a `model.compile()`d model)
         # nothing would leave the tap.
         self._forward_end_hooked = False
+        # The end hook's handle, and the same handle while it is left in place after the
+        # module hooks were removed (close(), or the end of statistics steps, on another
+        # thread) for the forward that joined the tap to leave it at its end, which only
+        # its thread can: the hook then removes itself.
+        self._end_handle: RemovableHandle | None = None
+        self._end_handle_left: RemovableHandle | None = None
+        # Held while the tap is joined or left and while the module hooks are added or
+        # removed: a forward on one thread and step() or close() on another.
+        self._tap_lock = threading.Lock()
         self._tap_start = 0  # where this forward's tensors start in the tap's `saved`
         self._updates = LostUpdateCheck()
         self._optimizer_stepped = False
@@ -724,17 +733,30 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
             # Under `model.compile()` the end hook would only be traced (it has nothing to
             # end there), and dynamo warns tracing it (it reads the output's `.grad`).
             if getattr(self.model, "_compiled_call_impl", None) is None:
-                hook = self._on_model_forward_end
-                handles.append(self.model.register_forward_hook(hook, always_call=True))
-                self._forward_end_hooked = True
+                with self._tap_lock:
+                    # One left in place for a forward still running is in place again.
+                    handle, self._end_handle_left = self._end_handle_left, None
+                    if handle is None:
+                        hook = self._on_model_forward_end
+                        handle = self.model.register_forward_hook(hook, always_call=True)
+                    self._end_handle = handle
+                    handles.append(handle)
+                    self._forward_end_hooked = True
         elif not wanted and self._module_handles:
             self._remove_module_hooks()
 
     def _remove_module_hooks(self) -> None:
-        for handle in self._module_handles:
-            handle.remove()
-        self._module_handles = []
-        self._forward_end_hooked = False
+        with self._tap_lock:
+            for handle in self._module_handles:
+                if handle is self._end_handle and self._tapping:
+                    # A forward that joined the tap is running (on another thread: this
+                    # one's own was left first): its end leaves the tap, then this hook.
+                    self._end_handle_left = handle
+                else:
+                    handle.remove()
+            self._module_handles = []
+            self._end_handle = None
+            self._forward_end_hooked = False
 
     def _scaler_enabled(self) -> bool:
         scaler = self.scaler
@@ -915,23 +937,30 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._pass = _ForwardPass(group)
         self._passes.append(self._pass)
         self._saved = self._pass.saved
-        if not self._forward_end_hooked:
-            # A `model.compile()`d model run eagerly (dynamo disabled, or falling back): no
-            # end hook would leave the tap, which then held every tensor saved from then on.
-            return
-        self._tap_start = _SAVED_TENSOR_TAP.join()
-        self._tap_thread = threading.get_ident()
-        self._tap_depth = 0
-        self._tapping = True
+        with self._tap_lock:
+            if not self._forward_end_hooked:
+                # A `model.compile()`d model run eagerly (dynamo disabled, or falling back),
+                # or the hooks removed on another thread since this call began: no end hook
+                # would leave the tap, which then held every tensor saved from then on.
+                return
+            self._tap_start = _SAVED_TENSOR_TAP.join()
+            self._tap_thread = threading.get_ident()
+            self._tap_depth = 0
+            self._tapping = True
 
     def _on_model_forward_end(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._tapping and self._tap_thread == threading.get_ident():
             if self._tap_depth:  # a call inside the forward ended, not the forward
                 self._tap_depth -= 1
                 return
-            self._tapping = False
-            self._count_saved(_SAVED_TENSOR_TAP.saved[self._tap_start :])
-            _SAVED_TENSOR_TAP.leave()
+            with self._tap_lock:
+                self._tapping = False
+                if not self.closed:
+                    self._count_saved(_SAVED_TENSOR_TAP.saved[self._tap_start :])
+                _SAVED_TENSOR_TAP.leave()
+                if self._end_handle_left is not None:  # the hooks were removed meanwhile
+                    self._end_handle_left.remove()
+                    self._end_handle_left = None
 
     def _count_saved(self, tensors: list[torch.Tensor]) -> None:
         """The bytes of the tensors autograd saved in this pass, into the pass's dict.
@@ -1540,6 +1569,8 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         counted through one chunk buffer (no parameter-sized copy)."""
         by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
         for grad in grads:
+            if grad.is_complex():  # its real and imaginary parts, as the lost updates take them
+                grad = torch.view_as_real(grad)
             dtype = grad.dtype
             if dtype not in _NARROW_DTYPES:
                 dtype = torch.float32
@@ -1687,10 +1718,13 @@ class AmpMonitor(AbstractContextManager["AmpMonitor"]):
         self._quant.arm(False)
         for handle in self._handles:
             handle.remove()
+        # Closed inside this thread's forward: the tap is left now. A forward on another
+        # thread leaves it at its end, which only its thread can (see _remove_module_hooks).
+        with self._tap_lock:
+            if self._tapping and self._tap_thread == threading.get_ident():
+                self._tapping = False
+                _SAVED_TENSOR_TAP.leave()
         self._remove_module_hooks()
-        if self._tapping and self._tap_thread == threading.get_ident():
-            self._tapping = False
-            _SAVED_TENSOR_TAP.leave()
         self._write_header()
         elapsed = time.perf_counter() - self._started
         self._write(EndRecord(status=status, error=error, steps=self.step_index, elapsed=elapsed))
@@ -1747,10 +1781,11 @@ def _inside(name: str, wrapper: str) -> str:
 
 
 def _nonzero_count(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The values of `tensors` that are not zero (NaN included), on the device (int64)."""
+    """The values of `tensors` that are not zero (NaN included), on the device (int64); a
+    complex tensor's real and imaginary parts counted apart (see `updates.as_real`)."""
     if not tensors:
         return torch.zeros((), dtype=torch.int64)
-    return torch.stack([torch.count_nonzero(t) for t in tensors]).sum()
+    return torch.stack([torch.count_nonzero(t) for t in as_real(tensors)]).sum()
 
 
 def _strided(grads: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -16,6 +16,10 @@ Two FP16 values are compared as the float32 difference of their float32 copies, 
 to +-65520 so that an infinity minus itself reads as equal (see `_values_differ`); a
 difference converted to bool is True where the values differ (NaN included, as NaN == NaN
 is False).
+
+Complex weights are followed as their real and imaginary parts, each a weight (as torch's
+optimizers update them, through `torch.view_as_real`): an update intended where that part
+of the gradient is not zero, lost where that part's FP16 value would not change.
 """
 
 from __future__ import annotations
@@ -50,6 +54,15 @@ def hoeffding_bound(count: int, confidence: float = LOST_UPDATE_CONFIDENCE) -> f
     if count <= 0:
         return 1.0
     return math.sqrt(math.log(2 / (1 - confidence)) / (2 * count))
+
+
+def as_real(tensors: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+    """`tensors`, each complex one as its real and imaginary parts (`torch.view_as_real`, a
+    view with a last dimension of 2): a float copy of a complex tensor keeps its real part
+    only."""
+    if not any(map(torch.is_complex, tensors)):
+        return tensors
+    return [torch.view_as_real(t) if t.is_complex() else t for t in tensors]
 
 
 class UpdateSample:
@@ -204,6 +217,7 @@ class LostUpdateCheck:
         self._kept = False
         if not params:
             return
+        params = as_real(params)
         buffers = self._buffers_for(params)
         with torch.no_grad():
             buffers.copy_in(buffers.old, buffers.old_views, params)
@@ -242,6 +256,8 @@ class LostUpdateCheck:
         `forget`."""
         if not params or not positions:
             return
+        params = as_real(params)
+        grads = [g if g is None or not g.is_complex() else torch.view_as_real(g) for g in grads]
         buffers = self._buffers_for(params)
         if not self._kept_positions:  # the first optimizer of the step
             buffers.flag_rows[0].zero_()  # no update intended where nothing is kept
@@ -272,6 +288,7 @@ class LostUpdateCheck:
         buffers = self._buffers
         if not self._kept_positions or buffers is None:
             return None
+        params = as_real(params)
         if tuple(p.shape for p in params) != buffers.shapes:
             return None
         kept = sorted(self._kept_positions)
@@ -297,6 +314,7 @@ class LostUpdateCheck:
         buffers = self._buffers
         if not self._kept or buffers is None:
             return None
+        params, grads = as_real(params), as_real(grads)
         shapes = buffers.shapes
         if tuple(p.shape for p in params) != shapes:
             return None
