@@ -217,6 +217,12 @@ def test_failing_user_task(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "must return (model, batches, loss_fn)" in bad.stderr
     bad_run = load_run(tmp_path / "bad.jsonl")
     assert bad_run.header is not None and bad_run.status == "failed"
+    # fpexplorer's own check of the task, in one line: no traceback of fpexplorer's frames.
+    assert bad.stderr.strip().splitlines() == [
+        f"fpexplorer train: error: the task failed: TaskError: {task}:not_a_task must return "
+        "(model, batches, loss_fn)"
+    ]
+    assert bad_run.end is not None and bad_run.end.traceback is None
 
 
 def test_a_user_task_that_calls_sys_exit_fails_with_an_end_record(tmp_path: Path) -> None:
