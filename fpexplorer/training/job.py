@@ -687,7 +687,12 @@ def run_job_cli(config: TrainConfig) -> int:
     """`fpexplorer train`: exit status 0 (completed or stopped), 1 (the task failed),
     2 (the job could not start, or the task refused a setting: raised as UsageError)."""
     from fpexplorer.errors import UsageError
+    from fpexplorer.paths import run_directory
 
+    if not config.out and (moved := run_directory().problem) is not None:
+        # An FPEXPLORER_RUN_DIR that cannot be written: the run went to a temporary folder
+        # (lost at the next reboot) with nothing but its path to show for it.
+        _say(f"fpexplorer train: {moved}")
     if config.launches:
         problems = config.validate()
         if problems:

@@ -784,3 +784,27 @@ def test_a_launch_refuses_an_existing_rank_log_beside_its_out(tmp_path: Path) ->
         from fpexplorer.training.job import run_job_cli
 
         run_job_cli(config)
+
+
+def test_a_run_directory_that_cannot_be_used_is_said_not_left_to_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FPEXPLORER_RUN_DIR naming a file: the run went to a temporary folder, and the only
+    sign of it was the path printed at the end."""
+    from fpexplorer.paths import run_directory
+    from fpexplorer.training.job import run_job_cli
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("FPEXPLORER_RUN_DIR", str(blocked))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the fallback folder, tempfile's
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = run_directory()
+    assert folder.problem is not None and str(blocked) in folder.problem
+    assert run_job_cli(TrainConfig(steps=1, precision="fp32")) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == f"fpexplorer train: {folder.problem}"
+    assert lines[-1].startswith("fpexplorer train: completed after 1 step; run log: ")
+    assert str(folder.path) in lines[-1]
