@@ -240,7 +240,15 @@ def run(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(json.loads(encode_json_line(ranked.to_dict())), indent=1))
             else:
-                text = format_ranked(ranked, format_summary(ranked.merged))
+                merged = ranked.merged
+                head = (
+                    format_summary(merged)
+                    if merged.unreadable is None
+                    # Its summary read "task ?", "incomplete after 0 steps (no end record:
+                    # the job was killed...)" for a merged log that is not there.
+                    else f"run        {merged.path}: not read ({merged.unreadable})"
+                )
+                text = format_ranked(ranked, head)
                 print(("\n" if printed else "") + text)
             printed += 1
             continue

@@ -289,6 +289,16 @@ def parse_code(text: str, fmt: FloatFormat, *, decimal: bool = False) -> int | N
             f"code {cut_text(compact)} has more than {fmt.width} bits: {fmt.name} codes go up to "
             f"{fmt.code_to_hex((1 << fmt.width) - 1)}"
         )
+    digits = compact[2:].replace("_", "").replace("|", "")
+    if compact[:2].lower() == "0b" and len(digits) > fmt.width:
+        # Binary is written bit for bit (Copy Bits gives exactly the width): more digits than
+        # the format has bits are a code of a wider format or a typo, not zero padding.
+        # 0b00111100000000001 (FP16's 1.0 and a stray digit) read as 0x7801, silently.
+        # Hex stays free to pad (0x00003C00, a 32-bit word).
+        raise ValueError(
+            f"{cut_text(compact)} has {len(digits)} binary digits, but {fmt.name} codes have "
+            f"{fmt.width}: name the format it is a code of, as FORMAT:{cut_text(compact)}"
+        )
     if "|" in compact:
         # The fields of another format (E4M3's 0|0111|000, copied from its bits) are not a
         # code of this one, though they fit in its width.

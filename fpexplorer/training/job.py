@@ -51,7 +51,7 @@ from fpexplorer.training.records import (
 from fpexplorer.training.runlog import RunWriter
 from fpexplorer.training.scalers import make_grad_scaler
 from fpexplorer.training.summary import existing_file_text, loss_text, scale_text, steps_text
-from fpexplorer.training.tasks import Task, TaskSettingsError, make_task
+from fpexplorer.training.tasks import Task, TaskError, TaskSettingsError, make_task
 
 
 class JobSetupError(Exception):
@@ -546,7 +546,11 @@ def run_job(
         message = None if interrupted else one_line_error(error)
         settings_error = str(error) if isinstance(error, TaskSettingsError) else None
         trace = None
-        if not interrupted and not isinstance(error, (EmptyBatchesError, TaskSettingsError)):
+        # fpexplorer's own checks of a task (TaskError: a factory that returns the wrong
+        # thing, a batch that is no pair) have no bug to trace: their traceback was of
+        # fpexplorer's frames alone, above the one line that says it all.
+        quiet = (EmptyBatchesError, TaskSettingsError, TaskError)
+        if not interrupted and not isinstance(error, quiet):
             trace = "".join(traceback_module.format_exception(error))
             for job_writer in job_writers:
                 job_writer.end_traceback = trace
@@ -683,7 +687,12 @@ def run_job_cli(config: TrainConfig) -> int:
     """`fpexplorer train`: exit status 0 (completed or stopped), 1 (the task failed),
     2 (the job could not start, or the task refused a setting: raised as UsageError)."""
     from fpexplorer.errors import UsageError
+    from fpexplorer.paths import run_directory
 
+    if not config.out and (moved := run_directory().problem) is not None:
+        # An FPEXPLORER_RUN_DIR that cannot be written: the run went to a temporary folder
+        # (lost at the next reboot) with nothing but its path to show for it.
+        _say(f"fpexplorer train: {moved}")
     if config.launches:
         problems = config.validate()
         if problems:

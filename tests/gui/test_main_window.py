@@ -907,3 +907,27 @@ def test_the_editors_pane_shows_whole_editors_and_the_panel_scrolls_instead(
         assert shown[0], size
         if (size, view) == ((1024, 640), "number-line"):  # room for the two compared
             assert shown[:EDITORS_SHOWN_AT_LEAST] == [True] * EDITORS_SHOWN_AT_LEAST, shown
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("fp64", "-2.2250738585072014e-308"), ("e16m47", "-1e-9800"), ("fp64", "-1/3")],
+)
+def test_the_shortest_and_scientific_fields_show_their_whole_text_at_1024x640(
+    qtbot: QtBot, window: MainWindow, name: str, value: str
+) -> None:
+    """At 1024x640 FP64's smallest normal read "-2.2250738585072014e-3" in the Shortest
+    round-trip field (its exponent cut: e-3 for e-308), e16m47's -1e-9800 "…e-980" in the
+    Scientific one. Each field is as wide as its text; the window still fits 1024 px."""
+    panel = window.formats_panel
+    window.session.set_format(window.session.active, get_format(name))
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: (window.width(), window.height()) == (1024, 640))
+    window.session.enter_text(value)
+    qtbot.wait(10)
+    for field in (panel.readouts.shortest, panel.readouts.scientific):
+        text = field.text()
+        # QLineEdit draws its text 2 px inside its contents on each side.
+        room = field.contentsRect().width() - 4
+        assert field.fontMetrics().horizontalAdvance(text) <= room, (text, room)
+    assert window.width() == 1024 and window.minimumSizeHint().width() <= 1024

@@ -19,6 +19,7 @@ from pytestqt.qtbot import QtBot
 
 from fpexplorer.cli import build_parser
 from fpexplorer.commands.screenshot import prepare_window, render
+from fpexplorer.gui.formats.text import keep_numbers_whole
 from fpexplorer.gui.main_window import MainWindow
 
 MAKE_SH = REPO / "docs" / "screenshots" / "make.sh"
@@ -87,9 +88,11 @@ def test_every_readme_screenshot_shows_what_its_command_asks(shoot) -> None:  # 
         assert window.formats_panel.current_view_name() == view
         assert window.session.entry_error is None
         assert window.formats_panel.entry.field.text() == value
-        # The headline of each editor is its value by the display rule.
+        # The headline of each editor is its value by the display rule (a cut number kept
+        # whole on its line: keep_numbers_whole).
         for row in window.formats_panel.rows:
-            assert f"<b>{row.editor.readout().display}</b>" in row.summary.text()
+            headline = keep_numbers_whole(row.editor.readout().display)
+            assert f"<b>{headline}</b>" in row.summary.text()
 
 
 @pytest.mark.slow  # a child process that renders the GUI: about half a second

@@ -217,6 +217,12 @@ def test_failing_user_task(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "must return (model, batches, loss_fn)" in bad.stderr
     bad_run = load_run(tmp_path / "bad.jsonl")
     assert bad_run.header is not None and bad_run.status == "failed"
+    # fpexplorer's own check of the task, in one line: no traceback of fpexplorer's frames.
+    assert bad.stderr.strip().splitlines() == [
+        f"fpexplorer train: error: the task failed: TaskError: {task}:not_a_task must return "
+        "(model, batches, loss_fn)"
+    ]
+    assert bad_run.end is not None and bad_run.end.traceback is None
 
 
 def test_a_user_task_that_calls_sys_exit_fails_with_an_end_record(tmp_path: Path) -> None:
@@ -778,3 +784,27 @@ def test_a_launch_refuses_an_existing_rank_log_beside_its_out(tmp_path: Path) ->
         from fpexplorer.training.job import run_job_cli
 
         run_job_cli(config)
+
+
+def test_a_run_directory_that_cannot_be_used_is_said_not_left_to_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FPEXPLORER_RUN_DIR naming a file: the run went to a temporary folder, and the only
+    sign of it was the path printed at the end."""
+    from fpexplorer.paths import run_directory
+    from fpexplorer.training.job import run_job_cli
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("FPEXPLORER_RUN_DIR", str(blocked))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the fallback folder, tempfile's
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    folder = run_directory()
+    assert folder.problem is not None and str(blocked) in folder.problem
+    assert run_job_cli(TrainConfig(steps=1, precision="fp32")) == 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == f"fpexplorer train: {folder.problem}"
+    assert lines[-1].startswith("fpexplorer train: completed after 1 step; run log: ")
+    assert str(folder.path) in lines[-1]

@@ -544,3 +544,26 @@ def test_a_log_cut_short_in_its_header_is_not_called_foreign(
         f"fpexplorer runs: error: {path}: its only line is a record cut short (a job killed "
         "while writing its header?)\n"
     )
+
+
+def test_a_ranked_run_without_its_merged_log_prints_its_ranks_not_an_empty_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run folder whose merged log is gone: its summary read "task ?", "incomplete after
+    0 steps (no end record: the job was killed or still runs)" above the ranks, for a file
+    that is not there. It is named as not read, once; the ranks follow; exit 1."""
+    from fpexplorer.cli import main
+
+    folder = tmp_path / "ranked"
+    folder.mkdir()
+    _synthetic_log(folder / "run.rank-0.jsonl", 5)
+    _synthetic_log(folder / "run.rank-1.jsonl", 5)
+    assert main(["runs", "summarize", str(folder)]) == 1
+    out, err = capsys.readouterr()
+    merged = folder / "run.jsonl"
+    reason = "cannot read it: No such file or directory"
+    assert err == f"fpexplorer runs: error: {merged}: {reason}\n"
+    lines = out.splitlines()
+    assert lines[0] == f"run        {merged}: not read ({reason})"
+    assert "incomplete" not in out and "task       ?" not in out
+    assert [line.split()[:2] for line in lines[-2:]] == [["0", "completed"], ["1", "completed"]]

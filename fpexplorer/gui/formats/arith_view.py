@@ -36,6 +36,7 @@ from fpexplorer.gui.formats.arith_state import (
 from fpexplorer.gui.formats.clipboard import CopyValue, set_copy_value
 from fpexplorer.gui.formats.plotting import LazyView
 from fpexplorer.gui.formats.state import FormatsSession
+from fpexplorer.gui.formats.text import keep_numbers_whole
 from fpexplorer.gui.theme import role_color
 
 MODE_COLUMNS = ("rounding", "result", "code", "error |result − exact|", "error (ulps)", "flags")
@@ -191,9 +192,12 @@ class ArithmeticView(LazyView):
             if operand.note:
                 text += f" ({operand.note})"
             operand_texts.append(text)
-        self.operands.setText(" &nbsp; ".join(operand_texts))
+        self.operands.setText(keep_numbers_whole(" &nbsp; ".join(operand_texts)))
         self.exact.setText(
-            f"{readout.expression} = <b>{readout.exact_text}</b> &nbsp; <i>{readout.exact_note}</i>"
+            keep_numbers_whole(
+                f"{readout.expression} = <b>{readout.exact_text}</b> &nbsp; "
+                f"<i>{readout.exact_note}</i>"
+            )
         )
         table = self.table
         table.setRowCount(len(readout.lines))

@@ -53,6 +53,7 @@ from fpexplorer.gui.formats.block_state import (
 from fpexplorer.gui.formats.clipboard import CopyValue, set_copy_value
 from fpexplorer.gui.formats.plotting import LazyView, style_plot
 from fpexplorer.gui.formats.state import FormatsSession
+from fpexplorer.gui.formats.text import keep_numbers_whole
 from fpexplorer.gui.theme import class_color, plot_colors, role_color
 
 ELEMENT_COLUMNS = ("#", "input", "value", "error", "code", "bits", "element", "")
@@ -492,9 +493,11 @@ class BlockEditorView(LazyView):
             saturated = f", {readout.saturated} saturated" if readout.saturated else ""
             flushed = f", {readout.flushed} flushed to zero" if readout.flushed else ""
             self.summary.setText(
-                f"amax {readout.amax_text} · holds {readout.limit_text} · max |error| "
-                f"{readout.max_abs_error_text} · SQNR {readout.sqnr_text}{saturated}{flushed}"
-                f" · {fmt.bits_per_element:g} bits per element"
+                keep_numbers_whole(
+                    f"amax {readout.amax_text} · holds {readout.limit_text} · max |error| "
+                    f"{readout.max_abs_error_text} · SQNR {readout.sqnr_text}{saturated}"
+                    f"{flushed} · {fmt.bits_per_element:g} bits per element"
+                )
             )
         finally:
             self._updating = False
@@ -534,15 +537,18 @@ class BlockEditorView(LazyView):
             text += f"{readout.rule_scale_text})"
         else:
             text += f" &nbsp; by the {readout.format.scale_rule} rule"
-        self.scale_label.setText(text)
+        self.scale_label.setText(keep_numbers_whole(text))
         self.rule_scale_button.setEnabled(readout.scale_forced)
         has_tensor_scale = readout.tensor_scale_code is not None
         self.tensor_box.setVisible(has_tensor_scale)
         if readout.tensor_scale_code is not None:
             self.tensor_bits.set_code(readout.tensor_scale_code)
             self.tensor_label.setText(
-                f"{readout.tensor_scale_text}  {FLOAT32.code_to_hex(readout.tensor_scale_code)}"
-                f"  {readout.tensor_scale_source}"
+                keep_numbers_whole(
+                    f"{readout.tensor_scale_text}  "
+                    f"{FLOAT32.code_to_hex(readout.tensor_scale_code)}  "
+                    f"{readout.tensor_scale_source}"
+                )
             )
 
     def _render_bars(self, readout: BlockReadout) -> None:
@@ -655,7 +661,7 @@ class BlockEditorView(LazyView):
         if tensor.nan_blocks:
             left_out.append(f"{tensor.nan_blocks} blocks with a NaN scale")
         extra = f" Not in the histogram: {', '.join(left_out)}." if left_out else ""
-        self.tensor_summary.setText(tensor.summary + "." + extra)
+        self.tensor_summary.setText(keep_numbers_whole(tensor.summary + "." + extra))
         edges = tensor.histogram_edges
         if len(edges):
             self.histogram_bars.setOpts(

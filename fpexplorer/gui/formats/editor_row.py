@@ -19,7 +19,7 @@ from fpexplorer.formats import FloatFormat
 from fpexplorer.gui.formats.bit_row import BitRow
 from fpexplorer.gui.formats.saturation import p3109_saturation
 from fpexplorer.gui.formats.state import EditorState, FormatsSession
-from fpexplorer.gui.formats.text import short, value_and_typed
+from fpexplorer.gui.formats.text import keep_numbers_whole, short, value_and_typed
 from fpexplorer.gui.theme import best_text_on, class_color, class_hex, role_hex
 
 CUSTOM_ITEM = "__custom__"
@@ -251,7 +251,7 @@ class EditorRow(QFrame):
         saturation = p3109_saturation(editor.format, editor.overflow)
         if saturation is not None:
             text += f" &nbsp; <i>{saturation}</i>"
-        self.summary.setText(text)
+        self.summary.setText(keep_numbers_whole(text))
         self.problem.setText(editor.problem or "")
         self.problem.setVisible(bool(editor.problem))
         for how, button in self.step_buttons.items():

@@ -22,6 +22,7 @@ from fpexplorer.gui.formats.state import (
     FormatsSession,
     entry_placeholder,
 )
+from fpexplorer.gui.formats.text import keep_numbers_whole
 from fpexplorer.gui.theme import role_color
 
 ENTRY_HELP = (
@@ -152,7 +153,7 @@ class EntryBar(QWidget):
         self.message.setPalette(palette)
         self.message.setText(session.entry_error or "")
         self.message.setVisible(bool(session.entry_error))
-        self.note.setText(session.entry_note or "")
+        self.note.setText(keep_numbers_whole(session.entry_note or ""))
         self.note.setVisible(bool(session.entry_note) and not session.entry_error)
         self.rounding.setCurrentIndex(max(self.rounding.findData(session.rounding), 0))
         self.overflow.setCurrentIndex(max(self.overflow.findData(session.overflow or ""), 0))

@@ -266,7 +266,9 @@ class NumberLineView(LazyView):
         self, picture: NumberLinePicture, left: float, right: float
     ) -> dict[int, int]:
         """Which value labels are shown, and on which line (0 or 1): the shown value's
-        first, then outward, each where it overlaps no other in pixels."""
+        first, then outward, each where it overlaps no other in pixels and lies inside the
+        plot (one past its edge was clipped: FP64-wide "-1.000000000000021…e-9800" read
+        "1.000000000000021…e-9800", its minus cut off)."""
         width = self.plot.vb.width()
         if width <= 0:
             width = max(self.plot_widget.width() - 130, 300)
@@ -279,6 +281,8 @@ class NumberLineView(LazyView):
             middle = (picture.xs[index] - left) * scale
             half = (self.small_metrics.horizontalAdvance(picture.labels[index]) + 16) / 2
             span = (middle - half, middle + half)
+            if index != center and (span[0] < 0 or span[1] > width):
+                continue
             for line_number in (0, 1):
                 if all(span[1] <= a or span[0] >= b for a, b in taken[line_number]):
                     taken[line_number].append(span)

@@ -18,8 +18,12 @@ from PySide6.QtWidgets import (
 
 from fpexplorer.gui.formats.notes import side_note
 from fpexplorer.gui.formats.state import CodeReadout, FormatsSession
-from fpexplorer.gui.formats.text import short, value_and_typed
+from fpexplorer.gui.formats.text import keep_numbers_whole, short, value_and_typed
 from fpexplorer.gui.theme import role_hex
+
+FIELD_MIN_WIDTH = 80
+# A line edit's frame and inner margins around its text, in pixels (as the hex field's).
+FIELD_TEXT_MARGINS = 16
 
 
 def _read_only_line(tip: str) -> QLineEdit:
@@ -27,7 +31,7 @@ def _read_only_line(tip: str) -> QLineEdit:
     line.setReadOnly(True)
     line.setToolTip(tip)
     line.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
-    line.setMinimumWidth(80)
+    line.setMinimumWidth(FIELD_MIN_WIDTH)
     return line
 
 
@@ -155,7 +159,8 @@ class ReadoutPanel(QFrame):
         for column, stretch in ((1, 3), (3, 4), (5, 2)):
             grid.setColumnStretch(column, stretch)
         digit = self.hex_code.fontMetrics().horizontalAdvance("0")
-        self.hex_code.setMinimumWidth(digit * 18 + 16)  # a 64-bit code, 0x and 16 digits
+        # A 64-bit code, 0x and 16 digits.
+        self.hex_code.setMinimumWidth(digit * 18 + FIELD_TEXT_MARGINS)
 
         # A row taller than its text (a wide window gives the wrapped rows spare height)
         # kept the text in the middle, below its name, which is aligned to the top.
@@ -210,17 +215,23 @@ class ReadoutPanel(QFrame):
             f"spec {fmt.spec}, bias {fmt.bias}</span>"
         )
         self.exact.show_text(readout.exact)
-        self.shortest.setText(readout.shortest)
-        self.shortest.setCursorPosition(0)
-        self.scientific.setText(readout.scientific)
-        self.scientific.setCursorPosition(0)
+        for field, text in (
+            (self.shortest, readout.shortest),
+            (self.scientific, readout.scientific),
+        ):
+            field.setText(text)
+            field.setCursorPosition(0)
+            # Wide enough for its whole text: at 1024 px FP64's min normal read
+            # "-2.2250738585072014e-3", its exponent's last digits cut off.
+            advance = field.fontMetrics().horizontalAdvance(text)
+            field.setMinimumWidth(max(FIELD_MIN_WIDTH, advance + FIELD_TEXT_MARGINS))
         self.hex_code.setText(readout.hex_code)
         self.hex_code.setCursorPosition(0)
         self.binary_code.setText(readout.binary_code)
         self.binary_code.setCursorPosition(0)
-        self.formula.setText(readout.formula)
-        self.gaps.setText(self._gaps_text(readout))
-        self.error.setText(self._error_text(readout, editor.input is not None))
+        self.formula.setText(keep_numbers_whole(readout.formula))
+        self.gaps.setText(keep_numbers_whole(self._gaps_text(readout)))
+        self.error.setText(keep_numbers_whole(self._error_text(readout, editor.input is not None)))
         self.note.setHtml(side_note(fmt, readout.kind))
         self._update_needed_height()
 

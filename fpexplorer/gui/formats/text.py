@@ -7,13 +7,24 @@ is always marked with "…", never rounded silently.
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from fpexplorer.formats import ExactValue
 from fpexplorer.formats.decimal import display_decimal, display_decimals
 
 ELLIPSIS = "…"
+# Unicode's WORD JOINER: zero width, no glyph, no line break beside it.
+WORD_JOINER = "\u2060"
+_CUT_BEFORE_EXPONENT = re.compile(ELLIPSIS + r"(?=e[-+]?\d)")
 SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def keep_numbers_whole(text: str) -> str:
+    """`text` for a label that wraps, with no line break inside a cut number: Unicode lets a
+    line end after "…", so "1.60501067…e-15" wrapped as "1.60501067…" (read as 1.6) with
+    "e-15" on the next line. A word joiner after each "…" that an exponent follows."""
+    return _CUT_BEFORE_EXPONENT.sub(ELLIPSIS + WORD_JOINER, text)
 
 
 def scientific(decimal_text: str, max_digits: int = 17) -> str:

@@ -411,13 +411,18 @@ class EmptyNote:
     def __init__(self, plot: pg.PlotWidget, height_fraction: float = 0.62) -> None:
         # Below the middle by default: legends sit in the top corner.
         self.height_fraction = height_fraction
-        self.view = plot.getPlotItem().getViewBox()
+        self.plot_item = plot.getPlotItem()
+        self.view = self.plot_item.getViewBox()
         background = QColor(plot_colors().background)
         background.setAlpha(220)
         self.item = pg.TextItem(
             "", color=plot_colors().foreground, anchor=(0.5, 0.5), fill=pg.mkBrush(background)
         )
-        self.item.setParentItem(self.view)  # view (pixel) coordinates: placed, not plotted
+        # In the plot item's (pixel) coordinates, placed, not plotted, over the view box and
+        # not clipped by it: a note taller than a small view (the heatmap's at 1024x640)
+        # lost its last lines, the counts ("no finite non-zero gradient:" and no more).
+        self.item.setParentItem(self.plot_item)
+        self.item.setZValue(1000)
         centred = QTextOption(Qt.AlignmentFlag.AlignHCenter)
         centred.setWrapMode(QTextOption.WrapMode.WordWrap)
         self.item.textItem.document().setDefaultTextOption(centred)
@@ -438,17 +443,22 @@ class EmptyNote:
         self._place()
 
     def _place(self, *_args: object) -> None:
-        rect = self.view.boundingRect()
+        rect = self.view.geometry()  # the view box, in the plot item's coordinates
         # Wrapped to the view's width, lines centred: in a narrow plot (the heatmap beside
         # the histogram at 1024 px) one line was cut at both ends.
         text = self.item.textItem
-        text.setTextWidth(-1)
-        room = rect.width() - 2 * EMPTY_NOTE_MARGIN
-        if text.boundingRect().width() > room > 0:
-            self.item.setTextWidth(room)
-        else:
-            self.item.updateTextPos()
-        # Inside the view however short: centred at the height asked for where it fits.
+        for area in (rect, self.plot_item.boundingRect()):
+            # Over the axes too when the view is too small to hold the note whole.
+            rect = area
+            text.setTextWidth(-1)
+            room = rect.width() - 2 * EMPTY_NOTE_MARGIN
+            if text.boundingRect().width() > room > 0:
+                self.item.setTextWidth(room)
+            else:
+                self.item.updateTextPos()
+            if text.boundingRect().height() <= rect.height() - 2 * EMPTY_NOTE_MARGIN:
+                break
+        # Inside the area however short: centred at the height asked for where it fits.
         half = text.boundingRect().height() / 2
         y = rect.top() + self.height_fraction * rect.height()
         y = max(min(y, rect.bottom() - half), rect.top() + half)

@@ -9,7 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
-from PySide6.QtWidgets import QDialogButtonBox
+from PySide6.QtGui import QTextDocument, QTextLayout, QTextOption
+from PySide6.QtWidgets import QDialogButtonBox, QLabel
 from pytestqt.qtbot import QtBot
 
 from fpexplorer.formats import ROUNDING_MODES, get_format, make_format
@@ -794,3 +795,70 @@ def test_the_custom_format_dialog_builds_every_p3109_format(
     assert not dialog.signed.isEnabled() and dialog.signed.isChecked()
     dialog.encoding.setCurrentIndex(dialog.encoding.findData("ieee"))
     assert dialog.signed.isEnabled() and dialog.auto_bias.text() == "standard bias 2^(e−1) − 1"
+
+
+def _wrapped_lines(text: str, label: QLabel, width: int) -> list[str]:
+    """The lines Qt breaks `text` into in `label`'s font at `width` pixels (word wrap)."""
+    layout = QTextLayout(text, label.font())
+    option = QTextOption()
+    option.setWrapMode(QTextOption.WrapMode.WordWrap)
+    layout.setTextOption(option)
+    layout.beginLayout()
+    lines = []
+    while (line := layout.createLine()).isValid():
+        line.setLineWidth(width)
+        lines.append(text[line.textStart() : line.textStart() + line.textLength()])
+    layout.endLayout()
+    return lines
+
+
+def test_a_cut_number_never_breaks_across_the_lines_of_a_wrapped_label(
+    qtbot: QtBot, panel: FormatsPanel
+) -> None:
+    """e16m47 and -1e-9800 at 1024 px: the editor's line ended "rel. error 1.60501067…" (read
+    as 1.6) with "e-15" alone on the next line, and the Rounding read-out "error abs
+    1.60501067…" over "e-9815": Unicode lets a line end after "…". At every width."""
+    panel.session.set_format(panel.session.active, get_format("e16m47"))
+    panel.entry.field.setText("-1e-9800")
+    qtbot.keyClick(panel.entry.field, Qt.Key.Key_Return)
+    row = panel.row_of(panel.session.active)
+    labels = [row.summary, panel.readouts.gaps, panel.readouts.error, panel.readouts.formula]
+    split = re.compile(r"^e[-+]?\d")
+    provoked = 0
+    for label in labels:
+        document = QTextDocument()
+        document.setHtml(label.text())
+        text = document.toPlainText()
+        assert "…e" not in text  # a word joiner between each cut and its exponent
+        for width in range(100, 900, 5):
+            lines = _wrapped_lines(text, label, width)
+            assert not any(split.match(line) for line in lines[1:]), (width, lines)
+            # The same text without the joiners splits at some widths: the check above
+            # can fail.
+            bare = _wrapped_lines(text.replace("\u2060", ""), label, width)
+            provoked += any(split.match(line) for line in bare[1:])
+    assert provoked
+
+
+def test_number_line_value_labels_lie_inside_the_plot(qtbot: QtBot, panel: FormatsPanel) -> None:
+    """A label centred on a value near the plot's edge ran past it and was clipped: at 1024
+    px, e16m47's "-1.000000000000021…e-9800" read "1.000000000000021…e-9800" (its minus
+    cut off). Labels that would not fit whole are left out, as those that collide."""
+    panel.session.set_format(panel.session.active, get_format("e16m47"))
+    panel.show_view("number-line")
+    line = panel.number_line
+    for width in (1024, 1280, 1920):
+        panel.resize(width, 760)
+        for text in ("-1e-9800", "0.1", "-1e-310", "3e300"):
+            type_value(qtbot, panel, text)
+            qtbot.wait(1)
+            plot_area = line.plot.vb.sceneBoundingRect()
+            shown = [label for label in line.value_labels if label.textItem.toPlainText()]
+            assert shown
+            for label in shown:
+                box = label.textItem.mapRectToScene(label.textItem.boundingRect())
+                assert plot_area.left() <= box.left() and box.right() <= plot_area.right(), (
+                    width,
+                    text,
+                    label.textItem.toPlainText(),
+                )

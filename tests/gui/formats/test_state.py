@@ -477,6 +477,12 @@ CODE_TABLE: list[tuple[str, int | str]] = [
     ("0x12345", "more than 16 bits"),
     ("0b" + "1" * 17, "more than 16 bits"),
     ("1|01111|00000000000", "more than 16 bits"),
+    # A binary code of more digits than the format's bits, though its value fits: FP16's
+    # 1.0 and a stray digit read as 0x7801, an FP32 word's low half as that FP16 code.
+    ("0b00111100000000001", "has 17 binary digits, but float16 codes have 16"),
+    ("0b" + "0" * 16 + "0011110000000000", "has 32 binary digits, but float16 codes have 16"),
+    ("0b0000_0000_0000_0001", 0x0001),  # the format's own width, zero padded: its code
+    ("0b1", 0x0001),  # fewer digits: an integer, as 0x1 is
     # The fields of another format (E4M3's bits, as Copy Bits gives them) are not a code of
     # this one: before, read as the 8-bit number 0b00111000 (an FP16 subnormal), silently.
     ("0|0111|000", "fields of 1|4|3 bits, but float16's are 1|5|10: name the format"),

@@ -102,6 +102,36 @@ def test_a_nan_storm_says_why_loss_and_histograms_are_empty(panel, tmp_path: Pat
     assert "First non-finite layer: head" in panel.layer_table.first_label.text()
 
 
+def test_an_empty_note_is_shown_whole_in_a_small_plot(panel, qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """At the panel's 1024x640 size the heatmap's view box is a few dozen pixels wide: its
+    note, wrapped to that width, was taller than the view that clipped it, and read "no
+    finite non-zero gradient:" without the counts. It may use the axes' room too."""
+    from PySide6.QtWidgets import QGraphicsItem
+
+    header = _header()
+    nan_hist = {"lo": 0, "counts": [], "zero": 698, "inf": 0, "nan": 3784}
+    steps = [
+        {"type": "step", "step": i, "loss": 0.7, "scale": 1e5, "skipped": True,
+         "time": 0.01 * i, "grad_hist": nan_hist}
+        for i in range(20)
+    ]  # fmt: skip
+    panel.load_run(_write(tmp_path / "nan.jsonl", [header, *steps]))
+    panel.resize(760, 560)  # the panel's share of a 1024x640 window
+    qtbot.wait(20)
+    clips = QGraphicsItem.GraphicsItemFlag.ItemClipsChildrenToShape
+    for view in (panel.heatmap, panel.hist_plot):
+        note = view.empty_note
+        assert note.text == "no finite non-zero gradient: 698 zero, 0 inf, 3,784 NaN"
+        shown = note.item.textItem.sceneBoundingRect()
+        plot_item = note.item.parentItem()
+        while plot_item is not None and not plot_item.flags() & clips:
+            plot_item = plot_item.parentItem()
+        area = view.plot.getPlotItem().sceneBoundingRect()
+        if plot_item is not None:  # what clips the note: the whole of it inside
+            area = area.intersected(plot_item.sceneBoundingRect())
+        assert area.contains(shown), (shown, area)
+
+
 @pytest.mark.slow  # a panel: a third of a second
 def test_plots_with_data_show_no_note(panel, synthetic_run: Path) -> None:  # type: ignore[no-untyped-def]
     panel.load_run(synthetic_run)
