@@ -6,6 +6,7 @@ in-place op after the module, a module returning its input, a tuple output, a le
 from __future__ import annotations
 
 import copy
+import gc
 import threading
 import weakref
 from pathlib import Path
@@ -423,6 +424,57 @@ def test_close_on_another_thread_mid_forward_leaves_the_forwards_thread_untapped
     assert monitor._pass.saved == {}  # the closed monitor counted nothing
     assert saved_bytes_by_hand(model, inputs)  # this thread's tap untouched too
     assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+
+
+class DropsASideGraph(nn.Module):
+    """Makes a side graph in its forward and drops it (no backward goes through it),
+    `rounds` times; `freed` says, for each, whether what it saved was freed at once."""
+
+    def __init__(self, rounds: int) -> None:
+        super().__init__()
+        self.first = nn.Linear(8, 32)
+        self.wide = nn.Linear(32, 256)
+        self.last = nn.Linear(32, 4)
+        self.rounds = rounds
+        self.freed: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.nn.functional.gelu(self.first(x))
+        for _ in range(self.rounds):
+            side = torch.tanh(self.wide(hidden))  # tanh saves its output for backward
+            output = weakref.ref(side)
+            del side  # the side graph, and what it saved, dropped
+            self.freed.append(output() is None)
+        return self.last(hidden)
+
+
+def test_a_graph_dropped_inside_the_forward_frees_what_it_saved_at_once(tmp_path: Path) -> None:
+    # On statistics steps the tap held every tensor saved in the forward to its end, and
+    # the outputs it packed for good (the output's grad_fn held the packed output: a cycle
+    # through C++ no garbage collection frees): a side graph dropped in the forward, or a
+    # validation pass under grad, stayed alive, and was counted as saved activations
+    # though no backward holds it (this failed before: none freed, 37376 bytes counted
+    # for 4608, the validation pass's Tanh output alive after gc.collect()).
+    torch.manual_seed(0)
+    model = DropsASideGraph(rounds=0)
+    inputs = torch.randn(16, 8)
+    expected = saved_bytes_by_hand(model, inputs)  # what the backward holds
+    model.rounds = 2
+    model(inputs)
+    assert model.freed == [True, True]  # without the monitor
+    model.freed = []
+    seen = _saved_activations_of_steps(model, inputs, 3, tmp_path)
+    assert model.freed == [True] * 6
+    assert seen == [expected] * 3
+    # A validation pass under grad on a statistics step, its output dropped.
+    validated = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 4))
+    outputs: list[weakref.ref[torch.Tensor]] = []
+    validated[1].register_forward_hook(lambda module, args, out: outputs.append(weakref.ref(out)))
+    optimizer = torch.optim.SGD(validated.parameters(), lr=1e-3)
+    with AmpMonitor(validated, optimizer, None, out=tmp_path / "val.jsonl", stats_every=1):
+        validated(inputs)
+        gc.collect()
+        assert outputs[-1]() is None  # saved by Tanh (its output), freed with the graph
 
 
 class Recursive(nn.Module):
