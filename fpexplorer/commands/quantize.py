@@ -565,7 +565,8 @@ def _stats_text(stats: dict[str, Any]) -> str:
 
     # "inf (no error)" reads "SQNR inf dB (no error)", the unit beside its number.
     sqnr, _, note = stats["sqnr_db_text"].partition(" (")
-    sqnr += f" dB ({note}" if note else " dB"
+    if sqnr != "n/a":  # no finite value: no figure to carry a unit ("SQNR n/a dB")
+        sqnr += f" dB ({note}" if note else " dB"
     return (
         f"max |error| {stats['max_abs_error_text']}, RMSE {stats['rmse_text']}, "
         f"SQNR {sqnr}, saturated {share(stats['share_saturated'])}, "

@@ -163,7 +163,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from fpexplorer.errors import UsageError
-    from fpexplorer.training.ranked import NoRunError, find_run, format_ranked, summarize_ranked
+    from fpexplorer.training.ranked import (
+        NoRunError,
+        find_run,
+        format_ranked,
+        missing_rank_logs,
+        summarize_ranked,
+    )
     from fpexplorer.training.runlog import encode_json_line
     from fpexplorer.training.summary import (
         RunSummary,
@@ -214,6 +220,12 @@ def run(args: argparse.Namespace) -> int:
                 status = EXIT_DAMAGED
             elif not summary.complete and status == EXIT_OK:
                 status = EXIT_INCOMPLETE
+        for files in runs:
+            # A rank's log gone from the run's folder: "every log of the run" was ok without it.
+            missing, world_size = missing_rank_logs(files)
+            for path in missing:
+                print(f"{path}: missing (the merged log's run had {world_size} ranks)")
+                status = EXIT_DAMAGED
         return status
     status = EXIT_OK
 

@@ -287,7 +287,8 @@ def factory_problem(task: str) -> str | None:
         return None
     path, factory = user
     names = task_file_names(path)
-    if names is None or factory in names[1]:
+    # A star import or a module __getattr__ can bind any name: only running it would tell.
+    if names is None or factory in names[1] or {"*", "__getattr__"} & names[1]:
         return None
     functions = names[0]
     defined = f" (it defines {', '.join(functions)})" if functions else " (it defines no function)"

@@ -320,7 +320,10 @@ class _StopFlag:
         killed): stop after the step in progress, as on a first SIGTERM. Without this the
         job, orphaned, trained on to its last step with nobody watching."""
         if not self.requested:
-            self.reason = "the reader of its --stream records went away (the window closed)"
+            self.reason = (
+                "the reader of its --stream records went away (the window that started it "
+                "closed, or the pipe's reader ended)"
+            )
         self.requested = True
 
     def restore(self) -> None:
@@ -532,7 +535,9 @@ def run_job(
         state = RunState.STOPPED if stop.requested else RunState.COMPLETED
         monitor.close(state.value, stop.reason if stop.requested else None)
         completed = state is RunState.COMPLETED
-        return JobResult(state, steps_done, path, None, log_error=_log_error(monitor, writer))
+        # A stop with a reason (the stream's reader went away) says it, as its end record does.
+        reason = stop.reason if state is RunState.STOPPED else None
+        return JobResult(state, steps_done, path, reason, log_error=_log_error(monitor, writer))
     except (Exception, SystemExit, KeyboardInterrupt) as error:
         # The task's code can raise anything (sys.exit() included): it ends the run, logged.
         # A KeyboardInterrupt (Ctrl-C without our handler, e.g. handle_signals=False, or
@@ -728,7 +733,10 @@ def run_job_cli(config: TrainConfig) -> int:
     where = f"run log: {result.path}"
     if launched_world_size() > 1 and rank.isdigit():
         where = f"rank {rank}'s log: {rank_log_path(result.path, int(rank))}"
-    _say(f"fpexplorer train: {result.state.value} after {steps_text(result.steps)}; {where}")
+    # Why it stopped, where not a signal: "stopped after 0 steps" alone read as a job that
+    # did nothing for no reason (--stream > /dev/full, a pipe whose reader ended).
+    why = f": {result.error}" if result.state is RunState.STOPPED and result.error else ""
+    _say(f"fpexplorer train: {result.state.value} after {steps_text(result.steps)}{why}; {where}")
     return 0
 
 

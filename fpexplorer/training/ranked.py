@@ -226,6 +226,24 @@ def rank_disagreements(path: str | os.PathLike[str]) -> RankDisagreements | None
     )
 
 
+def missing_rank_logs(files: RunFiles) -> tuple[tuple[Path, ...], int]:
+    """(the rank logs the merged log's run had and its folder lacks, its world size): a rank
+    log deleted or never copied is not among `files.ranks`, which are the logs found."""
+    if not files.merged.is_file():
+        return (), 0
+    try:
+        found = rank_disagreements(files.merged)
+    except OSError:
+        return (), 0  # the merged log's own check says why it cannot be read
+    if found is None or found.world_size < 2:
+        return (), 0
+    merged = files.merged
+    present = {path.name for path in files.ranks}
+    expected = (merged.with_name(f"{merged.stem}.rank-{rank}{merged.suffix}")
+                for rank in range(found.world_size))  # fmt: skip
+    return tuple(path for path in expected if path.name not in present), found.world_size
+
+
 def summarize_ranked(files: RunFiles) -> RankedSummary:
     """The merged summary, each rank's, and the ranks' disagreements."""
     merged = summarize_file(files.merged)

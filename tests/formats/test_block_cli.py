@@ -338,3 +338,14 @@ def test_a_semicolon_csv_is_named_and_numpys_own_advice_left_out(
     assert main(["quantize", "-f", "mxfp4", "--csv", str(ragged)]) == 2
     err = capsys.readouterr().err
     assert "the number of columns changed from 2 to 1 at row 2" in err and "usecols" not in err
+
+
+def test_a_block_of_no_finite_value_has_no_figures_and_no_units(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """NVFP4 saturates -inf under a finite scale: no finite input, no error to measure. The
+    line read "SQNR n/a dB"."""
+    assert main(["quantize", "-f", "nvfp4", "--", "-inf", "-inf"]) == 0
+    out = capsys.readouterr().out
+    expected = "max |error| n/a, RMSE n/a, SQNR n/a, saturated n/a, flushed to zero n/a"
+    assert out.count(expected) == 2 and "n/a dB" not in out

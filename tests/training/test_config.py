@@ -176,6 +176,10 @@ def test_a_user_task_without_its_factory_is_refused_before_the_job(tmp_path: Pat
         "task": "task.py has no make_task (it defines build): name its factory after the colon"
     }
     assert TrainConfig(task=f"{task_file}:build").validate() == {}
+    # Names the file's text cannot rule out: a star import, a module __getattr__.
+    for source in ("from tasks_elsewhere import *\n", "def __getattr__(name):\n    pass\n"):
+        task_file.write_text(source)
+        assert TrainConfig(task=f"{task_file}:make_task").validate() == {}, source
 
 
 def test_the_margin_bound_is_where_e4m3_flushes_the_amax_itself() -> None:

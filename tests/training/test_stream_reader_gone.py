@@ -66,6 +66,27 @@ def test_a_job_whose_stream_reader_went_away_stops(tmp_path: Path) -> None:
     run = load_run(out)
     assert run.status == "stopped" and len(run.steps) < 500
     assert run.end is not None and "went away" in (run.end.error or "")
+    assert result.error == run.end.error  # the job says why, as its end record does
+
+
+def test_the_command_says_why_it_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fpexplorer train --stream > /dev/full` (or a pipe whose reader ended) printed
+    "stopped after 0 steps; run log: ..." and nothing of why."""
+    from fpexplorer.training.job import run_job_cli
+
+    task = tmp_path / "tiny.py"
+    task.write_text(TINY_TASK)
+    out = tmp_path / "run.jsonl"
+    stderr = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", _GoneReader())
+    monkeypatch.setattr(sys, "stderr", stderr)
+    config = TrainConfig(task=f"{task}:make", device="cpu", steps=500, stream=True, out=str(out))
+    assert run_job_cli(config) == 0
+    last = stderr.getvalue().strip().splitlines()[-1]
+    end = load_run(out).end
+    assert end is not None and end.error is not None
+    assert last.startswith("fpexplorer train: stopped after ")
+    assert f": {end.error}; run log: {out}" in last
 
 
 @pytest.mark.slow  # a real training job in a child process: seconds

@@ -567,3 +567,26 @@ def test_a_ranked_run_without_its_merged_log_prints_its_ranks_not_an_empty_run(
     assert lines[0] == f"run        {merged}: not read ({reason})"
     assert "incomplete" not in out and "task       ?" not in out
     assert [line.split()[:2] for line in lines[-2:]] == [["0", "completed"], ["1", "completed"]]
+
+
+def test_check_names_a_rank_log_missing_from_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run of two ranks whose rank-1 log is gone: `runs check` said every log was ok."""
+    from fpexplorer.cli import main
+    from fpexplorer.training.records import EndRecord, HeaderRecord, ModelInfo, RankInfo, StepRecord
+
+    folder = tmp_path / "ranked"
+    folder.mkdir()
+    for name, rank, merged in (("run.jsonl", 0, True), ("run.rank-0.jsonl", 0, False)):
+        info = RankInfo(rank=rank, world_size=2, host="node-a", merged=merged)
+        with RunWriter(folder / name) as writer:
+            writer.write(HeaderRecord(config={"task": "mlp"}, model=ModelInfo(), ranks=info))
+            writer.write(StepRecord(step=0, loss=1.0, time=0.1))
+            writer.write(EndRecord(status="completed", steps=1))
+    assert main(["runs", "check", str(folder)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"{folder / 'run.rank-1.jsonl'}: missing (the merged log's run had 2 ranks)"
+    (folder / "run.rank-1.jsonl").write_bytes((folder / "run.rank-0.jsonl").read_bytes())
+    assert main(["runs", "check", str(folder)]) == 0
+    assert "missing" not in capsys.readouterr().out

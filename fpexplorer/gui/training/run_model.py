@@ -480,11 +480,26 @@ class RunModel:
                     continue
                 if record is None:
                     continue
+            # As the run log's own reader assembles a run (runlog.collect_run, what `fpexplorer
+            # runs` reads): the header is one before any step (a live job's provisional one,
+            # from the form, is replaced by the job's), the end the first, and steps after it
+            # are not the run's. The panel took each header, end and step as it came: a log
+            # of two runs concatenated showed the second's settings and end over both runs'
+            # steps, where `runs summarize` showed the first's.
             if isinstance(record, StepRecord):
+                if self.end is not None:
+                    self.add_problem(f"step {record.step} after the end record ignored")
+                    continue
                 self._add_step(record)
             elif isinstance(record, HeaderRecord):
+                if self.steps_seen:
+                    self.add_problem("a second header record ignored")
+                    continue
                 self.header = record
             elif isinstance(record, EndRecord):
+                if self.end is not None:
+                    self.add_problem("a second end record ignored")
+                    continue
                 self.end = record
             else:
                 self.add_problem(f"not a record: {record!r:.80}")

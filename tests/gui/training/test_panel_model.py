@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -147,9 +149,39 @@ def test_run_model_reads_a_synthetic_run() -> None:
     assert model.progress() == (300, 300)
     assert model.growth() is not None
     # Non-finite floats arrive as JSON strings and are read back as floats.
-    model.add_records([{"type": "step", "step": 300, "loss": "NaN", "scale": "Infinity"}])
-    assert math.isnan(model.scalars.column("loss")[-1])
-    assert math.isinf(model.scalars.column("scale")[-1])
+    live = RunModel()
+    live.add_records([{"type": "step", "step": 0, "loss": "NaN", "scale": "Infinity"}])
+    assert math.isnan(live.scalars.column("loss")[-1])
+    assert math.isinf(live.scalars.column("scale")[-1])
+
+
+def test_run_model_assembles_a_run_as_the_run_logs_reader_does(tmp_path: Path) -> None:
+    """Two runs' logs concatenated (or a log with records out of place): the panel took
+    every header, end and step as it came, and showed the second run's settings and end
+    over both runs' steps, where `runs summarize` (runlog.collect_run) read the first's."""
+    from fpexplorer.training.records import HeaderRecord, encode_line
+    from fpexplorer.training.runlog import load_run
+
+    first = list(synthetic_records(5))
+    second = [
+        dataclasses.replace(r, config={**r.config, "seed": 7}) if isinstance(r, HeaderRecord) else r
+        for r in synthetic_records(3)
+    ]
+    records = [*first, *second]
+    model = RunModel()
+    model.add_records(records)
+    path = tmp_path / "both.jsonl"
+    path.write_text("".join(encode_line(r) + "\n" for r in records))
+    run = load_run(path)
+    assert model.header == run.header and model.config["seed"] != 7
+    assert model.end == run.end
+    assert model.steps_seen == len(run.steps) == 5
+    assert set(model.problems) == set(run.problems)
+    # A live job's provisional header (from the form, before any step) is replaced by the
+    # job's own.
+    live = RunModel()
+    live.add_records([second[0], first[0], first[1]])
+    assert live.header == first[0] and live.problems == []
 
 
 def test_run_model_reports_bad_records_without_raising() -> None:

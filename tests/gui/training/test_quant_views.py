@@ -270,8 +270,9 @@ def test_refresh_with_many_runs_creates_no_item_again(page) -> None:  # type: ig
     overlay = _overlay(*models)
     page.refresh(overlay, models, models[0])
     before = _items(page)
-    for model in models:  # more steps arrive in every run
+    for model in models:  # more steps arrive in every run, still running (no end yet)
         model.closed = False
+        model.end = None
         model.add_records(
             record for record in synthetic_records(80, stats_every=1, precision="fp8",
                                                    quant="fp8-delayed", quant_layers=12)
