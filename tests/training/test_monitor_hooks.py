@@ -477,6 +477,40 @@ def test_a_graph_dropped_inside_the_forward_frees_what_it_saved_at_once(tmp_path
         assert outputs[-1]() is None  # saved by Tanh (its output), freed with the graph
 
 
+class ChangesASavedTensor(nn.Module):
+    """Changes in place the output Tanh saved for its backward (a bug of the model's, which
+    autograd reports when backward reads it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(8, 32)
+        self.last = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.tanh(self.first(x))
+        hidden.add_(1.0)
+        return self.last(hidden)
+
+
+def test_a_saved_tensor_changed_in_place_fails_backward_on_statistics_steps_too(
+    tmp_path: Path,
+) -> None:
+    # Autograd checks a saved tensor's version only where no saved-tensor hooks packed it:
+    # under the tap, backward read the changed values and made wrong gradients without a
+    # word on statistics steps (this failed before: no error).
+    torch.manual_seed(0)
+    model = ChangesASavedTensor()
+    inputs = torch.randn(16, 8)
+    message = "modified by an inplace operation: .* is at version 1; expected version 0"
+    with pytest.raises(RuntimeError, match=message):
+        model(inputs).sum().backward()  # without the monitor
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1):
+        with pytest.raises(RuntimeError, match=message):
+            model(inputs).sum().backward()
+    assert _SAVED_TENSOR_TAP.joined == 0 and not _SAVED_TENSOR_TAP.saved
+
+
 class Recursive(nn.Module):
     """Applies itself once more inside its forward, by `self(...)` (as tree models recurse)."""
 

@@ -86,7 +86,6 @@ import datetime
 import io
 import math
 import numbers
-import operator
 import os
 import threading
 import time
@@ -350,19 +349,20 @@ class _SavedTensorTap(threading.local):
         self._entered = False  # this pair is on torch's stack (no other pair was)
         append, ref = self.saved.append, weakref.ref
 
-        def pack(tensor: torch.Tensor) -> tuple[torch.Tensor]:
+        def pack(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
             # Detached: an output saved by its own node (tanh, exp, softmax) comes here
             # with that node as its grad_fn, and the node holds what this returns: kept
             # as it is, that cycle through C++ was never freed (no backward releases a
             # graph that is dropped). Autograd gives the unpacked tensor its graph back.
-            tensor = tensor.detach()
+            tensor = tensor.detach()  # (its version counter is the tensor's)
             append(ref(tensor))
-            return (tensor,)  # unpacked by a C function: no Python frame in backward
+            return (tensor, tensor._version)
 
         # Run as it is where dynamo compiles the frames a compiled model's forward calls
         # (torch.compile(ddp)): traced, the detach made it wrap the saved tensor, reading a
         # non-leaf's .grad, a warning (an error under a strict warning filter).
         skip_code(pack.__code__)
+        skip_code(_unpack_saved.__code__)
 
         # Made once, entered and left again for each pass.
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack_saved)
@@ -389,9 +389,22 @@ def _saved_tensor_hooks_in_use() -> object:
     return torch._C._autograd._top_saved_tensors_default_hooks(False)
 
 
-# The tensor back from the saved-tensor tap's tuple (called for every saved tensor in
-# backward).
-_unpack_saved = operator.itemgetter(0)
+def _unpack_saved(packed: tuple[torch.Tensor, int]) -> torch.Tensor:
+    """The tensor back from the saved-tensor tap's tuple (for each saved tensor, in
+    backward). Autograd checks that a saved tensor was not changed in place since it was
+    saved only where no hooks packed it: the tap does, with autograd's message, or
+    backward would compute the gradients from the changed values without a word."""
+    tensor, version = packed
+    if tensor._version != version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [{tensor.type()} {list(tensor.shape)}] is at version "
+            f"{tensor._version}; expected version {version} instead (seen on an AmpMonitor "
+            "statistics step)"
+        )
+    return tensor
+
+
 _SAVED_TENSOR_TAP = _SavedTensorTap()
 
 
