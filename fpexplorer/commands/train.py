@@ -31,9 +31,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def run(args: argparse.Namespace) -> int:
     from fpexplorer.errors import UsageError
+    from fpexplorer.training.config import given_options
 
     config = config_from_args(args)
-    problems = config.validate()
+    problems = config.validate(given=given_options(args))
     if problems:
         raise UsageError("; ".join(problems.values()))
     from fpexplorer.training.job import run_job_cli

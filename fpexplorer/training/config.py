@@ -24,7 +24,7 @@ import functools
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -463,8 +463,14 @@ class TrainConfig:
         help="also write every record to stdout (the task's own output goes to stderr)",
     )  # fmt: skip
 
-    def validate(self) -> dict[str, str]:
-        """Field name -> what is wrong with it; empty when the configuration is valid."""
+    def validate(self, given: Collection[str] | None = None) -> dict[str, str]:
+        """Field name -> what is wrong with it; empty when the configuration is valid.
+
+        `given`: the options named on the command line (`given_options`). An option the
+        other settings do not use is refused when given, even at its default value
+        (`--precision mxfp4 --hadamard` ran without a word, where `--no-hadamard` was
+        refused); without `given` (the form, a run's header), when it is not at its default.
+        """
         problems: dict[str, str] = {}
         if self.task not in TASK_NAMES:
             user = split_user_task(self.task)
@@ -543,7 +549,10 @@ class TrainConfig:
         for name, why in self.inapplicable().items():
             # Given, and not used with the other settings (an --init-scale under bf16 was
             # ignored without a word): say so rather than run without it.
-            if name not in problems and getattr(self, name) != _FIELD_DEFAULTS[name]:
+            named = name in given if given is not None else None
+            if named is None:
+                named = getattr(self, name) != _FIELD_DEFAULTS[name]
+            if name not in problems and named:
                 flag = given_flag(name, getattr(self, name))
                 problems[name] = f"{flag} is not used with these settings: {why}"
         if self.out is not None:
@@ -766,8 +775,11 @@ class TrainConfig:
         from the fields' option declarations: flags, None left out, floats exact), less
         the fields named in `omit`."""
         argv: list[str] = []
+        # An option the other settings do not use, at its default, is left out: named, the
+        # command would refuse it (`validate(given=...)`), as it refuses a user's.
+        unused = self.inapplicable()
         for name, spec, default in train_options():
-            if name in omit:
+            if name in omit or (name in unused and getattr(self, name) == default):
                 continue
             value = getattr(self, name)
             if spec.kind == "flag":
@@ -845,25 +857,86 @@ def _default_text(spec: OptionSpec, default: Any) -> str:
     return f"{default:g}" if isinstance(default, float) else str(default)
 
 
+# Where the parsed namespace keeps the names of the options the command line named.
+_GIVEN = "_given_options"
+
+
+def _note_given(namespace: argparse.Namespace, name: str) -> None:
+    given: set[str] = getattr(namespace, _GIVEN, set())
+    given.add(name)
+    setattr(namespace, _GIVEN, given)
+
+
+def given_options(namespace: argparse.Namespace) -> frozenset[str]:
+    """The fields whose options the parsed command line named (`add_train_arguments`)."""
+    return frozenset(getattr(namespace, _GIVEN, ()))
+
+
+class _Store(argparse.Action):
+    """argparse's "store", noting that the option was named."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None, option_string: str | None = None,
+    ) -> None:  # fmt: skip
+        setattr(namespace, self.dest, values)
+        _note_given(namespace, self.dest)
+
+
+class _StoreTrue(argparse.Action):
+    """argparse's "store_true", noting that the option was named."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, const=True, **kwargs)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None, option_string: str | None = None,
+    ) -> None:  # fmt: skip
+        setattr(namespace, self.dest, True)
+        _note_given(namespace, self.dest)
+
+
+class _OnOff(argparse.BooleanOptionalAction):
+    """--name / --no-name, noting that the option was named."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None, option_string: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__call__(parser, namespace, values, option_string)
+        _note_given(namespace, self.dest)
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """`fpexplorer train`'s arguments, one per TrainConfig field, from its OptionSpec."""
+    """`fpexplorer train`'s arguments, one per TrainConfig field, from its OptionSpec; the
+    options named are noted (`given_options`)."""
     for name, spec, default in train_options():
         help_text = f"{spec.help} (default: {_default_text(spec, default)})"
         if spec.kind == "flag" and default:
             # On by default: --name and --no-name (argparse's BooleanOptionalAction).
             parser.add_argument(
-                option_flag(name), dest=name, action=argparse.BooleanOptionalAction,
+                option_flag(name), dest=name, action=_OnOff,
                 default=True, help=f"{spec.help} (default: on)",
             )  # fmt: skip
             continue
         if spec.kind == "flag":
-            parser.add_argument(option_flag(name), action="store_true", help=spec.help)
+            parser.add_argument(
+                option_flag(name), dest=name, action=_StoreTrue, default=False, help=spec.help
+            )
             continue
         kinds: dict[str, Any] = {"int": int, "float": float}
         extra: dict[str, Any] = {"type": kinds[spec.kind]} if spec.kind in kinds else {}
         if spec.kind == "choice":
             extra["choices"] = [choice.name for choice in spec.choices]
-        parser.add_argument(option_flag(name), dest=name, default=default, help=help_text, **extra)
+        parser.add_argument(
+            option_flag(name),
+            dest=name,
+            action=_Store,
+            default=default,
+            help=help_text,
+            **extra,
+        )
 
 
 def _is_int(value: object) -> bool:

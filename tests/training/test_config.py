@@ -417,3 +417,34 @@ def test_a_path_that_cannot_be_looked_at_is_a_field_problem_not_a_traceback(
     assert main(["train", "--out", long_out, "--steps", "1"]) == 2
     err = capsys.readouterr().err
     assert err == f"fpexplorer train: error: {problems['out']}\n"
+
+
+def test_an_option_named_for_a_mode_that_does_not_use_it_is_refused_even_at_its_default() -> None:
+    """`--precision mxfp4 --hadamard` ran without a word (the option's default), where
+    `--no-hadamard` was refused; so did `--precision bf16 --scaler torch`. What is named on
+    the command line is refused where unused; the form, which greys such fields out, and a
+    run's header (`validate()` alone) still judge by value."""
+    from fpexplorer.training.config import PRECISION_NAMES, given_options
+
+    parser = _parser()
+    for argv, field in (
+        (["--precision", "mxfp4", "--hadamard"], "hadamard"),
+        (["--precision", "bf16", "--scaler", "torch"], "scaler"),
+        (["--precision", "bf16", "--growth-factor", "2"], "growth_factor"),
+        (["--precision", "fp16", "--fp8-scaling", "dynamic"], "fp8_scaling"),
+    ):
+        args = parser.parse_args(argv)
+        config = TrainConfig.from_args(args)
+        assert config.validate() == {}  # by value: every one is at its default
+        problems = config.validate(given=given_options(args))
+        assert list(problems) == [field], argv
+        assert "is not used with these settings" in problems[field]
+    # What the panel and a rank's relaunch pass (to_argv) is never refused: an unused option
+    # at its default is left out of it.
+    for precision in PRECISION_NAMES:
+        config = TrainConfig(precision=precision)
+        args = parser.parse_args(config.to_argv())
+        assert TrainConfig.from_args(args) == config
+        assert config.validate(given=given_options(args)) == {}, precision
+    assert "--scaler" not in TrainConfig(precision="bf16").to_argv()
+    assert "--scaler" in TrainConfig(precision="fp16").to_argv()

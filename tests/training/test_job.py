@@ -248,6 +248,8 @@ def test_a_user_task_that_calls_sys_exit_fails_with_an_end_record(tmp_path: Path
         (["--task", "missing.py:make"], "task file not found"),
         # Was a failed run, fpexplorer's traceback and exit 1.
         (["--task", "examples/user_task.py:nope"], "user_task.py has no nope (it defines"),
+        # Named at its default for a mode that does not use it: ran without a word.
+        (["--precision", "mxfp4", "--hadamard"], "--hadamard is not used with these settings"),
         (["--backoff-factor", "2"], "backoff factor"),
         (["--lr", "abc"], "invalid float value"),
         # These two reach torch in the child (a second each): slow.
