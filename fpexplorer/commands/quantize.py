@@ -375,7 +375,8 @@ def _power_text(value: Fraction) -> str:
     from fpexplorer.formats.decimal import display_decimal
 
     numerator, denominator = value.numerator, value.denominator
-    if numerator & (numerator - 1) == 0 and denominator & (denominator - 1) == 0:
+    # Not 0, which the bit test passes (0 & -1 == 0): NVFP4's scale code 0x00 read "2^-1".
+    if numerator > 0 and numerator & (numerator - 1) == 0 and denominator & (denominator - 1) == 0:
         exponent = numerator.bit_length() - denominator.bit_length()
         return f"2^{exponent}"
     return display_decimal(value)

@@ -349,3 +349,15 @@ def test_a_block_of_no_finite_value_has_no_figures_and_no_units(
     out = capsys.readouterr().out
     expected = "max |error| n/a, RMSE n/a, SQNR n/a, saturated n/a, flushed to zero n/a"
     assert out.count(expected) == 2 and "n/a dB" not in out
+
+
+def test_a_zero_block_scale_reads_zero_not_a_power_of_two(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """NVFP4's E4M3 scale forced to 0x00 is 0: the block line read "= 2^-1" (the power-of-two
+    test passed 0), while every element came out 0."""
+    assert main(["quantize", "-f", "nvfp4", "--scale-code", "0x00", "1", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "block 0: scale 0x00 (0|0000|000) = 0\n" in out and "2^-1" not in out
+    assert main(["quantize", "-f", "mxfp4", "--scale-code", "0x00", "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["blocks"][0]["scale_text"] == "2^-127"
