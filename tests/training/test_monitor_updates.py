@@ -374,9 +374,14 @@ def as_parts(values: np.ndarray) -> np.ndarray:
     return np.stack([values.real, values.imag], axis=-1).astype(np.float32).ravel()
 
 
-@pytest.mark.parametrize("size", [64, 12_000])  # the general path; the CPU float32 path
+@pytest.mark.parametrize(
+    ("size", "optimizers"),
+    # The general path, the CPU float32 path, and each weight its own optimizer (kept as
+    # each steps, `keep_part`).
+    [(64, 1), (12_000, 1), (64, 2)],
+)
 def test_complex_weights_count_each_real_and_imaginary_part_as_a_weight(
-    tmp_path: Path, size: int
+    tmp_path: Path, size: int, optimizers: int
 ) -> None:
     # The float32 buffers took `copy_` of the complex weights and gradients, which keeps the
     # real parts only (torch warned): an update to imaginary parts only read as lost, and
@@ -384,11 +389,12 @@ def test_complex_weights_count_each_real_and_imaginary_part_as_a_weight(
     # failed before). Each part is a weight, as torch's optimizers take it: numpy's FP16
     # rounding of each part is the oracle.
     model = ComplexWeights(size)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    groups = [list(model.parameters())] if optimizers == 1 else [[model.weight], [model.bias]]
+    steppers = [torch.optim.SGD(group, lr=1.0) for group in groups]
     generator = torch.Generator().manual_seed(1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch's "Casting complex values to real discards..."
-        monitor = AmpMonitor(model, optimizer, None, out=tmp_path / "run.jsonl", stats_every=1)
+        monitor = AmpMonitor(model, steppers, None, out=tmp_path / "run.jsonl", stats_every=1)
         with monitor:
             for _ in range(3):
                 # Steps from far below to far above half an FP16 ulp of the weights (about
@@ -401,7 +407,8 @@ def test_complex_weights_count_each_real_and_imaginary_part_as_a_weight(
                 model.bias.grad = torch.randn(8, generator=generator)
                 model.bias.grad[::3] = 0.0
                 old = [as_parts(p.detach().numpy().copy()) for p in model.parameters()]
-                optimizer.step()
+                for optimizer in steppers:
+                    optimizer.step()
                 record = monitor.step(0.0)
                 new = [as_parts(p.detach().numpy()) for p in model.parameters()]
                 grads = [as_parts(p.grad.numpy()) for p in model.parameters() if p.grad is not None]
