@@ -398,10 +398,19 @@ class TrainingPanel(QWidget):
             self._show_status(f"Could not open {path}: {error.strerror or error}", error=True)
             return
         ranks = files.ranks if self.overlay_ranks_action.isChecked() else ()
-        before = len(self.runs)
+        previous = {entry.key for entry in self.runs}
         for log in (files.merged, *ranks):
+            listed = self._listed_entries(log)
+            live = next((entry for entry in listed if entry.live), None)
+            if live is not None:  # the running job's own file: it is shown as it grows
+                self._select(live)
+                self._show_status(f"{elide(log.name, 60)} is the running job's run log")
+                continue
+            # Opened again: read again (it may have grown or been rewritten), listed once.
+            for entry in listed:
+                self._remove_run(entry)
             self._load_run_file(log, in_background)
-        added = self.runs[before:]
+        added = [entry for entry in self.runs if entry.key not in previous]
         if ranks and added:
             self._select(added[0])  # the merged view first; the ranks overlaid on it
             if not self.loading:
@@ -412,6 +421,20 @@ class TrainingPanel(QWidget):
                     + failure_note(merged.end),
                     error=merged.status == "failed",
                 )
+
+    def _listed_entries(self, path: Path) -> list[RunEntry]:
+        """The runs in the list read from `path` (the same file, however it was named)."""
+        found = []
+        for entry in self.runs:
+            if entry.path is None:
+                continue
+            try:
+                same = entry.path == path or entry.path.samefile(path)
+            except OSError:  # gone or unreadable since: not the file opened now
+                same = False
+            if same:
+                found.append(entry)
+        return found
 
     def _load_run_file(self, path: Path, in_background: bool) -> None:
         try:

@@ -81,6 +81,34 @@ def test_a_file_that_is_not_a_run_leaves_the_panel_as_it_was(panel, tmp_path: Pa
     assert "missing.jsonl" in panel.status_label.text()
 
 
+def test_a_run_opened_again_is_read_again_and_listed_once(panel, make_run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Was: each File > Open of the same file added another entry (and another colour),
+    # and the first kept the steps read the first time.
+    other = make_run("other.jsonl", steps=10, seed=2)
+    path = make_run("a.jsonl", steps=20)
+    panel.load_run(path)
+    panel.load_run(other)
+    make_run("a.jsonl", steps=40)  # the file grew (rewritten) since
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(path)
+    panel.load_run(link)  # the same file under another name
+    assert [entry.path.name for entry in panel.runs] == ["other.jsonl", "link.jsonl"]
+    assert panel.runs[1].model.steps_seen == 40  # read again, not the first reading
+    assert panel.current_run is panel.runs[1]
+    assert panel.run_list.count() == 2
+    panel.load_run(path)
+    assert len(panel.runs) == 2 and panel.runs[1].model.steps_seen == 40
+    # The running job's own log is shown as it grows: opening it selects that entry.
+    from fpexplorer.gui.training.run_model import RunModel
+
+    job_log = make_run("job.jsonl", steps=5)
+    live = panel._add_run(RunModel(), job_log, live=True)
+    panel.run_list.setCurrentRow(0)
+    panel.load_run(job_log)
+    assert len(panel.runs) == 3 and panel.current_run is live
+    assert "running job" in panel.status_label.text()
+
+
 @pytest.mark.slow  # a panel and two runs drawn: about half a second
 def test_two_runs_overlaid_named_by_their_settings(panel, make_run) -> None:  # type: ignore[no-untyped-def]
     first = make_run("a.jsonl", steps=200, precision="fp16")

@@ -136,8 +136,10 @@ def test_overlay_on_a_failed_run_says_why_as_the_merged_view_does(panel, tmp_pat
     overlaid = "Opened run.jsonl (merged) and 4 rank logs beside it: 6 steps, failed."
     assert panel.status_label.text() == overlaid + " Error: lost rank 2."
     assert panel.status_label.styleSheet() != ""  # the alarm colour, as alone
-    # The merged view opened alone, then again with ranks 0-3 beside it.
-    statuses = [entry.model.status for entry in panel.runs[2:]]
+    # The merged view opened alone, then again (read again, listed once) with ranks 0-3
+    # beside it.
+    assert len(panel.runs) == 5 and panel.current_run is panel.runs[0]
+    statuses = [entry.model.status for entry in panel.runs[1:]]
     assert statuses == ["failed", "failed", "incomplete", "failed"]
 
 
