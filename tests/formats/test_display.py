@@ -150,6 +150,23 @@ def test_share_percent_is_exact_or_marked() -> None:
     assert share_percent(3 / 7, 7) == "≈42.86%" and share_percent(0.2, 5) == "20.00%"
 
 
+def _check_rounded_to_nearest(value: Fraction, text: str, digits: int) -> None:
+    """`text` is `value` exactly, or rounded once to `digits` significant digits (to
+    nearest, ties to even) and marked "≈", in the app's notation. The oracle: the decimal
+    module, exact (a dyadic value has a finite decimal), then rounded once."""
+    from decimal import ROUND_HALF_EVEN, Context, Decimal
+
+    written = text.removeprefix("≈")
+    assert NOTATION.fullmatch(written) and "…" not in written, text
+    wide = Context(prec=2000, Emax=10**6, Emin=-(10**6))
+    exact = wide.divide(Decimal(value.numerator), Decimal(value.denominator))
+    assert Fraction(exact) == value
+    rounded = Context(prec=digits, rounding=ROUND_HALF_EVEN, Emax=10**6, Emin=-(10**6))
+    expected = Fraction(rounded.plus(exact))
+    assert Fraction(Decimal(written)) == expected, text
+    assert text.startswith("≈") == (expected != value), text
+
+
 @given(
     st.integers(min_value=-(2**80), max_value=2**80),
     st.integers(min_value=-1200, max_value=1200),
@@ -158,23 +175,10 @@ def test_share_percent_is_exact_or_marked() -> None:
 def test_approximate_decimal_is_exact_or_rounded_to_nearest_and_marked(
     mantissa: int, exponent: int, shown: int
 ) -> None:
-    from decimal import ROUND_HALF_EVEN, Context, Decimal
-
     from fpexplorer.formats.decimal import approximate_decimal
 
     value = Fraction(mantissa) * Fraction(2) ** exponent
-    text = approximate_decimal(value, keep=shown, shown=shown)
-    written = text.removeprefix("≈")
-    assert NOTATION.fullmatch(written) and "…" not in written, text
-    # The oracle: the decimal module, exact (a dyadic value has a finite decimal), then
-    # rounded once to `shown` digits, ties to even.
-    wide = Context(prec=2000, Emax=10**6, Emin=-(10**6))
-    exact = wide.divide(Decimal(value.numerator), Decimal(value.denominator))
-    assert Fraction(exact) == value
-    rounded = Context(prec=shown, rounding=ROUND_HALF_EVEN, Emax=10**6, Emin=-(10**6))
-    expected = Fraction(rounded.plus(exact))
-    assert Fraction(Decimal(written)) == expected, text
-    assert text.startswith("≈") == (expected != value), text
+    _check_rounded_to_nearest(value, approximate_decimal(value, keep=shown, shown=shown), shown)
 
 
 @given(
@@ -185,25 +189,15 @@ def test_approximate_decimal_is_exact_or_rounded_to_nearest_and_marked(
 def test_figure_text_keeps_its_decimals_and_marks_what_it_rounds(
     mantissa: int, exponent: int, decimals: int
 ) -> None:
-    from decimal import ROUND_HALF_EVEN, Context, Decimal
-
     from fpexplorer.formats.decimal import figure_text
 
     value = Fraction(mantissa) * Fraction(2) ** exponent
-    text = figure_text(value, decimals=decimals)
-    written = text.removeprefix("≈")
-    assert NOTATION.fullmatch(written) and "…" not in written, text
-    # The oracle: the decimal module rounds the exact value once, ties to even, to the
-    # significant digits the figure keeps (its whole part and `decimals` places, at least
-    # three and at most seven).
+    # Its significant digits: the whole part and `decimals` places, at least three and at
+    # most seven.
     magnitude = abs(value)
     integer_digits = len(str(int(magnitude))) if magnitude >= 1 else 0
     digits = min(max(3, integer_digits + decimals), 7)
-    wide = Context(prec=2000)
-    exact = wide.divide(Decimal(value.numerator), Decimal(value.denominator))
-    expected = Fraction(Context(prec=digits, rounding=ROUND_HALF_EVEN).plus(exact))
-    assert Fraction(Decimal(written)) == expected, text
-    assert text.startswith("≈") == (expected != value), text
+    _check_rounded_to_nearest(value, figure_text(value, decimals=decimals), digits)
 
 
 def test_figure_text_of_rates_and_sizes() -> None:
