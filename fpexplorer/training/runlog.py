@@ -20,6 +20,7 @@ Reading never raises on a damaged log: `problems` says what was skipped and why.
 from __future__ import annotations
 
 import atexit
+import codecs
 import dataclasses
 import json
 import os
@@ -68,6 +69,7 @@ __all__ = [
     "LayerStats",
     "LostUpdates",
     "Memory",
+    "NotUtf8Error",
     "Record",
     "RecordStream",
     "Run",
@@ -767,8 +769,8 @@ def parse_record(line: str | bytes, schema: int = SCHEMA_VERSION) -> Record | No
     """One line (without its newline) as a typed record; None for an unknown record type.
     Raises ValueError when it is not a record. Prefer RecordStream for more than a line."""
     try:
-        decoded = json.loads(line)
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError alike
+        decoded = _loads_utf8(line) if isinstance(line, bytes) else json.loads(line)
+    except ValueError as error:  # JSONDecodeError and NotUtf8Error alike
         raise ValueError(f"not valid JSON: {error}") from None
     return decode_record(decoded, schema)
 
@@ -778,22 +780,44 @@ _JSON_WHITESPACE = " \t\n\r"  # what json.loads allows around a value
 
 
 def _loads(line: bytes) -> Any:
-    """`json.loads(line)` (the same value, the same errors), faster for a record's line.
+    """`json.loads(line)` (the same value; the same errors, but for a line that is not
+    UTF-8: `NotUtf8Error`), faster for a record's line.
 
     `json.loads` of bytes first guesses the encoding from the first bytes and matches
     whitespace with regular expressions: a third of its time on a 200-byte step line. A
     line that opens with `{` is UTF-8 (a UTF-16/32 text would have a zero byte next or
     a BOM first, and then does not parse here): decoded as `json.loads` decodes it and
-    parsed with the same decoder; anything else, or any error, goes to `json.loads`."""
+    parsed with the same decoder; anything else, or any error, goes to `_loads_utf8`."""
     if line[:1] == b"{":
         try:
             text = line.decode("utf-8", "surrogatepass")
             value, end = _JSON_DECODER.raw_decode(text)
         except ValueError:
-            return json.loads(line)  # raises its own error
+            return _loads_utf8(line)  # raises its own error
         if end == len(text) or not text[end:].strip(_JSON_WHITESPACE):
             return value
-    return json.loads(line)
+    return _loads_utf8(line)
+
+
+class NotUtf8Error(ValueError):
+    """A line that is not UTF-8 text (a run log is UTF-8 JSON Lines)."""
+
+    def __str__(self) -> str:
+        return "not UTF-8 text"
+
+
+def _loads_utf8(line: bytes) -> Any:
+    """`json.loads` of a line read as UTF-8, a UTF-8 byte order mark allowed first (as
+    `json.loads` of bytes allows it). `json.loads` of bytes guesses the encoding from the
+    NUL bytes in the first four: a binary line was "not a record ('utf-32-be' codec can't
+    decode...)", an encoding the file never claimed; it is "not UTF-8 text" now."""
+    if line[:3] == codecs.BOM_UTF8:
+        line = line[3:]
+    try:
+        text = line.decode("utf-8", "surrogatepass")  # as json.loads decodes UTF-8
+    except UnicodeDecodeError:
+        raise NotUtf8Error from None
+    return json.loads(text)
 
 
 class RecordStream:
@@ -897,7 +921,7 @@ class RecordStream:
             self.line_number += 1
             line, self._pending = bytes(self._pending), bytearray()
             try:
-                decoded = json.loads(line)
+                decoded = _loads(line)
             except ValueError as error:
                 if not line.lstrip().startswith(b"{"):
                     # Not the start of a record cut short (RunWriter's lines begin with

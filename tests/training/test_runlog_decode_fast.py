@@ -121,7 +121,7 @@ def test_fast_paths_read_what_the_generic_reader_reads(
     logs = _logs(tmp_path)
     fast = {path: (_read(path), _summary_texts(path)) for path in logs}
     monkeypatch.setattr(records_module, "_flat_decoder", lambda cls: _NoFastPath())
-    monkeypatch.setattr(runlog_module, "_loads", json.loads)
+    monkeypatch.setattr(runlog_module, "_loads", runlog_module._loads_utf8)
     for path in logs:
         generic = (_read(path), _summary_texts(path))
         assert fast[path][0] == generic[0], path.name
@@ -192,7 +192,8 @@ def test_the_flat_decoder_follows_the_dataclass() -> None:
 
 
 def test_fast_json_reader_is_json_loads(tmp_path: Path) -> None:
-    """`runlog._loads` returns json.loads' value, or raises an error of the same type."""
+    """`runlog._loads` returns json.loads' value, or raises an error of the same type (for
+    a line that is not UTF-8, `NotUtf8Error`: json.loads guesses another encoding)."""
     samples = [line.encode("utf-8", "surrogatepass") for line in ODD_LINES] + [
         b'{"a":1}\n',
         b'{"a":1}\x0b',
@@ -208,6 +209,8 @@ def test_fast_json_reader_is_json_loads(tmp_path: Path) -> None:
     for sample in samples:
         try:
             expected: Any = ("value", json.loads(sample))
+        except UnicodeDecodeError:
+            expected = ("error", runlog_module.NotUtf8Error)
         except ValueError as error:
             expected = ("error", type(error))
         try:
