@@ -859,6 +859,20 @@ class RecordStream:
         # The input ended in a line that does not parse: what a job killed mid-write leaves
         # (RunWriter writes each batch at once), so a summary can tell it from damage.
         self.torn_last_line: str | None = None  # its problem line, as reported
+        # Where the records stop being one run's, said here, where the line is known; the
+        # readers that assemble a run (`collect_run`, `summary.RunSummarizer`, the panel's
+        # `RunModel`) apply the same rules to the same records and say nothing more:
+        # - a step whose number is not above the step before it (before an end record): the
+        #   log holds a second run (two logs concatenated) or a repeat; that step and the
+        #   steps and end after it are not the run's;
+        # - a first header after step records: not the run's header (whose settings it
+        #   may not be), and no "no header record" besides.
+        self.step_records = 0  # step records read (a header after some is not the run's)
+        self._header_read = False
+        # The step number of the step record before (below any step before the first),
+        # until one is out of order.
+        self._last_step = -(2**63)
+        self._watching_steps = True  # until an end record or the first step out of order
 
     @property
     def partial_line(self) -> bool:
@@ -995,8 +1009,35 @@ class RecordStream:
         except ValueError as error:
             self._report(f"line {self.line_number}: {error}")
             return
-        if record is not None:
-            records.append(record)
+        if record is None:
+            return
+        records.append(record)
+        # One comparison for a step in order (most records): these lines cost the reader
+        # no more than noise (benchmarks/bench_runs_read.py).
+        if type(record) is StepRecord:
+            self.step_records += 1
+            step = record.step
+            if step > self._last_step:
+                self._last_step = step
+            elif self._watching_steps:
+                self._watching_steps = False
+                self._report(
+                    f"line {self.line_number}: step {step} after step {self._last_step}: the "
+                    "step numbers do not increase from here on (a second run in the same "
+                    "log?); its records are not counted"
+                )
+        elif isinstance(record, HeaderRecord):
+            if not self._header_read:
+                self._header_read = True
+                if self.step_records:
+                    records_text = "record" if self.step_records == 1 else "records"
+                    self._report(
+                        f"line {self.line_number}: the header comes after "
+                        f"{self.step_records} step {records_text}: not used (the run's "
+                        "settings are unknown)"
+                    )
+        elif isinstance(record, EndRecord):
+            self._watching_steps = False
 
     def _report(self, message: str) -> None:
         self.problem_count += 1
@@ -1087,27 +1128,44 @@ class Run:
 
 
 def collect_run(path: str | os.PathLike[str], records: list[Record], problems: list[str]) -> Run:
-    """Assemble records (in file order) into a Run, adding problems for misplaced records."""
+    """Assemble records (in file order) into a Run, adding problems for misplaced records.
+
+    The rules are `RecordStream`'s (which reports, with the line, a header after steps and
+    steps whose numbers do not increase): the header is the first one, before any step;
+    the steps are those before the end record and before the first step whose number is
+    not above the one before it (a second run, whose end is not this run's either)."""
     header: HeaderRecord | None = None
     end: EndRecord | None = None
     steps: list[StepRecord] = []
     found = list(problems)
+    step_records = 0
+    late_header = False  # the first header came after step records: not used
+    other_run = False  # a step number did not increase: the records from there on
     for record in records:
         if isinstance(record, HeaderRecord):
-            if header is None and not steps:
-                header = record
+            if header is None and not late_header:
+                if step_records:
+                    late_header = True  # the stream said where
+                else:
+                    header = record
             else:
                 found.append("a second header record ignored")
         elif isinstance(record, StepRecord):
+            step_records += 1
             if end is not None:
                 found.append(f"step {record.step} after the end record ignored")
                 continue
+            if other_run or (steps and record.step <= steps[-1].step):
+                other_run = True  # the stream said where
+                continue
             steps.append(record)
+        elif other_run:
+            continue
         elif end is None:
             end = record
         else:
             found.append("a second end record ignored")
-    if header is None and (steps or end is not None):
+    if header is None and (steps or end is not None) and not late_header:
         found.append("no header record: the run's settings are unknown")
     elif header is None and not found:
         found.append("the file holds no records")

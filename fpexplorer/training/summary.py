@@ -159,6 +159,15 @@ class RunSummarizer:
         self.extra_ends = 0
         self.steps_after_end = 0
         self.steps_after_end_range = (0, 0)  # the first and last step number ignored
+        # As `runlog.collect_run` (and `RecordStream`, which reports them with the line): a
+        # first header after step records is not used, and a step whose number is not
+        # above the one before it ends the run's records (a second run's, or a repeat).
+        self.step_records = 0
+        self.late_header = False
+        self.other_run = False
+        self.last_step_number = 0
+        # summarize(run): the run's problems already say what is misplaced in it.
+        self.assembly_reported = False
         self.steps = 0
         self.first_loss = math.nan
         self.min_loss = math.inf
@@ -195,21 +204,31 @@ class RunSummarizer:
         if isinstance(record, StepRecord):
             self._add_step(record, offset)
         elif isinstance(record, HeaderRecord):
-            if self.header is None and not self.steps:
-                self.header = record
+            if self.header is None and not self.late_header:
+                if self.step_records:
+                    self.late_header = True  # the stream said where
+                else:
+                    self.header = record
             else:
                 self.extra_headers += 1
+        elif self.other_run:
+            return
         elif self.end is None:
             self.end = record
         else:
             self.extra_ends += 1
 
     def _add_step(self, step: StepRecord, offset: int | None) -> None:
+        self.step_records += 1
         if self.end is not None:
             first = self.steps_after_end_range[0] if self.steps_after_end else step.step
             self.steps_after_end += 1
             self.steps_after_end_range = (first, step.step)
             return
+        if self.other_run or (self.steps and step.step <= self.last_step_number):
+            self.other_run = True  # the stream said where
+            return
+        self.last_step_number = step.step
         index = self.steps
         self.steps += 1
         if offset is None:
@@ -306,7 +325,8 @@ class RunSummarizer:
             problems.append(_counted(self.extra_ends, "a second end record", "more end "
                                      "records") + " ignored")  # fmt: skip
         if self.header is None and (self.steps or self.end is not None):
-            problems.append("no header record: the run's settings are unknown")
+            if not (self.late_header or self.assembly_reported):
+                problems.append("no header record: the run's settings are unknown")
         elif self.header is None and not problems:
             problems.append("the file holds no records")
         memory: dict[str, int] = {}
@@ -422,6 +442,7 @@ def summarize(run: Run) -> RunSummary:
     for record in records:
         summarizer.add(record)
     summarizer.problems[:0] = [p for p in run.problems if p != "the file holds no records"]
+    summarizer.assembly_reported = True  # (it said "no header record" twice)
     return summarizer.result()
 
 

@@ -399,6 +399,11 @@ class RunModel:
         self.first_nonfinite_step: int | None = None  # inf/NaN gradients, named or not
         self.first_nan_loss_step: int | None = None  # the first inf/NaN loss
         self.steps_seen = 0
+        # Every step record met, counted or not; a first header after some (not the run's);
+        # a step number that did not increase (the records from there on are not the run's).
+        self.step_records = 0
+        self.late_header = False
+        self.other_run = False
         # A step whose loss scale was not 1: a user's loop labelled "bf16" (its autocast
         # dtype) that runs a GradScaler all the same scales its loss.
         self.scale_other_than_one = False
@@ -486,17 +491,31 @@ class RunModel:
             # are not the run's. The panel took each header, end and step as it came: a log
             # of two runs concatenated showed the second's settings and end over both runs'
             # steps, where `runs summarize` showed the first's.
+            # As there too, a first header after step records is not the run's, and a step
+            # whose number is not above the one before it ends the run's records (a second
+            # run's, or a repeat): the reader's stream says so, with the line, and these
+            # are left out without a word more.
             if isinstance(record, StepRecord):
+                self.step_records += 1
                 if self.end is not None:
                     self.add_problem(f"step {record.step} after the end record ignored")
                     continue
+                latest = self.latest_step
+                if self.other_run or (latest is not None and record.step <= latest.step):
+                    self.other_run = True
+                    continue
                 self._add_step(record)
             elif isinstance(record, HeaderRecord):
-                if self.steps_seen:
-                    self.add_problem("a second header record ignored")
+                if self.step_records:
+                    if self.header is None and not self.late_header:
+                        self.late_header = True
+                    else:
+                        self.add_problem("a second header record ignored")
                     continue
                 self.header = record
             elif isinstance(record, EndRecord):
+                if self.other_run:
+                    continue
                 if self.end is not None:
                     self.add_problem("a second end record ignored")
                     continue
