@@ -873,28 +873,22 @@ def given_options(namespace: argparse.Namespace) -> frozenset[str]:
 
 
 class _Store(argparse.Action):
-    """argparse's "store", noting that the option was named."""
+    """argparse's "store" (of `const` for an option that takes no value), noting that the
+    option was named."""
 
     def __call__(
         self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
         values: str | Sequence[Any] | None, option_string: str | None = None,
     ) -> None:  # fmt: skip
-        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
         _note_given(namespace, self.dest)
 
 
-class _StoreTrue(argparse.Action):
+class _StoreTrue(_Store):
     """argparse's "store_true", noting that the option was named."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, const=True, **kwargs)
-
-    def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None, option_string: str | None = None,
-    ) -> None:  # fmt: skip
-        setattr(namespace, self.dest, True)
-        _note_given(namespace, self.dest)
 
 
 class _OnOff(argparse.BooleanOptionalAction):
