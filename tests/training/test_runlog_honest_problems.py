@@ -154,3 +154,24 @@ def test_a_header_after_the_steps_is_one_problem_that_says_where_it_is(
         # (the panel shows no settings, and lists no problem for it)
         no_header = ("no header record: the run's settings are unknown",)
         assert not used and (found == no_header or (reader == "panel" and found == ()))
+
+
+def test_a_live_jobs_steps_out_of_order_are_not_called_output_that_is_not_a_record(
+    qapp: object,
+) -> None:
+    """The panel's job reader put "job output that is not a record:" before every problem
+    of its stream, a step out of order (every record whole) included."""
+    from fpexplorer.gui.training.job import TrainingJob
+
+    run = list(synthetic_records(3))
+    job = TrainingJob()
+    said: list[str] = []
+    job.problem.connect(said.append)
+    data = "".join(encode_line(r) + "\n" for r in [*run[:3], run[1]]).encode()
+    job._backlog.append(data)
+    job._backlog_bytes += len(data)
+    job._drain(None)
+    assert said == [
+        "job output: line 4: step 0 after step 1: the step numbers do not increase from "
+        "here on (a second run in the same log?); its records are not counted"
+    ]

@@ -250,7 +250,10 @@ class TrainingJob(QObject):
 
     def _emit(self, records: list[Record]) -> None:
         for message in self._stream.problems[self._problems_passed :]:
-            self.problem.emit(f"job output that is not a record: {message}")
+            # "job output: line 5: not a record (...)". The stream's problems are not all
+            # about output that is not a record (a step out of order, a newer schema): the
+            # prefix said they were.
+            self.problem.emit(f"job output: {message}")
         self._problems_passed = len(self._stream.problems)
         for record in records:
             if isinstance(record, EndRecord):
