@@ -175,3 +175,18 @@ def test_a_live_jobs_steps_out_of_order_are_not_called_output_that_is_not_a_reco
         "job output: line 4: step 0 after step 1: the step numbers do not increase from "
         "here on (a second run in the same log?); its records are not counted"
     ]
+
+
+def test_the_panels_csv_export_holds_the_steps_the_panel_counts(tmp_path: Path) -> None:
+    """File > Export scalars (CSV) from a run file wrote every step record in it: a second
+    run's steps after the first's, and steps after the end record."""
+    from fpexplorer.gui.training.export import write_scalars_csv
+
+    run = list(synthetic_records(9))
+    head = run[:10]  # the header and steps 0 .. 8, no end
+    for name, records in (("two.jsonl", head + head), ("ended.jsonl", run + run)):
+        path = _write(tmp_path / name, records)
+        count, _ = write_scalars_csv(RunModel(), tmp_path / "steps.csv", path)
+        rows = (tmp_path / "steps.csv").read_text().splitlines()[1:]
+        assert count == len(rows) == _panel(path).steps_seen == 9, name
+        assert [row.split(",")[0] for row in rows] == [str(step) for step in range(9)]

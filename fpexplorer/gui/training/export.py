@@ -32,7 +32,7 @@ from PySide6.QtWidgets import QWidget
 
 from fpexplorer.gui.theme import plot_colors
 from fpexplorer.gui.training.run_model import SCALAR_FIELDS, RunModel, to_float
-from fpexplorer.training.runlog import RunReader, StepRecord
+from fpexplorer.training.runlog import EndRecord, Record, RunReader, StepRecord
 
 
 def _optional_scalar_fields() -> tuple[str, ...]:
@@ -229,16 +229,30 @@ def _number(value: Any) -> str:
 
 
 def _rows_from_file(path: Path, problems: list[str]) -> Iterator[list[str]]:
-    # A chunk at a time through the run log's reader: memory stays bounded however long.
+    """The run's steps, as the panel and `runs summarize` count them: those before the end
+    record and before the first step whose number is not above the one before it (a second
+    run in the same log; the reader's problems say where). The CSV held every step record
+    of the file, a second run's too, where the panel showed the first run's."""
     reader = RunReader(path)
-    for chunk in reader.chunks():
-        for record in reader.stream.feed(chunk):
-            if isinstance(record, StepRecord):
-                yield [str(record.step)] + [_number(getattr(record, f)) for f in RECORD_FIELDS]
-    for record in reader.stream.finish():
-        if isinstance(record, StepRecord):
+    over = False
+    previous: int | None = None
+    for record in _records_of(reader):
+        if isinstance(record, EndRecord):
+            over = True
+        elif isinstance(record, StepRecord) and not over:
+            if previous is not None and record.step <= previous:
+                over = True
+                continue
+            previous = record.step
             yield [str(record.step)] + [_number(getattr(record, f)) for f in RECORD_FIELDS]
     problems.extend(reader.problems)
+
+
+def _records_of(reader: RunReader) -> Iterator[Record]:
+    # A chunk at a time through the run log's reader: memory stays bounded however long.
+    for chunk in reader.chunks():
+        yield from reader.stream.feed(chunk)
+    yield from reader.stream.finish()
 
 
 def _rows_from_model(model: RunModel) -> Iterator[list[str]]:
