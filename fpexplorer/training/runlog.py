@@ -1127,6 +1127,11 @@ class Run:
         return self.end.status if self.end is not None else "incomplete"
 
 
+# The problem of a run log with steps or an end but no header anywhere (a header after the
+# steps is its own problem, which says where).
+NO_HEADER = "no header record: the run's settings are unknown"
+
+
 def collect_run(path: str | os.PathLike[str], records: list[Record], problems: list[str]) -> Run:
     """Assemble records (in file order) into a Run, adding problems for misplaced records.
 
@@ -1166,7 +1171,7 @@ def collect_run(path: str | os.PathLike[str], records: list[Record], problems: l
         else:
             found.append("a second end record ignored")
     if header is None and (steps or end is not None) and not late_header:
-        found.append("no header record: the run's settings are unknown")
+        found.append(NO_HEADER)
     elif header is None and not found:
         found.append("the file holds no records")
     return Run(Path(path), header, tuple(steps), end, tuple(found))

@@ -33,7 +33,7 @@ from fpexplorer.training.records import (
     Record,
     StepRecord,
 )
-from fpexplorer.training.runlog import RecordStream, Run
+from fpexplorer.training.runlog import NO_HEADER, RecordStream, Run
 
 CHECKPOINTS = 64  # step offsets kept for the final-loss pass (halved when full)
 READ_CHUNK_BYTES = 256 * 1024  # what is read, parsed and let go at a time
@@ -326,7 +326,7 @@ class RunSummarizer:
                                      "records") + " ignored")  # fmt: skip
         if self.header is None and (self.steps or self.end is not None):
             if not (self.late_header or self.assembly_reported):
-                problems.append("no header record: the run's settings are unknown")
+                problems.append(NO_HEADER)
         elif self.header is None and not problems:
             problems.append("the file holds no records")
         memory: dict[str, int] = {}

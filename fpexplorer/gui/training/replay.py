@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from fpexplorer.gui.training.run_model import RunModel
-from fpexplorer.training.runlog import Record, RecordStream
+from fpexplorer.training.runlog import NO_HEADER, Record, RecordStream
 
 CHUNK_BYTES = 16 * 1024  # ~8 records with statistics: fine-grained time budget
 
@@ -109,6 +109,10 @@ class RunFileReplay:
                 f"{self.size:,}): what was read is shown"
             )
         self._apply(self._stream.finish())
+        model = self.model
+        has_run = model.steps_seen or model.end is not None
+        if model.header is None and has_run and not any("header" in p for p in model.problems):
+            model.add_problem(NO_HEADER)  # as `runs check` says it (a late header says where)
         if self._handle is not None:
             self._handle.close()
         self.done = True
