@@ -179,7 +179,12 @@ class ArithmeticView(LazyView):
             f"<b>{calculation.overflow_policy}</b> (the Overflow picker). Operands are rounded "
             "into the format first; the result is computed exactly, then rounded once."
         )
-        self.message.setText(state.problem or "")
+        # The results below stay those of the last operands that could be read: said, since
+        # the fields now hold other text.
+        shown = "" if state.problem is None else (
+            f"{state.problem.rstrip('.')}. Below: the last result, for the operands it names."
+        )  # fmt: skip
+        self.message.setText(shown)
         self.message.setVisible(bool(state.problem))
         if state.problem is None:
             # The fields say what was computed (bad text stays in its field, to be fixed).

@@ -94,6 +94,8 @@ def test_bad_operands_keep_the_last_result(view: ArithmeticView, qtbot: QtBot) -
     qtbot.mouseClick(view.compute_button, Qt.MouseButton.LeftButton)
     assert view.message.isVisible()
     assert view.message.text().startswith("b: ")
+    # The table still holds the last result: said, as the field now holds other text.
+    assert view.message.text().endswith("Below: the last result, for the operands it names.")
     assert column(view, "result") == before
     assert view.fields[1].text() == "0.2.3"  # left there to be fixed
     view.fields[1].setText("")
