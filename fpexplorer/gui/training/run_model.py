@@ -273,11 +273,11 @@ def run_label(config: Mapping[str, Any] | None, fallback: str = "run") -> str:
     mode = find_precision_mode(precision)
     scaler = mode.scaler if mode is not None else None
     if scaler == "static" and config.get("loss_scale") is not None:
-        parts.append(f"scale={to_float(config['loss_scale']):g}")
+        parts.append(f"scale={setting_number(to_float(config['loss_scale']))}")
     elif scaler == "dynamic" and to_float(config.get("init_scale", 65536.0)) != 65536.0:
-        parts.append(f"init={to_float(config['init_scale']):g}")
+        parts.append(f"init={setting_number(to_float(config['init_scale']))}")
     if config.get("lr") is not None:  # None: the task's default, not known until the header
-        parts.append(f"lr={to_float(config['lr']):g}")
+        parts.append(f"lr={setting_number(to_float(config['lr']))}")
     if "seed" in config:
         parts.append(f"seed={config['seed']}")
     return " ".join(parts)
@@ -320,9 +320,21 @@ def distinguishing_details(configs: Sequence[Mapping[str, Any]]) -> list[str]:
     return details
 
 
+def setting_number(value: float) -> str:
+    """A number setting as it was given: the shortest decimal that reads back as the same
+    float (what was typed, "0.0003"), in the app's notation ("1e-5", "65536"); never rounded
+    to six digits, which gave two runs of lr 0.0001234567 and 0.0001234568 one name."""
+    if not math.isfinite(value):
+        return repr(value)
+    text = repr(value)
+    mantissa, e, exponent = text.partition("e")
+    mantissa = mantissa.removesuffix(".0")
+    return f"{mantissa}e{int(exponent)}" if e else mantissa
+
+
 def _setting_text(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:g}"
+        return setting_number(value)
     return "default" if value is None else str(value)
 
 

@@ -198,6 +198,13 @@ def test_run_label_names_settings() -> None:
     assert "scale=128" in run_label({"task": "mlp", "precision": "fp16-static", "loss_scale": 128})
     assert run_label({"task": "/x/y/own.py:make", "precision": "bf16"}) == "own.py:make bf16"
     assert run_label(None, fallback="file.jsonl") == "file.jsonl"
+    # Settings as given, never cut to six digits (two learning rates read the same before,
+    # "lr=0.000123457"), in the app's notation (1e-5, not 1e-05).
+    first = run_label({"task": "mlp", "precision": "fp16", "lr": 0.0001234567})
+    second = run_label({"task": "mlp", "precision": "fp16", "lr": 0.0001234568})
+    assert first == "mlp fp16 lr=0.0001234567" and second == "mlp fp16 lr=0.0001234568"
+    assert run_label({"task": "mlp", "precision": "bf16", "lr": 1e-5}) == "mlp bf16 lr=1e-5"
+    assert "init=1024" in run_label({"task": "mlp", "precision": "fp16", "init_scale": 1024.0})
 
 
 # ----- the job state machine ------------------------------------------------------------
