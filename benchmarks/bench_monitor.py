@@ -132,15 +132,17 @@ def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> N
     """Bare, cheap-signal and statistics steps in rotating blocks of `block` steps in one
     process: the monitor's per-step cost without the spread between processes (a monitor
     is made for each watched block and closed after it, so its hooks are gone in the bare
-    ones). Each figure is the median step over the blocks of its kind. A fourth kind, the
-    bare loop plus one fused gradient norm read to the host and nothing else, is the floor
-    under any monitor that records the norm on every step."""
+    ones). Each figure is the median step over the blocks of its kind. Two more kinds are
+    floors: the bare loop plus one tiny torch operation (`torch.zeros(1)`), under any
+    monitor that runs a torch operation after each step, and the bare loop plus one fused
+    gradient norm read to the host and nothing else, under any monitor that records the
+    norm on every step."""
     import torch
 
     from fpexplorer.training.monitor import AmpMonitor
 
     loop = prepared(task_name, precision, steps)
-    kinds = ("bare", "norm", "cheap", "every")
+    kinds = ("bare", "op", "norm", "cheap", "every")
     params = list(loop.model.parameters())
     times: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as folder:
@@ -160,6 +162,9 @@ def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> N
             loss = loop.step(inputs, target)
             if monitor is not None:
                 monitor.step(loss)
+            elif kind == "op":  # one torch operation, the least any such monitor does
+                torch.zeros(1)
+                loss.item()
             elif kind == "norm":  # the least any monitor of the gradient norm does
                 grads = [p.grad for p in params if p.grad is not None]
                 [norm.item() for norm in torch._foreach_norm(grads, 2)]
@@ -174,7 +179,9 @@ def in_process(task_name: str, precision: str, steps: int, block: int = 20) -> N
     for clock in ("wall", "cpu"):
         median = {kind: statistics.median(times[(kind, clock)]) for kind in kinds}
         print(f"{task_name} {precision}, one process, blocks of {block} steps, {clock}: median"
-              f" step bare {median['bare'] * 1e3:.3f} ms, gradient norm alone"
+              f" step bare {median['bare'] * 1e3:.3f} ms, one torch operation"
+              f" {median['op'] * 1e3:.3f} ms (ratio {median['op'] / median['bare']:.3f}),"
+              " gradient norm alone"
               f" {median['norm'] * 1e3:.3f} ms (ratio {median['norm'] / median['bare']:.3f}),"
               " cheap signals"
               f" {median['cheap'] * 1e3:.3f} ms (ratio {median['cheap'] / median['bare']:.3f}),"
@@ -268,7 +275,7 @@ def main() -> int:
     if args.in_process:
         for task in args.tasks.split(","):
             for precision in args.precisions.split(","):
-                in_process(task, precision, 8 * STEPS[task])
+                in_process(task, precision, 10 * STEPS[task])  # 15 blocks of each kind
                 in_process_runs(task, precision, STEPS[task], args.runs)
         return 0
     if args.child:
