@@ -225,3 +225,18 @@ def test_a_compiled_models_forward_overflow_is_named_as_uncompiled(
     their_named = [record["stats"].get("first_nonfinite_forward") for record in steps(plain)[::2]]
     assert named == their_named == [None, "2", None]
     assert [record["skipped"] for record in steps(ours)] == [False, False, True, False, False]
+
+
+def test_importing_the_monitor_does_not_load_dynamo() -> None:
+    # The tap's hooks were marked for dynamo to skip at import, which loaded torch._dynamo
+    # (some 0.7 s of every `fpexplorer train` start and every user's import): they are
+    # marked when dynamo is first seen loaded instead.
+    import subprocess
+    import sys
+
+    code = (
+        "import fpexplorer.training.monitor, fpexplorer.training.job\n"
+        "import sys; print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -87,6 +87,7 @@ import io
 import math
 import numbers
 import os
+import sys
 import threading
 import time
 import warnings
@@ -100,7 +101,6 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 import torch
 from torch import nn
-from torch._dynamo.eval_frame import skip_code
 from torch.amp.grad_scaler import OptState
 from torch.utils.hooks import RemovableHandle
 
@@ -358,17 +358,14 @@ class _SavedTensorTap(threading.local):
             append(ref(tensor))
             return (tensor, tensor._version)
 
-        # Run as it is where dynamo compiles the frames a compiled model's forward calls
-        # (torch.compile(ddp)): traced, the detach made it wrap the saved tensor, reading a
-        # non-leaf's .grad, a warning (an error under a strict warning filter).
-        skip_code(pack.__code__)
-        skip_code(_unpack_saved.__code__)
-
+        self._pack_code = pack.__code__
         # Made once, entered and left again for each pass.
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack_saved)
 
     def join(self) -> int:
         if not self.joined:
+            if not _TAP_OUT_OF_DYNAMO and "torch._dynamo" in sys.modules:
+                _keep_out_of_dynamo(self._pack_code)
             self._entered = _saved_tensor_hooks_in_use() is None
             if self._entered:  # may raise (saved-tensor hooks disabled): nothing joined then
                 self._hooks.__enter__()
@@ -382,6 +379,23 @@ class _SavedTensorTap(threading.local):
                 self._entered = False
                 self._hooks.__exit__(None, None, None)
             self.saved.clear()
+
+
+# The tap's hooks run as they are where dynamo compiles the frames a compiled model's forward
+# calls (torch.compile(ddp)): traced, the detach made it wrap the saved tensor, reading a
+# non-leaf's .grad, a warning (an error under a strict warning filter). Marked when dynamo
+# is first seen loaded (a model is compiled before its forward runs), not at import:
+# importing dynamo takes some 0.7 s, which `import torch` alone does not pay.
+_TAP_OUT_OF_DYNAMO = False
+
+
+def _keep_out_of_dynamo(pack_code: Any) -> None:
+    global _TAP_OUT_OF_DYNAMO
+    from torch._dynamo.eval_frame import skip_code
+
+    skip_code(pack_code)  # the same code object on every thread (one closure per thread)
+    skip_code(_unpack_saved.__code__)
+    _TAP_OUT_OF_DYNAMO = True
 
 
 def _saved_tensor_hooks_in_use() -> object:
