@@ -525,8 +525,12 @@ def _share(value: float | None) -> str:
     return f"{figure_text(Fraction(value) * 100)}%"
 
 
-def _bytes(count: int) -> str:
-    """A byte count, exact ("64 KiB") or rounded to a tenth and marked ("≈48.2 KiB")."""
+def bytes_text(count: float) -> str:
+    """A byte count in B, KiB, MiB or GiB: exact ("512 B", "64 KiB"), or rounded to a tenth
+    and marked ("≈48.2 KiB"); a damaged file's 1e300 in the display notation, not 301
+    digits; "?" for inf or NaN."""
+    if not math.isfinite(count):
+        return "?"
     size = Fraction(count)
     for unit in ("B", "KiB", "MiB"):
         if size < 1024:
@@ -676,7 +680,7 @@ def format_summary(summary: RunSummary) -> str:
         origins = ", ".join(f"{n} ({c})" for n, c in summary.first_nonfinite[:5])
         lines.append(f"overflow   first inf/NaN gradient in backward: {origins}")
     if summary.memory_bytes:
-        parts = "   ".join(f"{k} {_bytes(v)}" for k, v in summary.memory_bytes.items())
+        parts = "   ".join(f"{k} {bytes_text(v)}" for k, v in summary.memory_bytes.items())
         lines.append(f"memory     {parts}")
     if summary.quantized:
         lines.append(f"saturated  at most {_quant_worst(summary.worst_saturated)}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
-from fractions import Fraction
 
 import numpy as np
 import pyqtgraph as pg
@@ -35,7 +34,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from fpexplorer.formats.decimal import figure_text
 from fpexplorer.gui.theme import plot_colors, role_hex
 from fpexplorer.gui.training.run_model import (
     HEAT_BINS,
@@ -94,6 +92,7 @@ from fpexplorer.gui.training.view_model import (
 )
 from fpexplorer.training.records import Histogram
 from fpexplorer.training.scaler_rules import steps_toward_growth
+from fpexplorer.training.summary import bytes_text
 
 __all__ = ["run_colour"]
 
@@ -1407,19 +1406,6 @@ class LayerTable(QWidget):
                 item.setData(Qt.ItemDataRole.BackgroundRole, None)
 
 
-def _human_bytes(n: float) -> str:
-    """A byte count in B, KiB, MiB or GiB: exact ("512 B", "64 KiB"), or rounded to a tenth
-    and marked ("≈48.2 KiB"); a damaged file's 1e300 in the display notation, not 301 digits."""
-    if not math.isfinite(n):
-        return "?"
-    size = Fraction(n)
-    for unit in ("B", "KiB", "MiB"):
-        if abs(size) < 1024:
-            return f"{figure_text(size, decimals=0 if unit == 'B' else 1)} {unit}"
-        size /= 1024
-    return f"{figure_text(size)} GiB"
-
-
 class MemoryReadout(QWidget):
     """Memory by dtype, throughput and (pure-fp16) the share of updates lost to rounding."""
 
@@ -1458,9 +1444,9 @@ class MemoryReadout(QWidget):
             for key_name, title in self.PARTS:
                 by_dtype: dict[str, int] = getattr(memory, key_name)
                 for dtype, nbytes in sorted(by_dtype.items()):
-                    rows.append((title, elide(dtype, 16), _human_bytes(float(nbytes))))
+                    rows.append((title, elide(dtype, 16), bytes_text(float(nbytes))))
             if memory.peak_device is not None:
-                rows.append(("device peak", "", _human_bytes(float(memory.peak_device))))
+                rows.append(("device peak", "", bytes_text(float(memory.peak_device))))
         self.table.setRowCount(len(rows))
         for row, cells in enumerate(rows):
             for column, text in enumerate(cells):

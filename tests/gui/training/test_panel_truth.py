@@ -560,10 +560,10 @@ def test_the_loss_smoothing_box_shows_the_weight_it_applies(panel) -> None:  # t
 
 def test_memory_sizes_are_exact_or_marked_as_rounded() -> None:
     # Was "48.2 KiB" for 49376 bytes (48.21875 KiB): a rounded figure shown as if exact.
-    from fpexplorer.gui.training.plots import _human_bytes
+    from fpexplorer.training.summary import bytes_text
 
-    assert _human_bytes(49376) == "≈48.2 KiB"
-    assert _human_bytes(65536) == "64 KiB" and _human_bytes(512) == "512 B"
-    assert _human_bytes(3.5 * 2**30) == "3.5 GiB" and _human_bytes(1.5 * 2**20) == "1.5 MiB"
-    assert _human_bytes(float("nan")) == "?"
-    assert len(_human_bytes(1e300)) < 20  # a damaged file's figure stays short
+    assert bytes_text(49376) == "≈48.2 KiB"
+    assert bytes_text(65536) == "64 KiB" and bytes_text(512) == "512 B"
+    assert bytes_text(3.5 * 2**30) == "3.5 GiB" and bytes_text(1.5 * 2**20) == "1.5 MiB"
+    assert bytes_text(float("nan")) == "?"
+    assert len(bytes_text(1e300)) < 20  # a damaged file's figure stays short
