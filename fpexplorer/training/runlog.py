@@ -73,6 +73,7 @@ __all__ = [
     "Record",
     "RecordStream",
     "Run",
+    "RunAssembly",
     "RunLogLocked",
     "RunReader",
     "RunWriter",
@@ -1132,6 +1133,59 @@ class Run:
 NO_HEADER = "no header record: the run's settings are unknown"
 
 
+class RunAssembly:
+    """Which records of a log, taken in file order, are one run's: the one rule of
+    `collect_run`, `summary.RunSummarizer` and the panel's `RunModel`, each of which says
+    in its own words what it leaves out. The header is the first, before any step (with
+    `replace_header`, a later one before any step replaces it: a live job's provisional
+    header); a first header after step records is not the run's; the steps are those
+    before the end record and before the first step whose number is not above the one
+    before it (a second run in the log, whose end is not this run's either); the end is the
+    first. `RecordStream` reports, with the line, the late header and where the step
+    numbers stop increasing: `place` says LATE_HEADER and OTHER_RUN without a problem."""
+
+    HEADER, STEP, END = "header", "step", "end"  # the run's
+    LATE_HEADER, OTHER_RUN = "late header", "other run"  # left out; the stream said so
+    SECOND_HEADER, AFTER_END, SECOND_END = "second header", "after end", "second end"
+
+    def __init__(self, *, replace_header: bool = False) -> None:
+        self.replace_header = replace_header
+        self.step_records = 0  # every step record placed, the run's or not
+        self.late_header = False  # the first header came after step records
+        self.other_run = False  # a step number did not increase: the records from there on
+        self._header = False
+        self._end = False
+        self._last_step: int | None = None
+
+    def place(self, record: Record) -> str:
+        """Where `record` goes: HEADER, STEP or END (the run's), or why it is left out."""
+        if isinstance(record, StepRecord):
+            self.step_records += 1
+            if self._end:
+                return self.AFTER_END
+            if self.other_run or (self._last_step is not None and record.step <= self._last_step):
+                self.other_run = True
+                return self.OTHER_RUN
+            self._last_step = record.step
+            return self.STEP
+        if isinstance(record, HeaderRecord):
+            if self.step_records:
+                if self._header or self.late_header:
+                    return self.SECOND_HEADER
+                self.late_header = True
+                return self.LATE_HEADER
+            if self._header and not self.replace_header:
+                return self.SECOND_HEADER
+            self._header = True
+            return self.HEADER
+        if self.other_run:
+            return self.OTHER_RUN
+        if self._end:
+            return self.SECOND_END
+        self._end = True
+        return self.END
+
+
 def collect_run(path: str | os.PathLike[str], records: list[Record], problems: list[str]) -> Run:
     """Assemble records (in file order) into a Run, adding problems for misplaced records.
 
@@ -1143,34 +1197,24 @@ def collect_run(path: str | os.PathLike[str], records: list[Record], problems: l
     end: EndRecord | None = None
     steps: list[StepRecord] = []
     found = list(problems)
-    step_records = 0
-    late_header = False  # the first header came after step records: not used
-    other_run = False  # a step number did not increase: the records from there on
+    assembly = RunAssembly()
     for record in records:
-        if isinstance(record, HeaderRecord):
-            if header is None and not late_header:
-                if step_records:
-                    late_header = True  # the stream said where
-                else:
-                    header = record
-            else:
-                found.append("a second header record ignored")
-        elif isinstance(record, StepRecord):
-            step_records += 1
-            if end is not None:
+        place = assembly.place(record)
+        if isinstance(record, StepRecord):
+            if place == RunAssembly.STEP:
+                steps.append(record)
+            elif place == RunAssembly.AFTER_END:
                 found.append(f"step {record.step} after the end record ignored")
-                continue
-            if other_run or (steps and record.step <= steps[-1].step):
-                other_run = True  # the stream said where
-                continue
-            steps.append(record)
-        elif other_run:
-            continue
-        elif end is None:
+        elif isinstance(record, HeaderRecord):
+            if place == RunAssembly.HEADER:
+                header = record
+            elif place == RunAssembly.SECOND_HEADER:
+                found.append("a second header record ignored")
+        elif place == RunAssembly.END:
             end = record
-        else:
+        elif place == RunAssembly.SECOND_END:
             found.append("a second end record ignored")
-    if header is None and (steps or end is not None) and not late_header:
+    if header is None and (steps or end is not None) and not assembly.late_header:
         found.append(NO_HEADER)
     elif header is None and not found:
         found.append("the file holds no records")

@@ -33,7 +33,7 @@ from fpexplorer.training.records import (
     Record,
     StepRecord,
 )
-from fpexplorer.training.runlog import NO_HEADER, RecordStream, Run
+from fpexplorer.training.runlog import NO_HEADER, RecordStream, Run, RunAssembly
 
 CHECKPOINTS = 64  # step offsets kept for the final-loss pass (halved when full)
 READ_CHUNK_BYTES = 256 * 1024  # what is read, parsed and let go at a time
@@ -159,13 +159,8 @@ class RunSummarizer:
         self.extra_ends = 0
         self.steps_after_end = 0
         self.steps_after_end_range = (0, 0)  # the first and last step number ignored
-        # As `runlog.collect_run` (and `RecordStream`, which reports them with the line): a
-        # first header after step records is not used, and a step whose number is not
-        # above the one before it ends the run's records (a second run's, or a repeat).
-        self.step_records = 0
-        self.late_header = False
-        self.other_run = False
-        self.last_step_number = 0
+        # Which records are the run's: the rule `runlog.collect_run` follows too.
+        self.assembly = RunAssembly()
         # summarize(run): the run's problems already say what is misplaced in it.
         self.assembly_reported = False
         self.steps = 0
@@ -201,34 +196,25 @@ class RunSummarizer:
         self.quant_seen = False
 
     def add(self, record: Record, offset: int | None = None) -> None:
+        place = self.assembly.place(record)
         if isinstance(record, StepRecord):
-            self._add_step(record, offset)
+            if place == RunAssembly.STEP:
+                self._add_step(record, offset)
+            elif place == RunAssembly.AFTER_END:
+                first = self.steps_after_end_range[0] if self.steps_after_end else record.step
+                self.steps_after_end += 1
+                self.steps_after_end_range = (first, record.step)
         elif isinstance(record, HeaderRecord):
-            if self.header is None and not self.late_header:
-                if self.step_records:
-                    self.late_header = True  # the stream said where
-                else:
-                    self.header = record
-            else:
+            if place == RunAssembly.HEADER:
+                self.header = record
+            elif place == RunAssembly.SECOND_HEADER:
                 self.extra_headers += 1
-        elif self.other_run:
-            return
-        elif self.end is None:
+        elif place == RunAssembly.END:
             self.end = record
-        else:
+        elif place == RunAssembly.SECOND_END:
             self.extra_ends += 1
 
     def _add_step(self, step: StepRecord, offset: int | None) -> None:
-        self.step_records += 1
-        if self.end is not None:
-            first = self.steps_after_end_range[0] if self.steps_after_end else step.step
-            self.steps_after_end += 1
-            self.steps_after_end_range = (first, step.step)
-            return
-        if self.other_run or (self.steps and step.step <= self.last_step_number):
-            self.other_run = True  # the stream said where
-            return
-        self.last_step_number = step.step
         index = self.steps
         self.steps += 1
         if offset is None:
@@ -325,7 +311,7 @@ class RunSummarizer:
             problems.append(_counted(self.extra_ends, "a second end record", "more end "
                                      "records") + " ignored")  # fmt: skip
         if self.header is None and (self.steps or self.end is not None):
-            if not (self.late_header or self.assembly_reported):
+            if not (self.assembly.late_header or self.assembly_reported):
                 problems.append(NO_HEADER)
         elif self.header is None and not problems:
             problems.append("the file holds no records")

@@ -43,6 +43,7 @@ from fpexplorer.training.records import (
     from_schema1_dict,
 )
 from fpexplorer.training.replay_scaler import EvidenceBuffer
+from fpexplorer.training.runlog import RunAssembly
 from fpexplorer.training.summary import count_optimizer_skips
 
 # The binade axis of the heatmap: fixed, so the image never reshapes. It covers FP32's
@@ -411,11 +412,9 @@ class RunModel:
         self.first_nonfinite_step: int | None = None  # inf/NaN gradients, named or not
         self.first_nan_loss_step: int | None = None  # the first inf/NaN loss
         self.steps_seen = 0
-        # Every step record met, counted or not; a first header after some (not the run's);
-        # a step number that did not increase (the records from there on are not the run's).
-        self.step_records = 0
-        self.late_header = False
-        self.other_run = False
+        # Which records are the run's, as the run log's reader decides (runlog.collect_run);
+        # a later header before any step replaces a live job's provisional one (the form's).
+        self.assembly = RunAssembly(replace_header=True)
         # A step whose loss scale was not 1: a user's loop labelled "bf16" (its autocast
         # dtype) that runs a GradScaler all the same scales its loss.
         self.scale_other_than_one = False
@@ -507,34 +506,28 @@ class RunModel:
             # whose number is not above the one before it ends the run's records (a second
             # run's, or a repeat): the reader's stream says so, with the line, and these
             # are left out without a word more.
+            if not isinstance(record, StepRecord | HeaderRecord | EndRecord):
+                self.add_problem(f"not a record: {record!r:.80}")
+                continue
+            place = self.assembly.place(record)
             if isinstance(record, StepRecord):
-                self.step_records += 1
-                if self.end is not None:
+                if place == RunAssembly.AFTER_END:
                     self.add_problem(f"step {record.step} after the end record ignored")
-                    continue
-                latest = self.latest_step
-                if self.other_run or (latest is not None and record.step <= latest.step):
-                    self.other_run = True
+                if place != RunAssembly.STEP:
                     continue
                 self._add_step(record)
             elif isinstance(record, HeaderRecord):
-                if self.step_records:
-                    if self.header is None and not self.late_header:
-                        self.late_header = True
-                    else:
-                        self.add_problem("a second header record ignored")
+                if place == RunAssembly.SECOND_HEADER:
+                    self.add_problem("a second header record ignored")
+                if place != RunAssembly.HEADER:
                     continue
                 self.header = record
-            elif isinstance(record, EndRecord):
-                if self.other_run:
-                    continue
-                if self.end is not None:
+            else:
+                if place == RunAssembly.SECOND_END:
                     self.add_problem("a second end record ignored")
+                if place != RunAssembly.END:
                     continue
                 self.end = record
-            else:
-                self.add_problem(f"not a record: {record!r:.80}")
-                continue
             used += 1
         if used:
             self.revision += 1

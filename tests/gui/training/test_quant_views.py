@@ -30,6 +30,7 @@ from fpexplorer.gui.training.run_model import RunModel
 from fpexplorer.gui.training.synthetic import quant_layer_names, synthetic_records
 from fpexplorer.gui.training.view_model import OverlayRun, run_colour, share_text
 from fpexplorer.training.records import (
+    EndRecord,
     Histogram,
     QuantTensorStats,
     StepRecord,
@@ -263,16 +264,20 @@ def test_delayed_and_current_runs_side_by_side_in_their_colours(page) -> None:  
 
 @pytest.mark.slow  # many runs redrawn: a third of a second
 def test_refresh_with_many_runs_creates_no_item_again(page) -> None:  # type: ignore[no-untyped-def]
-    models = [
-        _model(60, precision="fp8", quant="fp8-delayed", quant_layers=12, seed=seed)
-        for seed in range(6)
-    ]
+    models = []
+    for seed in range(6):  # runs still running: their first 60 steps, no end record yet
+        model = RunModel()
+        model.add_records(
+            record for record in synthetic_records(60, stats_every=1, precision="fp8",
+                                                   quant="fp8-delayed", quant_layers=12,
+                                                   seed=seed)
+            if not isinstance(record, EndRecord)
+        )  # fmt: skip
+        models.append(model)
     overlay = _overlay(*models)
     page.refresh(overlay, models, models[0])
     before = _items(page)
-    for model in models:  # more steps arrive in every run, still running (no end yet)
-        model.closed = False
-        model.end = None
+    for model in models:  # more steps arrive in every run
         model.add_records(
             record for record in synthetic_records(80, stats_every=1, precision="fp8",
                                                    quant="fp8-delayed", quant_layers=12)
